@@ -1,0 +1,37 @@
+"""The ``hopdec`` command: ``hopdec topo ...`` and ``hopdec train ...``.
+
+Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on stderr and exit 2.
+"""
+
+import sys
+
+USAGE = """usage: hopdec {topo,train} ...
+
+  hopdec topo generate|analyze|compare ...   build and study communication graphs
+  hopdec train [options]                      train (run it under mpirun, one worker per rank)
+"""
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    from hopdec.errors import HopdecError
+    try:
+        if cmd == "topo":
+            from hopdec.topo_cli import main as run
+        elif cmd == "train":
+            from hopdec.train_cli import main as run
+        else:
+            print(f"hopdec: unknown command {cmd!r} (expected topo or train)", file=sys.stderr)
+            return 2
+        return run(rest) or 0
+    except HopdecError as err:
+        print(f"hopdec {cmd}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

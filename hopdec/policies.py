@@ -1,0 +1,174 @@
+"""Receive-and-reduce policies of one worker: which updates Recv(k) waits for and how Reduce weighs them.
+
+* :class:`Standard` -- one update of iteration k from every in-neighbour (Hop Figures 4 and 7); weights W
+  (eq. (1) unless the topology file gives its own).
+* :class:`Backup` -- backup workers (sec. 4.3, Figure 8): at least |N_in(i)| - B updates of iteration k,
+  plus any extra ones already there; Reduce averages what it took (W renormalised over the taken set,
+  which is the paper's plain average under eq. (1)).
+* :class:`Stale` -- bounded staleness (sec. 4.4, Figure 9), and with ``backup > 0`` the hybrid setting:
+  Recv(k) waits until the newest update ever received from every in-neighbour (all but B of them for
+  hybrid) is no older than k - s; Reduce uses the *fresh* satisfactory updates (newest per neighbour, each
+  used at most once) with the iteration weights of eq. (2) (``weighted``) or equal weights (``plain``),
+  multiplied by W and renormalised (exactly eq. (2) under eq. (1) weights).
+
+Here |N_in(i)| counts the in-neighbours other than i itself: the worker's own parameters are always
+available and always part of Reduce. A policy never blocks: ``plan(k)`` returns None until it can go.
+No MPI, no torch: parameters are opaque handles.
+"""
+
+from dataclasses import dataclass
+
+from hopdec.queues import Entry, IterationSlots, NewestPerSender
+
+SELF = None  # handle of the worker's own parameters in a Reduce term
+
+
+@dataclass(frozen=True)
+class Term:
+    """One summand of Reduce: ``weight`` times the parameters of ``sender`` at ``iteration``."""
+
+    sender: int
+    iteration: int
+    handle: object
+    weight: float
+
+
+def _normalise(terms):
+    total = sum(t.weight for t in terms)
+    return tuple(Term(t.sender, t.iteration, t.handle, t.weight / total) for t in terms)
+
+
+class _Policy:
+    def __init__(self, rank, in_weights):
+        self.rank = rank
+        self.in_weights = dict(in_weights)          # sender -> W[sender, rank], self included
+        self.senders = sorted(s for s in in_weights if s != rank)
+        self.used = 0                               # updates that went into a Reduce
+        self.dropped = 0                            # late or superseded updates thrown away
+
+    def _self_term(self, k, factor=1.0):
+        return Term(self.rank, k, SELF, self.in_weights[self.rank] * factor)
+
+    @property
+    def held(self):
+        return self.queue.size
+
+
+class Standard(_Policy):
+    """Recv(k) needs the iteration-k update of every in-neighbour."""
+
+    def __init__(self, rank, in_weights, slots):
+        super().__init__(rank, in_weights)
+        self.queue = IterationSlots(slots)
+        self.floor = 0                              # oldest iteration that can still be used
+
+    def needed(self):
+        return len(self.senders)
+
+    def on_update(self, entry):
+        """File an arriving update; returns entries to free (late ones, sec. 6.2 a)."""
+        if entry.iteration < self.floor:
+            self.dropped += 1
+            return [entry]
+        self.queue.put(entry)
+        return []
+
+    def set_floor(self, k):
+        """Updates older than k can no longer be used: drop them (sec. 6.2 a)."""
+        self.floor = max(self.floor, k)
+        late = self.queue.drop_older(self.floor)
+        self.dropped += len(late)
+        return late
+
+    def waiting_for(self, k):
+        have = set(self.queue.senders(k))
+        return [s for s in self.senders if s not in have]
+
+    def plan(self, k):
+        """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
+        if self.queue.count(k) < self.needed():
+            return None
+        got = self.queue.take(k)
+        self.used += len(got)
+        terms = [self._self_term(k)] + [Term(e.sender, k, e.handle, self.in_weights[e.sender]) for e in got]
+        return _normalise(terms)
+
+
+class Backup(Standard):
+    """Recv(k) needs |N_in(i)| - B updates of iteration k and takes any extra ones there (Figure 8)."""
+
+    def __init__(self, rank, in_weights, slots, backup):
+        super().__init__(rank, in_weights, slots)
+        if backup >= len(self.senders):
+            raise ValueError(f"node {rank}: --backup-workers {backup} must be smaller than its "
+                             f"{len(self.senders)} in-neighbours")
+        self.backup = backup
+
+    def needed(self):
+        return len(self.senders) - self.backup
+
+
+class Stale(_Policy):
+    """Bounded staleness s (and the hybrid with B backup workers): newest update per neighbour."""
+
+    def __init__(self, rank, in_weights, staleness, weighted=True, backup=0):
+        super().__init__(rank, in_weights)
+        if backup and backup >= len(self.senders):
+            raise ValueError(f"node {rank}: --backup-workers {backup} must be smaller than its "
+                             f"{len(self.senders)} in-neighbours")
+        self.s = staleness
+        self.weighted = weighted
+        self.backup = backup
+        self.queue = NewestPerSender()
+        self.newest_seen = {j: -1 for j in self.senders}   # iter_rcv of Figure 9
+        self.floor = 0
+
+    def on_update(self, entry):
+        if entry.iteration < self.floor:
+            self.dropped += 1
+            return [entry]
+        if entry.iteration > self.newest_seen[entry.sender]:
+            self.newest_seen[entry.sender] = entry.iteration
+        gone = self.queue.put(entry)
+        self.dropped += len(gone)
+        return gone
+
+    def set_floor(self, k):
+        """Recv(k) accepts nothing older than k - s: drop what fell out of the window."""
+        self.floor = max(self.floor, k - self.s)
+        late = self.queue.drop_older(self.floor)
+        self.dropped += len(late)
+        return late
+
+    def waiting_for(self, k):
+        return [j for j in self.senders if self.newest_seen[j] < k - self.s]
+
+    def plan(self, k):
+        min_iter = k - self.s
+        fresh_enough = sum(1 for j in self.senders if self.newest_seen[j] >= min_iter)
+        if fresh_enough < len(self.senders) - self.backup:
+            return None
+        terms = [self._self_term(k, self._factor(k, k))]
+        for j in self.senders:
+            e = self.queue.newest(j)
+            if e is not None and e.iteration >= min_iter:
+                self.queue.take(j)
+                self.used += 1
+                terms.append(Term(j, e.iteration, e.handle, self.in_weights[j] * self._factor(e.iteration, k)))
+        return _normalise(terms)
+
+    def _factor(self, it, k):
+        """Eq. (2): an update of iteration ``it`` weighs it - (k - s) + 1; ``plain`` weighs all alike."""
+        return float(it - (k - self.s) + 1) if self.weighted else 1.0
+
+
+def make_policy(rank, in_weights, slots, backup=0, staleness=None, weighted=True):
+    """The receive policy for a setting of Table 1: standard, backup, staleness or hybrid."""
+    if staleness is not None:
+        return Stale(rank, in_weights, staleness, weighted=weighted, backup=backup)
+    if backup:
+        return Backup(rank, in_weights, slots, backup)
+    return Standard(rank, in_weights, slots)
+
+
+__all__ = ["Entry", "SELF", "Term", "Standard", "Backup", "Stale", "make_policy"]

@@ -1,0 +1,294 @@
+"""The Hop protocol core: one worker as a state machine that consumes events and emits actions.
+
+No MPI, no torch, no clocks (sans-I/O, like h11). A driver (:mod:`hopdec.loop`) asks
+:meth:`Worker.next_action` what to do -- send parameters, grant tokens, compute, reduce, apply -- and
+feeds back what arrived (:meth:`Worker.on_update`, :meth:`Worker.on_grant`). When the worker cannot go on
+it answers :class:`Wait`; the driver then blocks on its transport (MPI) or lets another worker run
+(in-process). Every transport and the simulator run this same code.
+
+One iteration k (Hop Figure 7, parallel computation graph, sec. 3.2):
+``Enter(k)`` -> ``Grant`` (insert a token for every in-neighbour) -> ``Send(k)`` -> ``Compute(k)`` ->
+Recv(k) (``Wait`` until the policy's plan is ready) -> ``Reduce(k)`` -> ``Apply(k)`` -> take a token from
+every out-neighbour (``Wait`` while one is missing) -> ``Enter(k+1)``.
+The serial graph computes and applies first, then sends and reduces. Iteration skipping (sec. 5) may
+turn the token step into ``Jump``: Recv(k-1) + ``Reduce``, then k - k0 tokens out and in.
+"""
+
+from dataclasses import dataclass, field
+
+from hopdec.policies import make_policy
+from hopdec.queues import Entry
+from hopdec.tokens import TokenLedger
+
+PROTOCOLS = ("tokens", "queue-only", "notify-ack")
+COMPUTE_GRAPHS = ("parallel", "serial")
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """How workers coordinate. Validated by :func:`check_config` (errors name the option)."""
+
+    iterations: int
+    protocol: str = "tokens"
+    max_ig: int = 2
+    compute_graph: str = "parallel"
+    backup_workers: int = 0
+    staleness: int = None
+    stale_reduce: str = "weighted"
+    skip_max_jump: int = 0          # 0: no iteration skipping
+    skip_trigger: int = 2
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What one worker knows of the graph: plain data made from the topology by the driver."""
+
+    rank: int
+    in_weights: dict                 # sender -> W[sender, rank], the self-loop included
+    out_neighbors: tuple             # receivers, self excluded
+    backup_workers: int = None       # per-node override (topology attribute ``backup_workers``)
+    ahead_bound: int = 1             # queue-only: how far an in-neighbour may be ahead (Theorem 1)
+
+    @property
+    def in_neighbors(self):
+        return tuple(sorted(s for s in self.in_weights if s != self.rank))
+
+
+# ---- actions the driver carries out -------------------------------------------------------------
+@dataclass(frozen=True)
+class Enter:
+    iteration: int
+    jumped_from: int = None
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send my current parameters, tagged with ``iteration``, to ``dests`` (non-blocking)."""
+    iteration: int
+    dests: tuple
+    skipped: tuple = ()              # out-neighbours known to be past this update (sec. 6.2 b)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Tell each in-neighbour how many tokens I have put into its queue, in total: ``[(dest, count)]``."""
+    grants: tuple
+
+
+@dataclass(frozen=True)
+class Compute:
+    iteration: int
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """Replace my parameters by ``sum(term.weight * params(term))``; then free the terms' handles."""
+    iteration: int
+    terms: tuple
+
+
+@dataclass(frozen=True)
+class Apply:
+    iteration: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """Free the buffers of updates that will never be used (late or superseded)."""
+    handles: tuple
+
+
+@dataclass(frozen=True)
+class Jump:
+    """Iteration skipping (sec. 5): from ``frm`` straight to ``to``."""
+    frm: int
+    to: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do until an update or a grant arrives; ``on`` says from whom (for messages)."""
+    on: tuple
+    what: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    pass
+
+
+def check_config(cfg, views):
+    """Raise ValueError naming the option when a setting cannot work on this graph."""
+    if cfg.protocol not in PROTOCOLS:
+        raise ValueError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if cfg.compute_graph not in COMPUTE_GRAPHS:
+        raise ValueError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
+    if cfg.iterations < 1:
+        raise ValueError("--iterations must be >= 1")
+    if cfg.max_ig < 1:
+        raise ValueError(f"--max-ig {cfg.max_ig}: must be >= 1")
+    if cfg.staleness is not None and cfg.staleness < 0:
+        raise ValueError(f"--staleness {cfg.staleness}: must be >= 0")
+    if cfg.stale_reduce not in ("weighted", "plain"):
+        raise ValueError(f"--stale-reduce {cfg.stale_reduce!r}: expected weighted or plain")
+    uses_backup = cfg.backup_workers > 0 or any(v.backup_workers for v in views)
+    if cfg.backup_workers < 0:
+        raise ValueError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
+    if cfg.protocol != "tokens" and (uses_backup or cfg.staleness is not None):
+        what = "--backup-workers" if uses_backup else "--staleness"
+        raise ValueError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
+                         f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.skip_max_jump:
+        if cfg.protocol != "tokens":
+            raise ValueError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
+        if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
+            raise ValueError("--skip: max-jump must be >= 2 and trigger >= 1")
+    for v in views:
+        b = cfg.backup_workers if v.backup_workers is None else v.backup_workers
+        if b and b >= len(v.in_neighbors):
+            raise ValueError(f"backup workers {b} at node {v.rank}: must be smaller than its "
+                             f"{len(v.in_neighbors)} in-neighbours")
+
+
+class Worker:
+    """One worker's protocol state. Drive it with :meth:`next_action`, feed it with ``on_*``."""
+
+    def __init__(self, view, cfg):
+        self.view = view
+        self.cfg = cfg
+        self.rank = view.rank
+        backup = cfg.backup_workers if view.backup_workers is None else view.backup_workers
+        if cfg.protocol == "tokens":
+            max_ig, slots = cfg.max_ig, cfg.max_ig + 1
+        elif cfg.protocol == "notify-ack":
+            max_ig, slots = 1, 2           # the ACK is the token of max_ig = 1 (see hopdec.tokens)
+        else:
+            max_ig, slots = None, view.ahead_bound + 1
+        self.max_ig = max_ig
+        self.slots = slots
+        self.ledger = (TokenLedger(view.in_neighbors, view.out_neighbors, max_ig)
+                       if max_ig is not None else None)
+        self.policy = make_policy(self.rank, view.in_weights, slots, backup=backup,
+                                  staleness=cfg.staleness, weighted=cfg.stale_reduce == "weighted")
+        self.iteration = 0
+        self.jumps = []                    # (from, to)
+        self.sends_skipped = 0
+        self._pending_release = []
+        self._steps = self._run()
+
+    # ---- events from the transport ----
+    def on_update(self, sender, iteration, handle):
+        """An update arrived. Its buffer is the worker's until a Reduce or a Release frees it."""
+        self._pending_release += self.policy.on_update(Entry(sender, iteration, handle))
+
+    def on_grant(self, sender, cumulative):
+        """Out-neighbour ``sender`` has put ``cumulative`` tokens in total into my queue at its side."""
+        if self.ledger is not None:
+            self.ledger.on_grant(sender, cumulative)
+
+    # ---- what to do next ----
+    def next_action(self):
+        """The next action; a :class:`Wait` is repeated until an event unblocks it."""
+        if self._pending_release:
+            handles = tuple(e.handle for e in self._pending_release)
+            self._pending_release = []
+            return Release(handles)
+        return next(self._steps, Finished())
+
+    @property
+    def held_updates(self):
+        return self.policy.held
+
+    def capacity(self):
+        """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| (Hop sec. 4.2)."""
+        return self.slots * len(self.view.in_neighbors)
+
+    # ---- the iteration, as a generator of actions ----
+    def _run(self):
+        cfg, n = self.cfg, self.cfg.iterations
+        k, prev, jumped_from = 0, 0, None
+        while True:
+            # Entering k inserts one token per iteration entered (k - prev on a jump) into every local
+            # token queue, at the same step as the iteration changes, so Theorem 2's relation holds.
+            grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else None
+            yield Enter(k, jumped_from)
+            if grants:
+                yield Grant(tuple(grants))
+            if cfg.compute_graph == "parallel":
+                yield self._send(k)
+                yield Compute(k)
+                yield from self._recv_reduce(k)
+                yield Apply(k)
+            else:
+                yield Compute(k)
+                yield Apply(k)
+                yield self._send(k)
+                yield from self._recv_reduce(k)
+            if k + 1 >= n:
+                return
+            jumped_from, target = None, k + 1
+            if self.ledger is not None:
+                lead = self._straggler_lead()
+                if lead is not None:
+                    d = min(cfg.skip_max_jump, lead, n - 1 - k)
+                    if d >= 2:
+                        target = k + d
+                        jumped_from = k
+                        self.jumps.append((k, target))
+                        yield Jump(k, target)
+                        # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5).
+                        yield from self._recv_reduce(target - 1)
+                while not self.ledger.can_take(target - k):
+                    yield Wait(tuple(j for j in self.view.out_neighbors
+                                     if self.ledger.available(j) < target - k), "tokens")
+                self.ledger.take(target - k)
+            prev, self.iteration, k = k, target, target
+
+    def _straggler_lead(self):
+        """Iterations this worker may skip: it is >= trigger behind every out-neighbour (sec. 5)."""
+        if not self.cfg.skip_max_jump or not self.view.out_neighbors:
+            return None
+        lead = min(self.ledger.lead_of(j) for j in self.view.out_neighbors)
+        return lead if lead >= self.cfg.skip_trigger else None
+
+    def _send(self, k):
+        """Send(k), leaving out neighbours known to be past the last iteration that could use it."""
+        dests, skipped = [], []
+        for j in self.view.out_neighbors:
+            if self.ledger is not None and self._useless_to(j, k):
+                skipped.append(j)
+            else:
+                dests.append(j)
+        self.sends_skipped += len(skipped)
+        return Send(k, tuple(dests), tuple(skipped))
+
+    def _useless_to(self, j, k):
+        known = self.ledger.known_iteration(j, self.iteration)
+        oldest_usable = known - (self.cfg.staleness or 0)
+        return k < oldest_usable
+
+    def _recv_reduce(self, k):
+        self._pending_release += self.policy.set_floor(k)
+        while (plan := self.policy.plan(k)) is None:
+            yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
+        yield Reduce(k, plan)
+        self._pending_release += self.policy.set_floor(k + 1)
+
+
+def node_views(graph, backup_attr="backup_workers"):
+    """One :class:`NodeView` per node of a weighted ``nx.DiGraph`` (self-loops and weights present).
+
+    ``ahead_bound`` is Theorem 1's bound on how far an in-neighbour j may be ahead of node i
+    (len Path i->j), which sizes the update queue when no token queues bound the gap.
+    """
+    import networkx as nx  # graph algorithms only; the core itself stays free of them
+
+    dist = dict(nx.all_pairs_shortest_path_length(graph))
+    views = []
+    for i in sorted(graph.nodes):
+        in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
+        outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
+        ahead = max((dist[i][j] for j in in_w if j != i), default=1)
+        b = graph.nodes[i].get(backup_attr)
+        views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead))
+    return views

@@ -1,0 +1,133 @@
+"""Update queues of one worker (Hop sec. 4.1 and 6.1): where received parameters wait to be reduced.
+
+Entries are tagged ``(iteration, sender)`` and carry an opaque ``handle`` that the transport resolves to
+the received buffer; the queue never touches parameter data. Two layouts, as in the paper:
+
+* :class:`IterationSlots` -- the rotating per-iteration queues of sec. 6.1 (``slots`` of them, indexed by
+  ``iteration % slots``), for standard training and backup workers: updates are taken by iteration.
+* :class:`NewestPerSender` -- the ``w_id``-tagged queue of bounded staleness (sec. 4.4/6.1): only the
+  newest update of each sender is kept, older ones are dropped at once.
+
+Both raise :class:`QueueOverflow` instead of silently overwriting: an overflow means the protocol let a
+sender run further ahead than the queue was sized for, which is a bug the tests must see.
+"""
+
+from dataclasses import dataclass
+
+
+class QueueOverflow(RuntimeError):
+    """An update arrived for which the queue has no room (the protocol's bound was broken)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One received update: parameters of ``sender`` at ``iteration``, stored under ``handle``."""
+
+    sender: int
+    iteration: int
+    handle: object
+
+
+class IterationSlots:
+    """Rotating per-iteration queues: slot ``it % slots`` holds at most one update per sender.
+
+    >>> q = IterationSlots(slots=3)
+    >>> q.put(Entry(sender=1, iteration=4, handle="h"))
+    >>> q.count(4), q.count(5)
+    (1, 0)
+    >>> [e.handle for e in q.take(4)]
+    ['h']
+    """
+
+    def __init__(self, slots):
+        if slots < 1:
+            raise ValueError("an update queue needs at least one slot")
+        self.slots = slots
+        self._slot = [dict() for _ in range(slots)]  # sender -> Entry
+        self.size = 0
+
+    def put(self, entry):
+        slot = self._slot[entry.iteration % self.slots]
+        old = slot.get(entry.sender)
+        if old is not None:
+            raise QueueOverflow(
+                f"update of iteration {entry.iteration} from {entry.sender} would overwrite iteration "
+                f"{old.iteration} in a queue of {self.slots} slots")
+        slot[entry.sender] = entry
+        self.size += 1
+
+    def count(self, iteration):
+        """Number of updates of ``iteration`` held."""
+        return sum(1 for e in self._slot[iteration % self.slots].values() if e.iteration == iteration)
+
+    def senders(self, iteration):
+        return sorted(s for s, e in self._slot[iteration % self.slots].items() if e.iteration == iteration)
+
+    def take(self, iteration):
+        """Remove and return every update of ``iteration`` (sorted by sender)."""
+        slot = self._slot[iteration % self.slots]
+        got = sorted((e for e in slot.values() if e.iteration == iteration), key=lambda e: e.sender)
+        for e in got:
+            del slot[e.sender]
+        self.size -= len(got)
+        return got
+
+    def drop_older(self, iteration):
+        """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
+        out = []
+        for slot in self._slot:
+            for s in [s for s, e in slot.items() if e.iteration < iteration]:
+                out.append(slot.pop(s))
+        self.size -= len(out)
+        return out
+
+    def entries(self):
+        return [e for slot in self._slot for e in slot.values()]
+
+
+class NewestPerSender:
+    """The ``w_id``-tagged queue for bounded staleness: keeps only each sender's newest update.
+
+    ``put`` returns the entries it dropped (the older of the two), so the caller can free their buffers.
+
+    >>> q = NewestPerSender()
+    >>> q.put(Entry(2, 5, "a"))
+    []
+    >>> [e.handle for e in q.put(Entry(2, 7, "b"))]
+    ['a']
+    >>> q.newest(2).iteration
+    7
+    """
+
+    def __init__(self):
+        self._by_sender = {}
+        self.size = 0
+
+    def put(self, entry):
+        old = self._by_sender.get(entry.sender)
+        if old is not None and old.iteration >= entry.iteration:
+            return [entry]  # an older (or duplicate) update arriving late: drop the newcomer
+        self._by_sender[entry.sender] = entry
+        if old is None:
+            self.size += 1
+            return []
+        return [old]
+
+    def newest(self, sender):
+        return self._by_sender.get(sender)
+
+    def take(self, sender):
+        e = self._by_sender.pop(sender, None)
+        if e is not None:
+            self.size -= 1
+        return e
+
+    def drop_older(self, iteration):
+        out = [e for e in self._by_sender.values() if e.iteration < iteration]
+        for e in out:
+            del self._by_sender[e.sender]
+        self.size -= len(out)
+        return out
+
+    def entries(self):
+        return list(self._by_sender.values())

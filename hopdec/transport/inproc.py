@@ -1,0 +1,160 @@
+"""In-process transport: many workers in one process, interleaved by a seeded scheduler.
+
+Deterministic for a seed, so every interleaving a test finds can be replayed. Messages are delivered in an
+order the scheduler picks (it may reorder messages between the same pair, which MPI never does, so the
+core is tested under weaker assumptions than it gets). Worker speeds are relative weights; a weight of 0
+is a worker that never advances. Used by the tests to check the protocol's invariants after every step.
+"""
+
+import random
+
+import numpy as np
+
+from hopdec.loop import worker_loop
+from hopdec.protocol import Wait, Worker
+
+
+class Deadlock(RuntimeError):
+    """No worker can move and no message is in flight."""
+
+
+class InProcIO:
+    """One worker's end of the in-process network. Handles are ints naming held payloads."""
+
+    def __init__(self, net, rank):
+        self.net, self.rank = net, rank
+        self.held = {}
+        self.freed = set()
+        self._next = 0
+
+    def send_update(self, iteration, dests, params):
+        data = np.array(params, copy=True)            # the snapshot a real Isend buffer would hold
+        for d in dests:
+            self.net.in_flight.append((d, "update", (self.rank, iteration, data)))
+
+    def send_grants(self, grants):
+        for d, count in grants:
+            self.net.in_flight.append((d, "grant", (self.rank, count)))
+
+    def deliver_update(self, sender, iteration, data):
+        h = (self.rank, self._next)
+        self._next += 1
+        self.held[h] = data
+        return h
+
+    def payload(self, handle):
+        if handle in self.freed:
+            raise AssertionError(f"worker {self.rank} used update {handle} after freeing it")
+        return self.held[handle]
+
+    def release(self, handles):
+        for h in handles:
+            if h in self.freed or h not in self.held:
+                raise AssertionError(f"worker {self.rank} freed update {h} twice")
+            del self.held[h]
+            self.freed.add(h)
+
+
+class ToyBackend:
+    """A tiny model: x in R^d pulled towards a per-worker target (quadratic loss), plain SGD."""
+
+    def __init__(self, rank, dim=4, lr=0.1, seed=0):
+        rng = np.random.default_rng(seed + 1000 * rank)
+        self.x = np.zeros(dim)
+        self.target = rng.normal(size=dim)
+        self.lr = lr
+        self.grad = None
+        self.last_compute = None
+
+    def params(self):
+        return self.x
+
+    def compute(self, iteration):
+        self.last_compute = iteration
+        self.grad = self.x - self.target
+        return {"loss": float(0.5 * self.grad @ self.grad), "compute_s": 0.0}
+
+    def reduce(self, pairs):
+        out = np.zeros_like(self.x)
+        for arr, w in pairs:
+            out += w * (self.x if arr is None else arr)
+        self.x = out
+
+    def apply(self, iteration):
+        self.x = self.x - self.lr * self.grad
+
+
+class InProcNetwork:
+    """Runs one :class:`hopdec.protocol.Worker` per view under a seeded random scheduler."""
+
+    def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None):
+        """``speeds``: relative scheduling weights; ``stall={rank: k}``: that worker sends its update of
+        iteration k, computes, and then never moves again (a stuck worker, Hop Figure 3)."""
+        self.cores = [Worker(v, cfg) for v in views]
+        self.ios = [InProcIO(self, v.rank) for v in views]
+        make = backend_factory or (lambda r: ToyBackend(r, seed=seed))
+        self.backends = [make(v.rank) for v in views]
+        self.records = [[] for _ in views]
+        self.loops = [worker_loop(c, io, b, on_record=self.records[c.rank].append, step=True,
+                                  clock=lambda: float(self.steps))
+                      for c, io, b in zip(self.cores, self.ios, self.backends)]
+        self.blocked = [False] * len(views)
+        self.done = [False] * len(views)
+        self.in_flight = []
+        self.rng = random.Random(seed)
+        self.speeds = list(speeds) if speeds is not None else [1.0] * len(views)
+        self.check = check
+        self.stall = dict(stall or {})
+        self.steps = 0
+
+    def _deliver(self, idx):
+        dst, kind, payload = self.in_flight.pop(idx)
+        core = self.cores[dst]
+        if kind == "update":
+            sender, iteration, data = payload
+            core.on_update(sender, iteration, self.ios[dst].deliver_update(sender, iteration, data))
+        else:
+            core.on_grant(*payload)
+        self.blocked[dst] = False
+
+    def step(self):
+        """One scheduling decision: deliver a message or let one worker do one action."""
+        runnable = [r for r in range(len(self.cores))
+                    if not self.done[r] and not self.blocked[r] and self.speeds[r] > 0
+                    and not self._stalled(r)]
+        if not runnable and not self.in_flight:
+            return False                                  # quiet: everyone done, stuck or blocked
+        if self.in_flight and (not runnable or self.rng.random() < 0.5):
+            self._deliver(self.rng.randrange(len(self.in_flight)))
+        else:
+            r = self.rng.choices(runnable, weights=[self.speeds[x] for x in runnable])[0]
+            try:
+                got = next(self.loops[r])
+            except StopIteration:
+                self.done[r] = True
+            else:
+                if isinstance(got, Wait):
+                    self.blocked[r] = True
+        self.steps += 1
+        if self.check:
+            self.check(self)
+        return True
+
+    def _stalled(self, r):
+        return r in self.stall and getattr(self.backends[r], "last_compute", None) == self.stall[r]
+
+    def run(self, max_steps=1_000_000, until_done=True):
+        """Step until quiet. With ``until_done``, raise :class:`Deadlock` unless every worker finished."""
+        while self.step():
+            if self.steps > max_steps:
+                raise RuntimeError(f"no end after {max_steps} steps: {self.describe()}")
+        if until_done and not all(self.done):
+            raise Deadlock(self.describe())
+        return self
+
+    def iterations(self):
+        return [c.iteration for c in self.cores]
+
+    def describe(self):
+        return "; ".join(f"worker {c.rank} at {c.iteration}{' done' if self.done[c.rank] else ''}"
+                         f"{' blocked' if self.blocked[c.rank] else ''}" for c in self.cores)

@@ -1,0 +1,277 @@
+"""The protocol core driven in-process: invariants checked after every scheduling step."""
+
+import numpy as np
+import pytest
+
+from hopdec import topology as T
+from hopdec.protocol import ProtocolConfig, Reduce, Worker, check_config, node_views
+from hopdec.queues import Entry, IterationSlots, NewestPerSender, QueueOverflow
+from hopdec.tokens import TokenLedger
+from hopdec.transport.inproc import Deadlock, InProcNetwork
+
+
+def setting_of(cfg):
+    if cfg.protocol == "notify-ack":
+        return "notify-ack", None
+    if cfg.protocol == "queue-only":
+        return "standard", None
+    if cfg.backup_workers and cfg.staleness is not None:
+        return "hybrid", cfg.max_ig
+    if cfg.backup_workers:
+        return "backup", cfg.max_ig
+    if cfg.staleness is not None:
+        return "staleness", cfg.max_ig
+    return "standard", cfg.max_ig
+
+
+class Invariants:
+    """Checks run after every step; records the largest gap seen for every ordered pair."""
+
+    def __init__(self, graph, cfg):
+        self.graph, self.cfg = graph, cfg
+        setting, max_ig = setting_of(cfg)
+        self.bounds = T.gap_bounds(graph, setting, max_ig=max_ig, staleness=cfg.staleness)
+        n = graph.number_of_nodes()
+        self.max_gap = np.zeros((n, n))
+        self.checks = 0
+
+    def __call__(self, net):
+        it = np.array([c.iteration for c in net.cores])
+        gap = it[:, None] - it[None, :]
+        self.max_gap = np.maximum(self.max_gap, gap)
+        assert (gap <= self.bounds).all(), (gap, self.bounds)
+        for c in net.cores:
+            assert c.held_updates <= c.capacity(), (c.rank, c.held_updates, c.capacity())
+            led = c.ledger
+            if led is None:
+                continue
+            # Theorem 2: TokenQ(j->i).size == Iter(j) - Iter(i) + max_ig, for every in-neighbour i of j.
+            for i in c.view.in_neighbors:
+                size = led.issued[i] - net.cores[i].ledger.taken[c.rank]
+                assert size == c.iteration - net.cores[i].iteration + led.max_ig
+                assert size >= 0
+                # the receiver's view never exceeds what was really granted
+                assert net.cores[i].ledger.granted[c.rank] <= led.issued[i]
+        self.checks += 1
+
+
+def run(graph, cfg, seed, speeds=None, until_done=True, stall=None):
+    inv = Invariants(graph, cfg)
+    net = InProcNetwork(node_views(graph), cfg, seed=seed, speeds=speeds, check=inv, stall=stall)
+    net.run(until_done=until_done)
+    return net, inv
+
+
+def random_slowdown(n, seed, factor=6.0):
+    rng = np.random.default_rng(seed)
+    return [1.0 / factor if rng.random() < 0.3 else 1.0 for _ in range(n)]
+
+
+SETTINGS = [
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=2),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=1),
+    ProtocolConfig(iterations=25, protocol="queue-only"),
+    ProtocolConfig(iterations=25, protocol="notify-ack"),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=3, backup_workers=1),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=3, staleness=2),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=3, staleness=1, backup_workers=1),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=3, backup_workers=1,
+                   skip_max_jump=3, skip_trigger=2),
+    ProtocolConfig(iterations=25, protocol="tokens", max_ig=2, compute_graph="serial"),
+]
+
+
+@pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: f"{c.protocol}-ig{c.max_ig}-b{c.backup_workers}"
+                         f"-s{c.staleness}-j{c.skip_max_jump}-{c.compute_graph}")
+@pytest.mark.parametrize("graph_name", ["ring_based_8", "exponential_8"])
+def test_invariants_hold_at_every_step(cfg, graph_name):
+    graph = T.load(f"topologies/{graph_name}.json")
+    for seed in range(3):
+        net, inv = run(graph, cfg, seed, speeds=random_slowdown(graph.number_of_nodes(), seed))
+        assert all(net.done)
+        assert net.iterations() == [cfg.iterations - 1] * graph.number_of_nodes()
+        assert inv.checks > 100
+        check_records(net, cfg)
+
+
+def check_records(net, cfg):
+    """No update used twice, none used when too stale, every iteration reduced once."""
+    for rank, recs in enumerate(net.records):
+        seen = set()
+        iters = [r["iter"] for r in recs]
+        assert iters == sorted(iters) and len(set(iters)) == len(iters)
+        for r in recs:
+            for terms in r.get("reduced", []):
+                weights = [w for _, _, w in terms]
+                assert abs(sum(weights) - 1) < 1e-5
+                k = terms[0][1]                     # the self term carries the iteration reduced
+                for sender, it, _ in terms[1:]:
+                    assert (sender, it) not in seen, "an update was used twice"
+                    seen.add((sender, it))
+                    if cfg.staleness is None:
+                        assert it == k
+                    else:
+                        assert it >= k - cfg.staleness
+        # the freed set only grows: every payload was freed exactly once (InProcIO asserts on repeats)
+        assert not net.ios[rank].held or cfg.backup_workers or cfg.staleness is not None
+
+
+def test_complete_graph_equals_synchronous_averaging():
+    graph = T.complete(5)
+    cfg = ProtocolConfig(iterations=15, max_ig=2)
+    net, _ = run(graph, cfg, seed=4, speeds=[1, 0.3, 1, 0.5, 1])
+    # reference: every iteration, average all parameters, then each worker applies its own gradient
+    ref = [b.__class__(r, seed=4) for r, b in enumerate(net.backends)]
+    for _ in range(cfg.iterations):
+        for b in ref:
+            b.compute(0)
+        mean = np.mean([b.x for b in ref], axis=0)
+        for b in ref:
+            b.x = mean.copy()
+            b.apply(0)
+    for got, want in zip(net.backends, ref):
+        np.testing.assert_allclose(got.x, want.x, atol=1e-12)
+
+
+def test_tokens_bound_a_fast_worker_next_to_a_stuck_one():
+    graph = T.ring(6)
+    cfg = ProtocolConfig(iterations=50, max_ig=2)
+    net, inv = run(graph, cfg, seed=1, stall={0: 0}, until_done=False)
+    it = net.iterations()
+    assert it[0] == 0
+    # each worker ends exactly at the bound the analysis gives against the stuck worker
+    assert it == [int(min(b, 49)) for b in inv.bounds[:, 0]]
+
+
+def test_backup_workers_keep_neighbours_of_a_stuck_worker_going_until_the_token_bound():
+    graph = T.ring_based(8)
+    cfg = ProtocolConfig(iterations=60, max_ig=3, backup_workers=1)
+    net, inv = run(graph, cfg, seed=2, stall={0: 0}, until_done=False)
+    it = net.iterations()
+    bound = inv.bounds[:, 0]
+    assert it[0] == 0
+    for r in graph.successors(0):
+        if r != 0:
+            assert it[r] == bound[r] == cfg.max_ig    # neighbours run until their tokens from 0 are gone
+    assert max(it) > cfg.max_ig                       # and others further, which standard would not allow
+    # nothing was lost: every update a worker sent is held, reduced or dropped as late
+    for c in net.cores:
+        assert c.policy.used + c.policy.dropped + c.held_updates > 0
+
+
+def test_standard_protocol_cannot_pass_a_stuck_worker_by_more_than_the_path():
+    graph = T.ring_based(8)
+    cfg = ProtocolConfig(iterations=60, max_ig=3)
+    net, inv = run(graph, cfg, seed=2, stall={0: 0}, until_done=False)
+    assert max(net.iterations()) <= inv.bounds[:, 0].max() <= 2
+
+
+def test_deterministic_straggler_jumps_and_tokens_are_conserved():
+    graph = T.ring_based(8)
+    cfg = ProtocolConfig(iterations=80, max_ig=3, backup_workers=1, skip_max_jump=3, skip_trigger=2)
+    net, inv = run(graph, cfg, seed=5, speeds=[0.25] + [1] * 7)
+    assert all(net.done)
+    straggler = net.cores[0]
+    assert straggler.jumps, "the 4x straggler never jumped"
+    for frm, to in straggler.jumps:
+        assert 2 <= to - frm <= 3
+    jumps_logged = [r for r in net.records[0] if "jumped_from" in r]
+    assert len(jumps_logged) == len(straggler.jumps)
+    assert len(net.records[0]) < cfg.iterations       # it really skipped iterations
+    assert not any(c.jumps for c in net.cores[1:])
+
+
+def test_late_updates_are_dropped_or_not_sent():
+    graph = T.ring_based(8)
+    cfg = ProtocolConfig(iterations=60, max_ig=3, backup_workers=1)
+    dropped = skipped = 0
+    for seed in range(3):
+        net, _ = run(graph, cfg, seed, speeds=[0.2] + [1] * 7)
+        dropped += sum(c.policy.dropped for c in net.cores)
+        skipped += sum(c.sends_skipped for c in net.cores)
+    assert dropped > 0 and skipped > 0
+
+
+def test_staleness_reduce_uses_eq2_weights():
+    view = node_views(T.ring(4))[0]
+    cfg = ProtocolConfig(iterations=10, max_ig=5, staleness=2)
+    w = Worker(view, cfg)
+    acts = []
+    # iteration 0 sends, computes, then waits for updates no older than -2: it has none but needs none
+    a = w.next_action()
+    while not isinstance(a, Reduce):
+        acts.append(a)
+        a = w.next_action()
+    assert [t.sender for t in a.terms] == [0]          # nothing received yet: own parameters only
+    w2 = Worker(view, cfg)
+    w2.on_update(1, 0, "a")
+    w2.on_update(3, 0, "b")
+    a = w2.next_action()
+    while not isinstance(a, Reduce):
+        a = w2.next_action()
+    weights = {t.sender: t.weight for t in a.terms}
+    # eq. (2) at k=0, s=2: every update of iteration 0 weighs 0 - (0 - 2) + 1 = 3: equal thirds
+    assert weights == pytest.approx({0: 1 / 3, 1: 1 / 3, 3: 1 / 3})
+
+
+def test_eq2_weights_favour_newer_updates():
+    view = node_views(T.ring(4))[0]
+    w = Worker(view, ProtocolConfig(iterations=10, max_ig=5, staleness=3))
+    # drive worker 0 to iteration 3 with neighbours' updates of iterations 0..2 and 3
+    for k in range(4):
+        w.on_update(1, k, f"1@{k}")
+        w.on_update(3, max(k - 2, 0), f"3@{k}") if k >= 2 else None
+        w.on_grant(1, 10)
+        w.on_grant(3, 10)
+        a = w.next_action()
+        while not isinstance(a, Reduce):
+            a = w.next_action()
+    weights = {(t.sender, t.iteration): t.weight for t in a.terms}
+    # k=3, s=3: self 3-0+1=4, neighbour 1 at iteration 3 -> 4, neighbour 3 at iteration 1 -> 2
+    assert weights == pytest.approx({(0, 3): 0.4, (1, 3): 0.4, (3, 1): 0.2})
+
+
+def test_queues_refuse_to_overflow_and_keep_newest():
+    q = IterationSlots(2)
+    q.put(Entry(1, 0, "a"))
+    q.put(Entry(1, 1, "b"))
+    with pytest.raises(QueueOverflow):
+        q.put(Entry(1, 2, "c"))
+    assert [e.handle for e in q.drop_older(1)] == ["a"]
+    n = NewestPerSender()
+    assert n.put(Entry(1, 3, "x")) == []
+    assert [e.handle for e in n.put(Entry(1, 2, "old"))] == ["old"]
+    assert n.newest(1).handle == "x"
+
+
+def test_ledger_never_takes_ungranted_tokens():
+    led = TokenLedger([1, 2], [1, 2], max_ig=2)
+    led.take(2)
+    assert not led.can_take()
+    with pytest.raises(RuntimeError):
+        led.take()
+    led.on_grant(1, 4)
+    led.on_grant(1, 3)                                 # an overtaken, older grant changes nothing
+    assert led.available(1) == 2 and led.available(2) == 0
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(protocol="queue-only", backup_workers=1), "needs --protocol tokens"),
+    (dict(protocol="notify-ack", staleness=2), "needs --protocol tokens"),
+    (dict(backup_workers=2), "node 0"),
+    (dict(max_ig=0), "--max-ig"),
+    (dict(staleness=-1), "--staleness"),
+    (dict(protocol="gossip"), "--protocol"),
+    (dict(skip_max_jump=3, protocol="queue-only"), "--skip"),
+])
+def test_bad_settings_are_named(kw, msg):
+    cfg = ProtocolConfig(iterations=5, **kw)
+    with pytest.raises(ValueError, match=msg.replace("-", r"\-")):
+        check_config(cfg, node_views(T.ring(6)))
+
+
+def test_deadlock_is_reported_not_hung():
+    graph = T.ring(4)
+    net = InProcNetwork(node_views(graph), ProtocolConfig(iterations=5), speeds=[0, 1, 1, 1])
+    with pytest.raises(Deadlock, match="worker 0 at 0"):
+        net.run()

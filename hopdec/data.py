@@ -1,0 +1,219 @@
+"""Datasets, per-worker shards and mini-batch streams for decentralized training.
+
+Everything here is plain torch/numpy (no MPI): each rank calls :func:`load_dataset`, then
+:func:`partition` with the same seed to get its own disjoint shard, then :func:`batches`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+from hopdec.errors import ConfigError
+
+DATASETS = ("digits", "cifar10", "libsvm")
+SCHEMES = ("iid", "noniid")
+
+# Per-channel mean/std of the CIFAR-10 training set (the usual published values).
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+@dataclass
+class Dataset:
+    """A train/test split held in memory: x float32, y int64 (class indices)."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    input_shape: Tuple[int, ...]
+    name: str
+
+    def __repr__(self):
+        return (f"Dataset({self.name!r}, train={len(self.train_y)}, test={len(self.test_y)}, "
+                f"input_shape={self.input_shape}, num_classes={self.num_classes})")
+
+
+def load_dataset(name: str = "digits", data_dir: Optional[str] = None, path: Optional[str] = None,
+                 test_path: Optional[str] = None, seed: int = 0) -> Dataset:
+    """Load ``digits`` (bundled with scikit-learn), ``cifar10`` (python batches) or ``libsvm``.
+
+    Never downloads anything; a missing or unreadable input raises :class:`ConfigError`.
+    """
+    if name == "digits":
+        return _load_digits(seed)
+    if name == "cifar10":
+        return _load_cifar10(data_dir)
+    if name == "libsvm":
+        return _load_libsvm(path, test_path, seed)
+    raise ConfigError(f"--dataset {name!r}: unknown dataset (expected one of {', '.join(DATASETS)})")
+
+
+def _stratified_split(y: np.ndarray, test_fraction: float, seed: int):
+    """Seeded stratified train/test index split (no download, deterministic)."""
+    from sklearn.model_selection import train_test_split
+    idx = np.arange(len(y))
+    tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=y)
+    return np.sort(tr), np.sort(te)
+
+
+def _load_digits(seed: int) -> Dataset:
+    """scikit-learn's 1797 8x8 digits (shipped in the package), scaled to [0,1], 20% held out."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = (d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = d.target.astype(np.int64)
+    tr, te = _stratified_split(y, 0.2, seed)
+    return Dataset(torch.from_numpy(x[tr]), torch.from_numpy(y[tr]),
+                   torch.from_numpy(x[te]), torch.from_numpy(y[te]),
+                   num_classes=10, input_shape=(1, 8, 8), name="digits")
+
+
+def _cifar_dir(data_dir: Optional[str]) -> str:
+    """The folder that holds ``data_batch_1`` (``data_dir`` or ``data_dir/cifar-10-batches-py``)."""
+    how = ("download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html "
+           "and extract it there")
+    if not data_dir:
+        raise ConfigError(f"--data-dir is required for cifar10 ({how})")
+    for cand in (data_dir, os.path.join(data_dir, "cifar-10-batches-py")):
+        if os.path.isfile(os.path.join(cand, "data_batch_1")):
+            return cand
+    raise ConfigError(f"--data-dir {data_dir}: no CIFAR-10 python batches (data_batch_1..5, "
+                      f"test_batch) found; {how}")
+
+
+def _read_cifar_batch(path: str):
+    """One pickle batch -> (N,3,32,32) uint8 array, int64 labels."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: missing CIFAR-10 batch file")
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        data = np.asarray(d[b"data"], dtype=np.uint8)
+        labels = np.asarray(d[b"labels"], dtype=np.int64)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ConfigError(f"{path}: not a CIFAR-10 python batch ({type(err).__name__}: {err})") from None
+    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
+        raise ConfigError(f"{path}: expected N x 3072 data and N labels, got data {data.shape} "
+                          f"and {len(labels)} labels")
+    if labels.size and (labels.min() < 0 or labels.max() > 9):
+        raise ConfigError(f"{path}: labels must be in 0..9")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _load_cifar10(data_dir: Optional[str]) -> Dataset:
+    """CIFAR-10 from the standard python batches; per-channel normalised, 3x32x32."""
+    root = _cifar_dir(data_dir)
+    parts = [_read_cifar_batch(os.path.join(root, f"data_batch_{i}")) for i in range(1, 6)]
+    test = _read_cifar_batch(os.path.join(root, "test_batch"))
+    mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+
+    def norm(a):
+        return ((torch.from_numpy(a).float() / 255.0) - mean) / std
+
+    tx = np.concatenate([p[0] for p in parts])
+    ty = np.concatenate([p[1] for p in parts])
+    return Dataset(norm(tx), torch.from_numpy(ty), norm(test[0]), torch.from_numpy(test[1]),
+                   num_classes=10, input_shape=(3, 32, 32), name="cifar10")
+
+
+def _read_svmlight(path: str):
+    """A LIBSVM file -> dense float32 features, {0,1} labels (dense: use e.g. unigram webspam)."""
+    from sklearn.datasets import load_svmlight_file
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: LIBSVM file not found")
+    try:
+        x, y = load_svmlight_file(path, dtype=np.float32)
+    except (ValueError, UnicodeDecodeError, OSError) as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"{path}: not a readable LIBSVM file ({msg})") from None
+    labels = np.unique(y)
+    if len(y) == 0:
+        raise ConfigError(f"{path}: no samples")
+    if set(labels) <= {-1.0, 1.0}:
+        y01 = (y > 0).astype(np.int64)
+    elif set(labels) <= {0.0, 1.0}:
+        y01 = y.astype(np.int64)
+    else:
+        raise ConfigError(f"{path}: labels must be binary (+1/-1 or 0/1), found "
+                          f"{', '.join(f'{v:g}' for v in labels[:5])}")
+    return np.asarray(x.todense(), dtype=np.float32), y01
+
+
+def _load_libsvm(path: Optional[str], test_path: Optional[str], seed: int) -> Dataset:
+    """Binary LIBSVM data (e.g. webspam); a seeded 80/20 split unless ``test_path`` is given."""
+    if not path:
+        raise ConfigError("--data-path is required for the libsvm dataset (a LIBSVM-format file)")
+    if test_path:
+        x, y = _read_svmlight(path)
+        tx, ty = _read_svmlight(test_path)
+        # LIBSVM files only list the features they use: pad the narrower one with zero columns.
+        d = max(x.shape[1], tx.shape[1])
+        x = np.pad(x, ((0, 0), (0, d - x.shape[1])))
+        tx = np.pad(tx, ((0, 0), (0, d - tx.shape[1])))
+    else:
+        xa, ya = _read_svmlight(path)
+        rng = np.random.default_rng(seed)
+        perm = rng.permutation(len(ya))
+        n_test = max(1, int(round(0.2 * len(ya)))) if len(ya) > 1 else 0
+        te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+        x, y, tx, ty = xa[tr], ya[tr], xa[te], ya[te]
+    d = x.shape[1]
+    return Dataset(torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y),
+                   torch.from_numpy(np.ascontiguousarray(tx)), torch.from_numpy(ty),
+                   num_classes=2, input_shape=(d,), name="libsvm")
+
+
+def partition(labels, n_parts: int, part: int, scheme: str = "iid", seed: int = 0) -> torch.Tensor:
+    """Indices of shard ``part`` of ``n_parts``: same seed -> same disjoint, covering shards everywhere.
+
+    ``iid``: seeded shuffle, equal contiguous shards (sizes differ by <= 1).
+    ``noniid``: seeded shuffle, then stable sort by label, contiguous shards -> few labels per part.
+    """
+    if n_parts < 1:
+        raise ConfigError(f"partition: n_parts must be >= 1, got {n_parts}")
+    if not 0 <= part < n_parts:
+        raise ConfigError(f"partition: part {part} out of range 0..{n_parts - 1}")
+    if scheme not in SCHEMES:
+        raise ConfigError(f"--partition {scheme!r}: unknown scheme (expected one of {', '.join(SCHEMES)})")
+    y = torch.as_tensor(labels).reshape(-1)
+    g = torch.Generator().manual_seed(int(seed))
+    order = torch.randperm(len(y), generator=g)
+    if scheme == "noniid":
+        # Shuffle first so samples within a label are in seeded order, then a stable label sort.
+        _, by_label = torch.sort(y[order], stable=True)
+        order = order[by_label]
+    return torch.tensor_split(order, n_parts)[part].clone().long()
+
+
+def steps_per_epoch(n_indices: int, batch_size: int) -> int:
+    """Mini-batches in one pass over ``n_indices`` samples (the last partial batch counts)."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    return max(1, -(-int(n_indices) // int(batch_size)))
+
+
+def batches(x: torch.Tensor, y: torch.Tensor, indices, batch_size: int,
+            seed: int = 0) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """Yield ``(xb, yb)`` from ``x[indices]`` forever, reshuffled each epoch by a seeded generator.
+
+    Every epoch visits each index once; the last batch of an epoch may be smaller.
+    """
+    idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
+    if len(idx) == 0:
+        raise ConfigError("batches: empty shard (more workers than samples?)")
+    steps_per_epoch(len(idx), batch_size)  # validates batch_size
+    g = torch.Generator().manual_seed(int(seed))
+    while True:
+        perm = idx[torch.randperm(len(idx), generator=g)]
+        for start in range(0, len(perm), batch_size):
+            sel = perm[start:start + batch_size]
+            yield x[sel], y[sel]

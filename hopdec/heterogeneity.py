@@ -1,0 +1,258 @@
+"""Emulated heterogeneity (Hop sec. 7.3): slow some iterations down by sleeping after compute.
+
+Two kinds of slowdown, combinable: ``random:factor=6,prob=1/n`` (each worker, each iteration,
+slowed ``factor``x with probability ``prob``) and ``rank=3,factor=4`` (one deterministic straggler).
+Random draws depend only on (seed, rank, spec, iteration), never on timing, so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, List, Optional, Tuple, Union
+
+import numpy as np
+
+from hopdec.errors import ConfigError
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.Pow: operator.pow}
+_KEYS = {"random": {"factor", "prob", "rank"}, "rank": {"factor", "rank"}}
+
+
+def _eval_expr(node, n):
+    """Evaluate a tiny arithmetic AST: numbers, the name ``n``, + - * / ** and unary minus."""
+    if isinstance(node, ast.Expression):
+        return _eval_expr(node.body, n)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Name) and node.id == "n":
+        if n is None:
+            raise LookupError("n")
+        return float(n)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_eval_expr(node.left, n), _eval_expr(node.right, n))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _eval_expr(node.operand, n)
+        return -v if isinstance(node.op, ast.USub) else v
+    raise ValueError("only numbers, n, + - * / ** and parentheses are allowed")
+
+
+def _fmt_prob(p: float) -> str:
+    """0.125 -> '1/8', 0.3 -> '0.3': a 1/k probability (the paper's 1/n) reads better as a fraction."""
+    fr = Fraction(p).limit_denominator(1000)
+    if fr.denominator > 1 and math.isclose(float(fr), p, rel_tol=1e-9) and fr.numerator == 1:
+        return f"{fr.numerator}/{fr.denominator}"
+    return f"{p:g}"
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """One parsed slowdown. ``kind`` is "random" or "rank"; ``prob`` is the unevaluated text."""
+
+    kind: str
+    factor: float
+    prob: Optional[str] = None
+    rank: Optional[int] = None
+    spec: str = ""
+
+    def probability(self, n_workers: Optional[int] = None) -> float:
+        """``prob`` as a number (``n`` = number of workers); ConfigError if outside [0, 1]."""
+        if self.prob is None:
+            return 1.0
+        try:
+            p = _eval_expr(ast.parse(self.prob, mode="eval"), n_workers)
+        except LookupError:
+            raise ConfigError(f"--slowdown {self.spec!r}: prob {self.prob!r} uses n, "
+                              "which is only known with the number of workers") from None
+        except (ValueError, ZeroDivisionError, OverflowError, SyntaxError) as err:
+            raise ConfigError(f"--slowdown {self.spec!r}: prob {self.prob!r} is not a number "
+                              f"({err or type(err).__name__})") from None
+        if not 0.0 <= p <= 1.0 or math.isnan(p):
+            raise ConfigError(f"--slowdown {self.spec!r}: prob {self.prob!r} = {p:g} is outside [0, 1]")
+        return p
+
+    def check(self, n_workers: int) -> None:
+        """Validate what depends on the number of workers (rank range, prob in terms of n)."""
+        if self.rank is not None and not 0 <= self.rank < n_workers:
+            raise ConfigError(f"--slowdown {self.spec!r}: rank {self.rank} out of range "
+                              f"0..{n_workers - 1} for {n_workers} workers")
+        self.probability(n_workers)
+
+    def describe(self, n_workers: Optional[int] = None) -> str:
+        f = f"{self.factor:g}x"
+        if self.kind == "rank":
+            return f"rank {self.rank} {f} slower"
+        try:
+            p = _fmt_prob(self.probability(n_workers))
+        except ConfigError:
+            p = self.prob
+        where = f" on rank {self.rank}" if self.rank is not None else ""
+        return f"random {f} slowdown with prob {p}{where}"
+
+
+def parse_slowdown(spec: str, n_workers: Optional[int] = None) -> Slowdown:
+    """Parse ``random:factor=F,prob=P[,rank=R]`` or ``[rank:|straggler:]rank=R,factor=F``.
+
+    ``prob`` may be a float, ``a/b`` or an expression in ``n`` (e.g. ``1/n``). With ``n_workers``
+    the rank range and ``prob`` are checked now; otherwise :meth:`Slowdown.check` does it later.
+    """
+    text = (spec or "").strip()
+    body, kind = text, None
+    if ":" in text:
+        head, body = text.split(":", 1)
+        head = head.strip().lower()
+        if head == "random":
+            kind = "random"
+        elif head in ("rank", "straggler"):
+            kind = "rank"
+        else:
+            raise ConfigError(f"--slowdown {spec!r}: unknown kind {head!r} (expected random: or "
+                              "rank=R,factor=F)")
+    fields = {}
+    for item in filter(None, (s.strip() for s in body.split(","))):
+        if "=" not in item:
+            raise ConfigError(f"--slowdown {spec!r}: {item!r} is not key=value")
+        k, v = (s.strip() for s in item.split("=", 1))
+        k = k.lower()
+        if k in fields:
+            raise ConfigError(f"--slowdown {spec!r}: {k} given twice")
+        fields[k] = v
+    if kind is None:
+        if "rank" in fields and "prob" not in fields:
+            kind = "rank"
+        else:
+            raise ConfigError(f"--slowdown {spec!r}: expected random:factor=F,prob=P or rank=R,factor=F")
+    unknown = sorted(set(fields) - _KEYS[kind])
+    if unknown:
+        raise ConfigError(f"--slowdown {spec!r}: unknown key {unknown[0]!r} for a {kind} slowdown "
+                          f"(allowed: {', '.join(sorted(_KEYS[kind]))})")
+    need = ["factor", "prob"] if kind == "random" else ["rank", "factor"]
+    missing = [k for k in need if k not in fields]
+    if missing:
+        raise ConfigError(f"--slowdown {spec!r}: missing {missing[0]}=")
+    try:
+        factor = float(fields["factor"])
+    except ValueError:
+        raise ConfigError(f"--slowdown {spec!r}: factor {fields['factor']!r} is not a number") from None
+    if not factor >= 1.0 or math.isinf(factor):
+        raise ConfigError(f"--slowdown {spec!r}: factor must be a finite number >= 1, got {fields['factor']}")
+    rank = None
+    if "rank" in fields:
+        try:
+            rank = int(fields["rank"])
+        except ValueError:
+            raise ConfigError(f"--slowdown {spec!r}: rank {fields['rank']!r} is not an integer") from None
+        if rank < 0:
+            raise ConfigError(f"--slowdown {spec!r}: rank must be >= 0, got {rank}")
+    sd = Slowdown(kind, factor, fields.get("prob"), rank, text)
+    if sd.prob is not None:
+        try:
+            sd.probability(n_workers)  # syntax and (if n is not used/known) range now
+        except ConfigError as err:
+            if n_workers is not None or "uses n" not in str(err):
+                raise
+    if n_workers is not None:
+        sd.check(n_workers)
+    return sd
+
+
+def parse_slowdowns(specs: Union[None, str, Slowdown, Iterable[Union[str, Slowdown]]],
+                    n_workers: Optional[int] = None) -> List[Slowdown]:
+    """Several specs: a list, or one string with ``;`` between specs; None/""/"none" -> []."""
+    if specs is None:
+        return []
+    if isinstance(specs, (str, Slowdown)):
+        specs = [specs]
+    out = []
+    for s in specs:
+        if isinstance(s, Slowdown):
+            out.append(s)
+            if n_workers is not None:
+                s.check(n_workers)
+            continue
+        for part in str(s).split(";"):
+            if part.strip() and part.strip().lower() != "none":
+                out.append(parse_slowdown(part, n_workers))
+    return out
+
+
+class Emulator:
+    """Per-rank slowdown emulation: ``factor(it)`` says how much slower, ``run`` sleeps the difference.
+
+    With ``compute_time`` the nominal compute of an iteration is that many seconds (so results do not
+    depend on how fast this machine is); if the measured compute exceeds it, the measured time is used
+    and ``overruns`` counts it -- the emulation never pretends to be faster than reality.
+    """
+
+    def __init__(self, specs, rank: int, n_workers: int, compute_time: Optional[float] = None,
+                 seed: int = 0):
+        if n_workers < 1 or not 0 <= rank < n_workers:
+            raise ConfigError(f"emulator: rank {rank} out of range for {n_workers} workers")
+        if compute_time is not None and not (compute_time > 0 and math.isfinite(compute_time)):
+            raise ConfigError(f"--compute-time must be a positive number of seconds, got {compute_time}")
+        self.slowdowns = parse_slowdowns(specs, n_workers)
+        self.rank, self.n_workers, self.seed = int(rank), int(n_workers), int(seed)
+        self.compute_time = compute_time
+        self._probs = [s.probability(n_workers) if s.kind == "random" else 1.0 for s in self.slowdowns]
+        self.overruns = 0            # iterations whose measured compute exceeded compute_time
+        self.max_overrun_s = 0.0     # the largest such measured compute
+
+    @property
+    def active(self) -> bool:
+        """True when anything is emulated (otherwise ``run`` never sleeps)."""
+        return bool(self.slowdowns) or self.compute_time is not None
+
+    def _draw(self, index: int, iteration: int) -> float:
+        """Uniform [0,1) from (seed, rank, spec index, iteration): reproducible, order-independent."""
+        ss = np.random.SeedSequence([self.seed & 0xFFFFFFFF, self.rank, index, int(iteration)])
+        return float(np.random.default_rng(ss).random())
+
+    def factor(self, iteration: int) -> float:
+        """The slowdown of this rank at ``iteration``: product of every applicable slowdown (>= 1)."""
+        f = 1.0
+        for i, s in enumerate(self.slowdowns):
+            if s.rank is not None and s.rank != self.rank:
+                continue
+            if s.kind == "rank" or self._draw(i, iteration) < self._probs[i]:
+                f *= s.factor
+        return f
+
+    def pad(self, iteration: int, measured_s: float) -> float:
+        """Seconds to sleep after ``measured_s`` of compute: (compute_time or measured) x factor - measured."""
+        measured_s = max(0.0, float(measured_s))
+        base = measured_s
+        if self.compute_time is not None:
+            base = self.compute_time
+            if measured_s > self.compute_time:
+                self.overruns += 1
+                self.max_overrun_s = max(self.max_overrun_s, measured_s)
+        return max(0.0, base * self.factor(iteration) - measured_s)
+
+    def run(self, iteration: int, measured_s: float) -> Tuple[float, float]:
+        """Sleep the pad; return (measured + time actually slept, factor)."""
+        f = self.factor(iteration)
+        p = self.pad(iteration, measured_s)
+        slept = 0.0
+        if p > 0:
+            t0 = time.perf_counter()
+            time.sleep(p)
+            slept = time.perf_counter() - t0
+        return max(0.0, float(measured_s)) + slept, f
+
+    def describe(self) -> str:
+        """One line: what is emulated, e.g. "compute padded to 0.05 s/iter; random 6x slowdown ..."."""
+        parts = []
+        if self.compute_time is not None:
+            c = f"compute padded to {self.compute_time:g} s/iter"
+            if self.overruns:
+                c += (f" (measured compute exceeded it in {self.overruns} iterations, up to "
+                      f"{self.max_overrun_s:.3g} s: measured time used there)")
+            parts.append(c)
+        parts += [s.describe(self.n_workers) for s in self.slowdowns]
+        return "; ".join(parts) if parts else "no emulation"

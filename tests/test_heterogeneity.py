@@ -1,0 +1,125 @@
+"""Slowdown specs parse (or fail with one clear line); the emulator is reproducible and honest."""
+
+import pytest
+
+from hopdec.errors import ConfigError
+from hopdec.heterogeneity import Emulator, Slowdown, parse_slowdown, parse_slowdowns
+
+
+def test_parse_random_forms():
+    s = parse_slowdown("random:factor=6,prob=1/n")
+    assert isinstance(s, Slowdown) and s.kind == "random" and s.factor == 6.0 and s.rank is None
+    assert s.probability(8) == pytest.approx(1 / 8)
+    assert parse_slowdown("random:factor=6,prob=0.25").probability() == 0.25
+    assert parse_slowdown("random:factor=2.5,prob=3/4").probability() == 0.75
+    assert parse_slowdown("random:factor=6,prob=2/(n+2)").probability(6) == pytest.approx(0.25)
+    only_two = parse_slowdown("random: factor=3, prob=1, rank=2")
+    assert only_two.rank == 2 and only_two.probability() == 1.0
+
+
+def test_parse_straggler_forms():
+    for spec in ("rank=3,factor=4", "straggler:rank=3,factor=4", "rank:rank=3,factor=4"):
+        s = parse_slowdown(spec)
+        assert (s.kind, s.rank, s.factor) == ("rank", 3, 4.0)
+
+
+@pytest.mark.parametrize("spec,n,words", [
+    ("random:factor=0.5,prob=1/n", 8, "factor must be a finite number >= 1"),
+    ("random:factor=six,prob=1/n", 8, "factor 'six' is not a number"),
+    ("random:factor=6,prob=1.5", None, "outside [0, 1]"),
+    ("random:factor=6,prob=n", 4, "outside [0, 1]"),
+    ("random:factor=6,prob=-0.1", None, "outside [0, 1]"),
+    ("random:factor=6,prob=open('x')", None, "not a number"),
+    ("random:factor=6,prob=1/n,speed=2", 8, "unknown key 'speed'"),
+    ("random:factor=6", 8, "missing prob="),
+    ("rank=3", 8, "missing factor="),
+    ("rank=9,factor=4", 8, "rank 9 out of range 0..7"),
+    ("rank=x,factor=4", 8, "not an integer"),
+    ("burst:factor=2", 8, "unknown kind 'burst'"),
+    ("factor=2", 8, "expected random:"),
+    ("random:factor", 8, "not key=value"),
+])
+def test_parse_errors_quote_spec(spec, n, words):
+    with pytest.raises(ConfigError) as err:
+        parse_slowdown(spec, n)
+    msg = str(err.value)
+    assert repr(spec.strip()) in msg and words in msg and "\n" not in msg
+
+
+def test_rank_range_checked_once_n_known():
+    s = parse_slowdown("rank=9,factor=4")  # fine without n
+    with pytest.raises(ConfigError, match="rank 9 out of range"):
+        Emulator([s], rank=0, n_workers=4)
+    with pytest.raises(ConfigError, match="rank 9 out of range"):
+        Emulator("rank=9,factor=4", rank=0, n_workers=4)
+
+
+def test_parse_several():
+    specs = parse_slowdowns("random:factor=6,prob=1/n; rank=1,factor=4")
+    assert [s.kind for s in specs] == ["random", "rank"]
+    assert parse_slowdowns(None) == [] and parse_slowdowns("none") == [] and parse_slowdowns([]) == []
+
+
+def test_random_factor_reproducible_and_frequency():
+    a = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=5)
+    b = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=5)
+    fa = [a.factor(i) for i in range(4000)]
+    assert fa == [b.factor(i) for i in range(4000)]
+    assert fa[1234] == a.factor(1234)  # order-independent: same answer when asked again
+    assert set(fa) == {1.0, 6.0}
+    freq = fa.count(6.0) / len(fa)
+    assert abs(freq - 1 / 8) < 0.02
+    other_rank = Emulator("random:factor=6,prob=1/n", rank=3, n_workers=8, seed=5)
+    other_seed = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=6)
+    assert [other_rank.factor(i) for i in range(200)] != fa[:200]
+    assert [other_seed.factor(i) for i in range(200)] != fa[:200]
+
+
+def test_straggler_only_on_its_rank_and_combination():
+    slow = Emulator("rank=3,factor=4", rank=3, n_workers=8)
+    fast = Emulator("rank=3,factor=4", rank=0, n_workers=8)
+    assert all(slow.factor(i) == 4.0 for i in range(50))
+    assert all(fast.factor(i) == 1.0 for i in range(50))
+    both = Emulator(["random:factor=6,prob=1", "rank=3,factor=4"], rank=3, n_workers=8)
+    assert both.factor(0) == 24.0
+    none = Emulator(None, rank=0, n_workers=2)
+    assert none.factor(0) == 1.0 and not none.active and none.pad(0, 0.01) == 0.0
+
+
+def test_pad_arithmetic():
+    e = Emulator("rank=0,factor=4", rank=0, n_workers=2)
+    assert e.pad(0, 0.01) == pytest.approx(0.03)  # 0.01*4 - 0.01
+    c = Emulator("rank=0,factor=4", rank=0, n_workers=2, compute_time=0.002)
+    assert c.pad(0, 0.001) == pytest.approx(0.007)  # 0.002*4 - 0.001
+    assert c.overruns == 0
+    plain = Emulator(None, rank=1, n_workers=2, compute_time=0.002)
+    assert plain.pad(0, 0.0005) == pytest.approx(0.0015)
+    # measured compute slower than compute_time: never negative, flagged, measured time kept
+    assert plain.pad(1, 0.01) == 0.0
+    assert plain.overruns == 1 and plain.max_overrun_s == pytest.approx(0.01)
+    assert "exceeded" in plain.describe() and "0.01" in plain.describe()
+
+
+def test_run_sleeps_and_returns_totals():
+    e = Emulator("rank=0,factor=2", rank=0, n_workers=1)
+    total, f = e.run(0, 0.001)
+    assert f == 2.0 and total >= 0.002 - 1e-6
+    total0, f0 = Emulator(None, rank=0, n_workers=1).run(0, 0.003)
+    assert (total0, f0) == (0.003, 1.0)
+
+
+def test_describe():
+    e = Emulator(["random:factor=6,prob=1/n", "rank=3,factor=4"], rank=0, n_workers=8,
+                 compute_time=0.05)
+    assert e.describe() == ("compute padded to 0.05 s/iter; random 6x slowdown with prob 1/8; "
+                            "rank 3 4x slower")
+    assert Emulator(None, rank=0, n_workers=8).describe() == "no emulation"
+    assert Emulator("random:factor=2,prob=0.3,rank=1", 0, 4).describe() == \
+        "random 2x slowdown with prob 0.3 on rank 1"
+
+
+def test_emulator_bad_settings():
+    with pytest.raises(ConfigError, match="compute-time"):
+        Emulator(None, rank=0, n_workers=2, compute_time=0)
+    with pytest.raises(ConfigError, match="rank 2 out of range"):
+        Emulator(None, rank=2, n_workers=2)

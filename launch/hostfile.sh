@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run N hopdec workers over several machines listed in an Open MPI hostfile.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: launch/hostfile.sh -f HOSTFILE -n N [-m slot|node] [--] [hopdec train args...]
+
+Runs N workers across the machines in HOSTFILE (Open MPI format, one "host slots=K" a line):
+  mpirun --hostfile HOSTFILE -n N --map-by slot|node --bind-to none -x PATH -x PYTHONPATH ...
+  -m slot  (default) fill each host's slots before the next: neighbouring ranks share a machine
+  -m node  round-robin ranks over hosts
+Every host needs the same Python environment and checkout path (PATH, PYTHONPATH and
+VIRTUAL_ENV are passed on with -x) and passwordless ssh between hosts.
+
+Environment: HOPDEC_CMD, HOPDEC_MPIRUN, HOPDEC_MPIRUN_ARGS, HOPDEC_PYTHON as in local.sh; e.g.
+  HOPDEC_MPIRUN_ARGS="--mca btl_tcp_if_include eth0"   pick the network interface
+USAGE
+}
+
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+
+hostfile="" n="" map="slot"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        -f|--hostfile|-n|--np|-m|--map-by)
+            [[ $# -ge 2 ]] || { echo "hostfile.sh: error: $1 needs a value" >&2; exit 2; }
+            case "$1" in
+                -f|--hostfile) hostfile="$2" ;;
+                -n|--np) n="$2" ;;
+                *) map="$2" ;;
+            esac
+            shift 2 ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+done
+[[ -n "$hostfile" ]] || { echo "hostfile.sh: error: -f HOSTFILE is required (see -h)" >&2; exit 2; }
+[[ -r "$hostfile" ]] || { echo "hostfile.sh: error: hostfile $hostfile: not found or not readable" >&2; exit 2; }
+[[ -n "$n" ]] || { echo "hostfile.sh: error: -n N is required (see -h)" >&2; exit 2; }
+is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
+[[ "$map" == slot || "$map" == node ]] || { echo "hostfile.sh: error: -m $map: expected slot or node" >&2; exit 2; }
+
+worker_cmd
+mpirun_base
+MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
+for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
+    if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
+done
+exec "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"

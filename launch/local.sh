@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Run N hopdec workers on this machine: mpirun -n N ... hopdec train [args].
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: launch/local.sh [-n N] [--] [hopdec train args...]
+
+Runs N workers (default 4) on this machine, one MPI rank each:
+  mpirun -n N --oversubscribe --bind-to none [--allow-run-as-root] hopdec train ARGS...
+(--oversubscribe: more ranks than cores is fine on one box; --allow-run-as-root only as root.)
+
+Environment:
+  HOPDEC_CMD          run this command on every rank instead of `hopdec train`
+                      (the arguments are appended), e.g.
+                      HOPDEC_CMD="python3 -c 'from mpi4py import MPI; print(MPI.COMM_WORLD.rank)'"
+  HOPDEC_MPIRUN       launcher binary (default: mpirun)
+  HOPDEC_MPIRUN_ARGS  extra launcher flags, e.g. "--mca btl self,tcp"
+  HOPDEC_PYTHON       python used when hopdec is not on PATH (default: python3)
+USAGE
+}
+
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+
+n=4
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        -n|--np)
+            [[ $# -ge 2 ]] || { echo "local.sh: error: $1 needs a number of workers" >&2; exit 2; }
+            n="$2"; shift 2 ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+done
+is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
+
+worker_cmd
+mpirun_base
+MPIRUN+=(-n "$n" --oversubscribe)
+exec "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"

@@ -1,0 +1,342 @@
+"""``hopdec topo``: generate, analyze and compare communication graphs.
+
+    hopdec topo generate KIND -n N [--machines 4,2,2] -o FILE
+    hopdec topo analyze FILE [--max-ig K] [--staleness S] [--json] [--plot OUT.png]
+    hopdec topo compare A B ... [--max-ig K] [--json]
+
+Bad input raises :class:`hopdec.errors.HopdecError`; ``hopdec.cli`` prints it as one line.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+from hopdec import topology as T
+from hopdec.errors import ConfigError
+
+DEFAULT_MAX_IG = 2
+"""max_ig used for the token-queue rows when ``--max-ig`` is not given."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError (one line, exit 2 via hopdec.cli) instead of exiting."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see {self.prog} -h)")
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def _sizes(text):
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated machine sizes like 4,2,2, "
+                                         f"got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"machine sizes must be positive, got {text!r}")
+    return sizes
+
+
+def build_parser():
+    p = _Parser(prog="hopdec topo", description="Build and study communication graphs "
+                "(Hop: iteration-gap bounds of Table 1, spectral gap, queue sizes).")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="write a generated graph as node-link JSON")
+    g.add_argument("kind", choices=sorted(T.GENERATORS), help="graph family; hierarchical-a/-b "
+                   "are Hop Fig. 21 (b)/(c): " + "; ".join(
+                       f"{k}: {v}" for k, v in T.HIERARCHICAL_VARIANTS.items()))
+    g.add_argument("-n", type=_positive_int, help="number of workers (optional for the "
+                   "hierarchical kinds when --machines is given)")
+    g.add_argument("--machines", type=_sizes, metavar="SIZES",
+                   help="workers per machine, e.g. 4,2,2 (hierarchical kinds only; default for "
+                        "n: n/2, n/4, n/4)")
+    g.add_argument("-o", "--output", required=True, metavar="FILE")
+
+    a = sub.add_parser("analyze", help="report a graph's properties and Hop Table 1 bounds")
+    a.add_argument("file")
+    a.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
+                   help=f"token-queue max iteration gap for the token rows (default "
+                        f"{DEFAULT_MAX_IG})")
+    a.add_argument("--staleness", type=_nonneg_int, metavar="S",
+                   help="bounded staleness s: adds the (s+1)*len rows")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.add_argument("--plot", metavar="OUT.png", help="draw the graph and W's eigenvalue moduli")
+
+    c = sub.add_parser("compare", help="key figures of several graphs side by side")
+    c.add_argument("files", nargs="+")
+    c.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
+                   help=f"max_ig for the token-gap column (default {DEFAULT_MAX_IG})")
+    c.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+    return p
+
+
+def main(argv):
+    args = build_parser().parse_args(list(argv))
+    if args.cmd == "generate":
+        return _generate(args)
+    if args.cmd == "analyze":
+        return _analyze(args)
+    return _compare(args)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def _generate(args):
+    if args.n is None and not (args.kind.startswith("hierarchical") and args.machines):
+        raise ConfigError(f"generate: -n is required for kind {args.kind}")
+    try:
+        G = T.GENERATORS[args.kind](args.n, machines=args.machines)
+    except ValueError as err:
+        raise ConfigError(f"generate {args.kind}: {err}") from None
+    try:
+        T.save(G, args.output)
+    except OSError as err:
+        raise ConfigError(f"generate: cannot write {args.output}: "
+                          f"{err.strerror or err}") from None
+    n = G.number_of_nodes()
+    m = sum(1 for u, v in G.edges if u != v)
+    print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted)")
+    return 0
+
+
+def _num(x):
+    """JSON-friendly number: ints stay ints, inf becomes the string "inf"."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isinf(x):
+        return "inf"
+    return int(x) if x == int(x) else x
+
+
+def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None):
+    """The figures ``analyze`` and ``compare`` report, as a JSON-ready dict."""
+    n = G.number_of_nodes()
+    W = T.mixing_matrix(G)
+    indeg = [len(T.in_neighbors(G, i)) for i in range(n)]
+    outdeg = [len(T.out_neighbors(G, i)) for i in range(n)]
+    bounds = {
+        "standard": T.max_gap_bound(G, "standard"),
+        "standard+tokens": T.max_gap_bound(G, "standard", max_ig=max_ig),
+    }
+    if staleness is not None:
+        bounds["staleness"] = T.max_gap_bound(G, "staleness", staleness=staleness)
+        bounds["staleness+tokens"] = T.max_gap_bound(G, "staleness", max_ig=max_ig,
+                                                     staleness=staleness)
+    bounds["backup"] = T.max_gap_bound(G, "backup")
+    bounds["backup+tokens"] = T.max_gap_bound(G, "backup", max_ig=max_ig)
+    bounds["hybrid"] = T.max_gap_bound(G, "hybrid")
+    bounds["hybrid+tokens"] = T.max_gap_bound(G, "hybrid", max_ig=max_ig)
+    bounds["notify-ack"] = T.max_gap_bound(G, "notify-ack")
+    machines = {}
+    for v in range(n):
+        if "machine" in G.nodes[v]:
+            machines.setdefault(G.nodes[v]["machine"], []).append(v)
+    uq = T.update_queue_capacity(G, max_ig)
+    uq_remote = T.update_queue_capacity(G, max_ig, count_self=False)
+    return {
+        "file": G.graph.get("source"),
+        "nodes": n,
+        "edges": sum(1 for u, v in G.edges if u != v),
+        "edges_note": "directed edges, self-loops not counted",
+        "in_degree": {"min": min(indeg), "max": max(indeg)},
+        "out_degree": {"min": min(outdeg), "max": max(outdeg)},
+        "max_degree": max(max(indeg), max(outdeg)),
+        "machines": {k: len(v) for k, v in machines.items()} or None,
+        "strongly_connected": bool(T.nx.is_strongly_connected(G)),
+        "column_stochastic": T.is_column_stochastic(W),
+        "doubly_stochastic": T.is_doubly_stochastic(W),
+        "spectral_gap": round(T.spectral_gap(W), 12),
+        "normalized_laplacian_gap": round(T.normalized_laplacian_gap(W), 12),
+        "diameter": _num(T.diameter(G)),
+        "max_ig": max_ig,
+        "staleness": staleness,
+        "gap_bounds": {k: _num(v) for k, v in bounds.items()},
+        "update_queue_capacity": max(uq.values()),
+        "update_queue_capacity_remote": max(uq_remote.values()),
+        "update_queue_capacity_no_tokens": max(T.update_queue_capacity_no_tokens(G).values()),
+        "token_queue_capacity": int(T.token_queue_capacity(G, max_ig).max()),
+    }
+
+
+def _fmt(x):
+    if x is None:
+        return "-"
+    if x == "inf" or (isinstance(x, float) and math.isinf(x)):
+        return "inf"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.4f}"
+    return str(x)
+
+
+def _warn_not_doubly(s):
+    if s["column_stochastic"] and not s["doubly_stochastic"]:
+        print(f"hopdec topo: warning: {s['file']}: W is column- but not doubly-stochastic "
+              f"(Hop and D-PSGD want doubly stochastic W for convergence to the average)",
+              file=sys.stderr)
+    elif not s["column_stochastic"]:
+        print(f"hopdec topo: warning: {s['file']}: W is not column-stochastic (in-weights do "
+              f"not sum to 1): averaging will change the scale of the parameters",
+              file=sys.stderr)
+
+
+def _row(label, value, note):
+    return f"  {label:<31}{_fmt(value):>4}   {note}"
+
+
+def _analyze(args):
+    G = T.load(args.file)
+    s = summarize(G, args.max_ig, args.staleness)
+    _warn_not_doubly(s)
+    if args.plot:
+        plot(G, args.plot)
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return 0
+    k, st = args.max_ig, args.staleness
+    b = s["gap_bounds"]
+    lines = [
+        f"{args.file}",
+        f"  nodes                 {s['nodes']}",
+        f"  edges                 {s['edges']} (directed, self-loops not counted)",
+        f"  in-degree             {s['in_degree']['min']}..{s['in_degree']['max']} "
+        f"(self-loop not counted)",
+        f"  out-degree            {s['out_degree']['min']}..{s['out_degree']['max']}",
+    ]
+    if s["machines"]:
+        lines.append("  machines              " + ", ".join(f"{m}: {c} workers"
+                                                          for m, c in s["machines"].items()))
+    lines += [
+        f"  strongly connected    {_fmt(s['strongly_connected'])}",
+        f"  column-stochastic     {_fmt(s['column_stochastic'])}",
+        f"  doubly-stochastic     {_fmt(s['doubly_stochastic'])}",
+        f"  spectral gap          {_fmt(s['spectral_gap'])}   (|l1|-|l2| of W, Hop footnote 2)",
+        f"  norm. Laplacian gap   {_fmt(s['normalized_laplacian_gap'])}   (1-l2 without "
+        f"self-loops; the measure behind Hop Fig. 21's numbers)",
+        f"  diameter              {s['diameter']}",
+        "",
+        f"Hop Table 1: max over pairs of the bound on Iter(i)-Iter(j)  (max_ig={k}"
+        + (f", s={st}" if st is not None else "") + ")",
+        _row("standard (update queues)", b["standard"], "len(Path j->i)"),
+        _row("standard + token queues", b["standard+tokens"], f"min(len j->i, {k}*len i->j)"),
+    ]
+    if st is not None:
+        lines += [
+            _row(f"bounded staleness s={st}", b["staleness"], f"({st}+1)*len j->i"),
+            _row("staleness + token queues", b["staleness+tokens"],
+                 f"min(({st}+1)*len j->i, {k}*len i->j)"),
+        ]
+    lines += [
+        _row("backup / hybrid", b["backup"], "unbounded without token queues"),
+        _row("backup / hybrid + token queues", b["backup+tokens"],
+             f"{k}*len i->j (iteration skipping keeps it)"),
+        _row("notify-ack", b["notify-ack"], "min(len j->i, 2*len i->j)"),
+        "",
+        f"Queues (max_ig={k})",
+        f"  largest update queue  {s['update_queue_capacity']}   (1+max_ig)*|N_in(i)|, self-loop "
+        f"counted as in Hop ({s['update_queue_capacity_remote']} from other workers; "
+        f"without token queues: {s['update_queue_capacity_no_tokens']}, "
+        f"sum of len(Path i->j)+1 over in-neighbours j)",
+        f"  largest token queue   {s['token_queue_capacity']}   max_ig*(len Path i->j + 1)",
+    ]
+    n = s["nodes"]
+    if n <= 8:
+        for name, B in (("standard", T.gap_bounds(G)),
+                        (f"standard + token queues, max_ig={k}", T.gap_bounds(G, max_ig=k))):
+            lines += ["", f"Bound on Iter(i)-Iter(j), {name} (row i, column j):",
+                      "       " + "".join(f"{j:>5}" for j in range(n))]
+            for i in range(n):
+                lines.append(f"  {i:>3}  " + "".join(f"{_fmt(_num(B[i, j])):>5}"
+                                                     for j in range(n)))
+    print("\n".join(lines))
+    return 0
+
+
+def _compare(args):
+    rows = []
+    for f in args.files:
+        s = summarize(T.load(f), args.max_ig)
+        _warn_not_doubly(s)
+        rows.append(s)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    cols = [("file", "file"), ("nodes", "nodes"), ("edges", "edges"), ("max_degree", "max deg"),
+            ("doubly_stochastic", "doubly"), ("spectral_gap", "gap"),
+            ("normalized_laplacian_gap", "lap gap"), ("diameter", "diam"),
+            ("standard", "max gap"), ("standard+tokens", f"tokens(ig={args.max_ig})")]
+    table = [[h for _, h in cols]]
+    for s in rows:
+        table.append([_fmt(s["gap_bounds"][k] if k in s["gap_bounds"] else s[k])
+                      for k, _ in cols])
+    widths = [max(len(r[c]) for r in table) for c in range(len(cols))]
+    for r in table:
+        print("  ".join(x.ljust(w) if c == 0 else x.rjust(w)
+                        for c, (x, w) in enumerate(zip(r, widths))))
+    print("edges: directed, self-loops not counted; gap: |l1|-|l2| of W (Hop footnote 2); "
+          "max gap: max_ij bound on Iter(i)-Iter(j) (Hop Table 1)")
+    return 0
+
+
+def plot(G, out):
+    """Write a PNG: the graph coloured by ``machine`` and the sorted eigenvalue moduli of W."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = G.number_of_nodes()
+    machines = sorted({G.nodes[v].get("machine", "") for v in range(n)})
+    cmap = plt.get_cmap("tab10")
+    colors = [cmap(machines.index(G.nodes[v].get("machine", "")) % 10) for v in range(n)]
+    H = T.nx.DiGraph(G)
+    H.remove_edges_from(list(T.nx.selfloop_edges(H)))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 5))
+    pos = T.nx.circular_layout(H)
+    T.nx.draw_networkx(H, pos=pos, ax=ax1, node_color=colors, with_labels=True,
+                       arrows=True, node_size=350, font_size=8, arrowsize=8)
+    if machines != [""]:
+        from matplotlib.lines import Line2D
+        ax1.legend(handles=[Line2D([], [], marker="o", ls="", color=cmap(k % 10), label=m or "-")
+                            for k, m in enumerate(machines)], title="machine", fontsize=8,
+                   loc="upper right")
+    title = G.graph.get("source") or G.graph.get("name") or "graph"
+    ax1.set_title(f"{title} ({n} nodes; colour = machine; self-loops omitted)", fontsize=9)
+    ax1.set_axis_off()
+    m = T.eigenvalue_moduli(G)
+    ax2.plot(range(1, n + 1), m, "o-")
+    ax2.set_xlabel("k (sorted by modulus)")
+    ax2.set_ylabel("|lambda_k(W)|")
+    ax2.set_ylim(-0.05, 1.05)
+    ax2.set_title(f"eigenvalue moduli of W; spectral gap {T.spectral_gap(G):.4f}", fontsize=9)
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png")
+    except OSError as err:
+        raise ConfigError(f"analyze --plot: cannot write {out}: {err.strerror or err}") \
+            from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,183 @@
+"""``hopdec topo`` end to end, through ``python -m hopdec.cli`` as a user runs it."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from hopdec import topology as T
+# file contents and the problem the one-line error must name
+BAD_FILES = {
+    "trunc.json": ('{"nodes": [', "not valid JSON"),
+    "garbage.txt": ("hello world again and again\n", "expected 'src dst [weight]'"),
+    "outside.json": (json.dumps({"directed": True, "nodes": [{"id": 0}, {"id": 1}],
+                                 "edges": [{"source": 0, "target": 1},
+                                           {"source": 1, "target": 7}]}), "node 7"),
+    "ids.json": (json.dumps({"directed": True, "nodes": [{"id": 1}, {"id": 2}],
+                             "edges": [{"source": 1, "target": 2},
+                                       {"source": 2, "target": 1}]}), "0..1"),
+    "notsc.txt": ("0 1\n1 2\n2 1\n", "not strongly connected"),
+    "neg.txt": ("0 1 -0.5\n1 0 1\n0 0 1.5\n", "negative weight"),
+    "zero.txt": ("0 1 0\n1 0 1\n0 0 0\n1 1 0\n", "in-weights summing to zero"),
+    "some.txt": ("0 1 0.5\n1 0\n", "some edges have weights"),
+}
+
+
+def topo(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "hopdec.cli", "topo", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def ring_gap(n):
+    return 1 - max(abs(1 + 2 * math.cos(2 * math.pi * k / n)) / 3 for k in range(1, n))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("topo")
+    out = {}
+    for kind, n, name in (("ring", 8, "r8"), ("hierarchical-a", 8, "ha"),
+                          ("exponential", 16, "e16")):
+        path = d / f"{name}.json"
+        r = topo("generate", kind, "-n", n, "-o", path)
+        assert r.returncode == 0, r.stderr
+        assert path.name in r.stdout and f"{n} nodes" in r.stdout
+        out[name] = path
+    return out
+
+
+def test_generate_writes_loadable_graph(files):
+    G = T.load(files["ha"])
+    assert G.number_of_nodes() == 8
+    assert [G.nodes[i]["machine"] for i in (0, 4, 6)] == ["m0", "m1", "m2"]
+    assert sorted(G.edges) == sorted(T.hierarchical((4, 2, 2), "a").edges)
+
+
+def test_generate_hierarchical_with_machines(tmp_path):
+    path = tmp_path / "h.json"
+    r = topo("generate", "hierarchical-b", "--machines", "3,3,2", "-o", path)
+    assert r.returncode == 0, r.stderr
+    G = T.load(path)
+    assert [G.nodes[i]["machine"] for i in range(8)] == ["m0"] * 3 + ["m1"] * 3 + ["m2"] * 2
+    assert G.has_edge(2, 3) and G.has_edge(5, 6) and G.has_edge(7, 0)
+
+
+def test_analyze_human(files):
+    r = topo("analyze", files["r8"], "--staleness", "1", "--max-ig", "3")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert str(files["r8"]) in out
+    assert "16 (directed, self-loops not counted)" in out
+    assert f"{ring_gap(8):.4f}" in out
+    lines = {ln.split("  ")[1].strip(): ln for ln in out.splitlines() if ln.startswith("  ")
+             and "  " in ln[2:]}
+    assert lines["standard (update queues)"].split()[3] == "4"         # diameter of ring 8
+    assert lines["bounded staleness s=1"].split()[3] == "8"            # (s+1) * 4
+    assert lines["backup / hybrid"].split()[3] == "inf"
+    assert lines["backup / hybrid + token queues"].split()[6] == "12"  # 3 * 4
+    assert "largest update queue  12" in out                          # (1+3) * 3
+    assert "largest token queue   6" in out                            # 3 * (1 + 1)
+    assert "row i, column j" in out                                    # n <= 8: pair matrix
+    assert r.stderr == ""                                              # doubly stochastic
+
+
+def test_analyze_no_pair_matrix_for_large_graphs(files):
+    r = topo("analyze", files["e16"])
+    assert r.returncode == 0 and "row i, column j" not in r.stdout
+    assert "max_ig=2" in r.stdout                                      # the default, shown
+
+
+def test_analyze_json(files):
+    r = topo("analyze", files["r8"], "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    for key in ("nodes", "edges", "strongly_connected", "doubly_stochastic", "spectral_gap",
+                "diameter", "gap_bounds", "max_ig", "staleness", "update_queue_capacity",
+                "token_queue_capacity"):
+        assert key in s
+    assert (s["nodes"], s["edges"], s["diameter"]) == (8, 16, 4)
+    assert s["strongly_connected"] is True and s["doubly_stochastic"] is True
+    assert s["spectral_gap"] == pytest.approx(ring_gap(8), abs=1e-9)
+    assert s["max_ig"] == 2 and s["staleness"] is None
+    assert s["gap_bounds"]["standard"] == 4 and s["gap_bounds"]["backup"] == "inf"
+    assert s["gap_bounds"]["backup+tokens"] == 8 and s["gap_bounds"]["notify-ack"] == 4
+    assert "staleness" not in s["gap_bounds"]
+    assert s["update_queue_capacity"] == 9 and s["token_queue_capacity"] == 4
+
+
+def test_analyze_json_directed_with_staleness(files):
+    r = topo("analyze", files["e16"], "--json", "--staleness", "2", "--max-ig", "1")
+    s = json.loads(r.stdout)
+    G = T.load(files["e16"])
+    assert s["staleness"] == 2 and s["max_ig"] == 1
+    assert s["gap_bounds"]["staleness"] == T.max_gap_bound(G, "staleness", staleness=2) == 12
+    assert s["gap_bounds"]["staleness+tokens"] == T.max_gap_bound(
+        G, "staleness", max_ig=1, staleness=2)
+    assert s["gap_bounds"]["standard+tokens"] == T.max_gap_bound(G, max_ig=1)
+    assert s["spectral_gap"] == pytest.approx(T.spectral_gap(G))
+
+
+def test_analyze_warns_when_not_doubly_stochastic(files):
+    r = topo("analyze", files["ha"], "--json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["doubly_stochastic"] is False
+    assert "warning" in r.stderr and "doubly-stochastic" in r.stderr
+    assert str(files["ha"]) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_analyze_plot(files, tmp_path):
+    png = tmp_path / "out.png"
+    r = topo("analyze", files["ha"], "--plot", png)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+
+
+def test_compare(files):
+    r = topo("compare", files["r8"], files["e16"])
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith(str(files["r8"].parent))]
+    assert len(rows) == 2
+    r8 = rows[0].split()
+    assert r8[0] == str(files["r8"]) and r8[1:3] == ["8", "16"]
+    assert f"{ring_gap(8):.4f}" in r8
+    assert rows[1].split()[1:3] == ["16", "64"]
+    r = topo("compare", files["r8"], files["e16"], "--json")
+    data = json.loads(r.stdout)
+    assert [d["nodes"] for d in data] == [8, 16]
+    assert data[1]["diameter"] == 4 and data[1]["gap_bounds"]["standard+tokens"] == 3
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_bad_file_one_line_error(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(BAD_FILES[name][0])
+    r = topo("analyze", path)
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and BAD_FILES[name][1] in lines[0]
+
+
+def test_missing_file_and_compare_with_a_bad_file(tmp_path, files):
+    r = topo("analyze", tmp_path / "absent.json")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "absent.json" in r.stderr
+    r = topo("compare", files["r8"], tmp_path / "absent2.txt")
+    assert r.returncode != 0 and "absent2.txt" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,problem", [
+    (["generate", "torus", "-n", "7", "-o", "x.json"], "torus"),
+    (["generate", "ring", "-o", "x.json"], "-n is required"),
+    (["generate", "hexagon", "-n", "6", "-o", "x.json"], "invalid choice"),
+    (["generate", "hierarchical-a", "-n", "9", "--machines", "4,2,2", "-o", "x.json"], "add up"),
+    (["analyze", "whatever.json", "--max-ig", "0"], "--max-ig"),
+])
+def test_bad_options_one_line(tmp_path, args, problem):
+    r = topo(*args, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and problem in lines[0]
+    assert not (tmp_path / "x.json").exists()

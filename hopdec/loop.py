@@ -5,8 +5,9 @@ answers each yield by blocking on its transport; the in-process scheduler answer
 worker. Either way the same loop and the same core run, so nothing of the protocol is forked per
 transport.
 
-A *transport* has ``send_update(iteration, dests, params)``, ``send_grants(grants)``, ``payload(handle)``
-and ``release(handles)``. A *backend* has ``params()`` (the flat parameters to send),
+A *transport* has ``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)``
+and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's send buffer (the one
+copy a send needs). A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
 ``compute(iteration) -> dict`` (at least ``loss`` and ``compute_s``), ``reduce(pairs)`` with
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
 """
@@ -51,7 +52,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
                                     default=None)
         elif isinstance(a, Send):
             if a.dests:
-                io.send_update(a.iteration, a.dests, backend.params())
+                io.send_update(a.iteration, a.dests, backend.write_params)
             rec["sent"] += len(a.dests)
             rec["send_skipped"] += len(a.skipped)
         elif isinstance(a, Grant):

@@ -34,8 +34,11 @@ class Term:
 
 
 def _normalise(terms):
+    """Weights summing to 1, terms in sender order (self included): every worker of a complete graph
+    then adds the same numbers in the same order and holds bit-identical parameters."""
     total = sum(t.weight for t in terms)
-    return tuple(Term(t.sender, t.iteration, t.handle, t.weight / total) for t in terms)
+    return tuple(Term(t.sender, t.iteration, t.handle, t.weight / total)
+                 for t in sorted(terms, key=lambda t: t.sender))
 
 
 class _Policy:

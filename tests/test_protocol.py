@@ -104,8 +104,8 @@ def check_records(net, cfg):
             for terms in r.get("reduced", []):
                 weights = [w for _, _, w in terms]
                 assert abs(sum(weights) - 1) < 1e-5
-                k = terms[0][1]                     # the self term carries the iteration reduced
-                for sender, it, _ in terms[1:]:
+                k = next(it for s, it, _ in terms if s == rank)   # the self term: iteration reduced
+                for sender, it, _ in (t for t in terms if t[0] != rank):
                     assert (sender, it) not in seen, "an update was used twice"
                     seen.add((sender, it))
                     if cfg.staleness is None:

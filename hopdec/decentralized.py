@@ -1,0 +1,107 @@
+"""Decentralized training over MPI (the Hop engine): one worker per rank, parameters only to neighbours.
+
+Puts together the pieces: topology -> :func:`hopdec.protocol.node_views` -> one protocol
+:class:`~hopdec.protocol.Worker` per rank, driven by :func:`hopdec.loop.worker_loop` over the
+:class:`~hopdec.transport.mpi.MPITransport`, computing with a :class:`~hopdec.trainer.LocalTrainer`.
+"""
+
+import sys
+
+from hopdec import topology as T
+from hopdec.errors import ConfigError
+from hopdec.loop import worker_loop
+from hopdec.metrics import RankLogger
+from hopdec.protocol import ProtocolConfig, Worker, check_config, node_views
+from hopdec.trainer import TorchBackend, progress_bar, report
+
+
+def parse_skip(spec):
+    """``max-jump=J,trigger=G`` -> (J, G)."""
+    if not spec:
+        return 0, 2
+    vals = {}
+    for part in spec.split(","):
+        key, _, val = part.partition("=")
+        if key.strip() not in ("max-jump", "trigger") or not val.strip().lstrip("-").isdigit():
+            raise ConfigError(f"--skip {spec!r}: expected max-jump=J,trigger=G with integers")
+        vals[key.strip()] = int(val)
+    if "max-jump" not in vals:
+        raise ConfigError(f"--skip {spec!r}: max-jump=J is required")
+    return vals["max-jump"], vals.get("trigger", 2)
+
+
+def setting_name(cfg):
+    """The row of Hop Table 1 this configuration is, as named by ``hopdec.topology.gap_bounds``."""
+    if cfg.protocol == "notify-ack":
+        return "notify-ack"
+    backup = cfg.backup_workers > 0
+    if cfg.staleness is not None:
+        return "hybrid" if backup else "staleness"
+    return "backup" if backup else "standard"
+
+
+def prepare(args, graph, iterations):
+    """Validate everything that can be validated before any message is sent. Raises ConfigError."""
+    max_jump, trigger = parse_skip(args.skip)
+    cfg = ProtocolConfig(iterations=iterations, protocol=args.protocol, max_ig=args.max_ig,
+                         compute_graph=args.compute_graph, backup_workers=args.backup_workers or 0,
+                         staleness=args.staleness, stale_reduce=args.stale_reduce,
+                         skip_max_jump=max_jump, skip_trigger=trigger)
+    views = node_views(graph)
+    try:
+        check_config(cfg, views)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return cfg, views
+
+
+def gap_bound(graph, cfg):
+    """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and protocol."""
+    max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
+    return T.max_gap_bound(graph, setting_name(cfg), max_ig=max_ig, staleness=cfg.staleness)
+
+
+def run(ctx, graph, cfg, views):
+    """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective."""
+    from hopdec.transport.mpi import MPITransport, PeerTimeout
+
+    args, rank, comm = ctx.args, ctx.rank, ctx.comm
+    trainer = ctx.make_trainer(rank, ctx.size)
+    emulator = ctx.make_emulator(rank, ctx.size)
+    core = Worker(views[rank], cfg)
+    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=args.peer_timeout)
+    bound = gap_bound(graph, cfg)
+    header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
+                  setting=setting_name(cfg), max_ig=cfg.max_ig, staleness=cfg.staleness,
+                  backup_workers=cfg.backup_workers, skip=args.skip, compute_graph=cfg.compute_graph,
+                  iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
+                  hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
+                  gap_bound=bound, seed=args.seed)
+    logger = RankLogger(ctx.log_dir, rank, header=header)
+    bar = progress_bar(ctx, cfg.iterations, f"hopdec {setting_name(cfg)}")
+
+    def on_record(rec):
+        logger.log(rec)
+        bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
+
+    backend = TorchBackend(trainer, emulator, die_at=args.die_at if args.die_rank == rank else None)
+    comm.Barrier()                                  # start together: iteration times are comparable
+    try:
+        for wait in worker_loop(core, io, backend, on_record=on_record):
+            io.wait(core, wait)
+    except PeerTimeout as err:
+        print(f"hopdec train: error: {err}", file=sys.stderr, flush=True)
+        comm.Abort(3)
+    bar.close()
+    io.close()
+    logger.close()
+    if ctx.rank == 0 and ctx.log_dir:
+        print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
+    if args.save_models and ctx.log_dir:
+        import numpy as np
+        np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
+    return report(ctx, logger, trainer, emulator,
+                  f"decentralized {setting_name(cfg)} on {graph.graph.get('source')} "
+                  f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
+                  bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
+                                          sends_skipped=core.sends_skipped))

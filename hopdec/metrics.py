@@ -1,0 +1,95 @@
+"""What a run measured: per-rank JSONL logs, the observed iteration gap, and the rank-0 summary table.
+
+Each rank writes ``DIR/rank{r}.jsonl``, one JSON object per iteration (see :class:`hopdec.loop`), with
+``time`` taken when the worker entered the iteration (``time.time()``, before it sent anything, so the
+order of log times respects the order of messages on one machine).
+"""
+
+import json
+import os
+
+import numpy as np
+
+
+class RankLogger:
+    """Writes one rank's iteration records and keeps what the summary needs."""
+
+    def __init__(self, log_dir, rank, header=None):
+        self.rank = rank
+        self.path = None
+        self._f = None
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            self.path = os.path.join(log_dir, f"rank{rank}.jsonl")
+            self._f = open(self.path, "w")
+            if header:
+                self._f.write(json.dumps({"rank": rank, "run": header}) + "\n")
+        self.entries = []          # (time, iter) of every iteration entered
+        self.iterations = 0
+        self.wait_s = 0.0
+        self.compute_s = 0.0
+        self.last_loss = None
+        self.first_time = self.last_time = None
+        self.jumps = 0
+
+    def log(self, rec):
+        self.entries.append((rec["time"], rec["iter"]))
+        self.iterations += 1
+        self.wait_s += rec.get("wait_s", 0.0)
+        self.compute_s += rec.get("compute_s", 0.0)
+        if rec.get("loss") is not None:
+            self.last_loss = rec["loss"]
+        self.first_time = rec["time"] if self.first_time is None else self.first_time
+        self.last_time = rec["time"]
+        self.jumps += "jumped_from" in rec
+        if self._f:
+            self._f.write(json.dumps(rec) + "\n")
+
+    def close(self):
+        if self._f:
+            self._f.close()
+            self._f = None
+
+
+def read_log(path):
+    """The iteration records of one ``rank{r}.jsonl`` (the header line is skipped)."""
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if "iter" in r]
+
+
+def max_iteration_gap(entries):
+    """Largest observed Iter(i) - Iter(j) for every ordered pair, from ``entries[r] = [(time, iter)]``.
+
+    Replays all "worker r entered iteration k at time t" events in time order (events at the same time
+    together) and tracks each pair's gap. Returns an n x n matrix.
+    """
+    n = len(entries)
+    events = sorted((t, r, k) for r, ev in enumerate(entries) for t, k in ev)
+    cur = np.full(n, -1, dtype=np.int64)           # -1: not started yet
+    best = np.zeros((n, n), dtype=np.int64)
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        while i < len(events) and events[i][0] == t:
+            _, r, k = events[i]
+            cur[r] = max(cur[r], k)
+            i += 1
+        started = cur >= 0
+        if started.all():
+            best = np.maximum(best, cur[:, None] - cur[None, :])
+    return best
+
+
+def format_table(headers, rows):
+    """A plain text table with right-aligned columns."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(c):
+    if isinstance(c, float):
+        return f"{c:.4g}"
+    return "-" if c is None else str(c)

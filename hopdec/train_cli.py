@@ -1,0 +1,170 @@
+"""``hopdec train``: one worker per MPI rank (``mpirun -n 8 hopdec train --topology FILE``).
+
+Every rank parses and checks the whole configuration (topology size against the number of ranks, model,
+data, protocol settings) *before* any training message is sent; if any rank finds a problem, every rank
+prints the same one-line error and exits 2, so nothing hangs. ``--mode ps`` hands the run to
+``hopdec.ps.run(ctx)`` (its options come from ``hopdec.ps.add_arguments``).
+"""
+
+import argparse
+import os
+import sys
+
+from hopdec.errors import ConfigError, HopdecError
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="hopdec train", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--mode", choices=["decentralized", "ps"], default="decentralized",
+                   help="decentralized (Hop) or a central parameter server on rank 0")
+    g = p.add_argument_group("topology and protocol (decentralized mode)")
+    g.add_argument("--topology", help="topology file (node-link JSON or edge list); default: ring-based "
+                   "graph over all ranks")
+    g.add_argument("--protocol", choices=["tokens", "queue-only", "notify-ack"], default="tokens")
+    g.add_argument("--max-ig", type=int, default=2, help="largest iteration gap between neighbours "
+                   "(token queues)")
+    g.add_argument("--compute-graph", choices=["parallel", "serial"], default="parallel")
+    g.add_argument("--backup-workers", type=int, default=0, help="updates each worker may go without")
+    g.add_argument("--staleness", type=int, default=None, help="bounded staleness s")
+    g.add_argument("--stale-reduce", choices=["weighted", "plain"], default="weighted",
+                   help="reduce stale updates with eq. (2) weights or a plain average")
+    g.add_argument("--skip", default=None, metavar="max-jump=J,trigger=G",
+                   help="iteration skipping for stragglers")
+    d = p.add_argument_group("model and data")
+    d.add_argument("--dataset", choices=["digits", "cifar10", "libsvm"], default="digits",
+                   help="digits ships with scikit-learn (no download)")
+    d.add_argument("--data-dir", help="cifar10: folder with the python batches")
+    d.add_argument("--data-path", help="libsvm: training file")
+    d.add_argument("--test-path", help="libsvm: test file (default: 20%% held out)")
+    d.add_argument("--model", choices=["cnn", "vgg11", "svm", "mlp"], default=None,
+                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm")
+    d.add_argument("--norm", choices=["group", "batch", "none"], default="group", help="vgg11 norm layers")
+    d.add_argument("--partition", choices=["iid", "noniid"], default="iid")
+    d.add_argument("--lr", type=float, default=None, help="default: the model's preset")
+    d.add_argument("--momentum", type=float, default=None)
+    d.add_argument("--weight-decay", type=float, default=None)
+    d.add_argument("--batch-size", type=int, default=None)
+    d.add_argument("--iterations", type=int, default=None, help="iterations per worker (default 200)")
+    d.add_argument("--epochs", type=float, default=None, help="instead of --iterations: passes over "
+                   "each worker's shard")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default="auto", help="auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+    h = p.add_argument_group("emulated heterogeneity (Hop sec. 7.3)")
+    h.add_argument("--compute-time", type=float, default=None,
+                   help="pad each iteration's compute to this many seconds")
+    h.add_argument("--slowdown", action="append", default=None,
+                   help="random:factor=6,prob=1/n or rank=3,factor=4 (repeatable)")
+    o = p.add_argument_group("output")
+    o.add_argument("--log-dir", help="write DIR/rank{r}.jsonl, one JSON object per iteration")
+    o.add_argument("--save-models", action="store_true", help="save each rank's final flat parameters "
+                   "as DIR/params_rank{r}.npy (needs --log-dir)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    o.add_argument("--threads", type=int, default=None,
+                   help="torch threads per rank (default: cores / ranks on this host, at least 1)")
+    o.add_argument("--peer-timeout", type=float, default=120.0,
+                   help="seconds a worker waits for a neighbour before giving up on the run")
+    p.add_argument("--die-rank", type=int, default=None, help=argparse.SUPPRESS)   # fault injection
+    p.add_argument("--die-at", type=int, default=None, help=argparse.SUPPRESS)
+    try:
+        from hopdec import ps
+        ps.add_arguments(p)
+    except ImportError:
+        pass
+    return p
+
+
+def default_topology(n):
+    """The graph used when no --topology is given: ring-based (Hop Fig. 11) when it exists."""
+    from hopdec import topology as T
+    if n >= 4 and n % 2 == 0:
+        g, name = T.ring_based(n), f"ring-based({n}) [default]"
+    elif n >= 3:
+        g, name = T.ring(n), f"ring({n}) [default]"
+    else:
+        g, name = T.complete(n), f"complete({n}) [default]"
+    g.graph["source"] = name
+    return g
+
+
+def setup(args, comm):
+    """Everything checked and loaded before training; raises HopdecError with one line."""
+    from hopdec.data import load_dataset, steps_per_epoch
+    from hopdec.heterogeneity import Emulator
+    from hopdec.models import PRESETS, default_model_for
+    from hopdec.trainer import RunContext, local_rank_and_size, pick_device
+
+    size = comm.Get_size()
+    if args.iterations is not None and args.epochs is not None:
+        raise ConfigError("--iterations and --epochs: give one, not both")
+    if args.iterations is not None and args.iterations < 1:
+        raise ConfigError(f"--iterations {args.iterations}: must be >= 1")
+    if args.epochs is not None and args.epochs <= 0:
+        raise ConfigError(f"--epochs {args.epochs}: must be > 0")
+    if args.save_models and not args.log_dir:
+        raise ConfigError("--save-models needs --log-dir")
+    model = args.model or default_model_for(args.dataset)
+    preset = dict(PRESETS[model])
+    for key in ("lr", "momentum", "weight_decay", "batch_size"):
+        if getattr(args, key) is not None:
+            preset[key] = getattr(args, key)
+    if preset["lr"] <= 0 or preset["batch_size"] < 1:
+        raise ConfigError("--lr must be > 0 and --batch-size >= 1")
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir, path=args.data_path,
+                           test_path=args.test_path, seed=args.seed)
+    n_workers = size - 1 if args.mode == "ps" else size
+    if n_workers < 1:
+        raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {size}")
+    Emulator(args.slowdown or [], 0, n_workers, compute_time=args.compute_time, seed=args.seed)
+    if args.iterations is None and args.epochs is not None:
+        shard = len(dataset.train_y) // n_workers
+        iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
+    else:
+        iterations = args.iterations or 200
+    local_rank, local_size = local_rank_and_size()
+    device = pick_device(args.device, local_rank)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1))
+    import torch
+    torch.set_num_threads(threads)
+    ctx = RunContext(args=args, comm=comm, dataset=dataset, model_name=model, hparams=preset,
+                     iterations=iterations, device=device, log_dir=args.log_dir,
+                     progress=not args.no_progress)
+    if args.mode == "decentralized":
+        from hopdec import topology as T
+        from hopdec.decentralized import prepare
+        graph = T.load(args.topology) if args.topology else default_topology(size)
+        n = graph.number_of_nodes()
+        if n != size:
+            raise ConfigError(f"{args.topology or 'default topology'}: has {n} workers but the run has "
+                              f"{size} ranks (mpirun -n {n})")
+        cfg, views = prepare(args, graph, iterations)
+        ctx.extra.update(graph=graph, cfg=cfg, views=views)
+    else:
+        from hopdec import ps
+        if hasattr(ps, "check"):
+            ps.check(ctx)
+    return ctx
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    err = None
+    try:
+        ctx = setup(args, comm)
+    except HopdecError as e:
+        err = str(e)
+    errors = comm.allgather(err)
+    if any(errors):
+        first = next((r, e) for r, e in enumerate(errors) if e)
+        where = "" if all(e == first[1] for e in errors) else f" (on rank {first[0]})"
+        print(f"hopdec train: error: {first[1]}{where}", file=sys.stderr, flush=True)
+        return 2
+    if args.mode == "ps":
+        from hopdec import ps
+        ps.run(ctx)
+    else:
+        from hopdec import decentralized
+        decentralized.run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
+    return 0

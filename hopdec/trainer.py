@@ -1,0 +1,269 @@
+"""The torch side of a worker: a model whose parameters live in one flat buffer, and the runs built on it.
+
+* :class:`LocalTrainer` -- model + data shard + SGD (momentum, weight decay) on ONE contiguous flat
+  parameter tensor: every ``nn.Parameter`` of the model is a view into it, and so is every ``.grad``.
+  Sending, averaging and the optimizer step are then single-tensor operations, with no per-parameter
+  messages or loops. It works as an optimizer-like object in any training loop:
+  ``loss = t.compute(); t.reduce([...]); t.apply()``.
+* :class:`RunContext` -- everything a run mode needs on one rank (args, communicator, data, presets,
+  device, emulation); built by :mod:`hopdec.train_cli` and handed to :func:`run_decentralized` or to
+  ``hopdec.ps.run(ctx)``.
+* :func:`run_decentralized` -- the Hop engine over MPI: the protocol core (:mod:`hopdec.protocol`) driven
+  by the shared worker loop (:mod:`hopdec.loop`) with the MPI transport (:mod:`hopdec.transport.mpi`).
+"""
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hopdec.data import batches, partition
+from hopdec.heterogeneity import Emulator
+from hopdec.models import build_model, loss_fn, predict
+
+
+# ---- the local model ----------------------------------------------------------------------------
+class LocalTrainer:
+    """One worker's model, shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
+
+    def __init__(self, model_name, dataset, indices, lr, momentum=0.9, weight_decay=0.0, batch_size=32,
+                 device="cpu", seed=0, data_seed=None, norm="group"):
+        torch.manual_seed(seed)                     # same seed on every rank: identical initial model
+        self.model_name = model_name
+        self.device = torch.device(device)
+        self.model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
+        self.model.to(self.device)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.numel = sum(p.numel() for p in params)
+        self.flat = torch.nn.Parameter(torch.empty(self.numel, device=self.device))
+        self.flat.grad = torch.zeros(self.numel, device=self.device)
+        off = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                self.flat[off:off + n].copy_(p.reshape(-1))
+                p.data = self.flat.data[off:off + n].view_as(p)
+                p.grad = self.flat.grad[off:off + n].view_as(p)
+                off += n
+        self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.criterion = loss_fn(model_name)
+        self.dataset = dataset
+        self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
+                              seed=seed if data_seed is None else data_seed)
+        self.loss = None
+
+    @property
+    def nbytes(self):
+        return self.numel * self.flat.element_size()
+
+    def compute(self):
+        """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad``."""
+        xb, yb = next(self.stream)
+        xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+        self.model.train()
+        self.flat.grad.zero_()
+        loss = self.criterion(self.model(xb), yb)
+        loss.backward()
+        self.loss = float(loss.detach())
+        return self.loss
+
+    def apply(self):
+        """Apply the stored gradient with SGD (momentum and weight decay act on the flat tensor)."""
+        self.optimizer.step()
+
+    def write_params(self, out=None):
+        """Copy the flat parameters into host array ``out`` (device -> host staging on CUDA)."""
+        src = self.flat.detach()
+        if out is None:
+            return src.cpu().numpy().copy()
+        torch.from_numpy(out).copy_(src)
+        return out
+
+    def reduce(self, pairs):
+        """Parameters <- sum(weight * params) over ``pairs = [(host array or None for self, weight)]``."""
+        with torch.no_grad():
+            acc = torch.zeros_like(self.flat)
+            for arr, w in pairs:
+                src = self.flat if arr is None else torch.from_numpy(arr).to(self.device, non_blocking=True)
+                acc.add_(src, alpha=w)
+            self.flat.copy_(acc)
+
+    def load_params(self, arr):
+        with torch.no_grad():
+            self.flat.copy_(torch.from_numpy(np.asarray(arr)).to(self.device))
+
+    @torch.no_grad()
+    def evaluate(self, flat=None, batch_size=1024):
+        """(loss, accuracy) on the held-out split, for the current or the given flat parameters."""
+        saved = None
+        if flat is not None:
+            saved = self.flat.detach().clone()
+            self.load_params(flat)
+        self.model.eval()
+        total, correct, loss_sum = 0, 0, 0.0
+        x, y = self.dataset.test_x, self.dataset.test_y
+        for s in range(0, len(y), batch_size):
+            xb, yb = x[s:s + batch_size].to(self.device), y[s:s + batch_size].to(self.device)
+            out = self.model(xb)
+            loss_sum += float(self.criterion(out, yb)) * len(yb)
+            correct += int((predict(self.model_name, out) == yb).sum())
+            total += len(yb)
+        if saved is not None:
+            self.flat.copy_(saved)
+        return loss_sum / max(total, 1), correct / max(total, 1)
+
+
+class TorchBackend:
+    """Adapts a :class:`LocalTrainer` and an :class:`Emulator` to the worker loop's backend interface."""
+
+    def __init__(self, trainer, emulator, die_at=None):
+        self.t, self.emu, self.die_at = trainer, emulator, die_at
+
+    def write_params(self, out=None):
+        return self.t.write_params(out)
+
+    def compute(self, iteration):
+        if self.die_at is not None and iteration >= self.die_at:
+            os._exit(17)                            # fault injection for tests: die like a crashed node
+        t0 = time.perf_counter()
+        loss = self.t.compute()
+        if self.t.device.type == "cuda":
+            torch.cuda.synchronize(self.t.device)
+        measured = time.perf_counter() - t0
+        total, factor = self.emu.run(iteration, measured)
+        return {"loss": loss, "compute_s": total, "measured_compute_s": measured, "slowdown": factor}
+
+    def reduce(self, pairs):
+        self.t.reduce(pairs)
+
+    def apply(self, iteration):
+        self.t.apply()
+
+
+# ---- the run context ----------------------------------------------------------------------------
+def pick_device(spec, local_rank):
+    """``auto``: ``cuda:(local rank mod device count)`` when CUDA is there, else CPU."""
+    if spec == "auto":
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+        return torch.device("cpu")
+    return torch.device(spec)
+
+
+def local_rank_and_size():
+    """This rank's index and count on its host, from the launcher's environment (Open MPI, MPICH, Slurm)."""
+    for r, s in (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                 ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
+        if r in os.environ:
+            try:
+                return int(os.environ[r]), int(os.environ.get(s, "1").split("(")[0])
+            except ValueError:
+                pass
+    return 0, 1
+
+
+@dataclass
+class RunContext:
+    """What a run mode needs on one rank. ``hparams``: lr, momentum, weight_decay, batch_size."""
+
+    args: object
+    comm: object
+    dataset: object
+    model_name: str
+    hparams: dict
+    iterations: int
+    device: torch.device
+    log_dir: str = None
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rank(self):
+        return self.comm.Get_rank()
+
+    @property
+    def size(self):
+        return self.comm.Get_size()
+
+    def make_trainer(self, part, n_parts):
+        """A trainer on shard ``part`` of ``n_parts`` (same initial model on every rank)."""
+        a = self.args
+        idx = partition(self.dataset.train_y, n_parts, part, scheme=a.partition, seed=a.seed)
+        return LocalTrainer(self.model_name, self.dataset, idx, lr=self.hparams["lr"],
+                            momentum=self.hparams["momentum"], weight_decay=self.hparams["weight_decay"],
+                            batch_size=self.hparams["batch_size"], device=self.device, seed=a.seed,
+                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "group"))
+
+    def make_emulator(self, worker, n_workers):
+        a = self.args
+        return Emulator(a.slowdown or [], worker, n_workers, compute_time=a.compute_time, seed=a.seed)
+
+
+def progress_bar(ctx, total, desc):
+    """A tqdm bar on rank 0 (stderr), or a no-op object elsewhere."""
+    if ctx.rank == 0 and ctx.progress:
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=0.5, leave=False)
+
+    class _Null:
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            pass
+    return _Null()
+
+
+# ---- end of run: gather, evaluate, summarise ------------------------------------------------------
+def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
+           workers=None):
+    """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
+
+    ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
+    evaluates those parameters (e.g. a parameter server's). ``workers``: the ranks that train (default:
+    all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
+    must call it.
+    """
+    from mpi4py import MPI
+
+    from hopdec.metrics import format_table, max_iteration_gap
+
+    comm = ctx.comm
+    loss, acc = trainer.evaluate() if trainer is not None else (None, None)
+    mine = dict(rank=ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
+                compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
+                entries=logger.entries, jumps=logger.jumps,
+                elapsed=(logger.last_time - logger.first_time) if logger.iterations > 1 else None,
+                emulation=emulator.describe() if emulator is not None else "no emulation",
+                **(extra or {}))
+    if isinstance(eval_flat, str) and eval_flat == "average":
+        buf = trainer.write_params(np.empty(trainer.numel, dtype=np.float32))
+        total = np.empty_like(buf)
+        comm.Allreduce(buf, total, op=MPI.SUM)
+        eval_flat = total / comm.Get_size()
+    everyone = comm.gather(mine, root=0)
+    if ctx.rank != 0:
+        return None
+    avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)
+    rows = [r for r in everyone if workers is None or r["rank"] in workers]
+    table = format_table(
+        ["rank", "iters", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
+        [[r["rank"], r["iterations"],
+          (r["iterations"] - 1) / r["elapsed"] if r["elapsed"] else None,
+          r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
+          r["jumps"], r["loss"], r["test_acc"]] for r in rows])
+    gap = max_iteration_gap([r["entries"] for r in rows])
+    emulations = sorted({r["emulation"] for r in rows})
+    lines = [f"== {title} ==", table,
+             f"averaged model: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
+             if avg_acc is not None else "",
+             f"largest iteration gap observed: {int(gap.max())}"
+             + (f" (bound from the topology: {bound:g})" if bound is not None else ""),
+             "times: " + ("EMULATED -- " + " | ".join(emulations) if emulations != ["no emulation"]
+                          else "measured, no emulation")]
+    text = "\n".join(line for line in lines if line)
+    print(text, flush=True)
+    return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=int(gap.max()))

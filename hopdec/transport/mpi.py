@@ -1,0 +1,151 @@
+"""MPI transport: parameters travel as one flat float32 buffer per message, on nonblocking point-to-point.
+
+Receive side: for every in-neighbour, ``slots`` buffers with a receive posted on each (uppercase mpi4py
+``Irecv`` on numpy buffers: no pickling, one message per update). A buffer holds the parameters followed
+by an int64 header with the iteration, so tags stay constant (MPI only promises tags up to 32767) and
+iteration numbers are unbounded. A buffer handed to the core as a handle is re-posted once the core frees
+it (Reduce or Release). Tokens are tiny int64 messages carrying cumulative counts (see hopdec.tokens).
+
+Send side: a ring of send buffers; Send copies the parameters into the next one (the one copy a send
+needs, since Reduce/Apply change the parameters while the message may still be in flight) and posts an
+``Isend`` per destination.
+
+Waiting polls ``Testsome`` and sleeps between polls (50 us growing to 1 ms), so an idle worker yields its
+core to the workers that compute (ranks usually outnumber cores in emulated runs). A wait longer than
+``peer_timeout`` raises :class:`PeerTimeout` naming the ranks it waited for.
+"""
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+TAG_UPDATE = 101
+TAG_GRANT = 102
+
+
+class PeerTimeout(RuntimeError):
+    """A worker waited too long for its neighbours: one may have died or hung."""
+
+
+class MPITransport:
+    def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.numel = numel
+        self.hdr = numel + (numel % 2)              # int64 header, 8-byte aligned after the floats
+        self.peer_timeout = peer_timeout
+        self.reqs, self.meta = [], []
+        self.bufs = {}
+        for j in view.in_neighbors:
+            for s in range(slots):
+                self.bufs[(j, s)] = np.empty(self.hdr + 2, dtype=np.float32)
+                self._post(("u", j, s))
+        self.grant_bufs = {}
+        for j in view.out_neighbors:
+            self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
+            self._post(("g", j, 0))
+        self.ring = [[np.empty(self.hdr + 2, dtype=np.float32), []]
+                     for _ in range(send_ring or max(2, slots))]
+        self._ring_pos = 0
+        self._grant_out = []                        # (buffer, request) kept alive until complete
+        self.bytes_sent = 0
+
+    # ---- receive side ----
+    def _post(self, meta, index=None):
+        kind, j, s = meta
+        if kind == "u":
+            req = self.comm.Irecv(self.bufs[(j, s)], source=j, tag=TAG_UPDATE)
+        else:
+            req = self.comm.Irecv(self.grant_bufs[j], source=j, tag=TAG_GRANT)
+        if index is None:
+            self.reqs.append(req)
+            self.meta.append(meta)
+        else:
+            self.reqs[index] = req
+        return req
+
+    def poll(self, core=None):
+        """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many."""
+        done = MPI.Request.Testsome(self.reqs)
+        if not done:
+            return 0
+        for idx in done:
+            kind, j, s = self.meta[idx]
+            if kind == "u":
+                buf = self.bufs[(j, s)]
+                iteration = int(buf[self.hdr:self.hdr + 2].view(np.int64)[0])
+                if core is not None:
+                    core.on_update(j, iteration, idx)   # the handle is the request slot
+                else:
+                    self._post(self.meta[idx], idx)
+            else:
+                if core is not None:
+                    core.on_grant(j, int(self.grant_bufs[j][0]))
+                self._post(self.meta[idx], idx)
+        return len(done)
+
+    def wait(self, core, wait_action):
+        """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s."""
+        start = time.monotonic()
+        nap = 5e-5
+        while not self.poll(core):
+            if time.monotonic() - start > self.peer_timeout:
+                raise PeerTimeout(
+                    f"rank {self.rank}: no {wait_action.what} from rank(s) "
+                    f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
+                    f"a peer may have died or hung")
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+    def payload(self, handle):
+        """The parameters in a received buffer (a view, valid until the handle is released)."""
+        _, j, s = self.meta[handle]
+        return self.bufs[(j, s)][:self.numel]
+
+    def release(self, handles):
+        for idx in handles:
+            self._post(self.meta[idx], idx)
+
+    # ---- send side ----
+    def send_update(self, iteration, dests, fill):
+        """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``."""
+        slot = self.ring[self._ring_pos]
+        self._ring_pos = (self._ring_pos + 1) % len(self.ring)
+        buf, pending = slot
+        if pending:
+            MPI.Request.Waitall(pending)            # normally long done: the ring is max_ig + 1 deep
+        fill(buf[:self.numel])
+        buf[self.hdr:self.hdr + 2].view(np.int64)[0] = iteration
+        slot[1] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
+        self.bytes_sent += buf.nbytes * len(dests)
+
+    def send_grants(self, grants):
+        self._grant_out = [(b, r) for b, r in self._grant_out if not r.Test()]
+        for dest, count in grants:
+            b = np.array([count], dtype=np.int64)
+            self._grant_out.append((b, self.comm.Isend(b, dest=dest, tag=TAG_GRANT)))
+
+    # ---- shutdown ----
+    def close(self):
+        """Finish without losing or stranding a message.
+
+        1. Drain (keep receiving and discarding) until every rank has stopped starting sends (Ibarrier).
+        2. Drain until our own sends completed; peers are still draining, so they can match them.
+        3. Drain until every rank got there (second Ibarrier); then cancel the receives left posted.
+        """
+        pending = [r for _, reqs in self.ring for r in reqs] + [r for _, r in self._grant_out]
+        self._drain(lambda b=self.comm.Ibarrier(): b.Test())
+        self._drain(lambda: MPI.Request.Testall(pending))
+        self._drain(lambda b=self.comm.Ibarrier(): b.Test())
+        for r in self.reqs:
+            if r != MPI.REQUEST_NULL:
+                r.Cancel()
+        MPI.Request.Waitall(self.reqs)
+
+    def _drain(self, done):
+        nap = 5e-5
+        while not done():
+            self.poll(None)
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)

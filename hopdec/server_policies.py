@@ -24,6 +24,12 @@ Actions (frozen dataclasses)
     :class:`Answer`  ESync: reply READY (True) or NOT-READY (False) to a state query.
     :class:`Note`    something worth logging (barrier chosen, controller decision).
 
+Step size (a decision of hopdec, not of the papers): where one worker's gradient is applied on
+its own (ASP, SSP, DSSP, inside ElasticBSP supersteps) its weight is 1/n, so n single pushes move
+the model as far as one BSP step of n averaged gradients with the same ``--lr`` -- every mode then
+uses the same step per sample and the comparison is about synchronization, not step size (with
+weight 1 and momentum 0.9 the asynchronous modes diverge at the presets' lr on 4+ workers).
+
 A pushed buffer is referenced by at most one Apply or Drop, always before that worker's next
 Release, so the transport may reuse a worker's receive buffer once it has released the worker.
 """
@@ -174,6 +180,7 @@ class Policy:
         self.pushes = [0] * n_workers    # pushes received per worker (its iteration clock)
         self.waiting: set = set()        # workers that pushed and have not been released yet
         self.started = False
+        self.push_weight = 1.0 / n_workers   # weight of a gradient applied on its own (see above)
 
     # events ---------------------------------------------------------------------------------
     def start(self, now: float) -> List:
@@ -245,7 +252,7 @@ class ASPPolicy(Policy):
 
     def _push(self, worker, step, now, local_steps):
         stale = self.version - step
-        return [self._apply([(worker, 1.0)], staleness=[stale]), self._release([worker])]
+        return [self._apply([(worker, self.push_weight)], staleness=[stale]), self._release([worker])]
 
 
 class SSPPolicy(Policy):
@@ -266,7 +273,7 @@ class SSPPolicy(Policy):
         self.s = staleness
 
     def _push(self, worker, step, now, local_steps):
-        actions = [self._apply([(worker, 1.0)], staleness=[self.version - step])]
+        actions = [self._apply([(worker, self.push_weight)], staleness=[self.version - step])]
         slowest = min(self.pushes)
         ready = [w for w in sorted(self.waiting) if self.pushes[w] - slowest <= self.s]
         if ready:
@@ -334,7 +341,7 @@ class DSSPPolicy(Policy):
 
     def _push(self, p, step, now, local_steps):
         self.table[p] = [now, self.table[p][0]]
-        actions: List = [self._apply([(p, 1.0)], staleness=[self.version - step])]
+        actions: List = [self._apply([(p, self.push_weight)], staleness=[self.version - step])]
         slowest = min(self.pushes)
         gap = self.pushes[p] - slowest
         release_p = False
@@ -399,7 +406,7 @@ class ElasticPolicy(Policy):
         self.interval[p] = max(0.0, now - self.mark[p])
         self.last_push[p] = self.mark[p] = now
         self.seen[p] = True
-        actions: List = [self._apply([(p, 1.0)], staleness=[self.version - step])]
+        actions: List = [self._apply([(p, self.push_weight)], staleness=[self.version - step])]
         if self.targets is None and all(self.seen):
             times = predict_pushes(self.last_push, self.interval, self.R)
             idx, span = zipline(times)

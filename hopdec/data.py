@@ -57,19 +57,41 @@ def load_dataset(name: str = "digits", data_dir: Optional[str] = None, path: Opt
 
 
 def _stratified_split(y: np.ndarray, test_fraction: float, seed: int):
-    """Seeded stratified train/test index split (no download, deterministic)."""
-    from sklearn.model_selection import train_test_split
-    idx = np.arange(len(y))
-    tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=y)
-    return np.sort(tr), np.sort(te)
+    """Seeded stratified train/test index split: each class gives its share (largest remainders)."""
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(y, return_counts=True)
+    n_test = int(np.ceil(test_fraction * len(y)))
+    share = counts * n_test / len(y)
+    take = np.floor(share).astype(int)
+    for c in np.argsort(-(share - take), kind="stable")[:n_test - take.sum()]:
+        take[c] += 1
+    test = np.concatenate([rng.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, take)])
+    train = np.setdiff1d(np.arange(len(y)), test)
+    return np.sort(train), np.sort(test)
+
+
+def _digits_arrays():
+    """The digits table as scikit-learn ships it (``sklearn/datasets/data/digits.csv.gz``).
+
+    Read straight from the file: importing scikit-learn costs a second or more per rank, which adds
+    up when many ranks share a few cores. Falls back to ``sklearn.datasets.load_digits``.
+    """
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(root, "datasets", "data", "digits.csv.gz")
+        if os.path.exists(path):
+            table = np.loadtxt(path, delimiter=",", dtype=np.float32)
+            return table[:, :-1], table[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return d.data.astype(np.float32), d.target.astype(np.int64)
 
 
 def _load_digits(seed: int) -> Dataset:
     """scikit-learn's 1797 8x8 digits (shipped in the package), scaled to [0,1], 20% held out."""
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    x = (d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
-    y = d.target.astype(np.int64)
+    data, y = _digits_arrays()
+    x = (data / 16.0).reshape(-1, 1, 8, 8)
     tr, te = _stratified_split(y, 0.2, seed)
     return Dataset(torch.from_numpy(x[tr]), torch.from_numpy(y[tr]),
                    torch.from_numpy(x[te]), torch.from_numpy(y[te]),

@@ -9,10 +9,7 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
-from hopdec.loop import worker_loop
-from hopdec.metrics import RankLogger
 from hopdec.protocol import ProtocolConfig, Worker, check_config, node_views
-from hopdec.trainer import TorchBackend, progress_bar, report
 
 
 def parse_skip(spec):
@@ -63,6 +60,9 @@ def gap_bound(graph, cfg):
 
 def run(ctx, graph, cfg, views):
     """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective."""
+    from hopdec.loop import worker_loop
+    from hopdec.metrics import RankLogger
+    from hopdec.trainer import TorchBackend, progress_bar, report
     from hopdec.transport.mpi import MPITransport, PeerTimeout
 
     args, rank, comm = ctx.args, ctx.rank, ctx.comm
@@ -84,7 +84,8 @@ def run(ctx, graph, cfg, views):
         logger.log(rec)
         bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
 
-    backend = TorchBackend(trainer, emulator, die_at=args.die_at if args.die_rank == rank else None)
+    backend = TorchBackend(trainer, emulator, die_at=args.die_at if args.die_rank == rank else None,
+                           die_how=args.die_how)
     comm.Barrier()                                  # start together: iteration times are comparable
     try:
         for wait in worker_loop(core, io, backend, on_record=on_record):

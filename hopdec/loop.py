@@ -5,7 +5,8 @@ answers each yield by blocking on its transport; the in-process scheduler answer
 worker. Either way the same loop and the same core run, so nothing of the protocol is forked per
 transport.
 
-A *transport* has ``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)``
+A *transport* has an optional ``poll(core)`` (deliver what has arrived; called before every action),
+``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)``
 and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's send buffer (the one
 copy a send needs). A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
 ``compute(iteration) -> dict`` (at least ``loss`` and ``compute_s``), ``reduce(pairs)`` with
@@ -30,9 +31,12 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
     workers action by action.
     """
     rec = None
+    poll = getattr(io, "poll", None)
     while True:
         if step:
             yield None
+        if poll is not None:
+            poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
         a = core.next_action()
         if isinstance(a, Wait):
             t0 = clock()

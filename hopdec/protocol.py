@@ -135,7 +135,8 @@ def check_config(cfg, views):
     if cfg.backup_workers < 0:
         raise ValueError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
     if cfg.protocol != "tokens" and (uses_backup or cfg.staleness is not None):
-        what = "--backup-workers" if uses_backup else "--staleness"
+        what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
+                "backup_workers in the topology file") if uses_backup else f"--staleness {cfg.staleness}"
         raise ValueError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                          f"unbounded (Hop sec. 4.3/4.4)")
     if cfg.skip_max_jump:

@@ -39,7 +39,8 @@ def build_parser():
     d.add_argument("--test-path", help="libsvm: test file (default: 20%% held out)")
     d.add_argument("--model", choices=["cnn", "vgg11", "svm", "mlp"], default=None,
                    help="default: cnn for digits, vgg11 for cifar10, svm for libsvm")
-    d.add_argument("--norm", choices=["group", "batch", "none"], default="group", help="vgg11 norm layers")
+    d.add_argument("--norm", choices=["batch", "running", "group", "none"], default="batch",
+                   help="vgg11 normalisation (batch: batch statistics only, no buffers to keep apart)")
     d.add_argument("--partition", choices=["iid", "noniid"], default="iid")
     d.add_argument("--lr", type=float, default=None, help="default: the model's preset")
     d.add_argument("--momentum", type=float, default=None)
@@ -66,6 +67,7 @@ def build_parser():
                    help="seconds a worker waits for a neighbour before giving up on the run")
     p.add_argument("--die-rank", type=int, default=None, help=argparse.SUPPRESS)   # fault injection
     p.add_argument("--die-at", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--die-how", choices=["exit", "hang"], default="exit", help=argparse.SUPPRESS)
     try:
         from hopdec import ps
         ps.add_arguments(p)
@@ -88,11 +90,12 @@ def default_topology(n):
 
 
 def setup(args, comm):
-    """Everything checked and loaded before training; raises HopdecError with one line."""
-    from hopdec.data import load_dataset, steps_per_epoch
+    """Everything checked and loaded before training; raises HopdecError with one line.
+
+    The cheap checks (options, topology, protocol, slowdowns) come first, before torch is even
+    imported, so a bad command line fails in about a second on every rank.
+    """
     from hopdec.heterogeneity import Emulator
-    from hopdec.models import PRESETS, default_model_for
-    from hopdec.trainer import RunContext, local_rank_and_size, pick_device
 
     size = comm.Get_size()
     if args.iterations is not None and args.epochs is not None:
@@ -103,32 +106,15 @@ def setup(args, comm):
         raise ConfigError(f"--epochs {args.epochs}: must be > 0")
     if args.save_models and not args.log_dir:
         raise ConfigError("--save-models needs --log-dir")
-    model = args.model or default_model_for(args.dataset)
-    preset = dict(PRESETS[model])
-    for key in ("lr", "momentum", "weight_decay", "batch_size"):
-        if getattr(args, key) is not None:
-            preset[key] = getattr(args, key)
-    if preset["lr"] <= 0 or preset["batch_size"] < 1:
-        raise ConfigError("--lr must be > 0 and --batch-size >= 1")
-    dataset = load_dataset(args.dataset, data_dir=args.data_dir, path=args.data_path,
-                           test_path=args.test_path, seed=args.seed)
+    if args.lr is not None and args.lr <= 0:
+        raise ConfigError(f"--lr {args.lr}: must be > 0")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size}: must be >= 1")
     n_workers = size - 1 if args.mode == "ps" else size
     if n_workers < 1:
         raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {size}")
     Emulator(args.slowdown or [], 0, n_workers, compute_time=args.compute_time, seed=args.seed)
-    if args.iterations is None and args.epochs is not None:
-        shard = len(dataset.train_y) // n_workers
-        iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
-    else:
-        iterations = args.iterations or 200
-    local_rank, local_size = local_rank_and_size()
-    device = pick_device(args.device, local_rank)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1))
-    import torch
-    torch.set_num_threads(threads)
-    ctx = RunContext(args=args, comm=comm, dataset=dataset, model_name=model, hparams=preset,
-                     iterations=iterations, device=device, log_dir=args.log_dir,
-                     progress=not args.no_progress)
+    graph = None
     if args.mode == "decentralized":
         from hopdec import topology as T
         from hopdec.decentralized import prepare
@@ -137,6 +123,33 @@ def setup(args, comm):
         if n != size:
             raise ConfigError(f"{args.topology or 'default topology'}: has {n} workers but the run has "
                               f"{size} ranks (mpirun -n {n})")
+        prepare(args, graph, args.iterations or 1)
+
+    import torch
+
+    from hopdec.data import load_dataset, steps_per_epoch
+    from hopdec.models import PRESETS, default_model_for
+    from hopdec.trainer import RunContext, local_rank_and_size, pick_device
+
+    model = args.model or default_model_for(args.dataset)
+    preset = dict(PRESETS[model])
+    for key in ("lr", "momentum", "weight_decay", "batch_size"):
+        if getattr(args, key) is not None:
+            preset[key] = getattr(args, key)
+    dataset = load_dataset(args.dataset, data_dir=args.data_dir, path=args.data_path,
+                           test_path=args.test_path, seed=args.seed)
+    if args.iterations is None and args.epochs is not None:
+        shard = len(dataset.train_y) // n_workers
+        iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
+    else:
+        iterations = args.iterations or 200
+    local_rank, local_size = local_rank_and_size()
+    device = pick_device(args.device, local_rank)
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1)))
+    ctx = RunContext(args=args, comm=comm, dataset=dataset, model_name=model, hparams=preset,
+                     iterations=iterations, device=device, log_dir=args.log_dir,
+                     progress=not args.no_progress)
+    if graph is not None:
         cfg, views = prepare(args, graph, iterations)
         ctx.extra.update(graph=graph, cfg=cfg, views=views)
     else:

@@ -30,7 +30,7 @@ class LocalTrainer:
     """One worker's model, shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
 
     def __init__(self, model_name, dataset, indices, lr, momentum=0.9, weight_decay=0.0, batch_size=32,
-                 device="cpu", seed=0, data_seed=None, norm="group"):
+                 device="cpu", seed=0, data_seed=None, norm="batch"):
         torch.manual_seed(seed)                     # same seed on every rank: identical initial model
         self.model_name = model_name
         self.device = torch.device(device)
@@ -119,15 +119,17 @@ class LocalTrainer:
 class TorchBackend:
     """Adapts a :class:`LocalTrainer` and an :class:`Emulator` to the worker loop's backend interface."""
 
-    def __init__(self, trainer, emulator, die_at=None):
-        self.t, self.emu, self.die_at = trainer, emulator, die_at
+    def __init__(self, trainer, emulator, die_at=None, die_how="exit"):
+        self.t, self.emu, self.die_at, self.die_how = trainer, emulator, die_at, die_how
 
     def write_params(self, out=None):
         return self.t.write_params(out)
 
     def compute(self, iteration):
-        if self.die_at is not None and iteration >= self.die_at:
-            os._exit(17)                            # fault injection for tests: die like a crashed node
+        if self.die_at is not None and iteration >= self.die_at:   # fault injection for the tests
+            if self.die_how == "hang":
+                time.sleep(10 ** 6)                 # a hung node: alive, silent
+            os._exit(17)                            # a crashed node
         t0 = time.perf_counter()
         loss = self.t.compute()
         if self.t.device.type == "cuda":
@@ -195,7 +197,7 @@ class RunContext:
         return LocalTrainer(self.model_name, self.dataset, idx, lr=self.hparams["lr"],
                             momentum=self.hparams["momentum"], weight_decay=self.hparams["weight_decay"],
                             batch_size=self.hparams["batch_size"], device=self.device, seed=a.seed,
-                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "group"))
+                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "batch"))
 
     def make_emulator(self, worker, n_workers):
         a = self.args

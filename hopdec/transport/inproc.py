@@ -31,6 +31,7 @@ class InProcIO:
         data = fill(None)                             # the snapshot a real Isend buffer would hold
         for d in dests:
             self.net.in_flight.append((d, "update", (self.rank, iteration, data)))
+            self.net.updates_sent_to[d] += 1
 
     def send_grants(self, grants):
         for d, count in grants:
@@ -104,6 +105,7 @@ class InProcNetwork:
         self.blocked = [False] * len(views)
         self.done = [False] * len(views)
         self.in_flight = []
+        self.updates_sent_to = [0] * len(views)
         self.rng = random.Random(seed)
         self.speeds = list(speeds) if speeds is not None else [1.0] * len(views)
         self.check = check

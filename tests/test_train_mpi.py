@@ -1,0 +1,153 @@
+"""Decentralized training in real ``mpirun`` jobs (4-8 ranks, oversubscribed, with timeouts)."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hopdec.data import load_dataset, partition
+from hopdec.metrics import max_iteration_gap, read_log
+from hopdec.models import PRESETS
+from hopdec.trainer import LocalTrainer
+
+from mpi_util import mpirun, topo_bounds
+
+COMMON = ["train", "--no-progress", "--threads", "1"]
+
+
+def logs(d):
+    files = sorted(glob.glob(os.path.join(d, "rank*.jsonl")), key=lambda p: int(p.split("rank")[-1][:-6]))
+    return [read_log(f) for f in files]
+
+
+def measured_gap(d):
+    return int(max_iteration_gap([[(r["time"], r["iter"]) for r in recs] for recs in logs(d)]).max())
+
+
+def test_default_run_trains_and_summarises(tmp_path):
+    out = mpirun(4, COMMON + ["--iterations", "120", "--log-dir", tmp_path])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "averaged model: test loss" in out.stdout and "largest iteration gap observed" in out.stdout
+    acc = float(out.stdout.split("test accuracy")[1].split()[0])
+    assert acc > 0.6                                   # 10 classes: chance is 0.1
+    for recs in logs(tmp_path):
+        assert [r["iter"] for r in recs] == list(range(120))
+        assert {"rank", "iter", "time", "loss", "compute_s", "wait_s", "tokens"} <= set(recs[0])
+        first = np.mean([r["loss"] for r in recs[:10]])
+        last = np.mean([r["loss"] for r in recs[-10:]])
+        assert last < 0.5 * first                      # training loss falls
+
+
+def test_complete_graph_equals_synchronous_averaging(tmp_path):
+    n, iters, seed = 4, 12, 3
+    out = mpirun(n, COMMON + ["--topology", "topologies/complete_4.json", "--iterations", iters,
+                              "--seed", seed, "--log-dir", tmp_path, "--save-models"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    ds = load_dataset("digits", seed=seed)
+    h = PRESETS["cnn"]
+    ref = [LocalTrainer("cnn", ds, partition(ds.train_y, n, r, "iid", seed), lr=h["lr"],
+                        momentum=h["momentum"], weight_decay=h["weight_decay"], batch_size=h["batch_size"],
+                        seed=seed, data_seed=seed * 7919 + r) for r in range(n)]
+    for _ in range(iters):
+        for t in ref:
+            t.compute()
+        with torch.no_grad():
+            mean = torch.zeros_like(ref[0].flat)
+            for t in ref:
+                mean.add_(t.flat, alpha=1.0 / n)
+            for t in ref:
+                t.flat.copy_(mean)
+        for t in ref:
+            t.apply()
+    for r in range(n):
+        got = np.load(tmp_path / f"params_rank{r}.npy")
+        np.testing.assert_allclose(got, ref[r].flat.detach().numpy(), atol=1e-6, rtol=0)
+    # and the run really was a run of workers that differ: their gradients came from different shards
+    assert not np.allclose(ref[0].flat.grad.numpy(), ref[1].flat.grad.numpy())
+
+
+SETTINGS = {
+    "standard": ([], "standard+tokens"),
+    "staleness": (["--staleness", "2"], "staleness+tokens"),
+    "backup": (["--backup-workers", "1"], "backup+tokens"),
+    "hybrid": (["--backup-workers", "1", "--staleness", "1"], "hybrid+tokens"),
+}
+
+
+@pytest.fixture(scope="module")
+def ring6(tmp_path_factory):
+    path = tmp_path_factory.mktemp("topo") / "ring_6.json"
+    out = subprocess.run([sys.executable, "-m", "hopdec.cli", "topo", "generate", "ring", "-n", "6",
+                          "-o", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return str(path)
+
+
+@pytest.mark.parametrize("slowdown", ["random:factor=6,prob=1/n", "rank=2,factor=4"])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_measured_gap_never_exceeds_the_analyzed_bound(tmp_path, ring6, setting, slowdown):
+    extra, key = SETTINGS[setting]
+    out = mpirun(6, COMMON + ["--topology", ring6, "--iterations", 30, "--max-ig", 2,
+                              "--compute-time", "0.02", "--slowdown", slowdown,
+                              "--log-dir", tmp_path] + extra, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "EMULATED" in out.stdout
+    bound = topo_bounds(ring6, max_ig=2, staleness=2 if setting == "staleness" else 1)[key]
+    gap = measured_gap(tmp_path)
+    assert gap <= bound, (gap, bound)
+    if setting != "standard":
+        assert gap >= 1                                # slowdowns did open a gap
+
+
+def test_skipping_makes_the_straggler_jump(tmp_path):
+    out = mpirun(6, COMMON + ["--iterations", 30, "--max-ig", 3, "--backup-workers", 1,
+                              "--skip", "max-jump=3,trigger=2", "--compute-time", "0.05",
+                              "--slowdown", "rank=0,factor=4", "--log-dir", tmp_path], timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    recs = logs(tmp_path)
+    jumps = [r for r in recs[0] if "jumped_from" in r]
+    assert jumps and all(2 <= r["iter"] - r["jumped_from"] <= 3 for r in jumps)
+    assert not any("jumped_from" in r for rs in recs[1:] for r in rs)
+
+
+@pytest.mark.parametrize("protocol", ["queue-only", "notify-ack"])
+def test_other_protocols_run_within_their_bounds(tmp_path, protocol):
+    topo = "topologies/ring_based_8.json"
+    out = mpirun(8, COMMON + ["--topology", topo, "--iterations", 30, "--protocol", protocol,
+                              "--compute-time", "0.01", "--slowdown", "random:factor=6,prob=1/n",
+                              "--log-dir", tmp_path], timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    key = "notify-ack" if protocol == "notify-ack" else "standard"
+    assert measured_gap(tmp_path) <= topo_bounds(topo)[key]
+
+
+def test_a_dead_rank_stops_the_run_with_a_message():
+    out = mpirun(4, COMMON + ["--iterations", 200, "--die-rank", 2, "--die-at", 5], timeout=120)
+    assert out.returncode != 0
+    assert "exited with non-zero status" in out.stdout + out.stderr or "rank 2" in out.stderr
+
+
+def test_a_hung_rank_times_out_its_neighbours():
+    out = mpirun(4, COMMON + ["--iterations", 200, "--die-rank", 2, "--die-at", 5, "--die-how", "hang",
+                              "--peer-timeout", 4], timeout=120)
+    assert out.returncode != 0
+    assert "from rank(s) 2 for 4 s; a peer may have died or hung" in out.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--topology", "topologies/ring_based_8.json"], "has 8 workers but the run has 4 ranks"),
+    (["--protocol", "queue-only", "--backup-workers", "1"], "--backup-workers 1 needs --protocol tokens"),
+    (["--backup-workers", "3"], "backup workers 3 at node 0: must be smaller than its 3 in-neighbours"),
+    (["--slowdown", "rank=9,factor=4"], "rank=9"),
+    (["--topology", "does/not/exist.json"], "does/not/exist.json"),
+])
+def test_bad_input_fails_on_every_rank_before_training(args, msg):
+    out = mpirun(4, COMMON + ["--iterations", 5] + args, timeout=120)
+    assert out.returncode != 0
+    lines = [l for l in out.stderr.splitlines() if l.startswith("hopdec train: error:")]
+    assert len(lines) == 4 and all(msg in l for l in lines), out.stderr
+    assert "Traceback" not in out.stderr

@@ -151,3 +151,33 @@ def test_bad_input_fails_on_every_rank_before_training(args, msg):
     lines = [l for l in out.stderr.splitlines() if l.startswith("hopdec train: error:")]
     assert len(lines) == 4 and all(msg in l for l in lines), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_svm_on_a_libsvm_file_and_vgg11_on_cifar_batches(tmp_path):
+    """The non-default data paths end to end, on tiny files written here (nothing is downloaded)."""
+    import pickle
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(200):
+        label = 1 if i % 2 else -1
+        feats = {j: float(rng.normal() + (0.8 * label if j < 3 else 0)) for j in range(1, 11)}
+        lines.append(f"{label} " + " ".join(f"{j}:{v:.4f}" for j, v in feats.items()))
+    svm = tmp_path / "tiny.svm"
+    svm.write_text("\n".join(lines) + "\n")
+    out = mpirun(2, COMMON + ["--dataset", "libsvm", "--data-path", svm, "--iterations", 30,
+                              "--batch-size", 16, "--lr", 0.5, "--log-dir", tmp_path / "svm"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert float(out.stdout.split("test accuracy")[1].split()[0]) > 0.7      # 2 classes: chance 0.5
+    assert read_log(tmp_path / "svm" / "rank0.jsonl")[0]["loss"] > 0
+
+    cifar = tmp_path / "cifar-10-batches-py"
+    cifar.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(cifar / name, "wb") as f:
+            pickle.dump({b"data": rng.integers(0, 256, (8, 3072), dtype=np.uint8),
+                         b"labels": list(rng.integers(0, 10, 8))}, f)
+    out = mpirun(2, COMMON + ["--dataset", "cifar10", "--data-dir", tmp_path, "--iterations", 2,
+                              "--batch-size", 4, "--log-dir", tmp_path / "vgg"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    header = __import__("json").loads(open(tmp_path / "vgg" / "rank0.jsonl").readline())["run"]
+    assert header["model"] == "vgg11" and header["params"] > 9_000_000

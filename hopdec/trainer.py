@@ -25,7 +25,68 @@ from hopdec.heterogeneity import Emulator
 from hopdec.models import build_model, loss_fn, predict
 
 
-# ---- the local model ----------------------------------------------------------------------------
+# ---- the local model ----
+def flatten_parameters(module):
+    """Move every trainable parameter of ``module`` into one contiguous tensor; return it.
+
+    The returned ``nn.Parameter`` (on the module's device) owns the storage: each parameter becomes a
+    view into it and each ``.grad`` a view into ``flat.grad``, so one optimizer step, one copy or one
+    message covers the whole model.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    device = params[0].device if params else torch.device("cpu")
+    flat = torch.nn.Parameter(torch.empty(numel, device=device))
+    flat.grad = torch.zeros(numel, device=device)
+    off = 0
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            flat[off:off + n].copy_(p.reshape(-1))
+            p.data = flat.data[off:off + n].view_as(p)
+            p.grad = flat.grad[off:off + n].view_as(p)
+            off += n
+    return flat
+
+
+def regather_grads(module, flat):
+    """Put gradients back into ``flat.grad`` if something replaced them (``model.zero_grad()`` sets
+    ``.grad = None`` by default, after which backward allocates new tensors). Cheap when nothing did."""
+    off = 0
+    base = flat.grad.data_ptr()
+    for p in (p for p in module.parameters() if p.requires_grad):
+        n = p.numel()
+        view = flat.grad[off:off + n]
+        if p.grad is None or p.grad.data_ptr() != base + off * flat.grad.element_size():
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad.reshape(-1))
+            p.grad = view.view_as(p)
+        off += n
+
+
+def write_params(flat, out=None):
+    """Copy ``flat`` into host array ``out`` (or a new one): the device -> host staging of a send."""
+    src = flat.detach()
+    if out is None:
+        return src.cpu().numpy().copy()
+    torch.from_numpy(out).copy_(src)
+    return out
+
+
+def weighted_sum_into(flat, pairs):
+    """``flat <- sum(weight * params)`` over ``pairs = [(host array, or None for flat itself, weight)]``.
+
+    Summed in the given order into one accumulator, so equal inputs give bit-identical results."""
+    with torch.no_grad():
+        acc = torch.zeros_like(flat)
+        for arr, w in pairs:
+            acc.add_(flat if arr is None else torch.from_numpy(arr).to(flat.device, non_blocking=True),
+                     alpha=w)
+        flat.copy_(acc)
+
+
 class LocalTrainer:
     """One worker's model, shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
 
@@ -36,18 +97,8 @@ class LocalTrainer:
         self.device = torch.device(device)
         self.model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
         self.model.to(self.device)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.numel = sum(p.numel() for p in params)
-        self.flat = torch.nn.Parameter(torch.empty(self.numel, device=self.device))
-        self.flat.grad = torch.zeros(self.numel, device=self.device)
-        off = 0
-        with torch.no_grad():
-            for p in params:
-                n = p.numel()
-                self.flat[off:off + n].copy_(p.reshape(-1))
-                p.data = self.flat.data[off:off + n].view_as(p)
-                p.grad = self.flat.grad[off:off + n].view_as(p)
-                off += n
+        self.flat = flatten_parameters(self.model)
+        self.numel = self.flat.numel()
         self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
@@ -75,21 +126,10 @@ class LocalTrainer:
         self.optimizer.step()
 
     def write_params(self, out=None):
-        """Copy the flat parameters into host array ``out`` (device -> host staging on CUDA)."""
-        src = self.flat.detach()
-        if out is None:
-            return src.cpu().numpy().copy()
-        torch.from_numpy(out).copy_(src)
-        return out
+        return write_params(self.flat, out)
 
     def reduce(self, pairs):
-        """Parameters <- sum(weight * params) over ``pairs = [(host array or None for self, weight)]``."""
-        with torch.no_grad():
-            acc = torch.zeros_like(self.flat)
-            for arr, w in pairs:
-                src = self.flat if arr is None else torch.from_numpy(arr).to(self.device, non_blocking=True)
-                acc.add_(src, alpha=w)
-            self.flat.copy_(acc)
+        weighted_sum_into(self.flat, pairs)
 
     def load_params(self, arr):
         with torch.no_grad():

@@ -1,0 +1,87 @@
+"""The flat-buffer trainer: parameters and gradients are views of one tensor, and SGD is unchanged."""
+
+import copy
+
+import numpy as np
+import torch
+
+from hopdec.data import load_dataset, partition
+from hopdec.metrics import format_table, max_iteration_gap
+from hopdec.trainer import LocalTrainer, pick_device
+
+
+def make(seed=0, **kw):
+    ds = load_dataset("digits", seed=0)
+    return LocalTrainer("cnn", ds, partition(ds.train_y, 2, 0, "iid", 0), lr=0.05, momentum=0.9,
+                        weight_decay=1e-4, batch_size=16, seed=seed, **kw)
+
+
+def test_parameters_and_gradients_are_views_of_the_flat_buffers():
+    t = make()
+    params = list(t.model.parameters())
+    assert sum(p.numel() for p in params) == t.numel == t.flat.numel()
+    for p in params:
+        assert p.data.untyped_storage().data_ptr() == t.flat.data.untyped_storage().data_ptr()
+    with torch.no_grad():
+        t.flat.zero_()
+    assert all(float(p.detach().abs().sum()) == 0 for p in params)       # writing the buffer writes the model
+    t.load_params(np.arange(t.numel, dtype=np.float32))
+    t.compute()
+    flat_from_params = torch.cat([p.grad.reshape(-1) for p in params])
+    assert torch.equal(flat_from_params, t.flat.grad) and float(t.flat.grad.abs().sum()) > 0
+
+
+def test_flat_sgd_matches_torch_sgd_on_the_unflattened_model():
+    t = make(seed=1)
+    ref = copy.deepcopy(t.model)
+    for p, q in zip(ref.parameters(), t.model.parameters()):
+        p.data = q.detach().clone()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    stream = make(seed=1).stream                          # the same batches
+    for _ in range(5):
+        t.compute()
+        t.apply()
+        xb, yb = next(stream)
+        opt.zero_grad()
+        t.criterion(ref(xb), yb).backward()
+        opt.step()
+    got = t.write_params()
+    want = torch.cat([p.detach().reshape(-1) for p in ref.parameters()]).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_reduce_is_the_weighted_sum_with_self_in_place():
+    t = make()
+    own = t.write_params()
+    other = np.ones(t.numel, dtype=np.float32)
+    t.reduce([(None, 0.25), (other, 0.75)])
+    np.testing.assert_allclose(t.write_params(), 0.25 * own + 0.75, rtol=1e-6, atol=1e-6)
+
+
+def test_evaluate_given_parameters_leaves_the_model_alone():
+    t = make()
+    before = t.write_params()
+    loss, acc = t.evaluate(np.zeros(t.numel, dtype=np.float32))
+    assert 0 <= acc <= 1 and loss > 0
+    np.testing.assert_array_equal(t.write_params(), before)
+
+
+def test_pick_device_auto_is_cpu_without_cuda():
+    if not torch.cuda.is_available():
+        assert pick_device("auto", 3) == torch.device("cpu")
+    assert pick_device("cpu", 0) == torch.device("cpu")
+
+
+def test_max_iteration_gap_replays_entry_times():
+    # rank 0 enters 0,1,2 at t=0,1,2; rank 1 enters 0 at t=0 and 1 at t=5
+    gap = max_iteration_gap([[(0, 0), (1, 1), (2, 2)], [(0, 0), (5, 1)]])
+    assert gap[0, 1] == 2 and gap[1, 0] == 0
+    # a jump counts with its size; events at the same time are applied together
+    gap = max_iteration_gap([[(0, 0), (3, 4)], [(0, 0), (3, 1)]])
+    assert gap[0, 1] == 3
+
+
+def test_format_table_aligns_columns():
+    text = format_table(["a", "bb"], [[1, 2.5], [10, None]])
+    lines = text.splitlines()
+    assert lines[0] == " a   bb" and lines[2] == " 1  2.5" and lines[3] == "10    -"

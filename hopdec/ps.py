@@ -72,16 +72,16 @@ def add_arguments(parser):
                    help="synchronization model: bsp, asp, ssp (--staleness s, default 3), dssp "
                         "(--staleness-range), elastic (--lookahead), backup (--backup-workers b: "
                         "N = workers - b gradients per step), esync")
-    g.add_argument("--staleness-range", default=None, metavar="sL,sU",
-                   help="dssp: staleness threshold range (default 3,15: DSSP Table I's s_L=3, r=12)")
-    g.add_argument("--lookahead", type=int, default=None, metavar="R",
-                   help="elastic: predicted future pushes per worker for ZipLine (default 15)")
+    g.add_argument("--staleness-range", default="3,15", metavar="sL,sU",
+                   help="dssp: staleness threshold range (3,15 is DSSP Table I's s_L=3, r=12)")
+    g.add_argument("--lookahead", type=int, default=15, metavar="R",
+                   help="elastic: predicted future pushes per worker for ZipLine")
     g.add_argument("--esync-epsilon", type=float, default=0.0, metavar="SECONDS",
                    help="esync: the state server's boundary constant (a device aggregates when its "
                         "step time + epsilon exceeds the slowest device's remaining time); negative "
                         "lets a fast device finish a step up to |epsilon| after the slowest")
     g.add_argument("--eval-interval", type=float, default=0.0, metavar="SECONDS",
-                   help="ps: the server evaluates its model every SECONDS of wall time and logs it "
+                   help="the server evaluates its model every SECONDS of wall time and logs it "
                         "(0: only at the end)")
     return parser
 
@@ -161,6 +161,7 @@ def _wait(req, timeout, what):
 
 def _fatal(comm, err):
     print(f"hopdec train: error: {err}", file=sys.stderr, flush=True)
+    time.sleep(0.5)            # let the launcher forward the line before MPI_Abort kills everyone
     comm.Abort(3)
 
 

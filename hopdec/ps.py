@@ -95,18 +95,26 @@ def _policy_from(args, n_workers):
                        esync_epsilon=getattr(args, "esync_epsilon", 0.0) or 0.0)
 
 
-def check(ctx):
-    """Validate the PS settings on this rank before any communication (ConfigError: one line)."""
-    args = ctx.args
-    if ctx.size < 2:
-        raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {ctx.size}")
+def check_args(args, size):
+    """The PS settings checks that need only the options and the number of ranks (no torch).
+
+    Cheap: ``hopdec.train_cli.setup`` may call it before importing torch so bad settings fail in
+    about a second; :func:`check` calls it too. Returns the validated policy.
+    """
+    if size < 2:
+        raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {size}")
     ev = getattr(args, "eval_interval", 0.0) or 0.0
     if not ev >= 0:
         raise ConfigError(f"--eval-interval must be >= 0 seconds, got {ev}")
     die = getattr(args, "die_rank", None)
-    if die is not None and not 1 <= die < ctx.size:
-        raise ConfigError(f"--die-rank {die}: in ps mode only worker ranks 1..{ctx.size - 1} can die")
-    ctx.extra["ps_policy"] = _policy_from(args, ctx.size - 1)
+    if die is not None and not 1 <= die < size:
+        raise ConfigError(f"--die-rank {die}: in ps mode only worker ranks 1..{size - 1} can die")
+    return _policy_from(args, size - 1)
+
+
+def check(ctx):
+    """Validate the PS settings on this rank before any communication (ConfigError: one line)."""
+    ctx.extra["ps_policy"] = check_args(ctx.args, ctx.size)
     return ctx.extra["ps_policy"]
 
 

@@ -7,7 +7,6 @@ transport plugged into it. See README.md for the tour.
 __version__ = "0.1.0"
 
 
-def zipline(times):
-    """ElasticBSP barrier search; see :func:`hopdec.zipline.zipline` (imported lazily)."""
-    from hopdec.zipline import zipline as _zipline
-    return _zipline(times)
+# ``hopdec.zipline(times)`` is the function (imported eagerly: numpy only). Import the module's other
+# names with ``from hopdec.zipline import zipline_plain, ...``.
+from hopdec.zipline import zipline  # noqa: E402,F401

@@ -563,9 +563,9 @@ def run(ctx):
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     out = report(ctx, logger, trainer, emulator, title,
                  eval_flat=trainer.write_params() if rank == 0 else None,
-                 bound=bound, extra=extra, workers=set(range(1, ctx.size)))
+                 bound=bound, extra=extra, workers=set(range(1, ctx.size)), model_label="server model",
+                 bound_label=f"bound of --sync {sync}")
     if rank == 0:
-        print(f"server model ({policy.version} updates, {server.dropped} gradients dropped, "
-              f"{elapsed:.2f} s): test loss {final['test_loss']:.4f}, "
-              f"test accuracy {final['test_acc']:.4f}", flush=True)
+        print(f"server: {policy.version} updates, {server.dropped} gradients dropped, "
+              f"{elapsed:.2f} s", flush=True)
     return out

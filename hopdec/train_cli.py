@@ -19,8 +19,9 @@ def build_parser():
     p.add_argument("--mode", choices=["decentralized", "ps"], default="decentralized",
                    help="decentralized (Hop) or a central parameter server on rank 0")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
-    g.add_argument("--topology", help="topology file (node-link JSON or edge list); default: ring-based "
-                   "graph over all ranks")
+    g.add_argument("--topology", help="topology file (node-link JSON or edge list), or a generator kind "
+                   "(ring, ring-based, double-ring, exponential, torus, complete, ...) built over all "
+                   "ranks; default: ring-based")
     g.add_argument("--protocol", choices=["tokens", "queue-only", "notify-ack"], default="tokens")
     g.add_argument("--max-ig", type=int, default=2, help="largest iteration gap between neighbours "
                    "(token queues)")
@@ -89,6 +90,21 @@ def default_topology(n):
     return g
 
 
+def resolve_topology(spec, size):
+    """A topology file, or a generator kind of ``hopdec topo generate`` built over all ranks."""
+    from hopdec import topology as T
+    if spec is None:
+        return default_topology(size)
+    if not os.path.exists(spec) and spec in T.GENERATORS:
+        try:
+            g = T.GENERATORS[spec](size)
+        except ValueError as err:
+            raise ConfigError(f"--topology {spec}: {err}") from None
+        g.graph["source"] = f"{spec}({size})"
+        return g
+    return T.load(spec)
+
+
 def setup(args, comm):
     """Everything checked and loaded before training; raises HopdecError with one line.
 
@@ -111,14 +127,15 @@ def setup(args, comm):
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be >= 1")
     n_workers = size - 1 if args.mode == "ps" else size
-    if n_workers < 1:
-        raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {size}")
+    if args.mode == "ps":
+        from hopdec import ps
+        ps.check_args(args, size)               # cheap: options and ranks only
     Emulator(args.slowdown or [], 0, n_workers, compute_time=args.compute_time, seed=args.seed)
     graph = None
     if args.mode == "decentralized":
         from hopdec import topology as T
         from hopdec.decentralized import prepare
-        graph = T.load(args.topology) if args.topology else default_topology(size)
+        graph = resolve_topology(args.topology, size)
         n = graph.number_of_nodes()
         if n != size:
             raise ConfigError(f"{args.topology or 'default topology'}: has {n} workers but the run has "

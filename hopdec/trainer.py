@@ -261,7 +261,7 @@ def progress_bar(ctx, total, desc):
 
 # ---- end of run: gather, evaluate, summarise ------------------------------------------------------
 def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
-           workers=None):
+           workers=None, model_label="averaged model", bound_label="bound from the topology"):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
@@ -300,10 +300,10 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     gap = max_iteration_gap([r["entries"] for r in rows])
     emulations = sorted({r["emulation"] for r in rows})
     lines = [f"== {title} ==", table,
-             f"averaged model: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
+             f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
              if avg_acc is not None else "",
              f"largest iteration gap observed: {int(gap.max())}"
-             + (f" (bound from the topology: {bound:g})" if bound is not None else ""),
+             + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
              "times: " + ("EMULATED -- " + " | ".join(emulations) if emulations != ["no emulation"]
                           else "measured, no emulation")]
     text = "\n".join(line for line in lines if line)

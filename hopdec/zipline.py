@@ -174,18 +174,3 @@ def predict_pushes(last_push_times, intervals, R: int) -> np.ndarray:
     if np.any(g < 0) or not np.all(np.isfinite(g)) or not np.all(np.isfinite(t)):
         raise ConfigError("predict_pushes: intervals must be finite and >= 0")
     return t[:, None] + np.arange(1, int(R) + 1, dtype=np.float64)[None, :] * g[:, None]
-
-
-class _CallableModule(__import__("types").ModuleType):
-    """Keep ``hopdec.zipline(times)`` working once this submodule has been imported.
-
-    Importing ``hopdec.zipline`` (the module) rebinds the package attribute ``hopdec.zipline``
-    from the lazy function in ``hopdec/__init__.py`` to this module; making the module callable
-    keeps the documented call ``hopdec.zipline(times)`` valid either way.
-    """
-
-    def __call__(self, times):
-        return zipline(times)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule

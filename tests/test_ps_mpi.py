@@ -101,7 +101,8 @@ def test_every_mode_trains_and_ends_cleanly(all_modes):
         losses = np.array([x["loss"] for x in recs])
         head, tail = losses[:len(losses) // 5].mean(), losses[-2 * len(losses) // 5:].mean()
         assert tail < head - 0.04, (name, head, tail)
-    assert proc.stdout.count("server model (") == len(MODES)
+    assert proc.stdout.count("server model: test loss") == len(MODES)
+    assert proc.stdout.count("gradients dropped") == len(MODES)
 
 
 def _reference_bsp(argv, n, iters):

@@ -114,14 +114,15 @@ def test_skipping_makes_the_straggler_jump(tmp_path):
     assert not any("jumped_from" in r for rs in recs[1:] for r in rs)
 
 
-@pytest.mark.parametrize("protocol", ["queue-only", "notify-ack"])
+@pytest.mark.parametrize("protocol", ["queue-only", "notify-ack", "serial"])
 def test_other_protocols_run_within_their_bounds(tmp_path, protocol):
     topo = "topologies/ring_based_8.json"
-    out = mpirun(8, COMMON + ["--topology", topo, "--iterations", 30, "--protocol", protocol,
+    how = ["--compute-graph", "serial"] if protocol == "serial" else ["--protocol", protocol]
+    out = mpirun(8, COMMON + ["--topology", topo, "--iterations", 30] + how + [
                               "--compute-time", "0.01", "--slowdown", "random:factor=6,prob=1/n",
                               "--log-dir", tmp_path], timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
-    key = "notify-ack" if protocol == "notify-ack" else "standard"
+    key = {"notify-ack": "notify-ack", "queue-only": "standard"}.get(protocol, "standard+tokens")
     assert measured_gap(tmp_path) <= topo_bounds(topo)[key]
 
 
@@ -132,7 +133,8 @@ def test_a_dead_rank_stops_the_run_with_a_message():
 
 
 def test_a_hung_rank_times_out_its_neighbours():
-    out = mpirun(4, COMMON + ["--iterations", 200, "--die-rank", 2, "--die-at", 5, "--die-how", "hang",
+    out = mpirun(4, COMMON + ["--topology", "ring", "--iterations", 200, "--die-rank", 2, "--die-at", 5,
+                              "--die-how", "hang",
                               "--peer-timeout", 4], timeout=120)
     assert out.returncode != 0
     assert "from rank(s) 2 for 4 s; a peer may have died or hung" in out.stderr
@@ -144,6 +146,7 @@ def test_a_hung_rank_times_out_its_neighbours():
     (["--backup-workers", "3"], "backup workers 3 at node 0: must be smaller than its 3 in-neighbours"),
     (["--slowdown", "rank=9,factor=4"], "rank=9"),
     (["--topology", "does/not/exist.json"], "does/not/exist.json"),
+    (["--skip", "max-jump=3", "--protocol", "notify-ack"], "--skip needs --protocol tokens"),
 ])
 def test_bad_input_fails_on_every_rank_before_training(args, msg):
     out = mpirun(4, COMMON + ["--iterations", 5] + args, timeout=120)

@@ -1,0 +1,50 @@
+"""``hopdec train`` option handling that needs no MPI job."""
+
+import pytest
+
+from hopdec.decentralized import parse_skip, setting_name
+from hopdec.errors import ConfigError, HopdecError
+from hopdec.protocol import ProtocolConfig
+from hopdec.train_cli import build_parser, default_topology, resolve_topology
+
+
+def test_topology_can_be_a_file_or_a_generator_kind():
+    assert resolve_topology("topologies/ring_8.json", 8).number_of_nodes() == 8
+    g = resolve_topology("double-ring", 8)
+    assert g.number_of_nodes() == 8 and g.graph["source"] == "double-ring(8)"
+    with pytest.raises(ConfigError, match="--topology ring-based: .*even"):
+        resolve_topology("ring-based", 5)
+    with pytest.raises(HopdecError, match="no-such-file.json: no such file"):
+        resolve_topology("no-such-file.json", 4)
+
+
+def test_default_topology_fits_any_size():
+    for n, kind in [(1, "complete"), (2, "complete"), (3, "ring"), (6, "ring-based")]:
+        g = default_topology(n)
+        assert g.number_of_nodes() == n and g.graph["source"].startswith(kind)
+
+
+def test_skip_spec():
+    assert parse_skip("max-jump=10,trigger=3") == (10, 3)
+    assert parse_skip("max-jump=2") == (2, 2)
+    assert parse_skip(None) == (0, 2)
+    for bad in ["trigger=2", "max-jump=x", "jump=3"]:
+        with pytest.raises(ConfigError, match="--skip"):
+            parse_skip(bad)
+
+
+def test_setting_names_match_table_1_rows():
+    def name(**kw):
+        return setting_name(ProtocolConfig(iterations=1, **kw))
+    assert name() == "standard"
+    assert name(backup_workers=1) == "backup"
+    assert name(staleness=2) == "staleness"
+    assert name(staleness=2, backup_workers=1) == "hybrid"
+    assert name(protocol="notify-ack") == "notify-ack"
+
+
+def test_parser_has_ps_options_and_paper_defaults():
+    args = build_parser().parse_args(["--mode", "ps", "--sync", "ssp", "--staleness", "3"])
+    assert args.mode == "ps" and args.sync == "ssp" and args.staleness == 3
+    args = build_parser().parse_args([])
+    assert args.protocol == "tokens" and args.compute_graph == "parallel" and args.dataset == "digits"

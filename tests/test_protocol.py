@@ -281,3 +281,24 @@ def test_deadlock_is_reported_not_hung():
     net = InProcNetwork(node_views(graph), ProtocolConfig(iterations=5), speeds=[0, 1, 1, 1])
     with pytest.raises(Deadlock, match="worker 0 at 0"):
         net.run()
+
+
+@pytest.mark.parametrize("graph", [T.ring(3), T.complete(3), T.exponential(4)],
+                         ids=["ring3", "complete3", "exponential4"])
+def test_token_relation_under_many_random_interleavings(graph):
+    """Hundreds of schedules on tiny graphs: message reordering, uneven speeds, every setting."""
+    settings = [ProtocolConfig(iterations=8, max_ig=1), ProtocolConfig(iterations=8, max_ig=2),
+                ProtocolConfig(iterations=8, max_ig=2, backup_workers=1),
+                ProtocolConfig(iterations=8, max_ig=2, staleness=1),
+                ProtocolConfig(iterations=8, max_ig=3, backup_workers=1, skip_max_jump=3,
+                               skip_trigger=1)]
+    rng = np.random.default_rng(0)
+    runs = 0
+    for cfg in settings:
+        for seed in range(60):
+            speeds = rng.choice([0.1, 0.3, 1.0], size=graph.number_of_nodes())
+            net, inv = run(graph, cfg, seed, speeds=speeds)
+            assert all(net.done)
+            check_records(net, cfg)
+            runs += 1
+    assert runs == 300

@@ -201,7 +201,8 @@ class Worker:
         return self.policy.held
 
     def capacity(self):
-        """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| (Hop sec. 4.2)."""
+        """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| (Hop sec. 4.2), with
+        N_in(i) without i itself: a worker's own parameters never wait in its queue."""
         return self.slots * len(self.view.in_neighbors)
 
     # ---- the iteration, as a generator of actions ----

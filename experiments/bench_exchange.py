@@ -1,0 +1,239 @@
+"""Parameter-exchange cost of hopdec against a bare mpi4py exchange of the same bytes (issue 3).
+
+    mpirun -n 8 --oversubscribe python3 experiments/bench_exchange.py [--plan MB:WARMUP:TIMED:REPS,...] [--no-busy]
+
+Both sides run on the same graph (``topologies/ring_based_8.json``) in the same MPI job, in interleaved
+rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noise hits all of them.
+
+* **hopdec**: the real :class:`hopdec.protocol.Worker` (tokens protocol, ``--max-ig``, parallel compute
+  graph) driven by :func:`hopdec.loop.worker_loop` over :class:`hopdec.transport.mpi.MPITransport`
+  (waiting with its own ``wait``: Testsome + sleeps of 50 us growing to 1 ms). The backend does no
+  compute (``compute`` returns at once); ``reduce`` does the real weighted sum with numpy.
+* **bare**: per iteration every rank Irecvs from its in-neighbours into preallocated buffers, Isends its
+  parameter buffer to its out-neighbours, ``Waitall``, then the *same* numpy weighted sum. No barrier
+  inside the loop.
+* **hopdec-busy** (profiling, ``--no-busy`` to leave out): hopdec with ``MPITransport.wait`` replaced by
+  a poll loop without sleeps, to measure what the sleep backoff costs.
+
+So both sides include the reduce (same function, same arrays sizes); the reported ``reduce ms`` is its
+cost on the hopdec side, for who wants exchange-only figures (subtract it from both columns).
+Per-iteration time of one rank = (time it finished its last iteration - time it entered the first timed
+iteration) / timed iterations; the table gives the mean over ranks, then the median (and the min) over
+repetitions; ``ratio`` = hopdec / bare of the medians, ``(min)`` the same of the minima. The hopdec
+breakdown (medians, ms/iter): ``copy`` = parameters into the send ring, ``reduce``, ``wait`` = time in
+``MPITransport.wait`` (updates or tokens not there yet), ``rest`` = everything else (protocol core, loop,
+Isend/Irecv posting, Testsome calls outside wait, where Open MPI moves the data of large messages).
+``CPU ms/rank``: process CPU time per iteration and rank (mean over ranks, median over reps) of hopdec
+and of bare: with 8 ranks on 2 cores the exchange is CPU-bound, so ms/iter ~ CPU ms/rank * 8 / cores.
+Receive and send buffers are touched before timing (no first-touch page faults in the timed part).
+Rank 0 prints.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from hopdec import topology as T
+from hopdec.loop import worker_loop
+from hopdec.protocol import ProtocolConfig, Worker, node_views
+from hopdec.transport.mpi import MPITransport
+
+TAG = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+clock = time.perf_counter
+
+
+def weighted_sum(acc, tmp, pairs):
+    """acc <- sum(w * src); the one reduce both sides run (no temporaries allocated)."""
+    (src, w), rest = pairs[0], pairs[1:]
+    np.multiply(src, w, out=acc)
+    for src, w in rest:
+        np.multiply(src, w, out=tmp)
+        acc += tmp
+
+
+class NoComputeBackend:
+    """Backend for the worker loop: no compute; real reduce; times its copy and reduce."""
+
+    def __init__(self, params):
+        self.params = params
+        self.acc = np.empty_like(params)
+        self.tmp = np.empty_like(params)
+        self.fill_s = self.reduce_s = 0.0
+
+    def write_params(self, out=None):
+        t0 = clock()
+        if out is None:
+            out = self.params.copy()
+        else:
+            np.copyto(out, self.params)
+        self.fill_s += clock() - t0
+        return out
+
+    def compute(self, iteration):
+        return {"loss": 0.0, "compute_s": 0.0}
+
+    def reduce(self, pairs):
+        t0 = clock()
+        weighted_sum(self.acc, self.tmp, [(self.params if a is None else a, w) for a, w in pairs])
+        self.params, self.acc = self.acc, self.params
+        self.reduce_s += clock() - t0
+
+    def apply(self, iteration):
+        pass
+
+
+class BusyTransport(MPITransport):
+    """MPITransport whose wait polls without sleeping (profiling variant)."""
+
+    def wait(self, core, wait_action):
+        while not self.poll(core):
+            pass
+
+
+def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False):
+    """One hopdec round; returns (s/iter over the timed iterations, breakdown dict) of this rank."""
+    cfg = ProtocolConfig(iterations=warmup + timed, protocol="tokens", max_ig=max_ig)
+    core = Worker(view, cfg)
+    io = (BusyTransport if busy else MPITransport)(comm, view, params.size, core.slots)
+    for b in io.bufs.values():                       # pre-fault every buffer outside the timed part
+        b.fill(0)
+    for buf, _ in io.ring:
+        buf.fill(0)
+    backend = NoComputeBackend(params)
+    marks = {}
+    wait_s = [0.0]
+
+    def on_record(rec):          # the record of iteration warmup-1 closes as iteration warmup starts
+        if rec["iter"] == warmup - 1:
+            marks["start"] = clock()
+            marks["cpu"] = time.process_time()
+            marks["fill0"], marks["reduce0"], marks["wait0"] = (backend.fill_s, backend.reduce_s,
+                                                                wait_s[0])
+
+    comm.Barrier()
+    loop = worker_loop(core, io, backend, on_record=on_record, clock=clock)
+    for w in loop:
+        t0 = clock()
+        io.wait(core, w)
+        wait_s[0] += clock() - t0
+    end, cpu_end = clock(), time.process_time()
+    per_iter = (end - marks["start"]) / timed
+    parts = dict(cpu=(cpu_end - marks["cpu"]) / timed,
+                 fill=(backend.fill_s - marks["fill0"]) / timed,
+                 reduce=(backend.reduce_s - marks["reduce0"]) / timed,
+                 wait=(wait_s[0] - marks["wait0"]) / timed)
+    io.close()
+    comm.Barrier()
+    return per_iter, parts, backend.params
+
+
+def run_bare(comm, view, params, rbufs, acc, tmp, warmup, timed):
+    """One bare mpi4py round, same structure: post, Waitall, weighted sum. Returns s/iter."""
+    ins, outs = view.in_neighbors, view.out_neighbors
+    w_self = view.in_weights[view.rank]
+    comm.Barrier()
+    start = cpu0 = None
+    for k in range(warmup + timed):
+        if k == warmup:
+            start, cpu0 = clock(), time.process_time()
+        reqs = [comm.Irecv(rbufs[j], source=j, tag=TAG) for j in ins]
+        reqs += [comm.Isend(params, dest=d, tag=TAG) for d in outs]
+        MPI.Request.Waitall(reqs)
+        weighted_sum(acc, tmp, [(params, w_self)] + [(rbufs[j], view.in_weights[j]) for j in ins])
+        params, acc = acc, params
+    end, cpu = clock(), time.process_time() - cpu0
+    comm.Barrier()
+    return (end - start) / timed, cpu / timed, params, acc
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--topology", default=os.path.join(HERE, "..", "topologies", "ring_based_8.json"))
+    p.add_argument("--plan", default="1:3:20:5,4:3:15:5,16:2:6:4,64:2:4:3",
+                   help="per size MB:warmup:timed:reps (comma-separated); the default keeps the whole "
+                        "run near 2-3 minutes on 2 cores")
+    p.add_argument("--max-ig", type=int, default=2)
+    p.add_argument("--no-busy", action="store_true", help="leave out the busy-poll hopdec variant")
+    args = p.parse_args()
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    graph = T.load(args.topology)
+    if graph.number_of_nodes() != size:
+        if rank == 0:
+            print(f"{args.topology} has {graph.number_of_nodes()} nodes; run with mpirun -n "
+                  f"{graph.number_of_nodes()}", file=sys.stderr)
+        return 2
+    view = node_views(graph)[rank]
+    variants = ["hopdec", "bare"] + ([] if args.no_busy else ["hopdec-busy"])
+    rows = []
+    t_all = clock()
+    for item in args.plan.split(","):
+        mb, warmup, timed, reps = item.split(":")
+        mb, warmup, timed, reps = float(mb), max(int(warmup), 1), int(timed), int(reps)
+        n = int(mb * 2 ** 20) // 4
+        rng = np.random.default_rng(rank)
+        params = rng.standard_normal(n).astype(np.float32)
+        rbufs = {j: np.zeros(n, dtype=np.float32) for j in view.in_neighbors}
+        acc, tmp = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32)
+        res = {v: [] for v in variants}
+        parts = {v: [] for v in variants}
+        for rep in range(reps):
+            order = variants if rep % 2 == 0 else variants[::-1]   # alternate who goes first
+            for v in order:
+                if v == "bare":
+                    s, cpu, params, acc = run_bare(comm, view, params, rbufs, acc, tmp, warmup,
+                                                   timed)
+                    pr = {"cpu": cpu}
+                else:
+                    s, pr, params = run_hopdec(comm, view, params, warmup, timed, args.max_ig,
+                                               busy=v == "hopdec-busy")
+                    acc = np.empty_like(params)
+                # mean over ranks of this round
+                allr = comm.allgather((s, pr))
+                res[v].append(statistics.mean(a for a, _ in allr))
+                if pr:
+                    parts[v].append({k: statistics.mean(b[k] for _, b in allr) for k in pr})
+        if rank == 0:
+            med = {v: statistics.median(res[v]) * 1e3 for v in variants}
+            bd = {k: statistics.median(d[k] for d in parts["hopdec"]) * 1e3
+                  for k in parts["hopdec"][0]}
+            bd["bare_cpu"] = statistics.median(d["cpu"] for d in parts["bare"]) * 1e3
+            low = {v: min(res[v]) * 1e3 for v in variants}
+            rows.append((mb, med, bd, low, f"{warmup}+{timed}x{reps}"))
+            print(f"  [{mb:g} MB: " + ", ".join(f"{v} {res[v] and [round(x * 1e3, 1) for x in res[v]]}"
+                                                for v in variants) + " ms/iter per rep]", flush=True)
+        del rbufs, params, acc, tmp
+    if rank == 0:
+        print(f"\nexchange on {os.path.basename(args.topology)}, {size} ranks, hopdec tokens max_ig "
+              f"{args.max_ig}; ms/iter = mean over ranks, median over interleaved reps (min over reps "
+              f"in brackets); both sides include the same numpy reduce; total {clock() - t_all:.0f} s")
+        hdr = (f"{'MB':>4} {'warm+timed x reps':>17} {'hopdec':>16} {'bare':>16} {'ratio':>6} "
+               f"{'(min)':>6}" + (f" {'busy':>16} {'busy/bare':>9}" if "hopdec-busy" in variants else "")
+               + f" | hopdec ms: {'copy':>6} {'reduce':>6} {'wait':>7} {'rest':>6}"
+               + f" | CPU ms/rank: {'hopdec':>6} {'bare':>6}")
+        print(hdr)
+        print("-" * len(hdr))
+        def cell(v):
+            return f"{med[v]:.1f} [{low[v]:.1f}]"
+
+        for mb, med, bd, low, plan in rows:
+            line = (f"{mb:>4g} {plan:>17} {cell('hopdec'):>16} {cell('bare'):>16} "
+                    f"{med['hopdec'] / med['bare']:>6.2f} {low['hopdec'] / low['bare']:>6.2f}")
+            if "hopdec-busy" in variants:
+                line += f" {cell('hopdec-busy'):>16} {med['hopdec-busy'] / med['bare']:>9.2f}"
+            rest = med["hopdec"] - bd["fill"] - bd["reduce"] - bd["wait"]
+            line += (f" | {'':>10}{bd['fill']:>6.2f} {bd['reduce']:>6.2f} {bd['wait']:>7.2f} "
+                     f"{rest:>6.2f} | {'':>12}{bd['cpu']:>6.2f} {bd['bare_cpu']:>6.2f}")
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,9 @@ rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noi
 * **bare**: per iteration every rank Irecvs from its in-neighbours into preallocated buffers, Isends its
   parameter buffer to its out-neighbours, ``Waitall``, then the *same* numpy weighted sum. No barrier
   inside the loop.
+* ``--ablation MB``: instead of the table, splits hopdec's overhead at one size (bare + hopdec's send
+  copy, bare + its rotating receive slots, hopdec with queue-only protocol = no grant messages, hopdec
+  whose loop polls only in ``wait``).
 * **hopdec-busy** (profiling, ``--no-busy`` to leave out): hopdec with ``MPITransport.wait`` replaced by
   a poll loop without sleeps, to measure what the sleep backoff costs.
 
@@ -96,11 +99,33 @@ class BusyTransport(MPITransport):
             pass
 
 
-def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False):
+class WaitOnlyPollTransport(MPITransport):
+    """Ablation: the loop's poll before every action does nothing; only wait (and close) poll."""
+
+    def poll(self, core=None):
+        return 0
+
+    def wait(self, core, wait_action):
+        nap = 5e-5
+        while not MPITransport.poll(self, core):
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+    def _drain(self, done):
+        nap = 5e-5
+        while not done():
+            MPITransport.poll(self, None)
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+
+def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False, protocol="tokens",
+               transport=None):
     """One hopdec round; returns (s/iter over the timed iterations, breakdown dict) of this rank."""
-    cfg = ProtocolConfig(iterations=warmup + timed, protocol="tokens", max_ig=max_ig)
+    cfg = ProtocolConfig(iterations=warmup + timed, protocol=protocol, max_ig=max_ig)
     core = Worker(view, cfg)
-    io = (BusyTransport if busy else MPITransport)(comm, view, params.size, core.slots)
+    transport = transport or (BusyTransport if busy else MPITransport)
+    io = transport(comm, view, params.size, core.slots)
     for b in io.bufs.values():                       # pre-fault every buffer outside the timed part
         b.fill(0)
     for buf, _ in io.ring:
@@ -152,6 +177,72 @@ def run_bare(comm, view, params, rbufs, acc, tmp, warmup, timed):
     return (end - start) / timed, cpu / timed, params, acc
 
 
+def run_bare_variant(comm, view, params, acc, tmp, warmup, timed, copy=False, slots=1):
+    """Ablation: bare, plus hopdec's send copy into a 3-deep ring and/or its ``slots`` rotating receive
+    buffers per in-neighbour (a larger memory footprint)."""
+    ins, outs = view.in_neighbors, view.out_neighbors
+    rb = {(j, s): np.zeros(params.size + 2, np.float32) for j in ins for s in range(slots)}
+    ring = [np.zeros(params.size + 2, np.float32) for _ in range(3)]
+    comm.Barrier()
+    start = None
+    for k in range(warmup + timed):
+        if k == warmup:
+            start = clock()
+        s = k % slots
+        reqs = [comm.Irecv(rb[(j, s)], source=j, tag=TAG) for j in ins]
+        sb = params
+        if copy:
+            sb = ring[k % 3]
+            np.copyto(sb[:params.size], params)
+        reqs += [comm.Isend(sb, dest=d, tag=TAG) for d in outs]
+        MPI.Request.Waitall(reqs)
+        weighted_sum(acc, tmp, [(params, view.in_weights[view.rank])]
+                     + [(rb[(j, s)][:params.size], view.in_weights[j]) for j in ins])
+        params, acc = acc, params
+    end = clock()
+    comm.Barrier()
+    return (end - start) / timed, params, acc
+
+
+def ablation(comm, view, mb, reps, warmup, timed, max_ig):
+    """Which part of hopdec's overhead is what: interleaved variants at one size; rank 0 prints."""
+    n = int(mb * 2 ** 20) // 4
+    params = np.random.default_rng(comm.Get_rank()).standard_normal(n).astype(np.float32)
+    acc, tmp = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    variants = {
+        "bare": lambda p, a: run_bare_variant(comm, view, p, a, tmp, warmup, timed),
+        "bare + send copy": lambda p, a: run_bare_variant(comm, view, p, a, tmp, warmup, timed,
+                                                          copy=True),
+        "bare + 3 recv slots": lambda p, a: run_bare_variant(comm, view, p, a, tmp, warmup, timed,
+                                                             slots=max_ig + 1),
+        "bare + copy + 3 slots": lambda p, a: run_bare_variant(comm, view, p, a, tmp, warmup, timed,
+                                                               copy=True, slots=max_ig + 1),
+        "hopdec": None,
+        "hopdec queue-only (no grants)": "queue-only",
+        "hopdec poll only in wait": WaitOnlyPollTransport,
+    }
+    res = {v: [] for v in variants}
+    names = list(variants)
+    for rep in range(reps):
+        for v in (names if rep % 2 == 0 else names[::-1]):
+            f = variants[v]
+            if callable(f) and not isinstance(f, type):
+                s, params, acc = f(params, acc)
+            else:
+                s, _, params = run_hopdec(comm, view, params, warmup, timed, max_ig,
+                                          protocol=f if isinstance(f, str) else "tokens",
+                                          transport=f if isinstance(f, type) else None)
+                acc = np.empty_like(params)
+            res[v].append(statistics.mean(comm.allgather(s)))
+    if comm.Get_rank() == 0:
+        base = statistics.median(res["bare"])
+        print(f"ablation at {mb:g} MB, {warmup}+{timed} iterations x {reps} interleaved reps "
+              f"(median of the per-rep means over ranks):")
+        for v in names:
+            m = statistics.median(res[v])
+            print(f"  {v:<30} {m * 1e3:8.2f} ms/iter  {m / base:5.2f}x bare")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topology", default=os.path.join(HERE, "..", "topologies", "ring_based_8.json"))
@@ -160,6 +251,9 @@ def main():
                         "run near 2-3 minutes on 2 cores")
     p.add_argument("--max-ig", type=int, default=2)
     p.add_argument("--no-busy", action="store_true", help="leave out the busy-poll hopdec variant")
+    p.add_argument("--ablation", type=float, default=None, metavar="MB",
+                   help="instead of the table: split hopdec's overhead at this size (bare + send copy, "
+                        "bare + rotating receive slots, hopdec without grants, without pre-action polls)")
     args = p.parse_args()
 
     comm = MPI.COMM_WORLD
@@ -171,6 +265,9 @@ def main():
                   f"{graph.number_of_nodes()}", file=sys.stderr)
         return 2
     view = node_views(graph)[rank]
+    if args.ablation:
+        ablation(comm, view, args.ablation, reps=5, warmup=3, timed=20, max_ig=args.max_ig)
+        return 0
     variants = ["hopdec", "bare"] + ([] if args.no_busy else ["hopdec-busy"])
     rows = []
     t_all = clock()

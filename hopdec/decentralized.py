@@ -27,6 +27,13 @@ def parse_skip(spec):
     return vals["max-jump"], vals.get("trigger", 2)
 
 
+def describe(cfg):
+    """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
+    name = setting_name(cfg)
+    return name + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
+                   if cfg.skip_max_jump else "")
+
+
 def setting_name(cfg):
     """The row of Hop Table 1 this configuration is, as named by ``hopdec.topology.gap_bounds``."""
     if cfg.protocol == "notify-ack":
@@ -78,7 +85,11 @@ def run(ctx, graph, cfg, views):
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   gap_bound=bound, seed=args.seed)
     logger = RankLogger(ctx.log_dir, rank, header=header)
-    bar = progress_bar(ctx, cfg.iterations, f"hopdec {setting_name(cfg)}")
+    bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg)}")
+    if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
+        print(f"note: --skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes the "
+              f"slowest out-neighbour, which tokens keep within max_ig of it when it also sends to this "
+              f"worker, so jumps are at most {cfg.max_ig} on symmetric graphs", file=sys.stderr, flush=True)
 
     def on_record(rec):
         logger.log(rec)
@@ -102,7 +113,7 @@ def run(ctx, graph, cfg, views):
         import numpy as np
         np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
     return report(ctx, logger, trainer, emulator,
-                  f"decentralized {setting_name(cfg)} on {graph.graph.get('source')} "
+                  f"decentralized {describe(cfg)} on {graph.graph.get('source')} "
                   f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
                   bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
                                           sends_skipped=core.sends_skipped))

@@ -245,12 +245,12 @@ class Emulator:
             slept = time.perf_counter() - t0
         return max(0.0, float(measured_s)) + slept, f
 
-    def describe(self) -> str:
+    def describe(self, overruns: bool = True) -> str:
         """One line: what is emulated, e.g. "compute padded to 0.05 s/iter; random 6x slowdown ..."."""
         parts = []
         if self.compute_time is not None:
             c = f"compute padded to {self.compute_time:g} s/iter"
-            if self.overruns:
+            if overruns and self.overruns:
                 c += (f" (measured compute exceeded it in {self.overruns} iterations, up to "
                       f"{self.max_overrun_s:.3g} s: measured time used there)")
             parts.append(c)

@@ -30,6 +30,7 @@ class RankLogger:
         self.compute_s = 0.0
         self.last_loss = None
         self.first_time = self.last_time = None
+        self.first_iter = self.last_iter = None     # progress counts skipped iterations too
         self.jumps = 0
 
     def log(self, rec):
@@ -41,9 +42,19 @@ class RankLogger:
             self.last_loss = rec["loss"]
         self.first_time = rec["time"] if self.first_time is None else self.first_time
         self.last_time = rec["time"]
+        self.first_iter = rec["iter"] if self.first_iter is None else self.first_iter
+        self.last_iter = rec["iter"]
         self.jumps += "jumped_from" in rec
         if self._f:
             self._f.write(json.dumps(rec) + "\n")
+
+    @property
+    def progress_rate(self):
+        """Iterations advanced per second between the first and the last iteration entered (a jump
+        counts with its length), or None before two iterations."""
+        if self.iterations < 2 or self.last_time == self.first_time:
+            return None
+        return (self.last_iter - self.first_iter) / (self.last_time - self.first_time)
 
     def close(self):
         if self._f:

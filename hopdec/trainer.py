@@ -278,8 +278,10 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     mine = dict(rank=ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
                 compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
                 entries=logger.entries, jumps=logger.jumps,
-                elapsed=(logger.last_time - logger.first_time) if logger.iterations > 1 else None,
-                emulation=emulator.describe() if emulator is not None else "no emulation",
+                iter_per_s=logger.progress_rate,
+                emulation=emulator.describe(overruns=False) if emulator is not None else "no emulation",
+                overruns=emulator.overruns if emulator is not None else 0,
+                max_overrun_s=emulator.max_overrun_s if emulator is not None else 0.0,
                 **(extra or {}))
     if isinstance(eval_flat, str) and eval_flat == "average":
         buf = trainer.write_params(np.empty(trainer.numel, dtype=np.float32))
@@ -292,19 +294,23 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)
     rows = [r for r in everyone if workers is None or r["rank"] in workers]
     table = format_table(
-        ["rank", "iters", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
-        [[r["rank"], r["iterations"],
-          (r["iterations"] - 1) / r["elapsed"] if r["elapsed"] else None,
+        ["rank", "iters run", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
+        [[r["rank"], r["iterations"], r["iter_per_s"],
           r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
           r["jumps"], r["loss"], r["test_acc"]] for r in rows])
     gap = max_iteration_gap([r["entries"] for r in rows])
     emulations = sorted({r["emulation"] for r in rows})
+    over = [r for r in rows if r["overruns"]]
+    if over:
+        emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
+                          f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
+                          f"(the measured time was used there)")
     lines = [f"== {title} ==", table,
              f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
              if avg_acc is not None else "",
              f"largest iteration gap observed: {int(gap.max())}"
              + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
-             "times: " + ("EMULATED -- " + " | ".join(emulations) if emulations != ["no emulation"]
+             "times: " + ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
                           else "measured, no emulation")]
     text = "\n".join(line for line in lines if line)
     print(text, flush=True)

@@ -65,6 +65,18 @@ def gap_bound(graph, cfg):
     return T.max_gap_bound(graph, setting_name(cfg), max_ig=max_ig, staleness=cfg.staleness)
 
 
+def mpi_buffers_on(cuda_aware, device):
+    """The device for MPI buffers (no host staging), or None to stage through host memory.
+
+    ``auto``: the model's CUDA device when the MPI says it is CUDA-aware; ``yes``: the model's device
+    whatever it is (on CPU: torch tensors instead of numpy arrays, the same code path); ``no``: host.
+    """
+    from hopdec.transport.mpi import cuda_aware_mpi
+    if cuda_aware == "yes" or (cuda_aware == "auto" and device.type == "cuda" and cuda_aware_mpi()):
+        return device
+    return None
+
+
 def run(ctx, graph, cfg, views):
     """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective."""
     from hopdec.loop import worker_loop
@@ -76,13 +88,15 @@ def run(ctx, graph, cfg, views):
     trainer = ctx.make_trainer(rank, ctx.size)
     emulator = ctx.make_emulator(rank, ctx.size)
     core = Worker(views[rank], cfg)
-    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=args.peer_timeout)
+    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=args.peer_timeout,
+                      device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device))
     bound = gap_bound(graph, cfg)
     header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
                   setting=setting_name(cfg), max_ig=cfg.max_ig, staleness=cfg.staleness,
                   backup_workers=cfg.backup_workers, skip=args.skip, compute_graph=cfg.compute_graph,
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
+                  mpi_buffers="device" if io.device_buffers is not None else "host",
                   gap_bound=bound, seed=args.seed)
     logger = RankLogger(ctx.log_dir, rank, header=header)
     bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg)}")

@@ -52,6 +52,9 @@ def build_parser():
                    "each worker's shard")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", help="auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+    d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
+                   help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
+                   "CUDA-aware and the model is on a GPU")
     h = p.add_argument_group("emulated heterogeneity (Hop sec. 7.3)")
     h.add_argument("--compute-time", type=float, default=None,
                    help="pad each iteration's compute to this many seconds")

@@ -71,19 +71,21 @@ def write_params(flat, out=None):
     src = flat.detach()
     if out is None:
         return src.cpu().numpy().copy()
-    torch.from_numpy(out).copy_(src)
+    (out if torch.is_tensor(out) else torch.from_numpy(out)).copy_(src)
     return out
 
 
 def weighted_sum_into(flat, pairs):
-    """``flat <- sum(weight * params)`` over ``pairs = [(host array, or None for flat itself, weight)]``.
+    """``flat <- sum(weight * params)`` over ``pairs = [(array, or None for flat itself, weight)]``;
+    an array is a host numpy buffer (staged) or a tensor already on a device (CUDA-aware MPI).
 
     Summed in the given order into one accumulator, so equal inputs give bit-identical results."""
     with torch.no_grad():
         acc = torch.zeros_like(flat)
         for arr, w in pairs:
-            acc.add_(flat if arr is None else torch.from_numpy(arr).to(flat.device, non_blocking=True),
-                     alpha=w)
+            if arr is not None and not torch.is_tensor(arr):
+                arr = torch.from_numpy(arr)
+            acc.add_(flat if arr is None else arr.to(flat.device, non_blocking=True), alpha=w)
         flat.copy_(acc)
 
 

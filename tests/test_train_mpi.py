@@ -42,11 +42,16 @@ def test_default_run_trains_and_summarises(tmp_path):
         assert last < 0.5 * first                      # training loss falls
 
 
-def test_complete_graph_equals_synchronous_averaging(tmp_path):
+@pytest.mark.parametrize("buffers", ["no", "yes"])
+def test_complete_graph_equals_synchronous_averaging(tmp_path, buffers):
+    """``--cuda-aware-mpi yes`` on CPU runs the device-buffer path (torch tensors handed to MPI)."""
     n, iters, seed = 4, 12, 3
     out = mpirun(n, COMMON + ["--topology", "topologies/complete_4.json", "--iterations", iters,
-                              "--seed", seed, "--log-dir", tmp_path, "--save-models"])
+                              "--seed", seed, "--log-dir", tmp_path, "--save-models",
+                              "--cuda-aware-mpi", buffers])
     assert out.returncode == 0, out.stdout + out.stderr
+    header = __import__("json").loads(open(tmp_path / "rank0.jsonl").readline())["run"]
+    assert header["mpi_buffers"] == {"no": "host", "yes": "device"}[buffers]
     ds = load_dataset("digits", seed=seed)
     h = PRESETS["cnn"]
     ref = [LocalTrainer("cnn", ds, partition(ds.train_y, n, r, "iid", seed), lr=h["lr"],

@@ -10,6 +10,10 @@ Send side: a ring of send buffers; Send copies the parameters into the next one 
 needs, since Reduce/Apply change the parameters while the message may still be in flight) and posts an
 ``Isend`` per destination.
 
+Buffers are numpy arrays in host memory (a CUDA model is staged through them), or, with
+``device_buffers``, torch tensors on the model's device handed to a CUDA-aware MPI directly (no
+staging; mpi4py takes them through DLPack). The header trick is the same for both.
+
 Waiting polls ``Testsome`` and sleeps between polls (50 us growing to 1 ms), so an idle worker yields its
 core to the workers that compute (ranks usually outnumber cores in emulated runs). A wait longer than
 ``peer_timeout`` raises :class:`PeerTimeout` naming the ranks it waited for.
@@ -24,13 +28,43 @@ TAG_UPDATE = 101
 TAG_GRANT = 102
 
 
+def cuda_aware_mpi():
+    """True when the loaded MPI says it can take CUDA device buffers (Open MPI's
+    ``MPIX_Query_cuda_support``); False when it says no or cannot tell."""
+    import ctypes
+    for lib in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
+        try:
+            return bool(getattr(ctypes.CDLL(lib), "MPIX_Query_cuda_support")())
+        except (OSError, AttributeError):
+            continue
+    return False
+
+
+def _header(buf, hdr):
+    """The int64 iteration header stored in the two float32 slots after the parameters."""
+    if isinstance(buf, np.ndarray):
+        return buf[hdr:hdr + 2].view(np.int64)
+    import torch
+    return buf[hdr:hdr + 2].view(torch.int64)
+
+
 class PeerTimeout(RuntimeError):
     """A worker waited too long for its neighbours: one may have died or hung."""
 
 
 class MPITransport:
-    def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0):
+    def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0, device_buffers=None):
+        """``device_buffers``: a torch device whose tensors the MPI takes directly (CUDA-aware MPI),
+        or None for host numpy buffers."""
         self.comm = comm
+        self.device_buffers = device_buffers
+        self._alloc = lambda n: np.empty(n, dtype=np.float32)
+        self._sync = lambda: None
+        if device_buffers is not None:
+            import torch
+            self._alloc = lambda n: torch.empty(n, dtype=torch.float32, device=device_buffers)
+            if torch.device(device_buffers).type == "cuda":
+                self._sync = lambda: torch.cuda.synchronize(device_buffers)
         self.rank = comm.Get_rank()
         self.numel = numel
         self.hdr = numel + (numel % 2)              # int64 header, 8-byte aligned after the floats
@@ -39,13 +73,13 @@ class MPITransport:
         self.bufs = {}
         for j in view.in_neighbors:
             for s in range(slots):
-                self.bufs[(j, s)] = np.empty(self.hdr + 2, dtype=np.float32)
+                self.bufs[(j, s)] = self._alloc(self.hdr + 2)
                 self._post(("u", j, s))
         self.grant_bufs = {}
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
             self._post(("g", j, 0))
-        self.ring = [[np.empty(self.hdr + 2, dtype=np.float32), []]
+        self.ring = [[self._alloc(self.hdr + 2), []]
                      for _ in range(send_ring or max(2, slots))]
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
@@ -74,7 +108,7 @@ class MPITransport:
             kind, j, s = self.meta[idx]
             if kind == "u":
                 buf = self.bufs[(j, s)]
-                iteration = int(buf[self.hdr:self.hdr + 2].view(np.int64)[0])
+                iteration = int(_header(buf, self.hdr)[0])
                 if core is not None:
                     core.on_update(j, iteration, idx)   # the handle is the request slot
                 else:
@@ -116,9 +150,10 @@ class MPITransport:
         if pending:
             MPI.Request.Waitall(pending)            # normally long done: the ring is max_ig + 1 deep
         fill(buf[:self.numel])
-        buf[self.hdr:self.hdr + 2].view(np.int64)[0] = iteration
+        _header(buf, self.hdr)[0] = iteration
+        self._sync()                                # the device copy must land before MPI reads it
         slot[1] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
-        self.bytes_sent += buf.nbytes * len(dests)
+        self.bytes_sent += 4 * (self.hdr + 2) * len(dests)
 
     def send_grants(self, grants):
         self._grant_out = [(b, r) for b, r in self._grant_out if not r.Test()]

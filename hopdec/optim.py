@@ -60,6 +60,7 @@ class HopSGD:
                                peer_timeout=peer_timeout)
         self._loop = worker_loop(self.core, self.io, self, on_record=on_record, step=True)
         self.finished = False
+        self._acc = None
         self._advance()                               # Enter(0), Send(0): stop where the gradient is due
 
     # ---- what users call ----
@@ -90,7 +91,9 @@ class HopSGD:
         return {"loss": None, "compute_s": 0.0}
 
     def reduce(self, pairs):
-        weighted_sum_into(self.flat, pairs)
+        if self._acc is None:
+            self._acc = torch.empty_like(self.flat.data)
+        weighted_sum_into(self.flat.data, pairs, self._acc)
 
     def apply(self, iteration):
         self.optimizer.step()

@@ -75,17 +75,25 @@ def write_params(flat, out=None):
     return out
 
 
-def weighted_sum_into(flat, pairs):
+def weighted_sum_into(flat, pairs, acc=None):
     """``flat <- sum(weight * params)`` over ``pairs = [(array, or None for flat itself, weight)]``;
     an array is a host numpy buffer (staged) or a tensor already on a device (CUDA-aware MPI).
 
-    Summed in the given order into one accumulator, so equal inputs give bit-identical results."""
+    Summed in the given order into ``acc`` (pass a preallocated tensor like ``flat`` to avoid a fresh
+    allocation, and its page faults, every iteration), so equal inputs give bit-identical results.
+    """
     with torch.no_grad():
-        acc = torch.zeros_like(flat)
-        for arr, w in pairs:
-            if arr is not None and not torch.is_tensor(arr):
-                arr = torch.from_numpy(arr)
-            acc.add_(flat if arr is None else arr.to(flat.device, non_blocking=True), alpha=w)
+        acc = torch.empty_like(flat) if acc is None else acc
+        for i, (arr, w) in enumerate(pairs):
+            if arr is None:
+                src = flat
+            else:
+                src = (arr if torch.is_tensor(arr) else torch.from_numpy(arr)).to(flat.device,
+                                                                                non_blocking=True)
+            if i == 0:
+                torch.mul(src, w, out=acc)
+            else:
+                acc.add_(src, alpha=w)
         flat.copy_(acc)
 
 
@@ -101,6 +109,7 @@ class LocalTrainer:
         self.model.to(self.device)
         self.flat = flatten_parameters(self.model)
         self.numel = self.flat.numel()
+        self._acc = None                            # Reduce's accumulator, allocated once
         self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
@@ -131,7 +140,9 @@ class LocalTrainer:
         return write_params(self.flat, out)
 
     def reduce(self, pairs):
-        weighted_sum_into(self.flat, pairs)
+        if self._acc is None:
+            self._acc = torch.empty_like(self.flat.data)
+        weighted_sum_into(self.flat.data, pairs, self._acc)
 
     def load_params(self, arr):
         with torch.no_grad():

@@ -69,8 +69,16 @@ def run(graph, cfg, seed, speeds=None, until_done=True, stall=None):
 
 
 def random_slowdown(n, seed, factor=6.0):
-    rng = np.random.default_rng(seed)
-    return [1.0 / factor if rng.random() < 0.3 else 1.0 for _ in range(n)]
+    """Hop sec. 7.3.1: every worker, every iteration, factor x slower with probability 1/n."""
+    def speed(rank, iteration):
+        draw = np.random.default_rng([seed, rank, iteration]).random()
+        return 1.0 / factor if draw < 1.0 / n else 1.0
+    return speed
+
+
+def straggler(n, rank=0, factor=4.0):
+    """Hop sec. 7.3.5: one worker deterministically factor x slower."""
+    return [1.0 / factor if r == rank else 1.0 for r in range(n)]
 
 
 SETTINGS = [
@@ -90,10 +98,13 @@ SETTINGS = [
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: f"{c.protocol}-ig{c.max_ig}-b{c.backup_workers}"
                          f"-s{c.staleness}-j{c.skip_max_jump}-{c.compute_graph}")
 @pytest.mark.parametrize("graph_name", ["ring_based_8", "exponential_8"])
-def test_invariants_hold_at_every_step(cfg, graph_name):
+@pytest.mark.parametrize("slowdown", [random_slowdown, straggler])
+def test_invariants_hold_at_every_step(cfg, graph_name, slowdown):
     graph = T.load(f"topologies/{graph_name}.json")
-    for seed in range(3):
-        net, inv = run(graph, cfg, seed, speeds=random_slowdown(graph.number_of_nodes(), seed))
+    for seed in range(2):
+        speeds = slowdown(graph.number_of_nodes(), seed) if slowdown is random_slowdown else \
+            slowdown(graph.number_of_nodes(), rank=seed)
+        net, inv = run(graph, cfg, seed, speeds=speeds)
         assert all(net.done)
         assert net.iterations() == [cfg.iterations - 1] * graph.number_of_nodes()
         assert inv.checks > 100

@@ -120,10 +120,10 @@ def test_skipping_makes_the_straggler_jump(tmp_path):
 
 
 @pytest.mark.parametrize("protocol", ["queue-only", "notify-ack", "serial"])
-def test_other_protocols_run_within_their_bounds(tmp_path, protocol):
-    topo = "topologies/ring_based_8.json"
+def test_other_protocols_run_within_their_bounds(tmp_path, ring6, protocol):
+    topo = ring6
     how = ["--compute-graph", "serial"] if protocol == "serial" else ["--protocol", protocol]
-    out = mpirun(8, COMMON + ["--topology", topo, "--iterations", 30] + how + [
+    out = mpirun(6, COMMON + ["--topology", topo, "--iterations", 30] + how + [
                               "--compute-time", "0.01", "--slowdown", "random:factor=6,prob=1/n",
                               "--log-dir", tmp_path], timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr

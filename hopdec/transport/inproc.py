@@ -92,8 +92,10 @@ class InProcNetwork:
     """Runs one :class:`hopdec.protocol.Worker` per view under a seeded random scheduler."""
 
     def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None):
-        """``speeds``: relative scheduling weights; ``stall={rank: k}``: that worker sends its update of
-        iteration k, computes, and then never moves again (a stuck worker, Hop Figure 3)."""
+        """``speeds``: relative scheduling weights, a list or a function ``(rank, iteration) -> weight``
+        (so a slowdown can be drawn per iteration, like Hop sec. 7.3.1); ``stall={rank: k}``: that
+        worker sends its update of iteration k, computes, and then never moves again (a stuck
+        worker, Hop Figure 3)."""
         self.cores = [Worker(v, cfg) for v in views]
         self.ios = [InProcIO(self, v.rank) for v in views]
         make = backend_factory or (lambda r: ToyBackend(r, seed=seed))
@@ -107,7 +109,11 @@ class InProcNetwork:
         self.in_flight = []
         self.updates_sent_to = [0] * len(views)
         self.rng = random.Random(seed)
-        self.speeds = list(speeds) if speeds is not None else [1.0] * len(views)
+        if callable(speeds):
+            self.speed = lambda r: speeds(r, self.cores[r].iteration)
+        else:
+            fixed = list(speeds) if speeds is not None else [1.0] * len(views)
+            self.speed = lambda r: fixed[r]
         self.check = check
         self.stall = dict(stall or {})
         self.steps = 0
@@ -125,14 +131,16 @@ class InProcNetwork:
     def step(self):
         """One scheduling decision: deliver a message or let one worker do one action."""
         runnable = [r for r in range(len(self.cores))
-                    if not self.done[r] and not self.blocked[r] and self.speeds[r] > 0
-                    and not self._stalled(r)]
+                    if not self.done[r] and not self.blocked[r] and not self._stalled(r)]
+        weights = [self.speed(r) for r in runnable]
+        runnable = [r for r, w in zip(runnable, weights) if w > 0]
+        weights = [w for w in weights if w > 0]
         if not runnable and not self.in_flight:
             return False                                  # quiet: everyone done, stuck or blocked
         if self.in_flight and (not runnable or self.rng.random() < 0.5):
             self._deliver(self.rng.randrange(len(self.in_flight)))
         else:
-            r = self.rng.choices(runnable, weights=[self.speeds[x] for x in runnable])[0]
+            r = self.rng.choices(runnable, weights=weights)[0]
             try:
                 got = next(self.loops[r])
             except StopIteration:

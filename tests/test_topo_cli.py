@@ -8,21 +8,8 @@ import sys
 import pytest
 
 from hopdec import topology as T
-# file contents and the problem the one-line error must name
-BAD_FILES = {
-    "trunc.json": ('{"nodes": [', "not valid JSON"),
-    "garbage.txt": ("hello world again and again\n", "expected 'src dst [weight]'"),
-    "outside.json": (json.dumps({"directed": True, "nodes": [{"id": 0}, {"id": 1}],
-                                 "edges": [{"source": 0, "target": 1},
-                                           {"source": 1, "target": 7}]}), "node 7"),
-    "ids.json": (json.dumps({"directed": True, "nodes": [{"id": 1}, {"id": 2}],
-                             "edges": [{"source": 1, "target": 2},
-                                       {"source": 2, "target": 1}]}), "0..1"),
-    "notsc.txt": ("0 1\n1 2\n2 1\n", "not strongly connected"),
-    "neg.txt": ("0 1 -0.5\n1 0 1\n0 0 1.5\n", "negative weight"),
-    "zero.txt": ("0 1 0\n1 0 1\n0 0 0\n1 1 0\n", "in-weights summing to zero"),
-    "some.txt": ("0 1 0.5\n1 0\n", "some edges have weights"),
-}
+# every bad file of the library tests, each checked again through the CLI (one line, exit 2)
+from test_topology import BAD_FILES  # noqa: E402
 
 
 def topo(*args, cwd=None):

@@ -90,6 +90,8 @@ def run(ctx, graph, cfg, views):
     core = Worker(views[rank], cfg)
     io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=args.peer_timeout,
                       device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device))
+    if io.device_buffers is None:
+        trainer.use_send_storage(io.message_floats())     # CPU: send without copying the parameters
     bound = gap_bound(graph, cfg)
     header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
                   setting=setting_name(cfg), max_ig=cfg.max_ig, staleness=cfg.staleness,

@@ -8,7 +8,9 @@ transport.
 A *transport* has an optional ``poll(core)`` (deliver what has arrived; called before every action),
 ``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)``
 and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's send buffer (the one
-copy a send needs). A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
+copy a send needs), or, for backends that keep their parameters in message-sized storage
+(``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
+``wait_sent(storage)`` with no copy at all. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
 ``compute(iteration) -> dict`` (at least ``loss`` and ``compute_s``), ``reduce(pairs)`` with
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
 """
@@ -56,7 +58,12 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
                                     default=None)
         elif isinstance(a, Send):
             if a.dests:
-                io.send_update(a.iteration, a.dests, backend.write_params)
+                store = getattr(backend, "send_storage", None)
+                store = store() if store is not None else None
+                if store is not None:           # zero-copy: send from the parameters' own storage
+                    io.send_from(a.iteration, a.dests, store)
+                else:
+                    io.send_update(a.iteration, a.dests, backend.write_params)
             rec["sent"] += len(a.dests)
             rec["send_skipped"] += len(a.skipped)
         elif isinstance(a, Grant):
@@ -65,6 +72,10 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             rec.update(backend.compute(a.iteration))
         elif isinstance(a, Reduce):
             t0 = clock()
+            spare = getattr(backend, "spare_storage", None)
+            spare = spare() if spare is not None else None
+            if spare is not None:
+                io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
             backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
                             for t in a.terms])
             io.release(tuple(t.handle for t in a.terms if t.handle is not SELF))

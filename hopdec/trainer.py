@@ -75,12 +75,13 @@ def write_params(flat, out=None):
     return out
 
 
-def weighted_sum_into(flat, pairs, acc=None):
+def weighted_sum_into(flat, pairs, acc=None, copy_back=True):
     """``flat <- sum(weight * params)`` over ``pairs = [(array, or None for flat itself, weight)]``;
     an array is a host numpy buffer (staged) or a tensor already on a device (CUDA-aware MPI).
 
     Summed in the given order into ``acc`` (pass a preallocated tensor like ``flat`` to avoid a fresh
     allocation, and its page faults, every iteration), so equal inputs give bit-identical results.
+    With ``copy_back=False`` the result stays in ``acc`` (the caller makes it the parameters).
     """
     with torch.no_grad():
         acc = torch.empty_like(flat) if acc is None else acc
@@ -94,7 +95,8 @@ def weighted_sum_into(flat, pairs, acc=None):
                 torch.mul(src, w, out=acc)
             else:
                 acc.add_(src, alpha=w)
-        flat.copy_(acc)
+        if copy_back:
+            flat.copy_(acc)
 
 
 class LocalTrainer:
@@ -109,7 +111,10 @@ class LocalTrainer:
         self.model.to(self.device)
         self.flat = flatten_parameters(self.model)
         self.numel = self.flat.numel()
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._acc = None                            # Reduce's accumulator, allocated once
+        self._stores = None                         # two host arrays when sends go without a copy
+        self._cur = 0
         self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
@@ -140,9 +145,46 @@ class LocalTrainer:
         return write_params(self.flat, out)
 
     def reduce(self, pairs):
+        if self._stores is not None:              # write the other store, then make it the parameters
+            spare = 1 - self._cur
+            weighted_sum_into(self.flat.data, pairs, torch.from_numpy(self._stores[spare])[:self.numel],
+                              copy_back=False)
+            self._point_at(spare)
+            return
         if self._acc is None:
             self._acc = torch.empty_like(self.flat.data)
         weighted_sum_into(self.flat.data, pairs, self._acc)
+
+    # ---- zero-copy sends: parameters alternate between two message-sized host arrays ----
+    def use_send_storage(self, length):
+        """Keep the parameters in the first ``numel`` floats of one of two host arrays of ``length``
+        floats; Reduce writes the other one and swaps. A transport then sends straight from
+        :meth:`send_storage` (no send copy, and Reduce has no copy-back) while the spare is free to be
+        overwritten once its sends completed. CPU only (a GPU model is staged anyway). Returns whether on.
+        """
+        if self.device.type != "cpu":
+            return False
+        self._stores = [np.zeros(length, dtype=np.float32) for _ in range(2)]
+        self._stores[0][:self.numel] = self.write_params()
+        self._point_at(0)
+        return True
+
+    def send_storage(self):
+        return None if self._stores is None else self._stores[self._cur]
+
+    def spare_storage(self):
+        return None if self._stores is None else self._stores[1 - self._cur]
+
+    def _point_at(self, i):
+        """Make store ``i`` the parameters: the flat tensor and every parameter view move to it."""
+        self._cur = i
+        data = torch.from_numpy(self._stores[i])[:self.numel]
+        self.flat.data = data
+        off = 0
+        for p in self._params:
+            n = p.numel()
+            p.data = data[off:off + n].view_as(p)
+            off += n
 
     def load_params(self, arr):
         with torch.no_grad():
@@ -174,6 +216,8 @@ class TorchBackend:
 
     def __init__(self, trainer, emulator, die_at=None, die_how="exit"):
         self.t, self.emu, self.die_at, self.die_how = trainer, emulator, die_at, die_how
+        self.send_storage = trainer.send_storage
+        self.spare_storage = trainer.spare_storage
 
     def write_params(self, out=None):
         return self.t.write_params(out)

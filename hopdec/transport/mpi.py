@@ -83,6 +83,7 @@ class MPITransport:
                      for _ in range(send_ring or max(2, slots))]
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
+        self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
         self.bytes_sent = 0
 
     # ---- receive side ----
@@ -155,6 +156,31 @@ class MPITransport:
         slot[1] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
         self.bytes_sent += 4 * (self.hdr + 2) * len(dests)
 
+    def message_floats(self):
+        """Length of a message buffer in float32s: the parameters, padding, the int64 header."""
+        return self.hdr + 2
+
+    def send_from(self, iteration, dests, buf):
+        """Isend ``buf`` (a caller's array of :meth:`message_floats` floats, parameters first) as it is:
+        no copy. The caller must not change it before :meth:`wait_sent` returns."""
+        self.wait_sent(buf)
+        _header(buf, self.hdr)[0] = iteration
+        self._sent_from[id(buf)] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
+        self.bytes_sent += 4 * (self.hdr + 2) * len(dests)
+
+    def wait_sent(self, buf):
+        """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""
+        reqs = self._sent_from.pop(id(buf), None)
+        if not reqs:
+            return
+        start, nap = time.monotonic(), 5e-5
+        while not MPI.Request.Testall(reqs):
+            if time.monotonic() - start > self.peer_timeout:
+                raise PeerTimeout(f"rank {self.rank}: an update sent to its out-neighbours was not "
+                                  f"received for {self.peer_timeout:.0f} s; a peer may have died or hung")
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
     def send_grants(self, grants):
         self._grant_out = [(b, r) for b, r in self._grant_out if not r.Test()]
         for dest, count in grants:
@@ -169,7 +195,8 @@ class MPITransport:
         2. Drain until our own sends completed; peers are still draining, so they can match them.
         3. Drain until every rank got there (second Ibarrier); then cancel the receives left posted.
         """
-        pending = [r for _, reqs in self.ring for r in reqs] + [r for _, r in self._grant_out]
+        pending = ([r for _, reqs in self.ring for r in reqs] + [r for _, r in self._grant_out]
+                   + [r for reqs in self._sent_from.values() for r in reqs])
         self._drain(lambda b=self.comm.Ibarrier(): b.Test())
         self._drain(lambda: MPI.Request.Testall(pending))
         self._drain(lambda b=self.comm.Ibarrier(): b.Test())

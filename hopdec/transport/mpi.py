@@ -6,9 +6,11 @@ by an int64 header with the iteration, so tags stay constant (MPI only promises 
 iteration numbers are unbounded. A buffer handed to the core as a handle is re-posted once the core frees
 it (Reduce or Release). Tokens are tiny int64 messages carrying cumulative counts (see hopdec.tokens).
 
-Send side: a ring of send buffers; Send copies the parameters into the next one (the one copy a send
-needs, since Reduce/Apply change the parameters while the message may still be in flight) and posts an
-``Isend`` per destination.
+Send side, zero-copy (:meth:`MPITransport.send_from`): a backend that keeps its parameters in a
+message-sized array (see ``LocalTrainer.use_send_storage``) has it sent as it is, and waits
+(:meth:`MPITransport.wait_sent`) before overwriting it. Otherwise a ring of send buffers: Send copies
+the parameters into the next one (Reduce/Apply change them while the message may still be in flight)
+and posts an ``Isend`` per destination.
 
 Buffers are numpy arrays in host memory (a CUDA model is staged through them), or, with
 ``device_buffers``, torch tensors on the model's device handed to a CUDA-aware MPI directly (no

@@ -45,6 +45,7 @@ import time
 import numpy as np
 
 from hopdec.errors import ConfigError
+from hopdec.transport.message import header, message_floats
 from hopdec.server_policies import (SYNC_MODES, Answer, Apply, Drop, Note, Release, make_policy)
 
 TAG_PUSH = 201     # worker -> server: data buffer (gradient or model difference) + header
@@ -119,17 +120,9 @@ def check(ctx):
 
 
 # ---- buffers and waiting -----------------------------------------------------------------------
-def _hdr_offset(numel):
-    return numel + (numel % 2)
-
-
 def _data_buffer(numel):
-    """float32 buffer: P values then an int64 header of NF fields (8-byte aligned)."""
-    return np.zeros(_hdr_offset(numel) + 2 * NF, dtype=np.float32)
-
-
-def _header(buf, numel):
-    return buf[_hdr_offset(numel):].view(np.int64)
+    """float32 buffer: P values then an int64 header of NF fields (the MPI transport's layout)."""
+    return np.zeros(message_floats(numel, NF), dtype=np.float32)
 
 
 def combine(parts, bufs, out, scratch):
@@ -251,7 +244,7 @@ class Server:
             self._post_push(w)       # the buffer is free again: its contents were applied/dropped
         buf = self.send_bufs[w]
         self.t.write_params(buf[:self.P])
-        _header(buf, self.P)[:] = [R_WEIGHTS, version, gap, self.last_staleness[w],
+        header(buf, self.P)[:] = [R_WEIGHTS, version, gap, self.last_staleness[w],
                                    int(now * 1e9), 0]
         self.send_reqs[w] = [self.comm.Isend(buf, dest=w + 1, tag=TAG_WEIGHTS)]
 
@@ -345,7 +338,7 @@ class Server:
                     self._do(self.policy.on_query(w, k, None if c_ns < 0 else c_ns / 1e9, now), now)
             else:
                 self.reqs[2 * w] = self.MPI.REQUEST_NULL   # reposted when the worker is released
-                hdr = _header(self.push_bufs[w], self.P)
+                hdr = header(self.push_bufs[w], self.P)
                 step, local_steps = int(hdr[1]), max(1, int(hdr[2]))
                 self.work += local_steps
                 self.bar.update(local_steps)
@@ -394,7 +387,7 @@ class WorkerRunner:
         """Block until the server answers; returns (kind, header copy). Weights are loaded."""
         idx = _wait_any(self.reqs, self.timeout, f"rank {self.rank}: no reply from the server (rank 0)")
         if idx == 0:
-            hdr = _header(self.recv_buf, self.P).copy()
+            hdr = header(self.recv_buf, self.P).copy()
             self.t.load_params(self.recv_buf[:self.P])
             self.reqs[0] = self.comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS)
         else:
@@ -405,7 +398,7 @@ class WorkerRunner:
     def _push(self, step, local_steps, c_s, source):
         """Send the flat ``source`` (gradient or model difference) with its header: one message."""
         np.copyto(self.push_buf[:self.P], source)
-        _header(self.push_buf, self.P)[:] = [K_PUSH, step, local_steps,
+        header(self.push_buf, self.P)[:] = [K_PUSH, step, local_steps,
                                              -1 if c_s is None else int(c_s * 1e9), self.iteration, 0]
         self.comm.Send(self.push_buf, dest=0, tag=TAG_PUSH)
 

@@ -26,6 +26,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from hopdec.transport.message import header, message_floats
+
 TAG_UPDATE = 101
 TAG_GRANT = 102
 
@@ -40,14 +42,6 @@ def cuda_aware_mpi():
         except (OSError, AttributeError):
             continue
     return False
-
-
-def _header(buf, hdr):
-    """The int64 iteration header stored in the two float32 slots after the parameters."""
-    if isinstance(buf, np.ndarray):
-        return buf[hdr:hdr + 2].view(np.int64)
-    import torch
-    return buf[hdr:hdr + 2].view(torch.int64)
 
 
 class PeerTimeout(RuntimeError):
@@ -69,19 +63,19 @@ class MPITransport:
                 self._sync = lambda: torch.cuda.synchronize(device_buffers)
         self.rank = comm.Get_rank()
         self.numel = numel
-        self.hdr = numel + (numel % 2)              # int64 header, 8-byte aligned after the floats
+        self.length = message_floats(numel)         # parameters, padding, int64 iteration header
         self.peer_timeout = peer_timeout
         self.reqs, self.meta = [], []
         self.bufs = {}
         for j in view.in_neighbors:
             for s in range(slots):
-                self.bufs[(j, s)] = self._alloc(self.hdr + 2)
+                self.bufs[(j, s)] = self._alloc(self.length)
                 self._post(("u", j, s))
         self.grant_bufs = {}
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
             self._post(("g", j, 0))
-        self.ring = [[self._alloc(self.hdr + 2), []]
+        self.ring = [[self._alloc(self.length), []]
                      for _ in range(send_ring or max(2, slots))]
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
@@ -111,7 +105,7 @@ class MPITransport:
             kind, j, s = self.meta[idx]
             if kind == "u":
                 buf = self.bufs[(j, s)]
-                iteration = int(_header(buf, self.hdr)[0])
+                iteration = int(header(buf, self.numel)[0])
                 if core is not None:
                     core.on_update(j, iteration, idx)   # the handle is the request slot
                 else:
@@ -153,22 +147,22 @@ class MPITransport:
         if pending:
             MPI.Request.Waitall(pending)            # normally long done: the ring is max_ig + 1 deep
         fill(buf[:self.numel])
-        _header(buf, self.hdr)[0] = iteration
+        header(buf, self.numel)[0] = iteration
         self._sync()                                # the device copy must land before MPI reads it
         slot[1] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
-        self.bytes_sent += 4 * (self.hdr + 2) * len(dests)
+        self.bytes_sent += 4 * self.length * len(dests)
 
     def message_floats(self):
         """Length of a message buffer in float32s: the parameters, padding, the int64 header."""
-        return self.hdr + 2
+        return self.length
 
     def send_from(self, iteration, dests, buf):
         """Isend ``buf`` (a caller's array of :meth:`message_floats` floats, parameters first) as it is:
         no copy. The caller must not change it before :meth:`wait_sent` returns."""
         self.wait_sent(buf)
-        _header(buf, self.hdr)[0] = iteration
+        header(buf, self.numel)[0] = iteration
         self._sent_from[id(buf)] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
-        self.bytes_sent += 4 * (self.hdr + 2) * len(dests)
+        self.bytes_sent += 4 * self.length * len(dests)
 
     def wait_sent(self, buf):
         """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""

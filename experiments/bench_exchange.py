@@ -5,8 +5,8 @@
 Both sides run on the same graph (``topologies/ring_based_8.json``) in the same MPI job, in interleaved
 rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noise hits all of them.
 
-* **hopdec**: the real :class:`hopdec.protocol.Worker` (tokens protocol, ``--max-ig``, parallel compute
-  graph) driven by :func:`hopdec.loop.worker_loop` over :class:`hopdec.transport.mpi.MPITransport`
+* **hopdec**: the real :class:`hopdec.hop.worker.Worker` (tokens protocol, ``--max-ig``, parallel compute
+  graph) driven by :func:`hopdec.runtime.hop_loop.worker_loop` over :class:`hopdec.transport.mpi.MPITransport`
   (waiting with its own ``wait``: Testsome + sleeps of 50 us growing to 1 ms). The backend does no
   compute (``compute`` returns at once); ``reduce`` does the real weighted sum with numpy.
 * **bare**: per iteration every rank Irecvs from its in-neighbours into preallocated buffers, Isends its
@@ -42,8 +42,9 @@ import numpy as np
 from mpi4py import MPI
 
 from hopdec import topology as T
-from hopdec.loop import worker_loop
-from hopdec.protocol import ProtocolConfig, Worker, node_views
+from hopdec.runtime.hop_loop import worker_loop
+from hopdec.hop.config import ProtocolConfig
+from hopdec.hop.worker import Worker, node_views
 from hopdec.transport.mpi import MPITransport
 
 TAG = 77

@@ -4,7 +4,7 @@
 
 Instances follow the ZipLine paper's generator (sec. 6.1): each worker's iteration interval is
 uniform in [1000, 1500] ms, its start uniform in [10, 50] ms, and its R future pushes are
-t + i * interval (:func:`hopdec.zipline.predict_pushes`). Prints the time of the fast
+t + i * interval (:func:`hopdec.ps.zipline.predict_pushes`). Prints the time of the fast
 (heap, O(R n log n)) and the plain (paper's Algorithm 2, O(R n^2)) ZipLine, then the agreement of
 both with exhaustive search on many small random instances (real-valued and integer, with ties).
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from hopdec.zipline import predict_pushes, zipline, zipline_exhaustive, zipline_plain  # noqa: E402
+from hopdec.ps.zipline import predict_pushes, zipline, zipline_exhaustive, zipline_plain  # noqa: E402
 
 
 def paper_instance(rng, n, r):

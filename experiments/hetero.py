@@ -3,7 +3,7 @@
     python3 experiments/hetero.py [--runs /tmp/hetero_runs] [--compute-time 0.15] [--only a|b]
 
 Runs every configuration as its own ``mpirun -n 16 --oversubscribe hopdec train ... --log-dir``, one
-after the other (never two at once), then reads the JSONL logs (:func:`hopdec.metrics.read_log`) and
+after the other (never two at once), then reads the JSONL logs (:func:`hopdec.runtime.metrics.read_log`) and
 prints two tables:
 
 (a) random slowdown (``--slowdown random:factor=6,prob=1/n``, Hop Figs. 14-17) on ring_based_16 and
@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from hopdec.metrics import read_log
+from hopdec.runtime.metrics import read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANDOM = "random:factor=6,prob=1/n"

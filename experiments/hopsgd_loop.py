@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from hopdec.data import batches, load_dataset, partition
-from hopdec.models import PRESETS, build_model, loss_fn
+from hopdec.ml.data import batches, load_dataset, partition
+from hopdec.ml.models import PRESETS, build_model, loss_fn
 from hopdec.optim import HopSGD
 
 

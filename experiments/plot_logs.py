@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hopdec.metrics import read_log  # noqa: E402
+from hopdec.runtime.metrics import read_log  # noqa: E402
 
 
 def smooth(y, k):

@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 HOP_DRIVER = r'''
 import json, os, sys, time
 import numpy as np
-import hopdec.trainer as T
+import hopdec.runtime.backend as T
 snap_dir, every = sys.argv[1], int(sys.argv[2])
 _orig = T.TorchBackend.compute
 
@@ -50,7 +50,7 @@ def compute(self, iteration):
     return _orig(self, iteration)
 
 T.TorchBackend.compute = compute
-from hopdec.train_cli import main
+from hopdec.cli.train import main
 sys.exit(main(sys.argv[3:]))
 '''
 
@@ -140,10 +140,10 @@ def ps_result(d):
 def hop_result(d, args):
     import torch
 
-    from hopdec.data import load_dataset
-    from hopdec.models import PRESETS
-    from hopdec.trainer import RunContext
-    from hopdec.train_cli import build_parser
+    from hopdec.ml.data import load_dataset
+    from hopdec.ml.models import PRESETS
+    from hopdec.runtime.context import RunContext
+    from hopdec.cli.train import build_parser
 
     torch.set_num_threads(1)
     recs = _records(d, range(args.workers))

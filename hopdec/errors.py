@@ -1,7 +1,7 @@
 """Errors a user can cause: reported as one line, never a traceback."""
 
 
-class HopdecError(Exception):
+class HopdecError(ValueError):
     """Bad input (a file, an option, a setting). ``str(err)`` is the one line the user sees."""
 
 

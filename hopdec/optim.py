@@ -13,15 +13,17 @@ Figure 7), paused at each Compute so that your loop computes the gradient::
     opt.close()             # drain messages; every rank calls it
 
 Run it under ``mpirun`` (one rank per node of the topology). Model parameters become views of one flat
-buffer (see :func:`hopdec.trainer.flatten_parameters`); keep using ``model`` as before.
+buffer (see :func:`hopdec.ml.trainer.flatten_parameters`); keep using ``model`` as before.
 """
 
 import torch
 
+from hopdec.core import Wait
 from hopdec.errors import ConfigError
-from hopdec.loop import worker_loop
-from hopdec.protocol import ProtocolConfig, Wait, Worker, check_config, node_views
-from hopdec.trainer import flatten_parameters, regather_grads, weighted_sum_into, write_params
+from hopdec.hop.config import ProtocolConfig, check_config
+from hopdec.hop.worker import Worker, node_views
+from hopdec.ml.trainer import flatten_parameters, regather_grads, weighted_sum_into, write_params
+from hopdec.runtime.hop_loop import worker_loop
 
 
 class HopSGD:
@@ -38,8 +40,7 @@ class HopSGD:
         self.comm = comm or MPI.COMM_WORLD
         size = self.comm.Get_size()
         if topology is None:
-            from hopdec.train_cli import default_topology
-            graph = default_topology(size)
+            graph = T.default_topology(size)
         else:
             graph = T.load(topology) if isinstance(topology, str) else topology
         if graph.number_of_nodes() != size:
@@ -48,10 +49,7 @@ class HopSGD:
         cfg = ProtocolConfig(iterations=steps or 2 ** 62, protocol=protocol, max_ig=max_ig,
                              backup_workers=backup_workers, staleness=staleness, stale_reduce=stale_reduce)
         views = node_views(graph)
-        try:
-            check_config(cfg, views)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        check_config(cfg, views)
         self.model = model
         self.flat = flatten_parameters(model)
         self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
@@ -82,7 +80,7 @@ class HopSGD:
         """Finish the protocol and drain the network (collective: every rank calls it)."""
         self.io.close()
 
-    # ---- the backend interface of hopdec.loop ----
+    # ---- the backend interface of hopdec.runtime.hop_loop ----
     def write_params(self, out=None):
         return write_params(self.flat, out)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hopdec.data import (CIFAR10_MEAN, CIFAR10_STD, Dataset, batches, load_dataset, partition,
+from hopdec.ml.data import (CIFAR10_MEAN, CIFAR10_STD, Dataset, batches, load_dataset, partition,
                          steps_per_epoch)
 from hopdec.errors import ConfigError
 

@@ -3,7 +3,7 @@
 import pytest
 
 from hopdec.errors import ConfigError
-from hopdec.heterogeneity import Emulator, Slowdown, parse_slowdown, parse_slowdowns
+from hopdec.runtime.heterogeneity import Emulator, Slowdown, parse_slowdown, parse_slowdowns
 
 
 def test_parse_random_forms():
@@ -33,7 +33,7 @@ def test_parse_straggler_forms():
     ("random:factor=6,prob=1/n,speed=2", 8, "unknown key 'speed'"),
     ("random:factor=6", 8, "missing prob="),
     ("rank=3", 8, "missing factor="),
-    ("rank=9,factor=4", 8, "rank 9 out of range 0..7"),
+    ("rank=9,factor=4", 8, "rank 9 is not a worker: the workers are ranks 0..7"),
     ("rank=x,factor=4", 8, "not an integer"),
     ("burst:factor=2", 8, "unknown kind 'burst'"),
     ("factor=2", 8, "expected random:"),
@@ -48,10 +48,10 @@ def test_parse_errors_quote_spec(spec, n, words):
 
 def test_rank_range_checked_once_n_known():
     s = parse_slowdown("rank=9,factor=4")  # fine without n
-    with pytest.raises(ConfigError, match="rank 9 out of range"):
-        Emulator([s], rank=0, n_workers=4)
-    with pytest.raises(ConfigError, match="rank 9 out of range"):
-        Emulator("rank=9,factor=4", rank=0, n_workers=4)
+    with pytest.raises(ConfigError, match="rank 9 is not a worker"):
+        Emulator([s], rank=0, workers=4)
+    with pytest.raises(ConfigError, match="rank 9 is not a worker"):
+        Emulator("rank=9,factor=4", rank=0, workers=4)
 
 
 def test_parse_several():
@@ -61,38 +61,38 @@ def test_parse_several():
 
 
 def test_random_factor_reproducible_and_frequency():
-    a = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=5)
-    b = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=5)
+    a = Emulator("random:factor=6,prob=1/n", rank=2, workers=8, seed=5)
+    b = Emulator("random:factor=6,prob=1/n", rank=2, workers=8, seed=5)
     fa = [a.factor(i) for i in range(4000)]
     assert fa == [b.factor(i) for i in range(4000)]
     assert fa[1234] == a.factor(1234)  # order-independent: same answer when asked again
     assert set(fa) == {1.0, 6.0}
     freq = fa.count(6.0) / len(fa)
     assert abs(freq - 1 / 8) < 0.02
-    other_rank = Emulator("random:factor=6,prob=1/n", rank=3, n_workers=8, seed=5)
-    other_seed = Emulator("random:factor=6,prob=1/n", rank=2, n_workers=8, seed=6)
+    other_rank = Emulator("random:factor=6,prob=1/n", rank=3, workers=8, seed=5)
+    other_seed = Emulator("random:factor=6,prob=1/n", rank=2, workers=8, seed=6)
     assert [other_rank.factor(i) for i in range(200)] != fa[:200]
     assert [other_seed.factor(i) for i in range(200)] != fa[:200]
 
 
 def test_straggler_only_on_its_rank_and_combination():
-    slow = Emulator("rank=3,factor=4", rank=3, n_workers=8)
-    fast = Emulator("rank=3,factor=4", rank=0, n_workers=8)
+    slow = Emulator("rank=3,factor=4", rank=3, workers=8)
+    fast = Emulator("rank=3,factor=4", rank=0, workers=8)
     assert all(slow.factor(i) == 4.0 for i in range(50))
     assert all(fast.factor(i) == 1.0 for i in range(50))
-    both = Emulator(["random:factor=6,prob=1", "rank=3,factor=4"], rank=3, n_workers=8)
+    both = Emulator(["random:factor=6,prob=1", "rank=3,factor=4"], rank=3, workers=8)
     assert both.factor(0) == 24.0
-    none = Emulator(None, rank=0, n_workers=2)
+    none = Emulator(None, rank=0, workers=2)
     assert none.factor(0) == 1.0 and not none.active and none.pad(0, 0.01) == 0.0
 
 
 def test_pad_arithmetic():
-    e = Emulator("rank=0,factor=4", rank=0, n_workers=2)
+    e = Emulator("rank=0,factor=4", rank=0, workers=2)
     assert e.pad(0, 0.01) == pytest.approx(0.03)  # 0.01*4 - 0.01
-    c = Emulator("rank=0,factor=4", rank=0, n_workers=2, compute_time=0.002)
+    c = Emulator("rank=0,factor=4", rank=0, workers=2, compute_time=0.002)
     assert c.pad(0, 0.001) == pytest.approx(0.007)  # 0.002*4 - 0.001
     assert c.overruns == 0
-    plain = Emulator(None, rank=1, n_workers=2, compute_time=0.002)
+    plain = Emulator(None, rank=1, workers=2, compute_time=0.002)
     assert plain.pad(0, 0.0005) == pytest.approx(0.0015)
     # measured compute slower than compute_time: never negative, flagged, measured time kept
     assert plain.pad(1, 0.01) == 0.0
@@ -101,25 +101,25 @@ def test_pad_arithmetic():
 
 
 def test_run_sleeps_and_returns_totals():
-    e = Emulator("rank=0,factor=2", rank=0, n_workers=1)
+    e = Emulator("rank=0,factor=2", rank=0, workers=1)
     total, f = e.run(0, 0.001)
     assert f == 2.0 and total >= 0.002 - 1e-6
-    total0, f0 = Emulator(None, rank=0, n_workers=1).run(0, 0.003)
+    total0, f0 = Emulator(None, rank=0, workers=1).run(0, 0.003)
     assert (total0, f0) == (0.003, 1.0)
 
 
 def test_describe():
-    e = Emulator(["random:factor=6,prob=1/n", "rank=3,factor=4"], rank=0, n_workers=8,
+    e = Emulator(["random:factor=6,prob=1/n", "rank=3,factor=4"], rank=0, workers=8,
                  compute_time=0.05)
     assert e.describe() == ("compute padded to 0.05 s/iter; random 6x slowdown with prob 1/8; "
                             "rank 3 4x slower")
-    assert Emulator(None, rank=0, n_workers=8).describe() == "no emulation"
+    assert Emulator(None, rank=0, workers=8).describe() == "no emulation"
     assert Emulator("random:factor=2,prob=0.3,rank=1", 0, 4).describe() == \
         "random 2x slowdown with prob 0.3 on rank 1"
 
 
 def test_emulator_bad_settings():
     with pytest.raises(ConfigError, match="compute-time"):
-        Emulator(None, rank=0, n_workers=2, compute_time=0)
-    with pytest.raises(ConfigError, match="rank 2 out of range"):
-        Emulator(None, rank=2, n_workers=2)
+        Emulator(None, rank=0, workers=2, compute_time=0)
+    with pytest.raises(ConfigError, match="rank 2 is not one of the workers"):
+        Emulator(None, rank=2, workers=2)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from hopdec.data import batches, load_dataset
+from hopdec.ml.data import batches, load_dataset
 from hopdec.errors import ConfigError
-from hopdec.models import PRESETS, build_model, default_model_for, loss_fn, predict
+from hopdec.ml.models import PRESETS, build_model, default_model_for, loss_fn, predict
 
 
 @pytest.mark.parametrize("name,shape,classes,out", [

@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 
 from hopdec import topology as T
-from hopdec.protocol import ProtocolConfig, Reduce, Worker, check_config, node_views
-from hopdec.queues import Entry, IterationSlots, NewestPerSender, QueueOverflow
-from hopdec.tokens import TokenLedger
-from hopdec.transport.inproc import Deadlock, InProcNetwork
+from hopdec.hop.actions import Reduce
+from hopdec.hop.config import ProtocolConfig, check_config
+from hopdec.hop.worker import Worker, node_views
+from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender, QueueOverflow
+from hopdec.hop.token_queue import TokenLedger
+from hopdec.sim.inproc import Deadlock, InProcNetwork
 
 
 def setting_of(cfg):

@@ -1,7 +1,7 @@
 """The parameter-server mode under real ``mpirun`` (1 server + 4 workers), with timeouts.
 
 To keep the suite fast, one ``mpirun`` trains every ``--sync`` mode in turn (a small driver calls
-``hopdec.train_cli.main`` once per mode inside the same MPI job), and the checks read the printed
+``hopdec.cli.train.main`` once per mode inside the same MPI job), and the checks read the printed
 summaries and the JSONL logs. Separate short runs cover bad settings and a hung worker.
 """
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(MPIRUN is None, reason="needs mpirun (pip instal
 N_WORKERS = 4
 DRIVER = """
 import json, sys
-from hopdec.train_cli import main
+from hopdec.cli.train import main
 for argv in json.loads(sys.argv[1]):
     rc = main(argv)
     if rc:
@@ -34,7 +34,8 @@ SLOW = ["--compute-time", "0.02", "--slowdown", "rank=1,factor=3", "--iterations
         "--eval-interval", "0.25"]
 ESYNC_K = 4
 MODES = {
-    "bsp": ["--sync", "bsp", "--iterations", str(BSP_ITERS), "--save-models", "--eval-interval", "0.25"],
+    "bsp": ["--sync", "bsp", "--iterations", str(BSP_ITERS), "--save-models", "--compute-time", "0.02",
+            "--eval-interval", "0.1"],
     "asp": ["--sync", "asp"] + SLOW,
     "ssp": ["--sync", "ssp", "--staleness", "1"] + SLOW,
     "dssp": ["--sync", "dssp", "--staleness-range", "1,3"] + SLOW,
@@ -108,11 +109,11 @@ def test_every_mode_trains_and_ends_cleanly(all_modes):
 def _reference_bsp(argv, n, iters):
     """Single-process synchronous averaging with the same trainers, shards and seeds."""
     import torch
-    from hopdec.data import load_dataset
-    from hopdec.models import PRESETS
-    from hopdec.ps import combine
-    from hopdec.trainer import RunContext
-    from hopdec.train_cli import build_parser
+    from hopdec.ml.data import load_dataset
+    from hopdec.ml.models import PRESETS
+    from hopdec.ps.mpi import combine
+    from hopdec.runtime.context import RunContext
+    from hopdec.cli.train import build_parser
 
     torch.set_num_threads(1)
     args = build_parser().parse_args(argv)
@@ -130,7 +131,7 @@ def _reference_bsp(argv, n, iters):
             t.load_params(params)
             losses[w].append(t.compute())
             grads[w][:server.numel] = t.flat.grad.numpy()
-        combine([(w, 1.0 / n) for w in range(n)], grads, server.flat.grad.numpy(), scratch)
+        combine([(g[:server.numel], 1.0 / n) for g in grads], server.flat.grad.numpy(), scratch)
         server.apply()
         params = server.write_params()
     return losses, params
@@ -148,13 +149,13 @@ def test_bsp_equals_synchronous_averaging(all_modes):
         np.testing.assert_allclose([x["loss"] for x in recs], losses[r - 1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.load(d / "params_rank0.npy"), params, rtol=1e-5, atol=1e-6)
     applies = _server_events(d, "apply")
-    assert len(applies) == BSP_ITERS and all(a["workers"] == [0, 1, 2, 3] for a in applies)
+    assert len(applies) == BSP_ITERS and all(a["workers"] == [1, 2, 3, 4] for a in applies)
     assert "largest iteration gap observed: 0" in proc.stdout
 
 
 def _check_gap_from_logs(d, bound):
     """Every iteration a worker entered, the slowest was at most ``bound`` iterations behind."""
-    from hopdec.metrics import max_iteration_gap
+    from hopdec.runtime.metrics import max_iteration_gap
     logs = _worker_logs(d)
     gap = max_iteration_gap([[(x["time"], x["iter"]) for x in v] for v in logs.values()])
     assert int(gap.max()) <= bound, gap
@@ -203,7 +204,7 @@ def test_backup_uses_exactly_n_current_gradients(all_modes):
         assert a["steps"] == [a["version"] - 1] * 3          # all computed at the current step
     drops = _server_events(d, "drop")
     assert drops and all(x["step"] < x["version"] for x in drops)
-    # the 3x slower worker 1 mostly loses the race (its late gradients are the ones dropped)
+    # the 3x slower rank 1 mostly loses the race (its late gradients are the ones dropped)
     assert sum(1 in a["workers"] for a in applies) < 0.5 * len(applies)
     assert sum(x["worker"] == 1 for x in drops) > 0.5 * len(drops)
 
@@ -214,10 +215,12 @@ def test_elastic_barriers(all_modes):
     notes = [e for e in _server_events(d, "note") if e["what"] == "elastic_barrier"]
     barriers = [e for e in _server_events(d, "release") if e["reason"] == "barrier"]
     assert len(notes) >= 3 and len(barriers) >= 2
-    assert all(e["workers"] == [0, 1, 2, 3] for e in barriers)
+    assert all(e["workers"] == [1, 2, 3, 4] for e in barriers)
     assert all(1 <= s <= 5 for n in notes for s in n["steps"])
-    # the 3x slower worker gets fewer iterations per superstep than the others
-    assert all(n["steps"][1] <= min(n["steps"][0], n["steps"][2], n["steps"][3]) for n in notes)
+    # the 3x slower rank 1 gets fewer iterations per superstep than the others
+    for n in notes:
+        steps = dict(zip(n["workers"], n["steps"]))
+        assert steps[1] <= min(steps[2], steps[3], steps[4])
 
 
 def test_esync_local_steps(all_modes):
@@ -225,8 +228,8 @@ def test_esync_local_steps(all_modes):
     d = base / "esync"
     rounds = [n["local_steps"] for n in _server_events(d, "note") if n["what"] == "esync_round"]
     assert len(rounds) >= 5
-    assert all(r[1] == 1 for r in rounds)                    # the k x slower device: 1 local step
-    fast = [r[w] for r in rounds[1:] for w in (0, 2, 3)]
+    assert all(r[0] == 1 for r in rounds)                    # the k x slower rank 1: 1 local step
+    fast = [r[w] for r in rounds[1:] for w in (1, 2, 3)]
     # about k: the paper's rule stops a fast device before a step that would end after the slowest,
     # so per-step overheads (query round trip, SGD step, a loaded machine) turn k into k - 1 at an
     # exact k x ratio of the emulated compute
@@ -258,17 +261,14 @@ def test_bad_settings_fail_on_every_rank_with_one_line(tmp_path):
     (["--sync", "bogus"], "--sync"),
 ])
 def test_bad_settings_checked_before_communication(argv, option):
-    """ps.check runs in train_cli's setup on every rank before any message: one line naming the option."""
-    from types import SimpleNamespace
-
-    from hopdec import ps
+    """check_args runs in setup on every rank before any message: one line naming the option."""
+    from hopdec.cli.train import build_parser
     from hopdec.errors import ConfigError
-    from hopdec.train_cli import build_parser
+    from hopdec.ps.options import check_args
 
     args = build_parser().parse_args(["--mode", "ps"] + argv)
-    ctx = SimpleNamespace(args=args, size=N_WORKERS + 1, extra={})
     with pytest.raises(ConfigError) as info:
-        ps.check(ctx)
+        check_args(args, N_WORKERS + 1)
     assert option in str(info.value) and "\n" not in str(info.value)
 
 

@@ -2,10 +2,11 @@
 
 import pytest
 
-from hopdec.decentralized import parse_skip, setting_name
+from hopdec.hop.config import parse_skip, setting_name
 from hopdec.errors import ConfigError, HopdecError
-from hopdec.protocol import ProtocolConfig
-from hopdec.train_cli import build_parser, default_topology, resolve_topology
+from hopdec.hop.config import ProtocolConfig
+from hopdec.cli.train import build_parser, resolve_topology
+from hopdec.topology import default_topology
 
 
 def test_topology_can_be_a_file_or_a_generator_kind():

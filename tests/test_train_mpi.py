@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from hopdec.data import load_dataset, partition
-from hopdec.metrics import max_iteration_gap, read_log
-from hopdec.models import PRESETS
-from hopdec.trainer import LocalTrainer
+from hopdec.ml.data import load_dataset, partition
+from hopdec.runtime.metrics import max_iteration_gap, read_log
+from hopdec.ml.models import PRESETS
+from hopdec.ml.trainer import LocalTrainer
 
 from mpi_util import mpirun, topo_bounds
 

@@ -5,9 +5,10 @@ import copy
 import numpy as np
 import torch
 
-from hopdec.data import load_dataset, partition
-from hopdec.metrics import format_table, max_iteration_gap
-from hopdec.trainer import LocalTrainer, pick_device
+from hopdec.ml.data import load_dataset, partition
+from hopdec.runtime.metrics import format_table, max_iteration_gap
+from hopdec.ml.trainer import LocalTrainer
+from hopdec.runtime.context import pick_device
 
 
 def make(seed=0, **kw):

@@ -5,7 +5,7 @@ import pytest
 
 import hopdec
 from hopdec.errors import ConfigError
-from hopdec.zipline import predict_pushes, zipline, zipline_exhaustive, zipline_plain
+from hopdec.ps.zipline import predict_pushes, zipline, zipline_exhaustive, zipline_plain
 
 
 def _random_instance(rng, integer):
@@ -60,8 +60,13 @@ def test_single_worker_and_single_column():
     assert list(idx) == [0, 0, 0] and span == 3.0
 
 
-def test_public_entry_point():
-    idx, span = hopdec.zipline([[0.0, 1.0, 2.0], [0.5, 1.9, 4.0]])
+def test_public_entry_point_is_a_module_function():
+    """``hopdec.ps.zipline`` stays a module (nothing rebinds it to the function of the same name)."""
+    import types
+
+    import hopdec.ps.zipline as mod
+    assert isinstance(mod, types.ModuleType) and not hasattr(hopdec, "zipline")
+    idx, span = mod.zipline([[0.0, 1.0, 2.0], [0.5, 1.9, 4.0]])
     assert list(idx) == [2, 1] and span == pytest.approx(0.1)
 
 

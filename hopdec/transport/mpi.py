@@ -16,17 +16,15 @@ Buffers are numpy arrays in host memory (a CUDA model is staged through them), o
 ``device_buffers``, torch tensors on the model's device handed to a CUDA-aware MPI directly (no
 staging; mpi4py takes them through DLPack). The header trick is the same for both.
 
-Waiting polls ``Testsome`` and sleeps between polls (50 us growing to 1 ms), so an idle worker yields its
-core to the workers that compute (ranks usually outnumber cores in emulated runs). A wait longer than
-``peer_timeout`` raises :class:`PeerTimeout` naming the ranks it waited for.
+Waiting polls ``Testsome`` through :func:`hopdec.transport.waiting.poll_until` (sleeps between polls,
+a :class:`~hopdec.transport.waiting.PeerTimeout` naming the ranks it waited for after ``peer_timeout``).
 """
-
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from hopdec.transport.message import header, message_floats
+from hopdec.transport.waiting import PeerTimeout, poll_until  # noqa: F401  (PeerTimeout re-exported)
 
 TAG_UPDATE = 101
 TAG_GRANT = 102
@@ -42,10 +40,6 @@ def cuda_aware_mpi():
         except (OSError, AttributeError):
             continue
     return False
-
-
-class PeerTimeout(RuntimeError):
-    """A worker waited too long for its neighbours: one may have died or hung."""
 
 
 class MPITransport:
@@ -118,16 +112,10 @@ class MPITransport:
 
     def wait(self, core, wait_action):
         """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s."""
-        start = time.monotonic()
-        nap = 5e-5
-        while not self.poll(core):
-            if time.monotonic() - start > self.peer_timeout:
-                raise PeerTimeout(
-                    f"rank {self.rank}: no {wait_action.what} from rank(s) "
-                    f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
-                    f"a peer may have died or hung")
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+        poll_until(lambda: self.poll(core), self.peer_timeout, lambda: (
+            f"rank {self.rank}: no {wait_action.what} from rank(s) "
+            f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
+            f"a peer may have died or hung"))
 
     def payload(self, handle):
         """The parameters in a received buffer (a view, valid until the handle is released)."""
@@ -169,13 +157,9 @@ class MPITransport:
         reqs = self._sent_from.pop(id(buf), None)
         if not reqs:
             return
-        start, nap = time.monotonic(), 5e-5
-        while not MPI.Request.Testall(reqs):
-            if time.monotonic() - start > self.peer_timeout:
-                raise PeerTimeout(f"rank {self.rank}: an update sent to its out-neighbours was not "
-                                  f"received for {self.peer_timeout:.0f} s; a peer may have died or hung")
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+        poll_until(lambda: MPI.Request.Testall(reqs), self.peer_timeout,
+                   f"rank {self.rank}: an update sent to its out-neighbours was not "
+                   f"received for {self.peer_timeout:.0f} s; a peer may have died or hung")
 
     def send_grants(self, grants):
         self._grant_out = [(b, r) for b, r in self._grant_out if not r.Test()]
@@ -202,8 +186,7 @@ class MPITransport:
         MPI.Request.Waitall(self.reqs)
 
     def _drain(self, done):
-        nap = 5e-5
-        while not done():
+        def step():
             self.poll(None)
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+            return done()
+        poll_until(step, None, "")

@@ -1,47 +1,15 @@
 """Decentralized training over MPI (the Hop engine): one worker per rank, parameters only to neighbours.
 
-Puts together the pieces: topology -> :func:`hopdec.protocol.node_views` -> one protocol
-:class:`~hopdec.protocol.Worker` per rank, driven by :func:`hopdec.loop.worker_loop` over the
-:class:`~hopdec.transport.mpi.MPITransport`, computing with a :class:`~hopdec.trainer.LocalTrainer`.
+Puts together the pieces: topology -> :func:`hopdec.hop.worker.node_views` -> one protocol
+:class:`~hopdec.hop.worker.Worker` per rank, driven by :func:`hopdec.runtime.hop_loop.worker_loop` over the
+:class:`~hopdec.transport.mpi.MPITransport`, computing with a :class:`~hopdec.ml.trainer.LocalTrainer`.
 """
 
 import sys
 
-from hopdec import topology as T
-from hopdec.errors import ConfigError
-from hopdec.protocol import ProtocolConfig, Worker, check_config, node_views
-
-
-def parse_skip(spec):
-    """``max-jump=J,trigger=G`` -> (J, G)."""
-    if not spec:
-        return 0, 2
-    vals = {}
-    for part in spec.split(","):
-        key, _, val = part.partition("=")
-        if key.strip() not in ("max-jump", "trigger") or not val.strip().lstrip("-").isdigit():
-            raise ConfigError(f"--skip {spec!r}: expected max-jump=J,trigger=G with integers")
-        vals[key.strip()] = int(val)
-    if "max-jump" not in vals:
-        raise ConfigError(f"--skip {spec!r}: max-jump=J is required")
-    return vals["max-jump"], vals.get("trigger", 2)
-
-
-def describe(cfg):
-    """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
-    name = setting_name(cfg)
-    return name + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
-                   if cfg.skip_max_jump else "")
-
-
-def setting_name(cfg):
-    """The row of Hop Table 1 this configuration is, as named by ``hopdec.topology.gap_bounds``."""
-    if cfg.protocol == "notify-ack":
-        return "notify-ack"
-    backup = cfg.backup_workers > 0
-    if cfg.staleness is not None:
-        return "hybrid" if backup else "staleness"
-    return "backup" if backup else "standard"
+from hopdec.hop.config import (ProtocolConfig, check_config, describe, gap_bound, parse_skip,
+                               setting_name)
+from hopdec.hop.worker import Worker, node_views
 
 
 def prepare(args, graph, iterations):
@@ -52,17 +20,8 @@ def prepare(args, graph, iterations):
                          staleness=args.staleness, stale_reduce=args.stale_reduce,
                          skip_max_jump=max_jump, skip_trigger=trigger)
     views = node_views(graph)
-    try:
-        check_config(cfg, views)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    check_config(cfg, views)
     return cfg, views
-
-
-def gap_bound(graph, cfg):
-    """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and protocol."""
-    max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
-    return T.max_gap_bound(graph, setting_name(cfg), max_ig=max_ig, staleness=cfg.staleness)
 
 
 def mpi_buffers_on(cuda_aware, device):
@@ -79,10 +38,12 @@ def mpi_buffers_on(cuda_aware, device):
 
 def run(ctx, graph, cfg, views):
     """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective."""
-    from hopdec.loop import worker_loop
-    from hopdec.metrics import RankLogger
-    from hopdec.trainer import TorchBackend, progress_bar, report
-    from hopdec.transport.mpi import MPITransport, PeerTimeout
+    from hopdec.runtime.backend import TorchBackend
+    from hopdec.runtime.hop_loop import worker_loop
+    from hopdec.runtime.metrics import RankLogger
+    from hopdec.runtime.report import progress_bar, report
+    from hopdec.transport.mpi import MPITransport
+    from hopdec.transport.waiting import PeerTimeout
 
     args, rank, comm = ctx.args, ctx.rank, ctx.comm
     trainer = ctx.make_trainer(rank, ctx.size)

@@ -1,42 +1,27 @@
 """The Hop protocol core: one worker as a state machine that consumes events and emits actions.
 
-No MPI, no torch, no clocks (sans-I/O, like h11). A driver (:mod:`hopdec.loop`) asks
-:meth:`Worker.next_action` what to do -- send parameters, grant tokens, compute, reduce, apply -- and
-feeds back what arrived (:meth:`Worker.on_update`, :meth:`Worker.on_grant`). When the worker cannot go on
-it answers :class:`Wait`; the driver then blocks on its transport (MPI) or lets another worker run
-(in-process). Every transport and the simulator run this same code.
+No MPI, no torch, no clocks (sans-I/O, like h11; see :mod:`hopdec.core`). A driver
+(:mod:`hopdec.runtime.hop_loop`) asks :meth:`Worker.next_action` what to do -- send parameters, grant tokens,
+compute, reduce, apply (:mod:`hopdec.hop.actions`) -- and feeds back what arrived (:meth:`Worker.on_update`,
+:meth:`Worker.on_grant`). When the worker cannot go on it answers :class:`~hopdec.core.Wait`; the driver
+then blocks on its transport (MPI) or lets another worker run (in-process). Every driver runs this code.
 
 One iteration k (Hop Figure 7, parallel computation graph, sec. 3.2):
-``Enter(k)`` -> ``Grant`` (insert a token for every in-neighbour) -> ``Send(k)`` -> ``Compute(k)`` ->
-Recv(k) (``Wait`` until the policy's plan is ready) -> ``Reduce(k)`` -> ``Apply(k)`` -> take a token from
-every out-neighbour (``Wait`` while one is missing) -> ``Enter(k+1)``.
-The serial graph computes and applies first, then sends and reduces. Iteration skipping (sec. 5) may
-turn the token step into ``Jump``: Recv(k-1) + ``Reduce``, then k - k0 tokens out and in.
+``Enter(k)`` -> ``GrantTokens`` (insert a token for every in-neighbour) -> ``SendParams(k)`` ->
+``ComputeGradient(k)`` -> Recv(k) (``Wait`` until the policy's plan is ready) -> ``Reduce(k)`` ->
+``ApplyGradient(k)`` -> take a token from every out-neighbour (``Wait`` while one is missing) ->
+``Enter(k+1)``. The serial graph computes and applies first, then sends and reduces. Iteration
+skipping (sec. 5) may turn the token step into ``Jump``.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from hopdec.policies import make_policy
-from hopdec.queues import Entry
-from hopdec.tokens import TokenLedger
-
-PROTOCOLS = ("tokens", "queue-only", "notify-ack")
-COMPUTE_GRAPHS = ("parallel", "serial")
-
-
-@dataclass(frozen=True)
-class ProtocolConfig:
-    """How workers coordinate. Validated by :func:`check_config` (errors name the option)."""
-
-    iterations: int
-    protocol: str = "tokens"
-    max_ig: int = 2
-    compute_graph: str = "parallel"
-    backup_workers: int = 0
-    staleness: int = None
-    stale_reduce: str = "weighted"
-    skip_max_jump: int = 0          # 0: no iteration skipping
-    skip_trigger: int = 2
+from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
+from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendParams
+from hopdec.hop.config import effective_backup
+from hopdec.hop.receive import make_policy
+from hopdec.hop.token_queue import TokenLedger
+from hopdec.hop.update_queue import Entry
 
 
 @dataclass(frozen=True)
@@ -54,103 +39,6 @@ class NodeView:
         return tuple(sorted(s for s in self.in_weights if s != self.rank))
 
 
-# ---- actions the driver carries out -------------------------------------------------------------
-@dataclass(frozen=True)
-class Enter:
-    iteration: int
-    jumped_from: int = None
-
-
-@dataclass(frozen=True)
-class Send:
-    """Send my current parameters, tagged with ``iteration``, to ``dests`` (non-blocking)."""
-    iteration: int
-    dests: tuple
-    skipped: tuple = ()              # out-neighbours known to be past this update (sec. 6.2 b)
-
-
-@dataclass(frozen=True)
-class Grant:
-    """Tell each in-neighbour how many tokens I have put into its queue, in total: ``[(dest, count)]``."""
-    grants: tuple
-
-
-@dataclass(frozen=True)
-class Compute:
-    iteration: int
-
-
-@dataclass(frozen=True)
-class Reduce:
-    """Replace my parameters by ``sum(term.weight * params(term))``; then free the terms' handles."""
-    iteration: int
-    terms: tuple
-
-
-@dataclass(frozen=True)
-class Apply:
-    iteration: int
-
-
-@dataclass(frozen=True)
-class Release:
-    """Free the buffers of updates that will never be used (late or superseded)."""
-    handles: tuple
-
-
-@dataclass(frozen=True)
-class Jump:
-    """Iteration skipping (sec. 5): from ``frm`` straight to ``to``."""
-    frm: int
-    to: int
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to do until an update or a grant arrives; ``on`` says from whom (for messages)."""
-    on: tuple
-    what: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    pass
-
-
-def check_config(cfg, views):
-    """Raise ValueError naming the option when a setting cannot work on this graph."""
-    if cfg.protocol not in PROTOCOLS:
-        raise ValueError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    if cfg.compute_graph not in COMPUTE_GRAPHS:
-        raise ValueError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
-    if cfg.iterations < 1:
-        raise ValueError("--iterations must be >= 1")
-    if cfg.max_ig < 1:
-        raise ValueError(f"--max-ig {cfg.max_ig}: must be >= 1")
-    if cfg.staleness is not None and cfg.staleness < 0:
-        raise ValueError(f"--staleness {cfg.staleness}: must be >= 0")
-    if cfg.stale_reduce not in ("weighted", "plain"):
-        raise ValueError(f"--stale-reduce {cfg.stale_reduce!r}: expected weighted or plain")
-    uses_backup = cfg.backup_workers > 0 or any(v.backup_workers for v in views)
-    if cfg.backup_workers < 0:
-        raise ValueError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
-    if cfg.protocol != "tokens" and (uses_backup or cfg.staleness is not None):
-        what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
-                "backup_workers in the topology file") if uses_backup else f"--staleness {cfg.staleness}"
-        raise ValueError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
-                         f"unbounded (Hop sec. 4.3/4.4)")
-    if cfg.skip_max_jump:
-        if cfg.protocol != "tokens":
-            raise ValueError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
-        if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
-            raise ValueError("--skip: max-jump must be >= 2 and trigger >= 1")
-    for v in views:
-        b = cfg.backup_workers if v.backup_workers is None else v.backup_workers
-        if b and b >= len(v.in_neighbors):
-            raise ValueError(f"backup workers {b} at node {v.rank}: must be smaller than its "
-                             f"{len(v.in_neighbors)} in-neighbours")
-
-
 class Worker:
     """One worker's protocol state. Drive it with :meth:`next_action`, feed it with ``on_*``."""
 
@@ -158,7 +46,7 @@ class Worker:
         self.view = view
         self.cfg = cfg
         self.rank = view.rank
-        backup = cfg.backup_workers if view.backup_workers is None else view.backup_workers
+        backup = effective_backup(cfg, view)
         if cfg.protocol == "tokens":
             max_ig, slots = cfg.max_ig, cfg.max_ig + 1
         elif cfg.protocol == "notify-ack":
@@ -193,7 +81,7 @@ class Worker:
         if self._pending_release:
             handles = tuple(e.handle for e in self._pending_release)
             self._pending_release = []
-            return Release(handles)
+            return ReleaseUpdates(handles)
         return next(self._steps, Finished())
 
     @property
@@ -215,15 +103,15 @@ class Worker:
             grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else None
             yield Enter(k, jumped_from)
             if grants:
-                yield Grant(tuple(grants))
+                yield GrantTokens(tuple(grants))
             if cfg.compute_graph == "parallel":
                 yield self._send(k)
-                yield Compute(k)
+                yield ComputeGradient(k)
                 yield from self._recv_reduce(k)
-                yield Apply(k)
+                yield ApplyGradient(k)
             else:
-                yield Compute(k)
-                yield Apply(k)
+                yield ComputeGradient(k)
+                yield ApplyGradient(k)
                 yield self._send(k)
                 yield from self._recv_reduce(k)
             if k + 1 >= n:
@@ -262,7 +150,7 @@ class Worker:
             else:
                 dests.append(j)
         self.sends_skipped += len(skipped)
-        return Send(k, tuple(dests), tuple(skipped))
+        return SendParams(k, tuple(dests), tuple(skipped))
 
     def _useless_to(self, j, k):
         known = self.ledger.known_iteration(j, self.iteration)

@@ -10,8 +10,9 @@ import random
 
 import numpy as np
 
-from hopdec.loop import worker_loop
-from hopdec.protocol import Wait, Worker
+from hopdec.core import Wait
+from hopdec.hop.worker import Worker
+from hopdec.runtime.hop_loop import worker_loop
 
 
 class Deadlock(RuntimeError):
@@ -89,7 +90,7 @@ class ToyBackend:
 
 
 class InProcNetwork:
-    """Runs one :class:`hopdec.protocol.Worker` per view under a seeded random scheduler."""
+    """Runs one :class:`hopdec.hop.worker.Worker` per view under a seeded random scheduler."""
 
     def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None):
         """``speeds``: relative scheduling weights, a list or a function ``(rank, iteration) -> weight``

@@ -21,9 +21,9 @@ def main(argv=None):
     from hopdec.errors import HopdecError
     try:
         if cmd == "topo":
-            from hopdec.topo_cli import main as run
+            from hopdec.cli.topo import main as run
         elif cmd == "train":
-            from hopdec.train_cli import main as run
+            from hopdec.cli.train import main as run
         else:
             print(f"hopdec: unknown command {cmd!r} (expected topo or train)", file=sys.stderr)
             return 2

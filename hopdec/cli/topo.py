@@ -14,9 +14,7 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
-
-DEFAULT_MAX_IG = 2
-"""max_ig used for the token-queue rows when ``--max-ig`` is not given."""
+from hopdec.topology.analysis import DEFAULT_MAX_IG, _num, summarize
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,66 +113,6 @@ def _generate(args):
     m = sum(1 for u, v in G.edges if u != v)
     print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted)")
     return 0
-
-
-def _num(x):
-    """JSON-friendly number: ints stay ints, inf becomes the string "inf"."""
-    if x is None:
-        return None
-    x = float(x)
-    if math.isinf(x):
-        return "inf"
-    return int(x) if x == int(x) else x
-
-
-def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None):
-    """The figures ``analyze`` and ``compare`` report, as a JSON-ready dict."""
-    n = G.number_of_nodes()
-    W = T.mixing_matrix(G)
-    indeg = [len(T.in_neighbors(G, i)) for i in range(n)]
-    outdeg = [len(T.out_neighbors(G, i)) for i in range(n)]
-    bounds = {
-        "standard": T.max_gap_bound(G, "standard"),
-        "standard+tokens": T.max_gap_bound(G, "standard", max_ig=max_ig),
-    }
-    if staleness is not None:
-        bounds["staleness"] = T.max_gap_bound(G, "staleness", staleness=staleness)
-        bounds["staleness+tokens"] = T.max_gap_bound(G, "staleness", max_ig=max_ig,
-                                                     staleness=staleness)
-    bounds["backup"] = T.max_gap_bound(G, "backup")
-    bounds["backup+tokens"] = T.max_gap_bound(G, "backup", max_ig=max_ig)
-    bounds["hybrid"] = T.max_gap_bound(G, "hybrid")
-    bounds["hybrid+tokens"] = T.max_gap_bound(G, "hybrid", max_ig=max_ig)
-    bounds["notify-ack"] = T.max_gap_bound(G, "notify-ack")
-    machines = {}
-    for v in range(n):
-        if "machine" in G.nodes[v]:
-            machines.setdefault(G.nodes[v]["machine"], []).append(v)
-    uq = T.update_queue_capacity(G, max_ig)
-    uq_remote = T.update_queue_capacity(G, max_ig, count_self=False)
-    return {
-        "file": G.graph.get("source"),
-        "nodes": n,
-        "edges": sum(1 for u, v in G.edges if u != v),
-        "edges_note": "directed edges, self-loops not counted",
-        "in_degree": {"min": min(indeg), "max": max(indeg)},
-        "out_degree": {"min": min(outdeg), "max": max(outdeg)},
-        "max_degree": max(max(indeg), max(outdeg)),
-        "machines": {k: len(v) for k, v in machines.items()} or None,
-        "strongly_connected": bool(T.nx.is_strongly_connected(G)),
-        "column_stochastic": T.is_column_stochastic(W),
-        "doubly_stochastic": T.is_doubly_stochastic(W),
-        "spectral_gap": round(T.spectral_gap(W), 12),
-        "normalized_laplacian_gap": round(T.normalized_laplacian_gap(W), 12),
-        "diameter": _num(T.diameter(G)),
-        "max_ig": max_ig,
-        "staleness": staleness,
-        "gap_bounds": {k: _num(v) for k, v in bounds.items()},
-        "update_queue_capacity": max(uq.values()),
-        "update_queue_capacity_remote": max(uq_remote.values()),
-        "update_queue_capacity_no_tokens": max(T.update_queue_capacity_no_tokens(G).values()),
-        "token_queue_capacity": int(T.token_queue_capacity(G, max_ig).max()),
-    }
 
 
 def _fmt(x):

@@ -10,6 +10,8 @@ Notify-ack (sec. 3.3) is the special case ``max_ig = 1``: the ACK that i sends a
 the token it inserts when entering k + 1.
 """
 
+from hopdec.hop.config import check_max_ig
+
 
 class TokenLedger:
     """Both sides of the token queues one worker takes part in.
@@ -27,8 +29,7 @@ class TokenLedger:
     """
 
     def __init__(self, in_neighbors, out_neighbors, max_ig):
-        if max_ig < 1:
-            raise ValueError("max_ig must be >= 1")
+        check_max_ig(max_ig, "max_ig")
         self.max_ig = max_ig
         self.issued = {i: max_ig for i in in_neighbors}
         self.taken = {j: 0 for j in out_neighbors}

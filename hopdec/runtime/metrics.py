@@ -1,6 +1,6 @@
 """What a run measured: per-rank JSONL logs, the observed iteration gap, and the rank-0 summary table.
 
-Each rank writes ``DIR/rank{r}.jsonl``, one JSON object per iteration (see :class:`hopdec.loop`), with
+Each rank writes ``DIR/rank{r}.jsonl``, one JSON object per iteration (see :mod:`hopdec.runtime.hop_loop`), with
 ``time`` taken when the worker entered the iteration (``time.time()``, before it sent anything, so the
 order of log times respects the order of messages on one machine).
 """

@@ -18,7 +18,8 @@ No MPI, no torch: parameters are opaque handles.
 
 from dataclasses import dataclass
 
-from hopdec.queues import Entry, IterationSlots, NewestPerSender
+from hopdec.hop.config import check_backup
+from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender
 
 SELF = None  # handle of the worker's own parameters in a Reduce term
 
@@ -102,10 +103,7 @@ class Backup(Standard):
 
     def __init__(self, rank, in_weights, slots, backup):
         super().__init__(rank, in_weights, slots)
-        if backup >= len(self.senders):
-            raise ValueError(f"node {rank}: --backup-workers {backup} must be smaller than its "
-                             f"{len(self.senders)} in-neighbours")
-        self.backup = backup
+        self.backup = check_backup(backup, rank, len(self.senders))
 
     def needed(self):
         return len(self.senders) - self.backup
@@ -116,9 +114,7 @@ class Stale(_Policy):
 
     def __init__(self, rank, in_weights, staleness, weighted=True, backup=0):
         super().__init__(rank, in_weights)
-        if backup and backup >= len(self.senders):
-            raise ValueError(f"node {rank}: --backup-workers {backup} must be smaller than its "
-                             f"{len(self.senders)} in-neighbours")
+        check_backup(backup, rank, len(self.senders))
         self.s = staleness
         self.weighted = weighted
         self.backup = backup

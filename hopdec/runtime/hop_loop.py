@@ -1,4 +1,4 @@
-"""The one worker loop: carries out the protocol core's actions with a transport and a compute backend.
+"""The one Hop worker loop: carries out the protocol core's actions with a transport and a compute backend.
 
 :func:`worker_loop` is a generator that yields whenever the core must wait for messages. The MPI runner
 answers each yield by blocking on its transport; the in-process scheduler answers it by running another
@@ -17,9 +17,9 @@ copy a send needs), or, for backends that keep their parameters in message-sized
 
 import time
 
-from hopdec.policies import SELF
-from hopdec.protocol import (Apply, Compute, Enter, Finished, Grant, Jump, Reduce, Release, Send,
-                             Wait)
+from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
+from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendParams
+from hopdec.hop.receive import SELF
 
 
 class IterationRecord(dict):
@@ -56,7 +56,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             if core.ledger is not None:
                 rec["tokens"] = min((core.ledger.available(j) for j in core.view.out_neighbors),
                                     default=None)
-        elif isinstance(a, Send):
+        elif isinstance(a, SendParams):
             if a.dests:
                 store = getattr(backend, "send_storage", None)
                 store = store() if store is not None else None
@@ -66,9 +66,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
                     io.send_update(a.iteration, a.dests, backend.write_params)
             rec["sent"] += len(a.dests)
             rec["send_skipped"] += len(a.skipped)
-        elif isinstance(a, Grant):
+        elif isinstance(a, GrantTokens):
             io.send_grants(a.grants)
-        elif isinstance(a, Compute):
+        elif isinstance(a, ComputeGradient):
             rec.update(backend.compute(a.iteration))
         elif isinstance(a, Reduce):
             t0 = clock()
@@ -82,9 +82,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             rec["reduce_s"] += clock() - t0
             rec.setdefault("reduced", []).append(
                 [[t.sender, t.iteration, round(t.weight, 6)] for t in a.terms])
-        elif isinstance(a, Apply):
+        elif isinstance(a, ApplyGradient):
             backend.apply(a.iteration)
-        elif isinstance(a, Release):
+        elif isinstance(a, ReleaseUpdates):
             io.release(a.handles)
         elif isinstance(a, Jump):
             rec["jump"] = [a.frm, a.to]

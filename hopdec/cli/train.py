@@ -3,7 +3,7 @@
 Every rank parses and checks the whole configuration (topology size against the number of ranks, model,
 data, protocol settings) *before* any training message is sent; if any rank finds a problem, every rank
 prints the same one-line error and exits 2, so nothing hangs. ``--mode ps`` hands the run to
-``hopdec.ps.run(ctx)`` (its options come from ``hopdec.ps.add_arguments``).
+``hopdec.ps.mpi.run(ctx)`` (its options come from :mod:`hopdec.ps.options`).
 """
 
 import argparse
@@ -72,32 +72,16 @@ def build_parser():
     p.add_argument("--die-rank", type=int, default=None, help=argparse.SUPPRESS)   # fault injection
     p.add_argument("--die-at", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--die-how", choices=["exit", "hang"], default="exit", help=argparse.SUPPRESS)
-    try:
-        from hopdec import ps
-        ps.add_arguments(p)
-    except ImportError:
-        pass
+    from hopdec.ps.options import add_arguments
+    add_arguments(p)
     return p
-
-
-def default_topology(n):
-    """The graph used when no --topology is given: ring-based (Hop Fig. 11) when it exists."""
-    from hopdec import topology as T
-    if n >= 4 and n % 2 == 0:
-        g, name = T.ring_based(n), f"ring-based({n}) [default]"
-    elif n >= 3:
-        g, name = T.ring(n), f"ring({n}) [default]"
-    else:
-        g, name = T.complete(n), f"complete({n}) [default]"
-    g.graph["source"] = name
-    return g
 
 
 def resolve_topology(spec, size):
     """A topology file, or a generator kind of ``hopdec topo generate`` built over all ranks."""
     from hopdec import topology as T
     if spec is None:
-        return default_topology(size)
+        return T.default_topology(size)
     if not os.path.exists(spec) and spec in T.GENERATORS:
         try:
             g = T.GENERATORS[spec](size)
@@ -114,7 +98,7 @@ def setup(args, comm):
     The cheap checks (options, topology, protocol, slowdowns) come first, before torch is even
     imported, so a bad command line fails in about a second on every rank.
     """
-    from hopdec.heterogeneity import Emulator
+    from hopdec.runtime.heterogeneity import Emulator
 
     size = comm.Get_size()
     if args.iterations is not None and args.epochs is not None:
@@ -130,14 +114,15 @@ def setup(args, comm):
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be >= 1")
     n_workers = size - 1 if args.mode == "ps" else size
+    policy = None
     if args.mode == "ps":
-        from hopdec import ps
-        ps.check_args(args, size)               # cheap: options and ranks only
-    Emulator(args.slowdown or [], 0, n_workers, compute_time=args.compute_time, seed=args.seed)
+        from hopdec.ps.options import check_args
+        policy = check_args(args, size)         # cheap: options and ranks only
+    workers = policy.workers if policy is not None else range(size)
+    Emulator(args.slowdown or [], workers[0], workers, compute_time=args.compute_time, seed=args.seed)
     graph = None
     if args.mode == "decentralized":
-        from hopdec import topology as T
-        from hopdec.decentralized import prepare
+        from hopdec.runtime.decentralized import prepare
         graph = resolve_topology(args.topology, size)
         n = graph.number_of_nodes()
         if n != size:
@@ -147,9 +132,9 @@ def setup(args, comm):
 
     import torch
 
-    from hopdec.data import load_dataset, steps_per_epoch
-    from hopdec.models import PRESETS, default_model_for
-    from hopdec.trainer import RunContext, local_rank_and_size, pick_device
+    from hopdec.ml.data import load_dataset, steps_per_epoch
+    from hopdec.ml.models import PRESETS, default_model_for
+    from hopdec.runtime.context import RunContext, local_rank_and_size, pick_device
 
     model = args.model or default_model_for(args.dataset)
     preset = dict(PRESETS[model])
@@ -173,9 +158,7 @@ def setup(args, comm):
         cfg, views = prepare(args, graph, iterations)
         ctx.extra.update(graph=graph, cfg=cfg, views=views)
     else:
-        from hopdec import ps
-        if hasattr(ps, "check"):
-            ps.check(ctx)
+        ctx.extra["ps_policy"] = policy
     return ctx
 
 
@@ -195,9 +178,9 @@ def main(argv):
         print(f"hopdec train: error: {first[1]}{where}", file=sys.stderr, flush=True)
         return 2
     if args.mode == "ps":
-        from hopdec import ps
-        ps.run(ctx)
+        from hopdec.ps.mpi import run
+        run(ctx)
     else:
-        from hopdec import decentralized
-        decentralized.run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
+        from hopdec.runtime.decentralized import run
+        run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
     return 0

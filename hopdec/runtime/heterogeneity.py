@@ -3,6 +3,8 @@
 Two kinds of slowdown, combinable: ``random:factor=6,prob=1/n`` (each worker, each iteration,
 slowed ``factor``x with probability ``prob``) and ``rank=3,factor=4`` (one deterministic straggler).
 Random draws depend only on (seed, rank, spec, iteration), never on timing, so runs are reproducible.
+Ranks are MPI ranks in every mode: in the parameter-server mode the workers are ranks 1..n (rank 0
+serves and is never slowed), and ``n`` in ``prob=1/n`` is the number of workers.
 """
 
 from __future__ import annotations
@@ -43,6 +45,19 @@ def _eval_expr(node, n):
     raise ValueError("only numbers, n, + - * / ** and parentheses are allowed")
 
 
+def worker_ranks(workers) -> Tuple[int, ...]:
+    """The ranks that train: ``workers`` as a count n (ranks 0..n-1) or a sequence of ranks."""
+    if isinstance(workers, (int, np.integer)):
+        return tuple(range(int(workers)))
+    return tuple(int(r) for r in workers)
+
+
+def _span(ranks) -> str:
+    if ranks == tuple(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}..{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
 def _fmt_prob(p: float) -> str:
     """0.125 -> '1/8', 0.3 -> '0.3': a 1/k probability (the paper's 1/n) reads better as a fraction."""
     fr = Fraction(p).limit_denominator(1000)
@@ -77,12 +92,14 @@ class Slowdown:
             raise ConfigError(f"--slowdown {self.spec!r}: prob {self.prob!r} = {p:g} is outside [0, 1]")
         return p
 
-    def check(self, n_workers: int) -> None:
-        """Validate what depends on the number of workers (rank range, prob in terms of n)."""
-        if self.rank is not None and not 0 <= self.rank < n_workers:
-            raise ConfigError(f"--slowdown {self.spec!r}: rank {self.rank} out of range "
-                              f"0..{n_workers - 1} for {n_workers} workers")
-        self.probability(n_workers)
+    def check(self, workers) -> None:
+        """Validate what depends on the workers (a count or their ranks): the rank, prob in terms of n."""
+        ranks = worker_ranks(workers)
+        if self.rank is not None and self.rank not in ranks:
+            server = " (rank 0 is the parameter server)" if ranks and ranks[0] == 1 else ""
+            raise ConfigError(f"--slowdown {self.spec!r}: rank {self.rank} is not a worker: the workers "
+                              f"are ranks {_span(ranks)}{server}")
+        self.probability(len(ranks))
 
     def describe(self, n_workers: Optional[int] = None) -> str:
         f = f"{self.factor:g}x"
@@ -96,11 +113,11 @@ class Slowdown:
         return f"random {f} slowdown with prob {p}{where}"
 
 
-def parse_slowdown(spec: str, n_workers: Optional[int] = None) -> Slowdown:
+def parse_slowdown(spec: str, workers=None) -> Slowdown:
     """Parse ``random:factor=F,prob=P[,rank=R]`` or ``[rank:|straggler:]rank=R,factor=F``.
 
-    ``prob`` may be a float, ``a/b`` or an expression in ``n`` (e.g. ``1/n``). With ``n_workers``
-    the rank range and ``prob`` are checked now; otherwise :meth:`Slowdown.check` does it later.
+    ``prob`` may be a float, ``a/b`` or an expression in ``n`` (e.g. ``1/n``). With ``workers`` (a count
+    or the ranks that train) the rank and ``prob`` are checked now; otherwise :meth:`Slowdown.check` later.
     """
     text = (spec or "").strip()
     body, kind = text, None
@@ -153,17 +170,17 @@ def parse_slowdown(spec: str, n_workers: Optional[int] = None) -> Slowdown:
     sd = Slowdown(kind, factor, fields.get("prob"), rank, text)
     if sd.prob is not None:
         try:
-            sd.probability(n_workers)  # syntax and (if n is not used/known) range now
+            sd.probability(None if workers is None else len(worker_ranks(workers)))
         except ConfigError as err:
-            if n_workers is not None or "uses n" not in str(err):
+            if workers is not None or "uses n" not in str(err):
                 raise
-    if n_workers is not None:
-        sd.check(n_workers)
+    if workers is not None:
+        sd.check(workers)
     return sd
 
 
 def parse_slowdowns(specs: Union[None, str, Slowdown, Iterable[Union[str, Slowdown]]],
-                    n_workers: Optional[int] = None) -> List[Slowdown]:
+                    workers=None) -> List[Slowdown]:
     """Several specs: a list, or one string with ``;`` between specs; None/""/"none" -> []."""
     if specs is None:
         return []
@@ -173,12 +190,12 @@ def parse_slowdowns(specs: Union[None, str, Slowdown, Iterable[Union[str, Slowdo
     for s in specs:
         if isinstance(s, Slowdown):
             out.append(s)
-            if n_workers is not None:
-                s.check(n_workers)
+            if workers is not None:
+                s.check(workers)
             continue
         for part in str(s).split(";"):
             if part.strip() and part.strip().lower() != "none":
-                out.append(parse_slowdown(part, n_workers))
+                out.append(parse_slowdown(part, workers))
     return out
 
 
@@ -190,13 +207,15 @@ class Emulator:
     and ``overruns`` counts it -- the emulation never pretends to be faster than reality.
     """
 
-    def __init__(self, specs, rank: int, n_workers: int, compute_time: Optional[float] = None,
+    def __init__(self, specs, rank: int, workers, compute_time: Optional[float] = None,
                  seed: int = 0):
-        if n_workers < 1 or not 0 <= rank < n_workers:
-            raise ConfigError(f"emulator: rank {rank} out of range for {n_workers} workers")
+        ranks = worker_ranks(workers)
+        if rank not in ranks:
+            raise ConfigError(f"emulator: rank {rank} is not one of the workers {_span(ranks)}")
+        n_workers = len(ranks)
         if compute_time is not None and not (compute_time > 0 and math.isfinite(compute_time)):
             raise ConfigError(f"--compute-time must be a positive number of seconds, got {compute_time}")
-        self.slowdowns = parse_slowdowns(specs, n_workers)
+        self.slowdowns = parse_slowdowns(specs, ranks)
         self.rank, self.n_workers, self.seed = int(rank), int(n_workers), int(seed)
         self.compute_time = compute_time
         self._probs = [s.probability(n_workers) if s.kind == "random" else 1.0 for s in self.slowdowns]

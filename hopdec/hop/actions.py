@@ -1,0 +1,71 @@
+"""What the Hop worker core (:class:`hopdec.hop.worker.Worker`) asks its driver to do.
+
+One iteration k on the parallel computation graph (Hop Figure 7, sec. 3.2)::
+
+    Enter(k) -> GrantTokens -> SendParams(k) -> ComputeGradient(k) -> [Wait] -> Reduce(k) -> ApplyGradient(k)
+
+then a token from every out-neighbour before Enter(k+1). :class:`~hopdec.core.ComputeGradient`,
+:class:`~hopdec.core.ApplyGradient`, :class:`~hopdec.core.Wait` and :class:`~hopdec.core.Finished` are
+shared with the parameter-server cores (:mod:`hopdec.core`).
+"""
+
+from dataclasses import dataclass
+
+from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait  # noqa: F401  (re-exported)
+
+
+@dataclass(frozen=True)
+class Enter:
+    """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5)."""
+
+    iteration: int
+    jumped_from: int = None
+
+
+@dataclass(frozen=True)
+class SendParams:
+    """Send my current parameters, tagged with ``iteration``, to ``dests`` (non-blocking). ``skipped``:
+    out-neighbours left out because they are known to be past any iteration that could use it (sec. 6.2 b)."""
+
+    iteration: int
+    dests: tuple
+    skipped: tuple = ()
+
+
+@dataclass(frozen=True)
+class GrantTokens:
+    """Tell each in-neighbour how many tokens I have put into its token queue in total (sec. 4.2):
+    ``grants = ((in-neighbour, cumulative count), ...)``; counts only grow, so grants may coalesce."""
+
+    grants: tuple
+
+
+@dataclass(frozen=True)
+class SendAcks:
+    """Notify-ack (sec. 3.3): tell each in-neighbour how many of its updates I have consumed in total,
+    right after Reduce: ``acks = ((in-neighbour, cumulative count), ...)``."""
+
+    acks: tuple
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """Replace my parameters by ``sum(term.weight * params(term))``; then free the terms' handles."""
+
+    iteration: int
+    terms: tuple
+
+
+@dataclass(frozen=True)
+class ReleaseUpdates:
+    """Free the buffers of received updates that will never be used (late or superseded, sec. 6.2 a)."""
+
+    handles: tuple
+
+
+@dataclass(frozen=True)
+class Jump:
+    """Iteration skipping (sec. 5): from ``frm`` straight to ``to``."""
+
+    frm: int
+    to: int

@@ -1,0 +1,116 @@
+"""The Hop protocol's settings: which row of Table 1 a run is, its mechanisms, and their validation.
+
+:class:`ProtocolConfig` is plain data; :func:`check_config` rejects settings that cannot work on a graph
+with a :class:`~hopdec.errors.ConfigError` naming the option. The checks every layer needs (``max_ig``,
+backup workers per node) live here once and are used by the core's constructors too.
+"""
+
+from dataclasses import dataclass
+
+from hopdec.errors import ConfigError
+
+PROTOCOLS = ("tokens", "queue-only", "notify-ack")
+COMPUTE_GRAPHS = ("parallel", "serial")
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """How workers coordinate. Validated by :func:`check_config` (errors name the option)."""
+
+    iterations: int
+    protocol: str = "tokens"
+    max_ig: int = 2
+    compute_graph: str = "parallel"
+    backup_workers: int = 0
+    staleness: int = None
+    stale_reduce: str = "weighted"
+    skip_max_jump: int = 0          # 0: no iteration skipping
+    skip_trigger: int = 2
+
+
+def check_max_ig(max_ig, what="--max-ig"):
+    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens)."""
+    if isinstance(max_ig, bool) or not isinstance(max_ig, int) or max_ig < 1:
+        raise ConfigError(f"{what} {max_ig!r}: must be an integer >= 1")
+    return max_ig
+
+
+def check_backup(backup, node, in_neighbors):
+    """Backup workers B at ``node`` need B < |N_in(node)| (Hop Figure 8), N_in without the node itself."""
+    if backup and backup >= in_neighbors:
+        raise ConfigError(f"backup workers {backup} at node {node}: must be smaller than its "
+                          f"{in_neighbors} in-neighbours")
+    return backup
+
+
+def effective_backup(cfg, view):
+    """The backup workers of one node: its topology attribute, else ``--backup-workers``."""
+    return cfg.backup_workers if view.backup_workers is None else view.backup_workers
+
+
+def check_config(cfg, views):
+    """Raise ConfigError naming the option when a setting cannot work on this graph."""
+    if cfg.protocol not in PROTOCOLS:
+        raise ConfigError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if cfg.compute_graph not in COMPUTE_GRAPHS:
+        raise ConfigError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
+    if cfg.iterations < 1:
+        raise ConfigError("--iterations must be >= 1")
+    check_max_ig(cfg.max_ig)
+    if cfg.staleness is not None and cfg.staleness < 0:
+        raise ConfigError(f"--staleness {cfg.staleness}: must be >= 0")
+    if cfg.stale_reduce not in ("weighted", "plain"):
+        raise ConfigError(f"--stale-reduce {cfg.stale_reduce!r}: expected weighted or plain")
+    if cfg.backup_workers < 0:
+        raise ConfigError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
+    uses_backup = cfg.backup_workers > 0 or any(v.backup_workers for v in views)
+    if cfg.protocol != "tokens" and (uses_backup or cfg.staleness is not None):
+        what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
+                "backup_workers in the topology file") if uses_backup else f"--staleness {cfg.staleness}"
+        raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
+                          f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.skip_max_jump:
+        if cfg.protocol != "tokens":
+            raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
+        if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
+            raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
+    for v in views:
+        check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+
+
+def parse_skip(spec):
+    """``max-jump=J,trigger=G`` -> (J, G); None or "" -> (0, 2), i.e. no skipping."""
+    if not spec:
+        return 0, 2
+    vals = {}
+    for part in spec.split(","):
+        key, _, val = part.partition("=")
+        if key.strip() not in ("max-jump", "trigger") or not val.strip().lstrip("-").isdigit():
+            raise ConfigError(f"--skip {spec!r}: expected max-jump=J,trigger=G with integers")
+        vals[key.strip()] = int(val)
+    if "max-jump" not in vals:
+        raise ConfigError(f"--skip {spec!r}: max-jump=J is required")
+    return vals["max-jump"], vals.get("trigger", 2)
+
+
+def setting_name(cfg):
+    """The row of Hop Table 1 this configuration is, as named by :func:`hopdec.topology.gap_bounds`."""
+    if cfg.protocol == "notify-ack":
+        return "notify-ack"
+    backup = cfg.backup_workers > 0
+    if cfg.staleness is not None:
+        return "hybrid" if backup else "staleness"
+    return "backup" if backup else "standard"
+
+
+def describe(cfg):
+    """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
+    return setting_name(cfg) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
+                                if cfg.skip_max_jump else "")
+
+
+def gap_bound(graph, cfg):
+    """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
+    from hopdec.topology.bounds import max_gap_bound
+    max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
+    return max_gap_bound(graph, setting_name(cfg), max_ig=max_ig, staleness=cfg.staleness)

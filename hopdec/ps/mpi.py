@@ -1,0 +1,414 @@
+"""The parameter-server mode over MPI: rank 0 runs the server core, ranks 1..n the worker cores.
+
+A thin driver: it receives a message, feeds it to the core, and carries out the core's actions with
+:func:`hopdec.runtime.ps_loop.server_loop` / :func:`~hopdec.runtime.ps_loop.worker_loop`. Every decision
+(who waits, what is applied, when to stop) is the cores' (:mod:`hopdec.ps.server`, :mod:`hopdec.ps.worker`).
+
+Wire format: one message per push and one per weights send. A data message is a float32 buffer of the P
+flat values followed by an int64 header (:mod:`hopdec.transport.message`), so tags stay constant (MPI
+only promises tags up to 32767) and step numbers are unbounded. Control messages (ESync queries,
+READY / NOT-READY, STOP) are small int64 arrays. No pickling, no per-parameter messages. Every wait --
+receives and sends -- polls with ``--peer-timeout`` (:func:`hopdec.transport.waiting.poll_until`), so a
+dead or hung peer ends the job with one line naming it.
+
+Logs (``--log-dir``): workers write ``rank{r}.jsonl`` with one record per mini-batch (``rank``, ``iter``,
+``time``, ``loss``, ``compute_s``, ``wait_s``, the weights ``version`` it computed on, the ``staleness``
+of its gradient when applied (-1: dropped), the ``gap`` it had when sent the weights, ...). ``time`` is
+the server's send time of the weights the iteration computed on (one machine clock, ``time.time()``), so
+the summary's observed gap is the one the server enforced. The server writes ``rank0.jsonl``: a header,
+then events (``apply``, ``drop``, ``release``, ``stop``, ``note``, ``eval``) without an ``iter`` key.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from hopdec.ps.server import Server
+from hopdec.ps.worker import PSWorker
+from hopdec.transport.message import header, message_floats
+from hopdec.transport.waiting import PeerTimeout, poll_until, wait_any
+
+TAG_PUSH = 201     # worker -> server: data buffer (gradient or model difference) + header
+TAG_QUERY = 202    # worker -> server: ESync state query (int64 header)
+TAG_WEIGHTS = 203  # server -> worker: weights + header
+TAG_CTRL = 204     # server -> worker: READY / NOT_READY / STOP (int64 header)
+
+NF = 6             # int64 header fields
+# worker -> server header: [kind, step, local_steps, c_ns, iteration, 0]
+K_PUSH, K_QUERY = 1, 2
+# server -> worker header: [kind, version, gap, staleness, send_time_ns, 0]
+R_WEIGHTS, R_STOP, R_READY, R_NOT_READY = 1, 2, 3, 4
+STALE_NONE = -2    # staleness on the wire when none is known yet (-1: dropped, as in hopdec.ps.server)
+
+
+def _data_buffer(numel):
+    """float32 buffer: P values then an int64 header of NF fields (the MPI transport's layout)."""
+    return np.zeros(message_floats(numel, NF), dtype=np.float32)
+
+
+def _stale_out(s):
+    return STALE_NONE if s is None else int(s)
+
+
+def _stale_in(v):
+    return None if int(v) == STALE_NONE else int(v)
+
+
+def combine(pairs, out, scratch):
+    """out <- sum(weight * buffer) over ``pairs = [(buffer, weight)]``, in the order given (float32)."""
+    (b0, a0), rest = pairs[0], pairs[1:]
+    np.copyto(out, b0)
+    if a0 != 1.0:
+        out *= np.float32(a0)
+    for b, a in rest:
+        if a == 1.0:
+            out += b
+        else:
+            np.multiply(b, np.float32(a), out=scratch)
+            out += scratch
+    return out
+
+
+# ---- the server ---------------------------------------------------------------------------------
+class ServerModel:
+    """The server's weights and optimizer: a :class:`~hopdec.ml.trainer.LocalTrainer` (SGD with momentum
+    and weight decay on one flat tensor) that applies combined gradients or adds model differences."""
+
+    def __init__(self, trainer):
+        import torch
+        self.torch, self.t = torch, trainer
+        self.P = trainer.numel
+        self.cpu = trainer.device.type == "cpu"
+        self.grad = trainer.flat.grad.numpy() if self.cpu else np.zeros(self.P, dtype=np.float32)
+        self.scratch = np.zeros(self.P, dtype=np.float32)
+        self.delta = np.zeros(self.P, dtype=np.float32)
+
+    def apply_gradients(self, pairs):
+        combine(pairs, self.grad, self.scratch)
+        if not self.cpu:
+            self.t.flat.grad.copy_(self.torch.from_numpy(self.grad).to(self.t.device))
+        self.t.apply()
+
+    def add_deltas(self, pairs):                  # ESync: w += sum(1/p * delta), global learning rate 1
+        combine(pairs, self.delta, self.scratch)
+        with self.torch.no_grad():
+            self.t.flat.add_(self.torch.from_numpy(self.delta).to(self.t.device))
+
+    def write_params(self, out):
+        self.t.write_params(out)
+
+
+class ServerIO:
+    """Rank 0's messages: a posted receive per worker for pushes and one for queries; sends with Isend."""
+
+    def __init__(self, comm, workers, numel, timeout):
+        from mpi4py import MPI
+        self.MPI, self.comm, self.P, self.timeout = MPI, comm, numel, timeout
+        self.workers = tuple(workers)
+        self.push_bufs = {w: _data_buffer(numel) for w in self.workers}
+        self.query_bufs = {w: np.zeros(NF, dtype=np.int64) for w in self.workers}
+        self.send_bufs = {w: _data_buffer(numel) for w in self.workers}
+        self.ctrl_bufs = {w: np.zeros(NF, dtype=np.int64) for w in self.workers}
+        self.send_reqs = {w: [] for w in self.workers}
+        self.reqs, self.meta = [], []               # receives: (kind, worker) per request slot
+        for w in self.workers:
+            for kind in ("push", "query"):
+                self.meta.append((kind, w))
+                self.reqs.append(MPI.REQUEST_NULL)
+                self._post(len(self.reqs) - 1)
+
+    def _post(self, idx):
+        kind, w = self.meta[idx]
+        if kind == "push":
+            self.reqs[idx] = self.comm.Irecv(self.push_bufs[w], source=w, tag=TAG_PUSH)
+        else:
+            self.reqs[idx] = self.comm.Irecv(self.query_bufs[w], source=w, tag=TAG_QUERY)
+
+    def _slot(self, kind, w):
+        return self.meta.index((kind, w))
+
+    def wait(self, core, wait_action, on_message=None):
+        """Block until a push or query arrives; feed it to ``core``."""
+        idx = wait_any(self.reqs, self.timeout, lambda: (
+            f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still running: "
+            f"ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung"))
+        kind, w = self.meta[idx]
+        now = time.time()
+        if kind == "query":
+            k, c_ns = int(self.query_bufs[w][2]), int(self.query_bufs[w][3])
+            self._post(idx)
+            core.on_query(w, k, None if c_ns < 0 else c_ns / 1e9, now)
+        else:
+            self.reqs[idx] = self.MPI.REQUEST_NULL  # reposted when the worker is sent weights again
+            hdr = header(self.push_bufs[w], self.P)
+            step, local_steps = int(hdr[1]), max(1, int(hdr[2]))
+            if on_message:
+                on_message(w, local_steps)
+            core.on_push(w, step, now, local_steps=local_steps)
+
+    def pushed(self, w):
+        return self.push_bufs[w][:self.P]
+
+    def _complete_sends(self, w):
+        if self.send_reqs[w]:
+            reqs = self.send_reqs[w]
+            poll_until(lambda: self.MPI.Request.Testall(reqs), self.timeout,
+                       f"rank 0 (server): rank {w} did not receive a message for {self.timeout:.0f} s; "
+                       f"a peer may have died or hung")
+            self.send_reqs[w] = []
+
+    def send_weights(self, w, version, gap, staleness, model, now):
+        self._complete_sends(w)
+        idx = self._slot("push", w)
+        if self.reqs[idx] == self.MPI.REQUEST_NULL:
+            self._post(idx)                         # its buffer is free again: applied or dropped
+        buf = self.send_bufs[w]
+        model.write_params(buf[:self.P])
+        header(buf, self.P)[:] = [R_WEIGHTS, version, gap, _stale_out(staleness), int(now * 1e9), 0]
+        self.send_reqs[w] = [self.comm.Isend(buf, dest=w, tag=TAG_WEIGHTS)]
+
+    def _ctrl(self, w, kind, staleness=None):
+        self._complete_sends(w)
+        self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), 0]
+        self.send_reqs[w] = [self.comm.Isend(self.ctrl_bufs[w], dest=w, tag=TAG_CTRL)]
+
+    def answer(self, w, ready):
+        self._ctrl(w, R_READY if ready else R_NOT_READY)
+
+    def stop(self, w, staleness):
+        self._ctrl(w, R_STOP, staleness)
+
+    def close(self):
+        for w in self.workers:
+            self._complete_sends(w)
+        for i, r in enumerate(self.reqs):           # nothing more will come: cancel the open receives
+            if r != self.MPI.REQUEST_NULL:
+                r.Cancel()
+                r.Wait()
+                self.reqs[i] = self.MPI.REQUEST_NULL
+
+
+# ---- a worker -----------------------------------------------------------------------------------
+class WorkerIO:
+    """A worker's messages: receives posted for weights and control replies; pushes and queries sent
+    with Isend and waited for with the peer timeout (a hung server never hangs a worker)."""
+
+    def __init__(self, comm, numel, timeout):
+        from mpi4py import MPI
+        self.MPI, self.comm, self.P, self.timeout = MPI, comm, numel, timeout
+        self.rank = comm.Get_rank()
+        self.recv_buf = _data_buffer(numel)
+        self.ctrl_buf = np.zeros(NF, dtype=np.int64)
+        self.push_buf = _data_buffer(numel)
+        self.query_buf = np.zeros(NF, dtype=np.int64)
+        self.reqs = [comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS),
+                     comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)]
+
+    def wait(self, core, wait_action):
+        idx = wait_any(self.reqs, self.timeout,
+                       f"rank {self.rank}: no reply from the server (rank 0) for {self.timeout:.0f} s; "
+                       f"a peer may have died or hung")
+        if idx == 0:
+            hdr = header(self.recv_buf, self.P).copy()
+            self._weights = self.recv_buf[:self.P].copy()
+            self.reqs[0] = self.comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS)
+            core.on_weights(int(hdr[1]), gap=int(hdr[2]), staleness=_stale_in(hdr[3]), sent_at=hdr[4] / 1e9)
+        else:
+            hdr = self.ctrl_buf.copy()
+            self.reqs[1] = self.comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)
+            kind = int(hdr[0])
+            if kind == R_STOP:
+                core.on_stop(_stale_in(hdr[3]))
+            else:
+                core.on_answer(kind == R_READY)
+
+    def weights(self):
+        return self._weights
+
+    def _send(self, buf, tag):
+        req = self.comm.Isend(buf, dest=0, tag=tag)
+        poll_until(lambda: req.Test(), self.timeout,
+                   f"rank {self.rank}: the server (rank 0) did not take a message for {self.timeout:.0f} s; "
+                   f"a peer may have died or hung")
+
+    def _push(self, step, local_steps, iteration, source):
+        np.copyto(self.push_buf[:self.P], source)
+        header(self.push_buf, self.P)[:] = [K_PUSH, step, local_steps, -1, iteration, 0]
+        self._send(self.push_buf, TAG_PUSH)
+
+    def push_gradient(self, step, iteration, grad):
+        self._push(step, 1, iteration, grad)
+
+    def push_delta(self, rnd, local_steps, iteration, delta):
+        self._push(rnd, local_steps, iteration, delta)
+
+    def query(self, rnd, k, c, iteration):
+        self.query_buf[:] = [K_QUERY, rnd, k, -1 if c is None else int(c * 1e9), iteration, 0]
+        self._send(self.query_buf, TAG_QUERY)
+
+    def close(self):
+        for r in self.reqs:                           # the server sends nothing after STOP
+            r.Cancel()
+            r.Wait()
+
+
+class WorkerBackend:
+    """A PS worker's torch side: the shared :class:`~hopdec.runtime.backend.TorchBackend` (compute with
+    emulation, SGD step) plus loading weights and forming ESync's model difference."""
+
+    def __init__(self, backend):
+        self.b, self.t = backend, backend.t
+        self.cpu = self.t.device.type == "cpu"
+        self.kept = np.zeros(self.t.numel, dtype=np.float32)
+        self.diff = np.zeros(self.t.numel, dtype=np.float32)
+
+    def compute(self, iteration):
+        return self.b.compute(iteration)
+
+    def apply(self, iteration):
+        self.b.apply(iteration)
+
+    def load_params(self, buf):
+        self.t.load_params(buf)
+
+    def keep_params(self):
+        self.t.write_params(self.kept)
+
+    def gradient(self):
+        g = self.t.flat.grad
+        return g.numpy() if self.cpu else g.detach().cpu().numpy()
+
+    def delta(self):
+        self.t.write_params(self.diff)
+        self.diff -= self.kept
+        return self.diff
+
+
+def _fatal(comm, err):
+    print(f"hopdec train: error: {err}", file=sys.stderr, flush=True)
+    time.sleep(0.5)            # let the launcher forward the line before MPI_Abort kills everyone
+    comm.Abort(3)
+
+
+class _EventLog:
+    """rank0.jsonl: the run header, then server events (no ``iter`` key, so read_log skips them)."""
+
+    def __init__(self, log_dir, header):
+        self._f = None
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            self._f = open(os.path.join(log_dir, "rank0.jsonl"), "w")
+            self._f.write(json.dumps({"rank": 0, "run": header}) + "\n")
+
+    def __call__(self, event, **data):
+        if self._f:
+            self._f.write(json.dumps(dict(event=event, **data)) + "\n")
+
+    def close(self):
+        if self._f:
+            self._f.close()
+            self._f = None
+
+
+# ---- entry point --------------------------------------------------------------------------------
+def run(ctx):
+    """Run the PS mode on this rank (collective); rank 0 prints the summary and returns it."""
+    from hopdec.ps.options import check_args
+    from hopdec.runtime.backend import TorchBackend
+    from hopdec.runtime.metrics import RankLogger
+    from hopdec.runtime.ps_loop import server_loop, worker_loop
+    from hopdec.runtime.report import progress_bar, report
+
+    args, comm, rank = ctx.args, ctx.comm, ctx.rank
+    policy = ctx.extra.get("ps_policy") or check_args(args, ctx.size)
+    workers = policy.workers
+    n = len(workers)
+    budget = int(ctx.iterations) * n
+    settings = policy.settings()
+    title = f"parameter server {policy.describe()} (1 server + {n} workers)"
+    timeout = float(getattr(args, "peer_timeout", 120.0) or 120.0)
+    if rank == 0:
+        trainer = ctx.make_trainer(0, n)
+        emulator = None
+        header = dict(mode="ps", sync=policy.sync, workers=n, worker_ranks=list(workers),
+                      iterations=ctx.iterations, budget=budget, model=ctx.model_name, params=trainer.numel,
+                      hparams=ctx.hparams, device=str(ctx.device), seed=args.seed, settings=settings,
+                      gap_bound=policy.gap_bound())
+        events = _EventLog(ctx.log_dir, header)
+        logger = RankLogger(None, 0)
+        bar = progress_bar(ctx, budget, f"hopdec ps {policy.sync}")
+        model = ServerModel(trainer)
+        io = ServerIO(comm, workers, trainer.numel, timeout)
+        core = Server(policy, budget)
+        eval_interval = float(getattr(args, "eval_interval", 0.0) or 0.0)
+        evals = []
+
+        def evaluate(now):
+            loss, acc = trainer.evaluate()
+            rec = dict(time=now, elapsed=now - t0, version=policy.version, work=core.work,
+                       test_loss=loss, test_acc=acc)
+            evals.append(rec)
+            events("eval", **rec)
+
+        comm.Barrier()
+        t0 = time.time()
+        if eval_interval > 0:
+            evaluate(t0)
+        last_eval = time.time()
+        core.start(t0)
+        try:
+            for wait in server_loop(core, io, model, on_event=events):
+                io.wait(core, wait, on_message=lambda w, k: bar.update(k))
+                if eval_interval > 0 and time.time() - last_eval >= eval_interval:
+                    evaluate(time.time())
+                    last_eval = time.time()
+            io.close()
+        except PeerTimeout as err:
+            _fatal(comm, err)
+        elapsed = time.time() - t0
+        evaluate(time.time())
+        bar.close()
+        final = evals[-1]
+        events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
+               dropped=core.dropped, work=core.work, test_loss=final["test_loss"], test_acc=final["test_acc"])
+        events.close()
+        if args.save_models and ctx.log_dir:
+            np.save(f"{ctx.log_dir}/params_rank0.npy", trainer.write_params())
+        extra = dict(server_updates=policy.version, dropped=core.dropped, elapsed_server=elapsed)
+    else:
+        trainer = ctx.make_trainer(workers.index(rank), n)
+        emulator = ctx.make_emulator(rank, workers)
+        header = dict(mode="ps", sync=policy.sync, worker=rank, workers=n, iterations=ctx.iterations,
+                      model=ctx.model_name, params=trainer.numel, hparams=ctx.hparams,
+                      device=str(ctx.device), emulation=emulator.describe(), seed=args.seed,
+                      settings=settings, gap_bound=policy.gap_bound())
+        logger = RankLogger(ctx.log_dir, rank, header=header)
+        backend = WorkerBackend(TorchBackend(
+            trainer, emulator, die_at=args.die_at if getattr(args, "die_rank", None) == rank else None,
+            die_how=getattr(args, "die_how", "exit")))
+        io = WorkerIO(comm, trainer.numel, timeout)
+        core = PSWorker(rank, esync=policy.sync == "esync")
+        comm.Barrier()
+        try:
+            for wait in worker_loop(core, io, backend, on_record=logger.log):
+                io.wait(core, wait)
+            io.close()
+        except PeerTimeout as err:
+            _fatal(comm, err)
+        logger.close()
+        if args.save_models and ctx.log_dir:
+            np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
+        extra = {}
+    if rank == 0 and ctx.log_dir:
+        print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
+    out = report(ctx, logger, trainer, emulator, title,
+                 eval_flat=trainer.write_params() if rank == 0 else None,
+                 bound=policy.gap_bound(), extra=extra, workers=set(workers), model_label="server model",
+                 bound_label=f"bound of --sync {policy.sync}")
+    if rank == 0:
+        print(f"server: {policy.version} updates, {core.dropped} gradients dropped, "
+              f"{elapsed:.2f} s", flush=True)
+    return out

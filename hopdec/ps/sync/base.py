@@ -1,0 +1,96 @@
+"""What every parameter-server sync model shares: push counts, the server's version, who waits.
+
+A policy is the decision part of the server core (:class:`hopdec.ps.server.Server`): it consumes pushes
+(and ESync's queries) and returns the actions of :mod:`hopdec.ps.actions` -- apply, drop, send weights,
+answer. No clock is read (times arrive as event data) and no buffer is touched.
+
+Step size (a decision of hopdec, not of the papers): where one worker's gradient is applied on its own
+(ASP, SSP, DSSP, inside ElasticBSP supersteps) its weight is 1/n, so n single pushes move the model as far
+as one BSP step of n averaged gradients with the same ``--lr``: every mode then uses the same step per
+sample and the comparison is about synchronization, not step size (with weight 1 and momentum 0.9 the
+asynchronous modes diverge at the presets' lr on 4+ workers).
+
+A pushed buffer is referenced by at most one apply or drop, always before that worker's next
+:class:`~hopdec.ps.actions.SendWeights`, so a driver may reuse a worker's receive buffer once the worker
+has been sent weights again.
+"""
+
+from hopdec.errors import ConfigError
+from hopdec.ps.actions import ApplyGradients, SendWeights
+
+
+class Policy:
+    """Shared book-keeping of every sync model. Workers are ids (the MPI ranks), never positions."""
+
+    sync = ""
+
+    def __init__(self, workers):
+        workers = tuple(int(w) for w in workers)
+        if not workers:
+            raise ConfigError("--mode ps needs at least 1 worker")
+        if len(set(workers)) != len(workers):
+            raise ValueError(f"worker ids must be distinct, got {workers}")
+        self.workers = workers
+        self.n = len(workers)
+        self.version = 0                              # number of server model updates so far
+        self.pushes = dict.fromkeys(workers, 0)       # pushes received per worker (its iteration clock)
+        self.waiting = set()                          # pushed and not sent weights since
+        self.push_weight = 1.0 / self.n               # weight of a gradient applied on its own
+
+    # ---- what the run reports ----
+    def settings(self):
+        """The effective settings of this sync model (defaults filled in), for the log header and summary."""
+        return {}
+
+    def gap_bound(self):
+        """The largest push-count gap between a released worker and the slowest this model allows, or
+        None where it is unbounded."""
+        return None
+
+    def describe(self):
+        return f"--sync {self.sync}" + "".join(
+            f" {k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+            for k, v in self.settings().items())
+
+    # ---- events ----
+    def start(self, now):
+        """Training begins: every worker gets the initial weights."""
+        return [SendWeights(self.workers, self.version, "start")]
+
+    def on_push(self, worker, step, now, local_steps=1):
+        """``worker`` pushed a gradient computed on version ``step`` (ESync: a model difference after
+        ``local_steps`` local steps; ``step`` is the round)."""
+        self._check_worker(worker)
+        if worker in self.waiting:
+            raise RuntimeError(f"{self.sync}: worker {worker} pushed again before being sent weights")
+        self.pushes[worker] += 1
+        self.waiting.add(worker)
+        return self._push(worker, int(step), float(now), int(local_steps))
+
+    def on_query(self, worker, k, c, now):
+        raise RuntimeError(f"--sync {self.sync} has no state queries (ESync only)")
+
+    # ---- helpers ----
+    def _push(self, worker, step, now, local_steps):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_worker(self, worker):
+        if worker not in self.pushes:
+            raise RuntimeError(f"{self.sync}: no worker {worker} (workers are {list(self.workers)})")
+
+    def slowest_pushes(self):
+        return min(self.pushes.values())
+
+    def _release(self, workers, reason=""):
+        chosen = set(workers)
+        ws = tuple(w for w in self.workers if w in chosen)
+        self.waiting.difference_update(ws)
+        return SendWeights(ws, self.version, reason)
+
+    def _apply(self, parts, staleness=()):
+        self.version += 1
+        return ApplyGradients(tuple(parts), self.version, staleness=tuple(staleness))
+
+    def gap(self):
+        """Iteration gap: pushes of the fastest minus pushes of the slowest worker."""
+        return max(self.pushes.values()) - self.slowest_pushes()

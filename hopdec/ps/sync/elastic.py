@@ -1,0 +1,69 @@
+"""ElasticBSP (ZipLine paper): ASP inside a superstep, a barrier chosen by ZipLine at its end."""
+
+from hopdec.errors import ConfigError
+from hopdec.ps.actions import Note
+from hopdec.ps.sync.base import Policy
+from hopdec.ps.zipline import predict_pushes, zipline
+
+
+class ElasticPolicy(Policy):
+    """After each barrier (and at the start) the server is in a *monitoring* phase (ZipLine paper Fig. 5):
+    each worker must push once so that its current iteration interval is known. The interval of a push
+    is measured from the later of the worker's previous push and the moment it was last sent weights,
+    so a wait at the barrier is not counted as computing time. When the last worker's first push of the
+    superstep arrives, the server predicts every worker's next R pushes as t_p + i * gamma_p, i = 1..R
+    (t_p: its latest push, gamma_p: its latest interval; seeds README) and runs
+    :func:`hopdec.ps.zipline.zipline` on them. The barrier is a per-worker push count (seeds README):
+    worker p stops at push ``pushes[p] + index[p] + 1``. Until then its pushes are applied and answered
+    at once (ASP-style); at its count it waits; when every worker has reached its count all get the
+    same weights together (the barrier).
+    """
+
+    sync = "elastic"
+
+    def __init__(self, workers, lookahead):
+        super().__init__(workers)
+        if lookahead < 1:
+            raise ConfigError(f"--lookahead must be >= 1, got {lookahead}")
+        self.R = lookahead
+        self.targets = None                              # worker -> push count of the next barrier
+        self.mark = dict.fromkeys(self.workers, 0.0)     # time of the worker's last push or release
+        self.last_push = dict.fromkeys(self.workers, 0.0)
+        self.interval = dict.fromkeys(self.workers, 0.0)
+        self.seen = set()                                # pushed since the last barrier
+        self.barriers = 0
+
+    def settings(self):
+        return {"lookahead": self.R}
+
+    def start(self, now):
+        self.mark = dict.fromkeys(self.workers, float(now))
+        return super().start(now)
+
+    def _push(self, p, step, now, local_steps):
+        self.interval[p] = max(0.0, now - self.mark[p])
+        self.last_push[p] = self.mark[p] = now
+        self.seen.add(p)
+        actions = [self._apply([(p, self.push_weight)], staleness=[self.version - step])]
+        if self.targets is None and len(self.seen) == self.n:
+            times = predict_pushes([self.last_push[w] for w in self.workers],
+                                   [self.interval[w] for w in self.workers], self.R)
+            idx, span = zipline(times)
+            self.targets = {w: self.pushes[w] + int(i) + 1 for w, i in zip(self.workers, idx)}
+            t_sync = float(max(times[r, i] for r, i in enumerate(idx)))
+            actions.append(Note("elastic_barrier", {
+                "barrier": self.barriers + 1, "workers": list(self.workers),
+                "targets": [self.targets[w] for w in self.workers],
+                "steps": [int(i) + 1 for i in idx], "span": span, "t_sync": t_sync}))
+        if self.targets is None or self.pushes[p] < self.targets[p]:
+            actions.append(self._release([p]))
+            return actions
+        if self.pushes[p] > self.targets[p]:  # cannot happen: targets are future pushes
+            raise RuntimeError(f"elastic: worker {p} passed its barrier count {self.targets[p]}")
+        if all(self.pushes[w] >= self.targets[w] for w in self.workers):
+            self.barriers += 1
+            self.targets = None
+            self.seen = set()
+            self.mark = dict.fromkeys(self.workers, now)
+            actions.append(self._release(self.workers, "barrier"))
+        return actions

@@ -1,0 +1,102 @@
+"""A parameter-server worker's protocol core, sans I/O: plain SGD push/pull, or ESync's local steps.
+
+Plain SGD (BSP, ASP, SSP, DSSP, ElasticBSP, backup workers)::
+
+    Wait(weights) -> LoadWeights(v) -> ComputeGradient(i) -> PushGradient(v, i) -> Wait(weights) -> ...
+
+ESync (ESync Algorithm 1 with blocking state queries, sec. 4.1): every round starts from the server's
+weights (kept, to form the difference later), then asks before each local step whether to go on::
+
+    Wait(weights) -> LoadWeights(r, keep) -> QueryState(r, 0) -> Wait(answer)
+        NOT-READY -> ComputeGradient(i) -> ApplyGradient(i) -> QueryState(r, k) -> Wait(answer) ...
+        READY     -> PushDelta(r, k) -> Wait(weights)
+
+The paper's RUN-BATCH-DATA-TEST is not run: until a device reports its first step time the server counts
+it as the slowest (see :class:`hopdec.ps.sync.esync.ESyncPolicy`). A stop from the server ends either loop.
+"""
+
+from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
+from hopdec.ps.actions import LoadWeights, PushDelta, PushGradient, QueryState
+
+SERVER = 0
+"""The server's id in :class:`~hopdec.core.Wait` actions (MPI rank 0)."""
+
+
+class PSWorker:
+    """One worker of the parameter-server mode. Feed it with ``on_*``; drive it with :meth:`next_action`."""
+
+    def __init__(self, worker, esync=False, server=SERVER):
+        self.worker = worker
+        self.esync = bool(esync)
+        self.server = server
+        self.iteration = 0                  # mini-batches computed so far (local steps for ESync)
+        self.version = None                 # weights version (ESync: round) last loaded
+        self.gap = self.staleness = None    # what the server said with those weights
+        self.sent_at = None                 # when the server sent them (its clock; data, not read here)
+        self.local_steps = 0                # ESync: local steps in the current round
+        self._reply = None
+        self._steps = self._run()
+
+    # ---- events ----
+    def on_weights(self, version, gap=0, staleness=None, sent_at=None):
+        """The server sent weights of ``version`` at ``sent_at`` (its clock): I am ``gap`` pushes ahead of
+        the slowest worker, my last gradient had ``staleness`` (None: none applied yet, -1: dropped)."""
+        self._set_reply(("weights", int(version), gap, staleness, sent_at))
+
+    def on_answer(self, ready):
+        """ESync: the state server's answer to my last query."""
+        self._set_reply(("ready" if ready else "not_ready",))
+
+    def on_stop(self, staleness=None):
+        """Training is over (the server's work budget was reached); ``staleness`` of my last gradient."""
+        self.staleness = staleness
+        self._set_reply(("stop",))
+
+    def next_action(self):
+        return next(self._steps, Finished())
+
+    # ---- the loop ----
+    def _set_reply(self, reply):
+        if self._reply is not None:
+            raise RuntimeError(f"worker {self.worker}: a second server reply before the first was used")
+        self._reply = reply
+
+    def _await(self, what):
+        while self._reply is None:
+            yield Wait((self.server,), what)
+        reply, self._reply = self._reply, None
+        return reply
+
+    def _run(self):
+        reply = yield from self._await("weights")
+        while reply[0] == "weights":
+            _, self.version, self.gap, self.staleness, self.sent_at = reply
+            yield LoadWeights(self.version, keep=self.esync)
+            if self.esync:
+                reply = yield from self._esync_round()
+            else:
+                yield ComputeGradient(self.iteration)
+                yield PushGradient(self.version, self.iteration)
+                self.iteration += 1
+                reply = yield from self._await("weights")
+        if reply[0] != "stop":
+            raise RuntimeError(f"worker {self.worker}: unexpected server reply {reply[0]!r}")
+
+    def _esync_round(self):
+        self.local_steps = 0
+        yield QueryState(self.version, 0, self.iteration)
+        reply = yield from self._await("answer")
+        while reply[0] == "not_ready":
+            yield ComputeGradient(self.iteration)
+            yield ApplyGradient(self.iteration)      # w_{t,k+1} = w_{t,k} - lr * grad (ESync eq. 5)
+            self.iteration += 1
+            self.local_steps += 1
+            yield QueryState(self.version, self.local_steps, self.iteration)
+            reply = yield from self._await("answer")
+        if reply[0] == "stop":
+            return reply
+        if reply[0] != "ready" or self.local_steps < 1:
+            raise RuntimeError(f"worker {self.worker}: unexpected reply {reply[0]!r} after "
+                               f"{self.local_steps} local steps")
+        yield PushDelta(self.version, self.local_steps, self.iteration)   # w_{t,k} - w_t (eq. 6)
+        return (yield from self._await("weights"))

@@ -1,0 +1,77 @@
+"""End of a run: gather every rank's figures on rank 0, evaluate, print the summary; the progress bar."""
+
+import sys
+
+import numpy as np
+
+
+def progress_bar(ctx, total, desc):
+    """A tqdm bar on rank 0 (stderr), or a no-op object elsewhere."""
+    if ctx.rank == 0 and ctx.progress:
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=0.5, leave=False)
+
+    class _Null:
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            pass
+    return _Null()
+
+
+def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
+           workers=None, model_label="averaged model", bound_label="bound from the topology"):
+    """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
+
+    ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
+    evaluates those parameters (e.g. a parameter server's). ``workers``: the ranks that train (default:
+    all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
+    must call it.
+    """
+    from mpi4py import MPI
+
+    from hopdec.runtime.metrics import format_table, max_iteration_gap
+
+    comm = ctx.comm
+    loss, acc = trainer.evaluate() if trainer is not None else (None, None)
+    mine = dict(rank=ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
+                compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
+                entries=logger.entries, jumps=logger.jumps,
+                iter_per_s=logger.progress_rate,
+                emulation=emulator.describe(overruns=False) if emulator is not None else "no emulation",
+                overruns=emulator.overruns if emulator is not None else 0,
+                max_overrun_s=emulator.max_overrun_s if emulator is not None else 0.0,
+                **(extra or {}))
+    if isinstance(eval_flat, str) and eval_flat == "average":
+        buf = trainer.write_params(np.empty(trainer.numel, dtype=np.float32))
+        total = np.empty_like(buf)
+        comm.Allreduce(buf, total, op=MPI.SUM)
+        eval_flat = total / comm.Get_size()
+    everyone = comm.gather(mine, root=0)
+    if ctx.rank != 0:
+        return None
+    avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)
+    rows = [r for r in everyone if workers is None or r["rank"] in workers]
+    table = format_table(
+        ["rank", "iters run", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
+        [[r["rank"], r["iterations"], r["iter_per_s"],
+          r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
+          r["jumps"], r["loss"], r["test_acc"]] for r in rows])
+    gap = max_iteration_gap([r["entries"] for r in rows])
+    emulations = sorted({r["emulation"] for r in rows})
+    over = [r for r in rows if r["overruns"]]
+    if over:
+        emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
+                          f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
+                          f"(the measured time was used there)")
+    lines = [f"== {title} ==", table,
+             f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
+             if avg_acc is not None else "",
+             f"largest iteration gap observed: {int(gap.max())}"
+             + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
+             "times: " + ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
+                          else "measured, no emulation")]
+    text = "\n".join(line for line in lines if line)
+    print(text, flush=True)
+    return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=int(gap.max()))

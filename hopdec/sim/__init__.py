@@ -1,0 +1,1 @@
+"""Drivers that run the protocol cores without MPI: the seeded in-process scheduler (:mod:`.inproc`)."""

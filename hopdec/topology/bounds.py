@@ -1,0 +1,160 @@
+"""Hop Table 1: bounds on the iteration gap Iter(i) - Iter(j) and the queue sizes they imply (sec. 3-4).
+
+Path lengths come from the graph's pattern (self-loops ignored, weights not looked at).
+
+>>> from hopdec.topology.generators import ring
+>>> diameter(ring(8)), max_gap_bound(ring(8), max_ig=2)
+(4, 2.0)
+"""
+
+import math
+
+import networkx as nx
+import numpy as np
+
+from hopdec.topology.graph_io import in_neighbors
+
+_SETTINGS = ("standard", "notify-ack", "staleness", "backup", "hybrid")
+
+
+def path_lengths(G):
+    """``D[a, b]`` = length of the shortest directed path ``a -> b`` (hops; self-loops ignored).
+
+    ``np.inf`` where ``b`` cannot be reached from ``a``; ``D[a, a] = 0``.
+
+    >>> path_lengths(ring(4))[0].tolist()
+    [0.0, 1.0, 2.0, 1.0]
+    """
+    n = G.number_of_nodes()
+    D = np.full((n, n), np.inf)
+    for a, dist in nx.all_pairs_shortest_path_length(G):
+        for b, d in dist.items():
+            D[int(a), int(b)] = d
+    return D
+
+
+def diameter(G):
+    """Longest shortest directed path (``math.inf`` if not strongly connected).
+
+    >>> diameter(ring(8)), diameter(ring_based(8)), diameter(complete(4))
+    (4, 2, 1)
+    """
+    m = path_lengths(G).max()
+    return int(m) if math.isfinite(m) else math.inf
+
+
+
+def gap_bounds(G, setting="standard", max_ig=None, staleness=None):
+    """``B[i, j]`` = upper bound on ``Iter(i) - Iter(j)`` per Hop Table 1 (``np.inf``: unbounded).
+
+    With ``L = path_lengths(G)`` (so ``L[j, i]`` = len Path j->i):
+
+    - ``"standard"`` (update queues only, Theorem 1): ``L[j, i]``
+    - ``"notify-ack"`` (3.3): ``min(L[j, i], 2 L[i, j])``
+    - ``"staleness"`` (bounded staleness s, no tokens): ``(s+1) L[j, i]``
+    - ``"backup"`` / ``"hybrid"`` without tokens: ``inf``
+
+    With ``max_ig`` (token queues, Theorem 2) the bound becomes ``min(b0 L[j, i], max_ig L[i, j])``
+    with ``b0`` = 1 (standard), ``s+1`` (staleness), ``inf`` (backup, hybrid). Iteration
+    skipping takes and gives tokens, so it keeps the token bound. Tokens also tighten
+    notify-ack the same way. The diagonal is 0.
+
+    >>> gap_bounds(ring(4))[0].tolist()               # worker 0 ahead of j: len Path j->0
+    [0.0, 1.0, 2.0, 1.0]
+    >>> gap_bounds(ring(4), "backup", max_ig=3)[0].tolist()
+    [0.0, 3.0, 6.0, 3.0]
+    """
+    if setting not in _SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}; expected one of {', '.join(_SETTINGS)}")
+    if max_ig is not None and (isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1):
+        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    if setting == "staleness" and staleness is None:
+        raise ValueError("setting 'staleness' needs staleness=s (s >= 0)")
+    if staleness is not None and (int(staleness) != staleness or staleness < 0):
+        raise ValueError(f"staleness must be a non-negative integer, got {staleness!r}")
+    L = path_lengths(G)
+    back = L.T  # back[i, j] = len Path j->i
+    with np.errstate(invalid="ignore"):
+        if setting == "standard":
+            B = back.copy()
+        elif setting == "notify-ack":
+            B = np.minimum(back, 2 * L)
+        elif setting == "staleness":
+            B = (staleness + 1) * back
+        else:  # backup, hybrid
+            B = np.full_like(L, np.inf)
+        if max_ig is not None:
+            B = np.minimum(B, max_ig * L)
+    np.fill_diagonal(B, 0.0)
+    return B
+
+
+def max_gap_bound(G, setting="standard", max_ig=None, staleness=None):
+    """The largest ``Iter(i) - Iter(j)`` over all ordered pairs (``inf`` if unbounded).
+
+    >>> G = exponential(8)
+    >>> max_gap_bound(G), max_gap_bound(G, max_ig=2), max_gap_bound(G, "backup")
+    (3.0, 2.0, inf)
+    """
+    return float(gap_bounds(G, setting, max_ig=max_ig, staleness=staleness).max())
+
+
+def update_queue_capacity(G, max_ig, count_self=True):
+    """``{i: (1 + max_ig) * |N_in(i)|}``: updates ``UpdateQ(i)`` must hold with token queues (4.2).
+
+    Hop counts the self-loop in ``N_in(i)`` (in Fig. 4 a worker enqueues its own update too), and
+    so does this by default; ``count_self=False`` gives ``(1 + max_ig) * (|N_in(i)| - 1)``, the
+    updates received from other workers, for a runtime that keeps its own update locally.
+
+    >>> update_queue_capacity(ring(4), 2), update_queue_capacity(ring(4), 2, count_self=False)[0]
+    ({0: 9, 1: 9, 2: 9, 3: 9}, 6)
+    """
+    if isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1:
+        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    extra = 1 if count_self else 0
+    return {int(i): (1 + int(max_ig)) * (len(in_neighbors(G, i)) + extra) for i in G.nodes}
+
+
+def token_queue_capacity(G, max_ig):
+    """``C[i, j] = max_ig * (len Path i->j + 1)``: most tokens ``TokenQ(i->j)`` can hold (4.2).
+
+    ``TokenQ(i->j)`` lives at worker ``i`` and holds tokens for its in-neighbour ``j`` (edge
+    ``j -> i``); entries without such a queue (no edge ``j -> i``, or ``i == j``) are 0.
+
+    >>> int(token_queue_capacity(ring(6), 2).max())      # len Path 0->1 = 1: 2 * (1 + 1)
+    4
+    >>> int(token_queue_capacity(exponential(8), 1)[1, 0])  # 0->1 is an edge; Path 1->0 has 3 hops
+    4
+    """
+    if isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1:
+        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    L = path_lengths(G)
+    has_queue = (_pattern(G).T > 0)  # [i, j] true iff edge j -> i
+    np.fill_diagonal(has_queue, False)
+    return np.where(has_queue, int(max_ig) * (L + 1), 0).astype(int)
+
+
+def update_queue_capacity_no_tokens(G, count_self=True):
+    """``{i: sum_j (len Path i->j + 1)}`` over in-neighbours j: UpdateQ(i) without tokens (4.1).
+
+    In-neighbour ``j`` can be ``len Path i->j`` iterations ahead of ``i``, so ``UpdateQ(i)`` must
+    hold that many + 1 iterations of ``j``'s updates; this grows with the graph, tokens cap it.
+
+    >>> update_queue_capacity_no_tokens(ring(8))[0]      # self 1 + two neighbours (1 + 1) each
+    5
+    """
+    L = path_lengths(G)
+    out = {}
+    for i in G.nodes:
+        senders = in_neighbors(G, i) + ([i] if count_self else [])
+        out[int(i)] = int(sum(L[i, j] + 1 for j in senders))
+    return out
+
+
+def _pattern(G):
+    """0/1 adjacency matrix of ``G`` (``A[i, j] = 1`` iff edge ``i -> j``), ignoring weights."""
+    n = G.number_of_nodes()
+    A = np.zeros((n, n), dtype=int)
+    for u, v in G.edges():
+        A[int(u), int(v)] = 1
+    return A

@@ -1,0 +1,270 @@
+"""Topology files: read, validate and write communication graphs (node-link JSON or edge lists).
+
+A topology is a plain :class:`networkx.DiGraph`: node ``i`` is MPI rank ``i`` (ids are exactly
+``0..n-1``), an edge ``i -> j`` means worker ``i`` sends its parameters to worker ``j``, and the
+edge attribute ``weight`` is ``W[i, j]``, the share of ``i``'s parameters in ``j``'s average.
+Every node has a self-loop (Hop sec. 3.1: the local update is always available). Optional node
+attributes: ``machine`` (host name, e.g. ``"m0"``) and ``backup_workers`` (int).
+"""
+
+import json
+import math
+
+import networkx as nx
+import numpy as np
+
+from hopdec.errors import TopologyError
+from hopdec.topology.weights import with_default_weights
+
+
+def validate(G, source="<graph>"):
+    """Check ``G`` is a usable topology and return it; else raise ``TopologyError("source: ...")``.
+
+    Checks: node ids exactly ``0..n-1``, every edge weighted with a finite non-negative float,
+    every node's in-weights sum to more than zero, and strong connectivity (Hop needs a
+    connected graph: every worker must eventually hear from every other one).
+    """
+    def fail(problem):
+        raise TopologyError(f"{source}: {problem}")
+
+    if not G.is_directed() or G.is_multigraph():
+        fail(f"expected a networkx DiGraph, got {type(G).__name__}")
+    n = G.number_of_nodes()
+    if n == 0:
+        fail("the graph has no nodes")
+    ids = list(G.nodes)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in ids):
+        bad = next(v for v in ids if not isinstance(v, (int, np.integer)) or isinstance(v, bool))
+        fail(f"node id {bad!r} is not an integer; node ids must be the ranks 0..{n - 1}")
+    if sorted(int(v) for v in ids) != list(range(n)):
+        missing = sorted(set(range(n)) - {int(v) for v in ids})
+        extra = sorted(int(v) for v in ids if not 0 <= int(v) < n)
+        fail(f"node ids must be exactly 0..{n - 1} (one per rank); "
+             f"missing {missing[:5]}, out of range {extra[:5]}")
+    insum = dict.fromkeys(range(n), 0.0)
+    for u, v, w in G.edges(data="weight"):
+        if w is None:
+            fail(f"edge {u}->{v} has no weight (use with_default_weights for Hop eq. (1) weights)")
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            fail(f"edge {u}->{v} has a weight that is not a number: {w!r}")
+        if not math.isfinite(w):
+            fail(f"edge {u}->{v} has a non-finite weight {w}")
+        if w < 0:
+            fail(f"edge {u}->{v} has a negative weight {w}")
+        insum[int(v)] += float(w)
+    for v in range(n):
+        if insum[v] <= 0:
+            fail(f"node {v} has in-weights summing to zero (it would average nothing)")
+    for v, attrs in G.nodes(data=True):
+        if "machine" in attrs and not isinstance(attrs["machine"], str):
+            fail(f"node {v}: attribute 'machine' must be a host name string, "
+                 f"got {attrs['machine']!r}")
+        if "backup_workers" in attrs:
+            b = attrs["backup_workers"]
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
+                fail(f"node {v}: attribute 'backup_workers' must be a non-negative integer, "
+                     f"got {b!r}")
+    if not nx.is_strongly_connected(G):
+        root = min(G.nodes)
+        down = nx.descendants(G, root) | {root}
+        if len(down) < n:
+            a, b = root, min(v for v in G.nodes if v not in down)
+        else:
+            a, b = min(v for v in G.nodes if root not in nx.descendants(G, v) and v != root), root
+        fail(f"the graph is not strongly connected: no directed path from node {a} to node {b} "
+             f"(every worker must eventually hear from every other)")
+    return G
+
+
+
+def load(path):
+    """Read a topology file and return a validated, weighted DiGraph.
+
+    Two formats, chosen by content (a ``.json`` file or one starting with ``{`` is JSON):
+    networkx node-link JSON as ``nx.node_link_data`` writes it (``"edges"`` or older ``"links"``
+    key; undirected graphs become both directions), or an edge list with one ``src dst [weight]``
+    per line, ``#`` comments and blank lines. Missing self-loops are added (weight 0 if the file
+    gives weights, so the file's W is kept as written); a file without any weights gets Hop eq. (1)
+    weights; a file with weights on some edges only is an error.
+    """
+    src = str(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise TopologyError(f"{src}: no such file") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{src}: is a directory, not a topology file") from None
+    except OSError as err:
+        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"{src}: not a text file (expected node-link JSON or an edge list)") \
+            from None
+    if src.lower().endswith(".json") or text.lstrip().startswith(("{", "[")):
+        G, weighted = _parse_node_link(text, src)
+    else:
+        G, weighted = _parse_edge_list(text, src)
+    if weighted == "some":
+        missing = [(u, v) for u, v, w in G.edges(data="weight") if w is None and u != v]
+        missing = missing or [(u, v) for u, v, w in G.edges(data="weight") if w is None]
+        u, v = missing[0]
+        raise TopologyError(f"{src}: some edges have weights and some do not (e.g. {u}->{v} has "
+                            f"none); give all weights or none")
+    if weighted == "none":
+        _check_ids(G, src)
+        G = with_default_weights(G)
+    else:
+        for v in list(G.nodes):
+            if not G.has_edge(v, v):
+                G.add_edge(v, v, weight=0.0)
+    validate(G, src)
+    G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
+    for _, _, d in G.edges(data=True):
+        d["weight"] = float(d["weight"])
+    G.graph["source"] = src
+    return G
+
+
+def _check_ids(G, src):
+    """Run only the node-id part of :func:`validate` (before weights are filled in)."""
+    H = nx.DiGraph()
+    H.add_nodes_from(G.nodes)
+    H.add_edges_from(((v, v) for v in G.nodes), weight=1.0)
+    try:
+        validate(H, src)
+    except TopologyError as err:
+        if "strongly connected" not in str(err):
+            raise
+
+
+def _weight_state(G):
+    """'all', 'none' or 'some': how many of the graph's edges carry a weight."""
+    has = [w is not None for _, _, w in G.edges(data="weight")]
+    if not has or not any(has):
+        return "none"
+    return "all" if all(has) else "some"
+
+
+def _parse_node_link(text, src):
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TopologyError(f"{src}: not valid JSON ({err.msg} at line {err.lineno} column "
+                            f"{err.colno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise TopologyError(f"{src}: not networkx node-link JSON (expected an object with a "
+                            f"'nodes' list and an 'edges' or 'links' list)")
+    key = "edges" if "edges" in data else "links" if "links" in data else None
+    if key is None or not isinstance(data[key], list):
+        raise TopologyError(f"{src}: node-link JSON without an 'edges' (or 'links') list")
+    ids = []
+    for k, node in enumerate(data["nodes"]):
+        if not isinstance(node, dict) or "id" not in node:
+            raise TopologyError(f"{src}: node entry #{k} has no 'id'")
+        ids.append(node["id"])
+    idset = {i for i in ids if isinstance(i, (int, str, float))}
+    for k, e in enumerate(data[key]):
+        if not isinstance(e, dict) or "source" not in e or "target" not in e:
+            raise TopologyError(f"{src}: edge entry #{k} needs 'source' and 'target'")
+        for end in ("source", "target"):
+            if not isinstance(e[end], (int, str, float)) or e[end] not in idset:
+                raise TopologyError(f"{src}: edge {e['source']!r}->{e['target']!r} refers to node "
+                                    f"{e[end]!r}, which is not one of the {len(ids)} nodes "
+                                    f"(ids 0..{len(ids) - 1})")
+    try:
+        g = nx.node_link_graph(data, edges=key)
+    except Exception as err:  # malformed entries: report, never a traceback
+        raise TopologyError(f"{src}: cannot read node-link JSON ({type(err).__name__}: {err})") \
+            from None
+    if g.number_of_nodes() != len(ids):
+        raise TopologyError(f"{src}: duplicate node ids")
+    G = nx.DiGraph()
+    G.add_nodes_from(g.nodes(data=True))
+    for u, v, d in g.edges(data=True):  # undirected -> both directions; multi-edges collapse
+        G.add_edge(u, v, **d)
+        if not g.is_directed():
+            G.add_edge(v, u, **d)
+    _check_ids(G, src)
+    return G, _weight_state(G)
+
+
+def _parse_edge_list(text, src):
+    G = nx.DiGraph()
+    nweighted = nedges = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].replace(",", " ").strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) not in (2, 3):
+            raise TopologyError(f"{src}: line {lineno}: expected 'src dst [weight]', got "
+                                f"{len(parts)} fields")
+        try:
+            u, v = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise TopologyError(f"{src}: line {lineno}: node ids must be integers, got "
+                                f"{parts[0]!r} {parts[1]!r}") from None
+        if u < 0 or v < 0:
+            raise TopologyError(f"{src}: line {lineno}: edge {u}->{v} refers to a negative "
+                                f"node id; ids are ranks 0..n-1")
+        if G.has_edge(u, v):
+            raise TopologyError(f"{src}: line {lineno}: duplicate edge {u}->{v}")
+        attrs = {}
+        if len(parts) == 3:
+            try:
+                attrs["weight"] = float(parts[2])
+            except ValueError:
+                raise TopologyError(f"{src}: line {lineno}: weight {parts[2]!r} is not a number") \
+                    from None
+            nweighted += 1
+        G.add_edge(u, v, **attrs)
+        nedges += 1
+    if nedges == 0:
+        raise TopologyError(f"{src}: no edges found (expected node-link JSON or lines "
+                            f"'src dst [weight]')")
+    _check_ids(G, src)
+    return G, _weight_state(G)
+
+
+def save(G, path):
+    """Write ``G`` as networkx node-link JSON (``edges`` key) with weights and node attributes.
+
+    ``load(path)`` gives the same graph back.
+    """
+    H = nx.DiGraph()
+    H.graph.update({k: v for k, v in G.graph.items() if k != "source"})
+    H.add_nodes_from((int(v), dict(d)) for v, d in sorted(G.nodes(data=True)))
+    H.add_edges_from(sorted((int(u), int(v), {**d, "weight": float(d["weight"])})
+                            if "weight" in d else (int(u), int(v), dict(d))
+                            for u, v, d in G.edges(data=True)))
+    data = nx.node_link_data(H, edges="edges")
+    # one node / edge per line: valid node-link JSON that is also easy to read and diff
+    head = {k: v for k, v in data.items() if k not in ("nodes", "edges")}
+    parts = ["{" + json.dumps(head)[1:-1] + ","]
+    for key in ("nodes", "edges"):
+        items = [f"  {json.dumps(x)}" for x in data[key]]
+        tail = "," if key == "nodes" else ""
+        parts.append(f' "{key}": [\n' + ",\n".join(items) + "\n ]" + tail)
+    parts.append("}\n")
+    with open(path, "w") as fh:
+        fh.write("\n".join(parts))
+
+
+def in_neighbors(G, i):
+    """Sorted ranks that send to ``i`` (``N_in(i)`` without ``i`` itself).
+
+    >>> in_neighbors(ring(5), 0)
+    [1, 4]
+    """
+    return sorted(int(j) for j in G.predecessors(i) if j != i)
+
+
+def out_neighbors(G, i):
+    """Sorted ranks ``i`` sends to (``N_out(i)`` without ``i`` itself).
+
+    >>> out_neighbors(exponential(8), 0)
+    [1, 2, 4]
+    """
+    return sorted(int(j) for j in G.successors(i) if j != i)

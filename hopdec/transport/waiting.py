@@ -1,0 +1,46 @@
+"""Waiting without hanging: one poll-and-back-off loop with a timeout, used by every MPI driver.
+
+Every blocking wait in hopdec goes through :func:`poll_until`: it polls (e.g. ``MPI.Request.Testsome``)
+and sleeps between polls, 50 us growing to 1 ms, so an idle rank yields its core to ranks that compute
+(ranks usually outnumber cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
+seconds so a dead or hung peer never hangs the job.
+"""
+
+import time
+
+FIRST_NAP_S = 5e-5
+LONGEST_NAP_S = 1e-3
+
+
+class PeerTimeout(RuntimeError):
+    """A rank waited longer than its peer timeout for a peer: one may have died or hung."""
+
+
+def poll_until(poll, timeout, message, clock=time.monotonic):
+    """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
+
+    ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout).
+    ``timeout=None`` waits forever (only for waits another timeout already covers).
+    """
+    got = poll()
+    if got:
+        return got
+    start, nap = clock(), FIRST_NAP_S
+    while True:
+        time.sleep(nap)
+        nap = min(nap * 2, LONGEST_NAP_S)
+        got = poll()
+        if got:
+            return got
+        if timeout is not None and clock() - start > timeout:
+            raise PeerTimeout(message() if callable(message) else message)
+
+
+def wait_any(requests, timeout, message):
+    """Index of a completed request among ``requests`` (mpi4py), polling as :func:`poll_until` does."""
+    from mpi4py import MPI
+
+    def done():
+        i = MPI.Request.Testany(requests)[0]
+        return None if i == MPI.UNDEFINED else (i,)
+    return poll_until(done, timeout, message)[0]

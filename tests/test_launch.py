@@ -1,7 +1,6 @@
 """launch/local.sh starts N MPI ranks on one box and runs HOPDEC_CMD (or hopdec train) on each."""
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -11,7 +10,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL = os.path.join(ROOT, "launch", "local.sh")
 HOSTFILE = os.path.join(ROOT, "launch", "hostfile.sh")
 
-needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 PRINT_RANK = (f"{sys.executable} -c 'import sys; from mpi4py import MPI; "
               "c = MPI.COMM_WORLD; print(\"rank\", c.rank, \"of\", c.size, sys.argv[1:])'")
 
@@ -21,7 +19,7 @@ def _run(args, **env):
                           env={**os.environ, **env}, cwd="/")
 
 
-@needs_mpi
+@pytest.mark.mpi
 def test_local_runs_every_rank_with_args():
     r = _run([LOCAL, "-n", "2", "--", "x", "y z"], HOPDEC_CMD=PRINT_RANK)
     assert r.returncode == 0, r.stderr
@@ -29,7 +27,7 @@ def test_local_runs_every_rank_with_args():
     assert lines == ["rank 0 of 2 ['x', 'y z']", "rank 1 of 2 ['x', 'y z']"]
 
 
-@needs_mpi
+@pytest.mark.mpi
 def test_hostfile_on_localhost(tmp_path):
     hf = tmp_path / "hosts"
     hf.write_text("localhost slots=2\n")

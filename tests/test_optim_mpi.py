@@ -1,18 +1,12 @@
 """HopSGD in a user's own loop computes exactly what ``hopdec train`` computes (same core, same seeds)."""
 
-import subprocess
-import sys
-
 import numpy as np
 
-from mpi_util import ROOT, mpi_env, mpirun
 
-
-def test_hopsgd_loop_matches_hopdec_train(tmp_path):
+def test_hopsgd_loop_matches_hopdec_train(mpirun, tmp_path):
     (tmp_path / "loop").mkdir()
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "4", sys.executable,
-           "experiments/hopsgd_loop.py", "--steps", "30", "--seed", "2", "--save", str(tmp_path / "loop")]
-    loop = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=180)
+    loop = mpirun.python(4, ["experiments/hopsgd_loop.py", "--steps", "30", "--seed", "2",
+                             "--save", tmp_path / "loop"])
     assert loop.returncode == 0, loop.stdout + loop.stderr
     assert "test accuracy per rank" in loop.stdout
     train = mpirun(4, ["train", "--no-progress", "--threads", "1", "--iterations", 30, "--seed", 2,

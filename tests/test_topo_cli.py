@@ -9,7 +9,7 @@ import pytest
 
 from hopdec import topology as T
 # every bad file of the library tests, each checked again through the CLI (one line, exit 2)
-from test_topology import BAD_FILES  # noqa: E402
+from bad_topologies import BAD_FILES  # noqa: E402
 
 
 def topo(*args, cwd=None):

@@ -14,7 +14,6 @@ from hopdec.runtime.metrics import max_iteration_gap, read_log
 from hopdec.ml.models import PRESETS
 from hopdec.ml.trainer import LocalTrainer
 
-from mpi_util import mpirun, topo_bounds
 
 COMMON = ["train", "--no-progress", "--threads", "1"]
 
@@ -28,7 +27,7 @@ def measured_gap(d):
     return int(max_iteration_gap([[(r["time"], r["iter"]) for r in recs] for recs in logs(d)]).max())
 
 
-def test_default_run_trains_and_summarises(tmp_path):
+def test_default_run_trains_and_summarises(mpirun, tmp_path):
     out = mpirun(4, COMMON + ["--iterations", "120", "--log-dir", tmp_path])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "averaged model: test loss" in out.stdout and "largest iteration gap observed" in out.stdout
@@ -43,7 +42,7 @@ def test_default_run_trains_and_summarises(tmp_path):
 
 
 @pytest.mark.parametrize("buffers", ["no", "yes"])
-def test_complete_graph_equals_synchronous_averaging(tmp_path, buffers):
+def test_complete_graph_equals_synchronous_averaging(mpirun, tmp_path, buffers):
     """``--cuda-aware-mpi yes`` on CPU runs the device-buffer path (torch tensors handed to MPI)."""
     n, iters, seed = 4, 12, 3
     out = mpirun(n, COMMON + ["--topology", "topologies/complete_4.json", "--iterations", iters,
@@ -94,21 +93,21 @@ def ring6(tmp_path_factory):
 
 @pytest.mark.parametrize("slowdown", ["random:factor=6,prob=1/n", "rank=2,factor=4"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_measured_gap_never_exceeds_the_analyzed_bound(tmp_path, ring6, setting, slowdown):
+def test_measured_gap_never_exceeds_the_analyzed_bound(mpirun, tmp_path, ring6, setting, slowdown):
     extra, key = SETTINGS[setting]
     out = mpirun(6, COMMON + ["--topology", ring6, "--iterations", 30, "--max-ig", 2,
                               "--compute-time", "0.02", "--slowdown", slowdown,
                               "--log-dir", tmp_path] + extra, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "EMULATED" in out.stdout
-    bound = topo_bounds(ring6, max_ig=2, staleness=2 if setting == "staleness" else 1)[key]
+    bound = mpirun.topo_bounds(ring6, max_ig=2, staleness=2 if setting == "staleness" else 1)[key]
     gap = measured_gap(tmp_path)
     assert gap <= bound, (gap, bound)
     if setting != "standard":
         assert gap >= 1                                # slowdowns did open a gap
 
 
-def test_skipping_makes_the_straggler_jump(tmp_path):
+def test_skipping_makes_the_straggler_jump(mpirun, tmp_path):
     out = mpirun(6, COMMON + ["--iterations", 30, "--max-ig", 3, "--backup-workers", 1,
                               "--skip", "max-jump=3,trigger=2", "--compute-time", "0.05",
                               "--slowdown", "rank=0,factor=4", "--log-dir", tmp_path], timeout=240)
@@ -120,7 +119,7 @@ def test_skipping_makes_the_straggler_jump(tmp_path):
 
 
 @pytest.mark.parametrize("protocol", ["queue-only", "notify-ack", "serial"])
-def test_other_protocols_run_within_their_bounds(tmp_path, ring6, protocol):
+def test_other_protocols_run_within_their_bounds(mpirun, tmp_path, ring6, protocol):
     topo = ring6
     how = ["--compute-graph", "serial"] if protocol == "serial" else ["--protocol", protocol]
     out = mpirun(6, COMMON + ["--topology", topo, "--iterations", 30] + how + [
@@ -128,16 +127,16 @@ def test_other_protocols_run_within_their_bounds(tmp_path, ring6, protocol):
                               "--log-dir", tmp_path], timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     key = {"notify-ack": "notify-ack", "queue-only": "standard"}.get(protocol, "standard+tokens")
-    assert measured_gap(tmp_path) <= topo_bounds(topo)[key]
+    assert measured_gap(tmp_path) <= mpirun.topo_bounds(topo)[key]
 
 
-def test_a_dead_rank_stops_the_run_with_a_message():
+def test_a_dead_rank_stops_the_run_with_a_message(mpirun):
     out = mpirun(4, COMMON + ["--iterations", 200, "--die-rank", 2, "--die-at", 5], timeout=120)
     assert out.returncode != 0
     assert "exited with non-zero status" in out.stdout + out.stderr or "rank 2" in out.stderr
 
 
-def test_a_hung_rank_times_out_its_neighbours():
+def test_a_hung_rank_times_out_its_neighbours(mpirun):
     out = mpirun(4, COMMON + ["--topology", "ring", "--iterations", 200, "--die-rank", 2, "--die-at", 5,
                               "--die-how", "hang",
                               "--peer-timeout", 4], timeout=120)
@@ -153,7 +152,7 @@ def test_a_hung_rank_times_out_its_neighbours():
     (["--topology", "does/not/exist.json"], "does/not/exist.json"),
     (["--skip", "max-jump=3", "--protocol", "notify-ack"], "--skip needs --protocol tokens"),
 ])
-def test_bad_input_fails_on_every_rank_before_training(args, msg):
+def test_bad_input_fails_on_every_rank_before_training(mpirun, args, msg):
     out = mpirun(4, COMMON + ["--iterations", 5] + args, timeout=120)
     assert out.returncode != 0
     lines = [l for l in out.stderr.splitlines() if l.startswith("hopdec train: error:")]
@@ -161,7 +160,7 @@ def test_bad_input_fails_on_every_rank_before_training(args, msg):
     assert "Traceback" not in out.stderr
 
 
-def test_svm_on_a_libsvm_file_and_vgg11_on_cifar_batches(tmp_path):
+def test_svm_on_a_libsvm_file_and_vgg11_on_cifar_batches(mpirun, tmp_path):
     """The non-default data paths end to end, on tiny files written here (nothing is downloaded)."""
     import pickle
     rng = np.random.default_rng(0)

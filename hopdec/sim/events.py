@@ -9,7 +9,7 @@ class EventQueue:
 
     >>> q, seen = EventQueue(), []
     >>> q.at(2.0, lambda: seen.append("b")); q.at(1.0, lambda: seen.append("a"))
-    >>> q.run(); seen, q.now
+    >>> _ = q.run(); seen, q.now
     (['a', 'b'], 2.0)
     """
 

@@ -3,8 +3,8 @@
 Path lengths come from the graph's pattern (self-loops ignored, weights not looked at).
 
 >>> from hopdec.topology.generators import ring
->>> diameter(ring(8)), max_gap_bound(ring(8), max_ig=2)
-(4, 2.0)
+>>> diameter(ring(8)), max_gap_bound(ring(8)), max_gap_bound(ring(8), "backup", max_ig=1)
+(4, 4.0, 4.0)
 """
 
 import math

@@ -1,0 +1,82 @@
+"""Shared test fixtures: real ``mpirun`` jobs with a timeout, and the ``mpi`` marker.
+
+Every test that starts MPI processes uses the :func:`mpirun` fixture (and so carries the ``mpi`` marker:
+``pytest -m "not mpi"`` is the fast subset). A job that runs past its timeout is killed with its whole
+process group and the test fails with what it printed: a hang is a failure, never a stuck CI.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def mpi_env(**extra):
+    """The environment of a test's MPI job: runs as root, oversubscribes the 2 cores, imports this checkout."""
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    env.update(extra)
+    return env
+
+
+def run_bounded(cmd, timeout, env=None, cwd=ROOT):
+    """Run ``cmd`` in its own session; past ``timeout`` s kill the whole group and fail the test."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env or mpi_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"hung for {timeout} s and was killed: {' '.join(map(str, cmd))}\n"
+                    f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class MPIRun:
+    """``mpirun(n, args)`` runs ``hopdec ARGS`` on n ranks; ``.python(n, argv)`` any Python program."""
+
+    root = ROOT
+
+    def __call__(self, n, args, timeout=180, env=None):
+        return self.python(n, ["-m", "hopdec.cli"] + list(args), timeout=timeout, env=env)
+
+    def python(self, n, argv, timeout=180, env=None, mpirun_args=()):
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", *mpirun_args, "-n", str(n),
+               sys.executable] + [str(a) for a in argv]
+        return run_bounded(cmd, timeout, env=env)
+
+    @staticmethod
+    def env(**extra):
+        return mpi_env(**extra)
+
+    @staticmethod
+    def topo_bounds(path, max_ig=None, staleness=None):
+        """``hopdec topo analyze --json``'s Table 1 bounds for a file (what the user would read)."""
+        cmd = [sys.executable, "-m", "hopdec.cli", "topo", "analyze", str(path), "--json"]
+        if max_ig is not None:
+            cmd += ["--max-ig", str(max_ig)]
+        if staleness is not None:
+            cmd += ["--staleness", str(staleness)]
+        out = run_bounded(cmd, 60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["gap_bounds"]
+
+
+@pytest.fixture(scope="session")
+def mpirun():
+    """Real ``mpirun`` jobs with a timeout (see :class:`MPIRun`)."""
+    return MPIRun()
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "mpirun" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mpi)

@@ -100,6 +100,22 @@ def test_pad_arithmetic():
     assert "exceeded" in plain.describe() and "0.01" in plain.describe()
 
 
+def test_slowdown_survives_a_loaded_machine():
+    """A factor-f slowdown makes the iteration f times the larger of the nominal and the measured compute:
+    on a machine where real compute overruns --compute-time the straggler must stay f times slower."""
+    slow = Emulator("rank=3,factor=4", rank=3, workers=4, compute_time=0.01)
+    fast = Emulator("rank=3,factor=4", rank=0, workers=4, compute_time=0.01)
+    measured = 0.05                                      # 5x the nominal: a loaded machine
+    slow_total = measured + slow.pad(0, measured)
+    fast_total = measured + fast.pad(0, measured)
+    assert slow_total == pytest.approx(4 * measured) and fast_total == pytest.approx(measured)
+    assert slow_total / fast_total == pytest.approx(4.0)
+    assert slow.overruns == 1 and fast.overruns == 1      # still reported
+    # and a random slowdown the same way
+    r = Emulator("random:factor=6,prob=1", rank=0, workers=2, compute_time=0.01)
+    assert measured + r.pad(0, measured) == pytest.approx(6 * measured)
+
+
 def test_run_sleeps_and_returns_totals():
     e = Emulator("rank=0,factor=2", rank=0, workers=1)
     total, f = e.run(0, 0.001)

@@ -9,58 +9,18 @@ from hopdec.hop.config import ProtocolConfig, check_config
 from hopdec.hop.worker import Worker, node_views
 from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender, QueueOverflow
 from hopdec.hop.token_queue import TokenLedger
+from hopdec.hop.invariants import Invariants as HopInvariants
 from hopdec.sim.inproc import Deadlock, InProcNetwork
 
 
-def setting_of(cfg):
-    if cfg.protocol == "notify-ack":
-        return "notify-ack", None
-    if cfg.protocol == "queue-only":
-        return "standard", None
-    if cfg.backup_workers and cfg.staleness is not None:
-        return "hybrid", cfg.max_ig
-    if cfg.backup_workers:
-        return "backup", cfg.max_ig
-    if cfg.staleness is not None:
-        return "staleness", cfg.max_ig
-    return "standard", cfg.max_ig
-
-
-class Invariants:
-    """Checks run after every step; records the largest gap seen for every ordered pair."""
-
-    def __init__(self, graph, cfg):
-        self.graph, self.cfg = graph, cfg
-        setting, max_ig = setting_of(cfg)
-        self.bounds = T.gap_bounds(graph, setting, max_ig=max_ig, staleness=cfg.staleness)
-        n = graph.number_of_nodes()
-        self.max_gap = np.zeros((n, n))
-        self.checks = 0
+class Invariants(HopInvariants):
+    """The library's invariant checker, called by the in-process scheduler after every step."""
 
     def __call__(self, net):
-        it = np.array([c.iteration for c in net.cores])
-        gap = it[:, None] - it[None, :]
-        self.max_gap = np.maximum(self.max_gap, gap)
-        assert (gap <= self.bounds).all(), (gap, self.bounds)
         flying = [0] * len(net.cores)
         for dst, kind, _ in net.in_flight:
             flying[dst] += kind == "update"
-        for c in net.cores:
-            assert c.held_updates <= c.capacity(), (c.rank, c.held_updates, c.capacity())
-            # no update is lost: each one sent is in flight, held, used or dropped as late
-            p = c.policy
-            assert net.updates_sent_to[c.rank] == flying[c.rank] + c.held_updates + p.used + p.dropped
-            led = c.ledger
-            if led is None:
-                continue
-            # Theorem 2: TokenQ(j->i).size == Iter(j) - Iter(i) + max_ig, for every in-neighbour i of j.
-            for i in c.view.in_neighbors:
-                size = led.issued[i] - net.cores[i].ledger.taken[c.rank]
-                assert size == c.iteration - net.cores[i].iteration + led.max_ig
-                assert size >= 0
-                # the receiver's view never exceeds what was really granted
-                assert net.cores[i].ledger.granted[c.rank] <= led.issued[i]
-        self.checks += 1
+        self.check(net.cores, flying, net.updates_sent_to)
 
 
 def run(graph, cfg, seed, speeds=None, until_done=True, stall=None):

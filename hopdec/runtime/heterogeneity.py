@@ -203,8 +203,9 @@ class Emulator:
     """Per-rank slowdown emulation: ``factor(it)`` says how much slower, ``run`` sleeps the difference.
 
     With ``compute_time`` the nominal compute of an iteration is that many seconds (so results do not
-    depend on how fast this machine is); if the measured compute exceeds it, the measured time is used
-    and ``overruns`` counts it -- the emulation never pretends to be faster than reality.
+    depend on how fast this machine is); if the measured compute exceeds it, the measured time is the
+    base instead (and the slowdown factor multiplies it) and ``overruns`` counts it -- the emulation
+    never pretends to be faster than reality, nor lets a slowdown vanish under load.
     """
 
     def __init__(self, specs, rank: int, workers, compute_time: Optional[float] = None,
@@ -243,11 +244,16 @@ class Emulator:
         return f
 
     def pad(self, iteration: int, measured_s: float) -> float:
-        """Seconds to sleep after ``measured_s`` of compute: (compute_time or measured) x factor - measured."""
+        """Seconds to sleep after ``measured_s`` of compute: ``max(compute_time, measured) x factor - measured``.
+
+        A slowdown of factor f makes the iteration f times the larger of the nominal and the measured
+        compute, so a straggler stays f times slower on a loaded machine too (where real compute can
+        exceed ``--compute-time``); such overruns are counted and reported.
+        """
         measured_s = max(0.0, float(measured_s))
         base = measured_s
         if self.compute_time is not None:
-            base = self.compute_time
+            base = max(self.compute_time, measured_s)
             if measured_s > self.compute_time:
                 self.overruns += 1
                 self.max_overrun_s = max(self.max_overrun_s, measured_s)
@@ -271,7 +277,7 @@ class Emulator:
             c = f"compute padded to {self.compute_time:g} s/iter"
             if overruns and self.overruns:
                 c += (f" (measured compute exceeded it in {self.overruns} iterations, up to "
-                      f"{self.max_overrun_s:.3g} s: measured time used there)")
+                      f"{self.max_overrun_s:.3g} s: slowdowns multiplied the measured time there)")
             parts.append(c)
         parts += [s.describe(self.n_workers) for s in self.slowdowns]
         return "; ".join(parts) if parts else "no emulation"

@@ -64,7 +64,7 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     if over:
         emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
                           f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
-                          f"(the measured time was used there)")
+                          f"(there the slowdowns multiplied the measured time)")
     lines = [f"== {title} ==", table,
              f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
              if avg_acc is not None else "",

@@ -29,14 +29,12 @@ class IterationRecord(dict):
 def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
-    With ``step=True`` it also yields None after every other action, so a scheduler can interleave
-    workers action by action.
+    With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
+    interleave workers action by action, and a virtual-time driver can charge time for it.
     """
     rec = None
     poll = getattr(io, "poll", None)
     while True:
-        if step:
-            yield None
         if poll is not None:
             poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
         a = core.next_action()
@@ -94,6 +92,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             return
         else:  # pragma: no cover - a new action without a handler is a programming error
             raise TypeError(f"unknown action {a!r}")
+        if step:
+            yield a
 
 
 def _close(rec, core):

@@ -63,10 +63,10 @@ def check_config(cfg, views):
         raise ConfigError(f"--stale-reduce {cfg.stale_reduce!r}: expected weighted or plain")
     if cfg.backup_workers < 0:
         raise ConfigError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
-    uses_backup = cfg.backup_workers > 0 or any(v.backup_workers for v in views)
-    if cfg.protocol != "tokens" and (uses_backup or cfg.staleness is not None):
+    backup = uses_backup(cfg, views)
+    if cfg.protocol != "tokens" and (backup or cfg.staleness is not None):
         what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
-                "backup_workers in the topology file") if uses_backup else f"--staleness {cfg.staleness}"
+                "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
     if cfg.skip_max_jump:
@@ -93,24 +93,37 @@ def parse_skip(spec):
     return vals["max-jump"], vals.get("trigger", 2)
 
 
-def setting_name(cfg):
-    """The row of Hop Table 1 this configuration is, as named by :func:`hopdec.topology.gap_bounds`."""
+def uses_backup(cfg, graph=None):
+    """Whether any node has backup workers: ``--backup-workers`` or a node's ``backup_workers`` attribute
+    in the topology (``graph``: an ``nx.DiGraph`` or the node views)."""
+    if cfg.backup_workers > 0:
+        return True
+    if graph is None:
+        return False
+    if hasattr(graph, "nodes") and callable(graph.nodes):
+        return any((d.get("backup_workers") or 0) > 0 for _, d in graph.nodes(data=True))
+    return any(v.backup_workers for v in graph)
+
+
+def setting_name(cfg, graph=None):
+    """The row of Hop Table 1 this configuration is, as named by :func:`hopdec.topology.gap_bounds`;
+    ``graph`` (the topology or its node views) counts per-node backup workers too."""
     if cfg.protocol == "notify-ack":
         return "notify-ack"
-    backup = cfg.backup_workers > 0
+    backup = uses_backup(cfg, graph)
     if cfg.staleness is not None:
         return "hybrid" if backup else "staleness"
     return "backup" if backup else "standard"
 
 
-def describe(cfg):
+def describe(cfg, graph=None):
     """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
-    return setting_name(cfg) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
-                                if cfg.skip_max_jump else "")
+    return setting_name(cfg, graph) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
+                                       if cfg.skip_max_jump else "")
 
 
 def gap_bound(graph, cfg):
     """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
     from hopdec.topology.bounds import max_gap_bound
     max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
-    return max_gap_bound(graph, setting_name(cfg), max_ig=max_ig, staleness=cfg.staleness)
+    return max_gap_bound(graph, setting_name(cfg, graph), max_ig=max_ig, staleness=cfg.staleness)

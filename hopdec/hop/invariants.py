@@ -16,13 +16,13 @@ class InvariantError(AssertionError):
     """A Hop invariant does not hold: a protocol bug."""
 
 
-def table1_setting(cfg):
-    """(setting, max_ig) of Hop Table 1 that bounds a run of ``cfg`` (queue-only has no tokens)."""
+def table1_setting(cfg, graph=None):
+    """(setting, max_ig) of Hop Table 1 that bounds a run of ``cfg`` on ``graph`` (queue-only: no tokens)."""
     if cfg.protocol == "queue-only":
         return "standard", None
     if cfg.protocol == "notify-ack":
         return "notify-ack", None
-    return setting_name(cfg), cfg.max_ig
+    return setting_name(cfg, graph), cfg.max_ig
 
 
 class Invariants:
@@ -32,7 +32,7 @@ class Invariants:
     def __init__(self, graph, cfg):
         from hopdec.topology.bounds import gap_bounds
         self.cfg = cfg
-        setting, max_ig = table1_setting(cfg)
+        setting, max_ig = table1_setting(cfg, graph)
         self.bounds = gap_bounds(graph, setting, max_ig=max_ig, staleness=cfg.staleness)
         n = graph.number_of_nodes()
         self.max_gap = np.zeros((n, n))

@@ -88,9 +88,13 @@ class Standard(_Policy):
         have = set(self.queue.senders(k))
         return [s for s in self.senders if s not in have]
 
+    def ready(self, k):
+        """Whether Recv(k) could complete now, with the updates already held (nothing is taken)."""
+        return k >= self.floor and self.queue.count(k) >= self.needed()
+
     def plan(self, k):
         """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
-        if self.queue.count(k) < self.needed():
+        if not self.ready(k):
             return None
         got = self.queue.take(k)
         self.used += len(got)
@@ -142,10 +146,14 @@ class Stale(_Policy):
     def waiting_for(self, k):
         return [j for j in self.senders if self.newest_seen[j] < k - self.s]
 
+    def ready(self, k):
+        """Whether Recv(k) could complete now (nothing is taken)."""
+        fresh_enough = sum(1 for j in self.senders if self.newest_seen[j] >= k - self.s)
+        return fresh_enough >= len(self.senders) - self.backup
+
     def plan(self, k):
         min_iter = k - self.s
-        fresh_enough = sum(1 for j in self.senders if self.newest_seen[j] >= min_iter)
-        if fresh_enough < len(self.senders) - self.backup:
+        if not self.ready(k):
             return None
         terms = [self._self_term(k, self._factor(k, k))]
         for j in self.senders:

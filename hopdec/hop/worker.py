@@ -118,16 +118,14 @@ class Worker:
                 return
             jumped_from, target = None, k + 1
             if self.ledger is not None:
-                lead = self._straggler_lead()
-                if lead is not None:
-                    d = min(cfg.skip_max_jump, lead, n - 1 - k)
-                    if d >= 2:
-                        target = k + d
-                        jumped_from = k
-                        self.jumps.append((k, target))
-                        yield Jump(k, target)
-                        # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5).
-                        yield from self._recv_reduce(target - 1)
+                jump_to = self._jump_target(k)
+                if jump_to is not None:
+                    target, jumped_from = jump_to, k
+                    self.jumps.append((k, target))
+                    yield Jump(k, target)
+                    # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5); the
+                    # target was chosen so that this Recv completes at once (see _jump_target).
+                    yield from self._recv_reduce(target - 1)
                 while not self.ledger.can_take(target - k):
                     yield Wait(tuple(j for j in self.view.out_neighbors
                                      if self.ledger.available(j) < target - k), "tokens")
@@ -140,6 +138,26 @@ class Worker:
             return None
         lead = min(self.ledger.lead_of(j) for j in self.view.out_neighbors)
         return lead if lead >= self.cfg.skip_trigger else None
+
+    def _jump_target(self, k):
+        """Where a straggler at k jumps to (sec. 5), or None: the farthest k + d, 2 <= d <= min(max-jump,
+        lead over the slowest out-neighbour, iterations left), whose Recv(k + d - 1) can complete *now*.
+
+        The paper refreshes the parameters with Recv(target - 1) before jumping. Waiting there can
+        deadlock on a directed graph: an in-neighbour that is not also an out-neighbour is held back by
+        this worker's tokens (Theorem 2: at most max_ig ahead of it), which are only issued on entering
+        the target, so it may never send update target - 1. Choosing a target whose Recv is already
+        satisfied keeps the paper's refresh without ever waiting for it; the tokens the jump takes are
+        there too (d <= lead), so a jump never blocks. On a symmetric graph this allows the same jumps as
+        before in practice: in-neighbours are out-neighbours, which are ahead by the lead.
+        """
+        lead = self._straggler_lead()
+        if lead is None:
+            return None
+        for d in range(min(self.cfg.skip_max_jump, lead, self.cfg.iterations - 1 - k), 1, -1):
+            if self.policy.ready(k + d - 1):
+                return k + d
+        return None
 
     def _send(self, k):
         """Send(k), leaving out neighbours known to be past the last iteration that could use it."""

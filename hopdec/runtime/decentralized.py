@@ -55,14 +55,14 @@ def run(ctx, graph, cfg, views):
         trainer.use_send_storage(io.message_floats())     # CPU: send without copying the parameters
     bound = gap_bound(graph, cfg)
     header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
-                  setting=setting_name(cfg), max_ig=cfg.max_ig, staleness=cfg.staleness,
+                  setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,
                   backup_workers=cfg.backup_workers, skip=args.skip, compute_graph=cfg.compute_graph,
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
                   gap_bound=bound, seed=args.seed)
     logger = RankLogger(ctx.log_dir, rank, header=header)
-    bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg)}")
+    bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg, graph)}")
     if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
         print(f"note: --skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes the "
               f"slowest out-neighbour, which tokens keep within max_ig of it when it also sends to this "
@@ -90,7 +90,7 @@ def run(ctx, graph, cfg, views):
         import numpy as np
         np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
     return report(ctx, logger, trainer, emulator,
-                  f"decentralized {describe(cfg)} on {graph.graph.get('source')} "
+                  f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
                   f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
                   bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
                                           sends_skipped=core.sends_skipped))

@@ -160,6 +160,48 @@ def test_deterministic_straggler_jumps_and_tokens_are_conserved():
     assert not any(c.jumps for c in net.cores[1:])
 
 
+def test_notify_ack_is_the_papers_baseline():
+    """Sec. 3.3: ACK right after Reduce(k); Send(k + 1) only after every out-neighbour ACKed update k. So
+    one update per sender is outstanding (the invariant checker asserts it at every step), the update
+    queue holds one per in-neighbour, and the gap between neighbours reaches Table 1's 2 -- not the 1 of
+    token queues with max_ig = 1, which notify-ack used to be."""
+    graph = T.with_default_weights(T.nx.DiGraph([(i, (i + 1) % 5) for i in range(5)]))  # directed cycle
+    cfg = ProtocolConfig(iterations=20, protocol="notify-ack")
+    worst = np.zeros((5, 5))
+    for seed in range(20):
+        net, inv = run(graph, cfg, seed, speeds=[1, 0.3, 1, 1, 0.5])
+        assert all(net.done)
+        assert all(c.capacity() == len(c.view.in_neighbors) == 1 for c in net.cores)
+        worst = np.maximum(worst, inv.max_gap)
+    # sender j, receiver j + 1: the bound is min(len Path j+1->j, 2 len Path j->j+1) = min(4, 2) = 2
+    assert inv.bounds[0, 1] == 2
+    assert max(worst[j, (j + 1) % 5] for j in range(5)) == 2
+
+
+def test_notify_ack_core_acks_after_reduce_and_waits_before_send():
+    from hopdec.core import Wait
+    from hopdec.hop.actions import SendAcks, SendParams
+    view = node_views(T.ring(3))[0]
+    w = Worker(view, ProtocolConfig(iterations=3, protocol="notify-ack"))
+    acts = []
+    while not isinstance(a := w.next_action(), Wait):
+        acts.append(a)
+    assert isinstance(acts[1], SendParams) and acts[1].iteration == 0     # update 0 needs no ACK
+    for s in (1, 2):
+        w.on_update(s, 0, f"h{s}")
+    acts = []
+    while not isinstance(a := w.next_action(), Wait):
+        acts.append(a)
+    names = [type(x).__name__ for x in acts]
+    assert names[:3] == ["Reduce", "SendAcks", "ApplyGradient"]          # the ACK right after Reduce(0)
+    assert acts[1] == SendAcks(((1, 1), (2, 1)))
+    assert "SendParams" not in names and a.what == "ACKs of update 0"     # Send(1) waits for both ACKs
+    w.on_grant(1, 1)
+    assert isinstance(w.next_action(), Wait)                               # still one missing
+    w.on_grant(2, 1)
+    assert w.next_action() == SendParams(1, (1, 2))
+
+
 def test_late_updates_are_dropped_or_not_sent():
     graph = T.ring_based(8)
     cfg = ProtocolConfig(iterations=60, max_ig=3, backup_workers=1)
@@ -275,3 +317,20 @@ def test_token_relation_under_many_random_interleavings(graph):
             check_records(net, cfg)
             runs += 1
     assert runs == 300
+
+
+@pytest.mark.parametrize("graph", [T.ring(6), T.exponential(8), T.hierarchical((4, 2, 2), "a")],
+                         ids=["ring6", "exponential8", "hierarchical"])
+def test_analysed_queue_capacities_are_what_the_runtime_allocates(graph):
+    """``hopdec topo analyze`` and the cores agree on every protocol's update-queue capacity."""
+    from hopdec.topology.analysis import summarize
+    s = summarize(graph, max_ig=3)
+    views = node_views(graph)
+
+    def runtime(**kw):
+        return max(Worker(v, ProtocolConfig(iterations=5, **kw)).capacity() for v in views)
+    assert runtime(protocol="tokens", max_ig=3) == s["update_queue_capacity_remote"]
+    assert runtime(protocol="notify-ack") == s["update_queue_capacity_notify_ack"]
+    # queue-only gives every sender the slots of the farthest one (Theorem 1's path bound + 1): at least
+    # the analysed need, the sum over senders of len(Path i->j) + 1 (sec. 4.1)
+    assert runtime(protocol="queue-only") >= s["update_queue_capacity_no_tokens"] - 1   # analysis counts self

@@ -194,7 +194,8 @@ def _analyze(args):
         f"  largest update queue  {s['update_queue_capacity']}   (1+max_ig)*|N_in(i)|, self-loop "
         f"counted as in Hop ({s['update_queue_capacity_remote']} from other workers; "
         f"without token queues: {s['update_queue_capacity_no_tokens']}, "
-        f"sum of len(Path i->j)+1 over in-neighbours j)",
+        f"sum of len(Path i->j)+1 over in-neighbours j; notify-ack: "
+        f"{s['update_queue_capacity_notify_ack']}, one per in-neighbour)",
         f"  largest token queue   {s['token_queue_capacity']}   max_ig*(len Path i->j + 1)",
     ]
     n = s["nodes"]

@@ -3,8 +3,9 @@
 For in-process drivers (the property tests, the simulator): after any step, every ordered pair's
 iteration gap is within Hop Table 1's bound for the setting, every update queue is within its capacity
 (sec. 4.1-4.2), Theorem 2's token relation ``TokenQ(j->i).size == Iter(j) - Iter(i) + max_ig`` holds
-(and the size is >= 0; a receiver never counts more tokens than were granted), and no update is lost
-(each one sent is in flight, held, used or dropped as late).
+(and the size is >= 0; a receiver never counts more tokens than were granted), with notify-ack at most
+one update per sender is outstanding (sec. 3.3), and no update is lost (each one sent is in flight, held,
+used or dropped as late).
 """
 
 import numpy as np
@@ -58,6 +59,12 @@ class Invariants:
                     raise InvariantError(f"worker {c.rank}: {sent_to[c.rank]} updates sent to it, but "
                                          f"{in_flight[c.rank]} in flight + {c.held_updates} held + "
                                          f"{p.used} used + {p.dropped} dropped")
+            if c.acks is not None:                    # notify-ack: one outstanding update per sender
+                for j in c.view.out_neighbors:
+                    out = c.acks.sent - cores[j].acks.consumed[c.rank]
+                    if not 0 <= out <= 1:
+                        raise InvariantError(f"worker {c.rank} has {out} updates outstanding at {j} "
+                                             f"(notify-ack allows one)")
             led = c.ledger
             if led is None:
                 continue

@@ -6,8 +6,8 @@ carrying a cumulative count, so grants may be coalesced or overtaken), and i cou
 The invariant of Theorem 2, ``TokenQ(j->i).size == Iter(j) - Iter(i) + max_ig``, is then
 ``ledger_j.issued[i] - ledger_i.taken[j]`` and stays >= 0 because i never takes more than j granted.
 
-Notify-ack (sec. 3.3) is the special case ``max_ig = 1``: the ACK that i sends after Reduce(k) is exactly
-the token it inserts when entering k + 1.
+Notify-ack (sec. 3.3), the baseline token queues generalise, is :class:`AckLedger`: ACKs are cumulative
+counts on the same kind of message, sent by a receiver right after its Reduce.
 """
 
 from hopdec.hop.config import check_max_ig
@@ -66,3 +66,43 @@ class TokenLedger:
     def known_iteration(self, j, my_iteration):
         """Out-neighbour j's iteration as far as this worker knows (a lower bound)."""
         return my_iteration + self.lead_of(j)
+
+
+class AckLedger:
+    """Notify-ack (Hop sec. 3.3, Figure 2 (a)): both sides of the ACKs one worker takes part in.
+
+    A worker sends an ACK to all its in-neighbours right after Reduce(k): the updates of iteration k they
+    sent have been consumed (:meth:`consume`, counts are cumulative). It may not Send(k) before every
+    out-neighbour has ACKed update k - 1 (:meth:`may_send`), so at most one update per sender is ever
+    outstanding, and Iter(j) - Iter(i) <= 2 for an edge j -> i (sec. 3.3; Table 1's notify-ack row).
+
+    >>> a = AckLedger(in_neighbors=[2], out_neighbors=[1])
+    >>> a.may_send(0), a.may_send(1)
+    (True, False)
+    >>> a.on_ack(1, 1); a.may_send(1), a.missing(2)
+    (True, [1])
+    >>> a.consume(0)
+    [(2, 1)]
+    """
+
+    def __init__(self, in_neighbors, out_neighbors):
+        self.acked = {j: 0 for j in out_neighbors}     # my updates out-neighbour j has consumed
+        self.consumed = {i: 0 for i in in_neighbors}   # updates of in-neighbour i I have consumed
+        self.sent = 0                                  # updates I have sent (to every out-neighbour)
+
+    def may_send(self, k):
+        """Update k may go out once every out-neighbour consumed update k - 1."""
+        return all(c >= k for c in self.acked.values())
+
+    def missing(self, k):
+        return [j for j, c in sorted(self.acked.items()) if c < k]
+
+    def consume(self, k):
+        """Reduce(k) consumed iteration k's updates: the ACKs ``[(in-neighbour, cumulative)]`` to send."""
+        for i in self.consumed:
+            self.consumed[i] = k + 1
+        return sorted(self.consumed.items())
+
+    def on_ack(self, j, cumulative):
+        if j in self.acked and cumulative > self.acked[j]:
+            self.acked[j] = cumulative

@@ -11,16 +11,17 @@ One iteration k (Hop Figure 7, parallel computation graph, sec. 3.2):
 ``ComputeGradient(k)`` -> Recv(k) (``Wait`` until the policy's plan is ready) -> ``Reduce(k)`` ->
 ``ApplyGradient(k)`` -> take a token from every out-neighbour (``Wait`` while one is missing) ->
 ``Enter(k+1)``. The serial graph computes and applies first, then sends and reduces. Iteration
-skipping (sec. 5) may turn the token step into ``Jump``.
+skipping (sec. 5) may turn the token step into ``Jump``. Notify-ack (sec. 3.3) has no tokens: Send(k)
+waits for every out-neighbour's ACK of update k - 1, and ``SendAcks`` follows every Reduce.
 """
 
 from dataclasses import dataclass
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendParams
+from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.config import effective_backup
 from hopdec.hop.receive import make_policy
-from hopdec.hop.token_queue import TokenLedger
+from hopdec.hop.token_queue import AckLedger, TokenLedger
 from hopdec.hop.update_queue import Entry
 
 
@@ -47,16 +48,17 @@ class Worker:
         self.cfg = cfg
         self.rank = view.rank
         backup = effective_backup(cfg, view)
+        self.ledger = self.acks = None
         if cfg.protocol == "tokens":
             max_ig, slots = cfg.max_ig, cfg.max_ig + 1
+            self.ledger = TokenLedger(view.in_neighbors, view.out_neighbors, max_ig)
         elif cfg.protocol == "notify-ack":
-            max_ig, slots = 1, 2           # the ACK is the token of max_ig = 1 (see hopdec.tokens)
+            max_ig, slots = None, 1        # one outstanding update per sender (sec. 3.3)
+            self.acks = AckLedger(view.in_neighbors, view.out_neighbors)
         else:
             max_ig, slots = None, view.ahead_bound + 1
         self.max_ig = max_ig
         self.slots = slots
-        self.ledger = (TokenLedger(view.in_neighbors, view.out_neighbors, max_ig)
-                       if max_ig is not None else None)
         self.policy = make_policy(self.rank, view.in_weights, slots, backup=backup,
                                   staleness=cfg.staleness, weighted=cfg.stale_reduce == "weighted")
         self.iteration = 0
@@ -71,9 +73,12 @@ class Worker:
         self._pending_release += self.policy.on_update(Entry(sender, iteration, handle))
 
     def on_grant(self, sender, cumulative):
-        """Out-neighbour ``sender`` has put ``cumulative`` tokens in total into my queue at its side."""
+        """A cumulative count from out-neighbour ``sender``: the tokens it has put into my queue in total
+        (token queues), or the updates of mine it has consumed (notify-ack ACKs)."""
         if self.ledger is not None:
             self.ledger.on_grant(sender, cumulative)
+        elif self.acks is not None:
+            self.acks.on_ack(sender, cumulative)
 
     # ---- what to do next ----
     def next_action(self):
@@ -89,8 +94,9 @@ class Worker:
         return self.policy.held
 
     def capacity(self):
-        """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| (Hop sec. 4.2), with
-        N_in(i) without i itself: a worker's own parameters never wait in its queue."""
+        """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| with token queues (Hop
+        sec. 4.2), |N_in(i)| with notify-ack (one outstanding update per sender), Theorem 1's path bound
+        + 1 per sender with update queues only; N_in(i) without i: its own parameters never wait here."""
         return self.slots * len(self.view.in_neighbors)
 
     # ---- the iteration, as a generator of actions ----
@@ -105,14 +111,14 @@ class Worker:
             if grants:
                 yield GrantTokens(tuple(grants))
             if cfg.compute_graph == "parallel":
-                yield self._send(k)
+                yield from self._send(k)
                 yield ComputeGradient(k)
                 yield from self._recv_reduce(k)
                 yield ApplyGradient(k)
             else:
                 yield ComputeGradient(k)
                 yield ApplyGradient(k)
-                yield self._send(k)
+                yield from self._send(k)
                 yield from self._recv_reduce(k)
             if k + 1 >= n:
                 return
@@ -160,7 +166,12 @@ class Worker:
         return None
 
     def _send(self, k):
-        """Send(k), leaving out neighbours known to be past the last iteration that could use it."""
+        """Send(k), leaving out neighbours known to be past the last iteration that could use it; with
+        notify-ack, only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
+        if self.acks is not None:
+            while not self.acks.may_send(k):
+                yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
+            self.acks.sent = k + 1
         dests, skipped = [], []
         for j in self.view.out_neighbors:
             if self.ledger is not None and self._useless_to(j, k):
@@ -168,7 +179,7 @@ class Worker:
             else:
                 dests.append(j)
         self.sends_skipped += len(skipped)
-        return SendParams(k, tuple(dests), tuple(skipped))
+        yield SendParams(k, tuple(dests), tuple(skipped))
 
     def _useless_to(self, j, k):
         known = self.ledger.known_iteration(j, self.iteration)
@@ -181,6 +192,8 @@ class Worker:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
         yield Reduce(k, plan)
         self._pending_release += self.policy.set_floor(k + 1)
+        if self.acks is not None:
+            yield SendAcks(tuple(self.acks.consume(k)))
 
 
 def node_views(graph, backup_attr="backup_workers"):

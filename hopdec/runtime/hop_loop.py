@@ -18,7 +18,7 @@ copy a send needs), or, for backends that keep their parameters in message-sized
 import time
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendParams
+from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.receive import SELF
 
 
@@ -66,6 +66,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             rec["send_skipped"] += len(a.skipped)
         elif isinstance(a, GrantTokens):
             io.send_grants(a.grants)
+        elif isinstance(a, SendAcks):
+            io.send_grants(a.acks)          # the same cumulative-count message, other meaning
         elif isinstance(a, ComputeGradient):
             rec.update(backend.compute(a.iteration))
         elif isinstance(a, Reduce):

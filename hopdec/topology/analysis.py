@@ -73,5 +73,7 @@ def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None):
         "update_queue_capacity": max(uq.values()),
         "update_queue_capacity_remote": max(uq_remote.values()),
         "update_queue_capacity_no_tokens": max(B.update_queue_capacity_no_tokens(G).values()),
+        # notify-ack (sec. 3.3): one outstanding update per in-neighbour, what hopdec train allocates
+        "update_queue_capacity_notify_ack": max(indeg),
         "token_queue_capacity": int(B.token_queue_capacity(G, max_ig).max()),
     }

@@ -49,3 +49,44 @@ def test_parser_has_ps_options_and_paper_defaults():
     assert args.mode == "ps" and args.sync == "ssp" and args.staleness == 3
     args = build_parser().parse_args([])
     assert args.protocol == "tokens" and args.compute_graph == "parallel" and args.dataset == "digits"
+
+
+def test_sync_implies_ps_and_is_not_ignored():
+    from hopdec.cli.train import resolve_mode
+    p = build_parser()
+    assert resolve_mode(p.parse_args(["--sync", "ssp"])).mode == "ps"
+    args = resolve_mode(p.parse_args([]))
+    assert args.mode == "decentralized" and args.sync == "bsp" and args.backup_workers is None
+    with pytest.raises(ConfigError, match="--sync ssp is a parameter-server option"):
+        resolve_mode(p.parse_args(["--mode", "decentralized", "--sync", "ssp"]))
+
+
+def test_bad_options_are_one_line_not_a_usage_block():
+    with pytest.raises(ConfigError, match=r"^argument --max-ig: invalid int value: 'x' \(see hopdec train --help\)$"):
+        build_parser().parse_args(["--max-ig", "x"])
+
+
+def test_ps_backup_defaults_to_one_backup_worker():
+    from hopdec.ps.options import check_args
+    from hopdec.cli.train import resolve_mode
+    args = resolve_mode(build_parser().parse_args(["--sync", "backup"]))
+    assert check_args(args, 5).settings() == {"backup_workers": 1, "N": 3}
+
+
+def test_a_slowdown_on_the_parameter_server_rank_is_refused():
+    from hopdec.runtime.heterogeneity import Emulator
+    with pytest.raises(ConfigError, match="rank 0 is not a worker: the workers are ranks 1..4 "
+                                          r"\(rank 0 is the parameter server\)"):
+        Emulator("rank=0,factor=2", 1, range(1, 5))
+
+
+def test_without_mpirun_it_says_how_to_start_several_workers(tmp_path):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_"))}
+    out = subprocess.run([sys.executable, "-m", "hopdec.cli", "train", "--iterations", "2", "--no-progress"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "note: running 1 worker; start N workers with `mpirun -n N hopdec train" in out.stderr

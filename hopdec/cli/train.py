@@ -1,9 +1,11 @@
 """``hopdec train``: one worker per MPI rank (``mpirun -n 8 hopdec train --topology FILE``).
 
 Every rank parses and checks the whole configuration (topology size against the number of ranks, model,
-data, protocol settings) *before* any training message is sent; if any rank finds a problem, every rank
-prints the same one-line error and exits 2, so nothing hangs. ``--mode ps`` hands the run to
-``hopdec.ps.mpi.run(ctx)`` (its options come from :mod:`hopdec.ps.options`).
+data, log directory, protocol settings) *before* any training message is sent; the ranks then exchange
+what they found (a bounded allgather) and a problem is printed once, by the lowest rank that found it,
+and every rank exits 2. Anything that goes wrong later ends every rank with one line naming the rank and
+the cause (:mod:`hopdec.runtime.failures`). ``--mode ps`` (implied by ``--sync``) hands the run to
+:func:`hopdec.ps.mpi.run` (its options come from :mod:`hopdec.ps.options`).
 """
 
 import argparse
@@ -12,12 +14,38 @@ import sys
 
 from hopdec.errors import ConfigError, HopdecError
 
+PROG = "hopdec train"
+
+
+def launcher_rank():
+    """This process's rank as the MPI launcher set it (Open MPI, MPICH/PMI, PMIx, Slurm), else 0."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def under_launcher():
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_NTASKS"))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that says a bad option in one line (ConfigError), and prints --help on rank 0 only."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see {self.prog} --help)")
+
+    def print_help(self, file=None):
+        if launcher_rank() == 0:
+            super().print_help(file)
+
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="hopdec train", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--mode", choices=["decentralized", "ps"], default="decentralized",
-                   help="decentralized (Hop) or a central parameter server on rank 0")
+    p = _Parser(prog=PROG, description=__doc__.splitlines()[0],
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--mode", choices=["decentralized", "ps"], default=None,
+                   help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
+                        "default: decentralized)")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
     g.add_argument("--topology", help="topology file (node-link JSON or edge list), or a generator kind "
                    "(ring, ring-based, double-ring, exponential, torus, complete, ...) built over all "
@@ -26,7 +54,9 @@ def build_parser():
     g.add_argument("--max-ig", type=int, default=2, help="largest iteration gap between neighbours "
                    "(token queues)")
     g.add_argument("--compute-graph", choices=["parallel", "serial"], default="parallel")
-    g.add_argument("--backup-workers", type=int, default=0, help="updates each worker may go without")
+    g.add_argument("--backup-workers", type=int, default=None,
+                   help="decentralized: updates each worker may go without (default 0); --sync backup: "
+                        "backup workers b, N = workers - b gradients per step (default 1)")
     g.add_argument("--staleness", type=int, default=None, help="bounded staleness s")
     g.add_argument("--stale-reduce", choices=["weighted", "plain"], default="weighted",
                    help="reduce stale updates with eq. (2) weights or a plain average")
@@ -71,7 +101,9 @@ def build_parser():
                    help="seconds a worker waits for a neighbour before giving up on the run")
     p.add_argument("--die-rank", type=int, default=None, help=argparse.SUPPRESS)   # fault injection
     p.add_argument("--die-at", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--die-how", choices=["exit", "hang"], default="exit", help=argparse.SUPPRESS)
+    p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
+    p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
+                   help=argparse.SUPPRESS)
     from hopdec.ps.options import add_arguments
     add_arguments(p)
     return p
@@ -148,6 +180,13 @@ def setup(args, comm):
         iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
     else:
         iterations = args.iterations or 200
+    shard = len(dataset.train_y) // n_workers
+    if shard < 1:
+        raise ConfigError(f"--dataset {args.dataset}: {len(dataset.train_y)} training samples cannot give "
+                          f"each of the {n_workers} workers a shard (at least one sample each)")
+    if args.log_dir:
+        from hopdec.runtime.metrics import check_log_dir
+        check_log_dir(args.log_dir, comm.Get_rank())
     local_rank, local_size = local_rank_and_size()
     device = pick_device(args.device, local_rank)
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1)))
@@ -159,28 +198,68 @@ def setup(args, comm):
         ctx.extra.update(graph=graph, cfg=cfg, views=views)
     else:
         ctx.extra["ps_policy"] = policy
+    ctx.faults.at("setup")
     return ctx
 
 
+def resolve_mode(args):
+    """``--sync`` implies ``--mode ps``; with ``--mode decentralized`` it is an error, not ignored."""
+    if args.mode is None:
+        args.mode = "ps" if args.sync is not None else "decentralized"
+    elif args.mode == "decentralized" and args.sync is not None:
+        raise ConfigError(f"--sync {args.sync} is a parameter-server option: use it with --mode ps "
+                          f"(or drop --mode, --sync implies it)")
+    if args.sync is None:
+        args.sync = "bsp"
+    return args
+
+
+def peer_timeout(args):
+    """The seconds every wait may last (a sane value even before --peer-timeout is checked)."""
+    t = getattr(args, "peer_timeout", None)
+    return t if isinstance(t, (int, float)) and 0 < t < float("inf") else 120.0
+
+
 def main(argv):
-    args = build_parser().parse_args(argv)
+    """Parse, set up on every rank, exchange setup errors (printed once), then run under a guard that
+    turns any failure on any rank into one line and an abort of the whole job."""
+    try:
+        args = resolve_mode(build_parser().parse_args(argv))
+    except ConfigError as err:              # every rank parses the same argv: say it once
+        if launcher_rank() == 0:
+            print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+        return 2
     from mpi4py import MPI
+
+    from hopdec.runtime.failures import abort, cause, first_error, watch_failures
+    from hopdec.transport.collectives import allgather_json
+
     comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    watch_failures(comm)
     err = None
     try:
         ctx = setup(args, comm)
-    except HopdecError as e:
-        err = str(e)
-    errors = comm.allgather(err)
-    if any(errors):
-        first = next((r, e) for r, e in enumerate(errors) if e)
-        where = "" if all(e == first[1] for e in errors) else f" (on rank {first[0]})"
-        print(f"hopdec train: error: {first[1]}{where}", file=sys.stderr, flush=True)
+    except Exception as e:                  # bad input (one line), or a bug: still one line
+        err = cause(e)
+    try:
+        found = first_error(allgather_json(comm, err, peer_timeout(args), "setup"))
+    except Exception as e:
+        abort(comm, e, PROG)
+    if found is not None:
+        if rank == found[0]:
+            print(f"{PROG}: error: {found[1]}", file=sys.stderr, flush=True)
         return 2
-    if args.mode == "ps":
-        from hopdec.ps.mpi import run
-        run(ctx)
-    else:
-        from hopdec.runtime.decentralized import run
-        run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
+    if args.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():
+        print(f"{PROG}: note: running 1 worker; start N workers with `mpirun -n N hopdec train ...` "
+              f"or `launch/local.sh -n N ...`", file=sys.stderr, flush=True)
+    try:
+        if args.mode == "ps":
+            from hopdec.ps.mpi import run
+            run(ctx)
+        else:
+            from hopdec.runtime.decentralized import run
+            run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
+    except BaseException as e:              # training, evaluation or shutdown, on any rank
+        abort(comm, e, PROG)
     return 0

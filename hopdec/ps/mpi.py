@@ -20,16 +20,15 @@ then events (``apply``, ``drop``, ``release``, ``stop``, ``note``, ``eval``) wit
 """
 
 import json
-import os
-import sys
 import time
 
 import numpy as np
 
 from hopdec.ps.server import Server
+from hopdec.runtime.metrics import open_jsonl
 from hopdec.ps.worker import PSWorker
 from hopdec.transport.message import header, message_floats
-from hopdec.transport.waiting import PeerTimeout, poll_until, wait_any
+from hopdec.transport.waiting import poll_until, wait_any
 
 TAG_PUSH = 201     # worker -> server: data buffer (gradient or model difference) + header
 TAG_QUERY = 202    # worker -> server: ESync state query (int64 header)
@@ -134,7 +133,7 @@ class ServerIO:
         """Block until a push or query arrives; feed it to ``core``."""
         idx = wait_any(self.reqs, self.timeout, lambda: (
             f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still running: "
-            f"ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung"))
+            f"ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung"), on=wait_action.on)
         kind, w = self.meta[idx]
         now = time.time()
         if kind == "query":
@@ -210,7 +209,7 @@ class WorkerIO:
     def wait(self, core, wait_action):
         idx = wait_any(self.reqs, self.timeout,
                        f"rank {self.rank}: no reply from the server (rank 0) for {self.timeout:.0f} s; "
-                       f"a peer may have died or hung")
+                       f"a peer may have died or hung", on=(0,))
         if idx == 0:
             hdr = header(self.recv_buf, self.P).copy()
             self._weights = self.recv_buf[:self.P].copy()
@@ -287,21 +286,11 @@ class WorkerBackend:
         return self.diff
 
 
-def _fatal(comm, err):
-    print(f"hopdec train: error: {err}", file=sys.stderr, flush=True)
-    time.sleep(0.5)            # let the launcher forward the line before MPI_Abort kills everyone
-    comm.Abort(3)
-
-
 class _EventLog:
     """rank0.jsonl: the run header, then server events (no ``iter`` key, so read_log skips them)."""
 
     def __init__(self, log_dir, header):
-        self._f = None
-        if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
-            self._f = open(os.path.join(log_dir, "rank0.jsonl"), "w")
-            self._f.write(json.dumps({"rank": 0, "run": header}) + "\n")
+        self._f = open_jsonl(log_dir, 0, header) if log_dir else None
 
     def __call__(self, event, **data):
         if self._f:
@@ -321,6 +310,7 @@ def run(ctx):
     from hopdec.runtime.metrics import RankLogger
     from hopdec.runtime.ps_loop import server_loop, worker_loop
     from hopdec.runtime.report import progress_bar, report
+    from hopdec.transport.collectives import barrier
 
     args, comm, rank = ctx.args, ctx.comm, ctx.rank
     policy = ctx.extra.get("ps_policy") or check_args(args, ctx.size)
@@ -329,7 +319,7 @@ def run(ctx):
     budget = int(ctx.iterations) * n
     settings = policy.settings()
     title = f"parameter server {policy.describe()} (1 server + {n} workers)"
-    timeout = float(getattr(args, "peer_timeout", 120.0) or 120.0)
+    timeout = ctx.timeout
     if rank == 0:
         trainer = ctx.make_trainer(0, n)
         emulator = None
@@ -353,21 +343,20 @@ def run(ctx):
             evals.append(rec)
             events("eval", **rec)
 
-        comm.Barrier()
+        barrier(comm, timeout, "start")
         t0 = time.time()
         if eval_interval > 0:
             evaluate(t0)
         last_eval = time.time()
         core.start(t0)
-        try:
-            for wait in server_loop(core, io, model, on_event=events):
-                io.wait(core, wait, on_message=lambda w, k: bar.update(k))
-                if eval_interval > 0 and time.time() - last_eval >= eval_interval:
-                    evaluate(time.time())
-                    last_eval = time.time()
-            io.close()
-        except PeerTimeout as err:
-            _fatal(comm, err)
+        for wait in server_loop(core, io, model, on_event=events):
+            io.wait(core, wait, on_message=lambda w, k: bar.update(k))
+            ctx.faults.at("train", core.work)
+            if eval_interval > 0 and time.time() - last_eval >= eval_interval:
+                evaluate(time.time())
+                last_eval = time.time()
+        ctx.faults.at("shutdown")
+        io.close()
         elapsed = time.time() - t0
         evaluate(time.time())
         bar.close()
@@ -386,18 +375,14 @@ def run(ctx):
                       device=str(ctx.device), emulation=emulator.describe(), seed=args.seed,
                       settings=settings, gap_bound=policy.gap_bound())
         logger = RankLogger(ctx.log_dir, rank, header=header)
-        backend = WorkerBackend(TorchBackend(
-            trainer, emulator, die_at=args.die_at if getattr(args, "die_rank", None) == rank else None,
-            die_how=getattr(args, "die_how", "exit")))
+        backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
         io = WorkerIO(comm, trainer.numel, timeout)
         core = PSWorker(rank, esync=policy.sync == "esync")
-        comm.Barrier()
-        try:
-            for wait in worker_loop(core, io, backend, on_record=logger.log):
-                io.wait(core, wait)
-            io.close()
-        except PeerTimeout as err:
-            _fatal(comm, err)
+        barrier(comm, timeout, "start")
+        for wait in worker_loop(core, io, backend, on_record=logger.log):
+            io.wait(core, wait)
+        ctx.faults.at("shutdown")
+        io.close()
         logger.close()
         if args.save_models and ctx.log_dir:
             np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())

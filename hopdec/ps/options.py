@@ -7,8 +7,9 @@ from hopdec.ps.sync import SYNC_MODES, make_policy
 def add_arguments(parser):
     """The PS-only options (``hopdec train`` adds them; ``--staleness``, ``--backup-workers`` are shared)."""
     g = parser.add_argument_group("parameter server (--mode ps: rank 0 serves, ranks 1.. are workers)")
-    g.add_argument("--sync", default="bsp", metavar="{" + ",".join(SYNC_MODES) + "}",
-                   help="synchronization model: bsp, asp, ssp (--staleness s, default 3), dssp "
+    g.add_argument("--sync", default=None, metavar="{" + ",".join(SYNC_MODES) + "}",
+                   help="synchronization model (implies --mode ps; default bsp): bsp, asp, ssp "
+                        "(--staleness s, default 3), dssp "
                         "(--staleness-range), elastic (--lookahead), backup (--backup-workers b, default 1: "
                         "N = workers - b gradients per step), esync")
     g.add_argument("--staleness-range", default=None, metavar="sL,sU",
@@ -27,7 +28,7 @@ def add_arguments(parser):
 
 def policy_from(args, workers):
     """The sync policy the options ask for, over worker ids ``workers`` (ConfigError names the option)."""
-    return make_policy(getattr(args, "sync", "bsp"), workers,
+    return make_policy(getattr(args, "sync", None) or "bsp", workers,
                        staleness=getattr(args, "staleness", None),
                        staleness_range=getattr(args, "staleness_range", None),
                        lookahead=getattr(args, "lookahead", None),
@@ -46,6 +47,6 @@ def check_args(args, size):
     if not ev >= 0 or ev == float("inf"):
         raise ConfigError(f"--eval-interval must be a finite number of seconds >= 0, got {ev}")
     die = getattr(args, "die_rank", None)
-    if die is not None and not 1 <= die < size:
-        raise ConfigError(f"--die-rank {die}: in ps mode only worker ranks 1..{size - 1} can die")
+    if die is not None and not 0 <= die < size:
+        raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
     return policy_from(args, range(1, size))

@@ -1,17 +1,20 @@
 """The worker loop's compute backend on torch: a :class:`~hopdec.ml.trainer.LocalTrainer` plus emulated
-heterogeneity (:mod:`hopdec.runtime.heterogeneity`) and the tests' fault injection."""
+heterogeneity (:mod:`hopdec.runtime.heterogeneity`), a check that training has not diverged, and the
+tests' fault injection (:mod:`hopdec.runtime.faults`)."""
 
-import os
+import math
 import time
 
 import torch
 
+from hopdec.runtime.failures import RunError
+
 
 class TorchBackend:
-    """Adapts a :class:`LocalTrainer` and an :class:`Emulator` to the worker loop's backend interface."""
+    """Adapts a :class:`LocalTrainer` and an :class:`Emulator` to the worker loops' backend interface."""
 
-    def __init__(self, trainer, emulator, die_at=None, die_how="exit"):
-        self.t, self.emu, self.die_at, self.die_how = trainer, emulator, die_at, die_how
+    def __init__(self, trainer, emulator, faults=None):
+        self.t, self.emu, self.faults = trainer, emulator, faults
         self.send_storage = trainer.send_storage
         self.spare_storage = trainer.spare_storage
 
@@ -19,12 +22,13 @@ class TorchBackend:
         return self.t.write_params(out)
 
     def compute(self, iteration):
-        if self.die_at is not None and iteration >= self.die_at:   # fault injection for the tests
-            if self.die_how == "hang":
-                time.sleep(10 ** 6)                 # a hung node: alive, silent
-            os._exit(17)                            # a crashed node
+        if self.faults is not None:
+            self.faults.at("train", iteration)
         t0 = time.perf_counter()
         loss = self.t.compute()
+        if not math.isfinite(loss):
+            raise RunError(f"the training loss became {loss} at iteration {iteration}: training diverged "
+                           f"(a smaller --lr may help)")
         if self.t.device.type == "cuda":
             torch.cuda.synchronize(self.t.device)
         measured = time.perf_counter() - t0

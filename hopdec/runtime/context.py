@@ -55,6 +55,19 @@ class RunContext:
         return self.comm.Get_rank()
 
     @property
+    def timeout(self):
+        """Seconds any wait may last before a peer counts as dead or hung (``--peer-timeout``)."""
+        return float(getattr(self.args, "peer_timeout", None) or 120.0)
+
+    @property
+    def faults(self):
+        """The tests' fault injection for this rank (:mod:`hopdec.runtime.faults`)."""
+        from hopdec.runtime.faults import Faults
+        if "faults" not in self.extra:
+            self.extra["faults"] = Faults(self.args, self.rank)
+        return self.extra["faults"]
+
+    @property
     def size(self):
         return self.comm.Get_size()
 

@@ -42,14 +42,14 @@ def run(ctx, graph, cfg, views):
     from hopdec.runtime.hop_loop import worker_loop
     from hopdec.runtime.metrics import RankLogger
     from hopdec.runtime.report import progress_bar, report
+    from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
-    from hopdec.transport.waiting import PeerTimeout
 
     args, rank, comm = ctx.args, ctx.rank, ctx.comm
     trainer = ctx.make_trainer(rank, ctx.size)
     emulator = ctx.make_emulator(rank, ctx.size)
     core = Worker(views[rank], cfg)
-    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=args.peer_timeout,
+    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=ctx.timeout,
                       device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device))
     if io.device_buffers is None:
         trainer.use_send_storage(io.message_floats())     # CPU: send without copying the parameters
@@ -72,16 +72,12 @@ def run(ctx, graph, cfg, views):
         logger.log(rec)
         bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
 
-    backend = TorchBackend(trainer, emulator, die_at=args.die_at if args.die_rank == rank else None,
-                           die_how=args.die_how)
-    comm.Barrier()                                  # start together: iteration times are comparable
-    try:
-        for wait in worker_loop(core, io, backend, on_record=on_record):
-            io.wait(core, wait)
-    except PeerTimeout as err:
-        print(f"hopdec train: error: {err}", file=sys.stderr, flush=True)
-        comm.Abort(3)
+    backend = TorchBackend(trainer, emulator, faults=ctx.faults)
+    barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
+    for wait in worker_loop(core, io, backend, on_record=on_record):
+        io.wait(core, wait)
     bar.close()
+    ctx.faults.at("shutdown")
     io.close()
     logger.close()
     if ctx.rank == 0 and ctx.log_dir:

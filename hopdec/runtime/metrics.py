@@ -7,8 +7,37 @@ order of log times respects the order of messages on one machine).
 
 import json
 import os
+import socket
 
 import numpy as np
+
+
+def log_path(log_dir, rank):
+    return os.path.join(log_dir, f"rank{rank}.jsonl")
+
+
+def check_log_dir(log_dir, rank):
+    """Raise ConfigError unless this rank can write ``DIR/rank{r}.jsonl`` (run during setup, so a bad
+    ``--log-dir`` is one line before training instead of a failure on one rank mid-run)."""
+    from hopdec.errors import ConfigError
+    path = log_path(log_dir, rank)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"--log-dir {log_dir}: cannot write {path} ({err.strerror or err})") from None
+
+
+def open_jsonl(log_dir, rank, header):
+    """``DIR/rank{r}.jsonl``, line-buffered (every record reaches the file as it is written, so a killed
+    rank loses at most the record being written), with the run header first (plus this process's pid
+    and host, so a user can tell which process is which rank)."""
+    os.makedirs(log_dir, exist_ok=True)
+    f = open(log_path(log_dir, rank), "w", buffering=1)
+    f.write(json.dumps({"rank": rank, "run": {**(header or {}), "pid": os.getpid(),
+                                              "host": socket.gethostname()}}) + "\n")
+    return f
 
 
 class RankLogger:
@@ -19,11 +48,8 @@ class RankLogger:
         self.path = None
         self._f = None
         if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
-            self.path = os.path.join(log_dir, f"rank{rank}.jsonl")
-            self._f = open(self.path, "w")
-            if header:
-                self._f.write(json.dumps({"rank": rank, "run": header}) + "\n")
+            self.path = log_path(log_dir, rank)
+            self._f = open_jsonl(log_dir, rank, header)
         self.entries = []          # (time, iter) of every iteration entered
         self.iterations = 0
         self.wait_s = 0.0

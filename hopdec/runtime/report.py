@@ -27,13 +27,13 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
     evaluates those parameters (e.g. a parameter server's). ``workers``: the ranks that train (default:
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
-    must call it.
+    must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
     """
-    from mpi4py import MPI
-
     from hopdec.runtime.metrics import format_table, max_iteration_gap
+    from hopdec.transport.collectives import allreduce_sum, gather_json
 
     comm = ctx.comm
+    ctx.faults.at("evaluate")
     loss, acc = trainer.evaluate() if trainer is not None else (None, None)
     mine = dict(rank=ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
                 compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
@@ -45,10 +45,9 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
                 **(extra or {}))
     if isinstance(eval_flat, str) and eval_flat == "average":
         buf = trainer.write_params(np.empty(trainer.numel, dtype=np.float32))
-        total = np.empty_like(buf)
-        comm.Allreduce(buf, total, op=MPI.SUM)
+        total = allreduce_sum(comm, buf, ctx.timeout, "averaging the models for the summary")
         eval_flat = total / comm.Get_size()
-    everyone = comm.gather(mine, root=0)
+    everyone = gather_json(comm, mine, ctx.timeout, "gathering the summary")
     if ctx.rank != 0:
         return None
     avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)

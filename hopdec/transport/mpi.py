@@ -115,7 +115,7 @@ class MPITransport:
         poll_until(lambda: self.poll(core), self.peer_timeout, lambda: (
             f"rank {self.rank}: no {wait_action.what} from rank(s) "
             f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
-            f"a peer may have died or hung"))
+            f"a peer may have died or hung"), on=wait_action.on)
 
     def payload(self, handle):
         """The parameters in a received buffer (a view, valid until the handle is released)."""
@@ -169,7 +169,7 @@ class MPITransport:
 
     # ---- shutdown ----
     def close(self):
-        """Finish without losing or stranding a message.
+        """Finish without losing or stranding a message; every phase is bounded by the peer timeout.
 
         1. Drain (keep receiving and discarding) until every rank has stopped starting sends (Ibarrier).
         2. Drain until our own sends completed; peers are still draining, so they can match them.
@@ -177,16 +177,17 @@ class MPITransport:
         """
         pending = ([r for _, reqs in self.ring for r in reqs] + [r for _, r in self._grant_out]
                    + [r for reqs in self._sent_from.values() for r in reqs])
-        self._drain(lambda b=self.comm.Ibarrier(): b.Test())
-        self._drain(lambda: MPI.Request.Testall(pending))
-        self._drain(lambda b=self.comm.Ibarrier(): b.Test())
+        self._drain(lambda b=self.comm.Ibarrier(): b.Test(), "every rank to finish training")
+        self._drain(lambda: MPI.Request.Testall(pending), "its last messages to be received")
+        self._drain(lambda b=self.comm.Ibarrier(): b.Test(), "every rank to finish its messages")
         for r in self.reqs:
             if r != MPI.REQUEST_NULL:
                 r.Cancel()
         MPI.Request.Waitall(self.reqs)
 
-    def _drain(self, done):
+    def _drain(self, done, what):
         def step():
             self.poll(None)
             return done()
-        poll_until(step, None, "")
+        poll_until(step, self.peer_timeout, f"rank {self.rank}: waited {self.peer_timeout:.0f} s for "
+                                            f"{what} at shutdown; a peer may have died or hung")

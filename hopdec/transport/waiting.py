@@ -13,19 +13,25 @@ LONGEST_NAP_S = 1e-3
 
 
 class PeerTimeout(RuntimeError):
-    """A rank waited longer than its peer timeout for a peer: one may have died or hung."""
+    """A rank waited longer than its peer timeout for a peer: one may have died or hung. ``on``: the ranks
+    it waited for (when known); ``started``: when the wait began (wall clock)."""
+
+    def __init__(self, message, started=None, on=()):
+        super().__init__(message)
+        self.started = time.time() if started is None else started
+        self.on = tuple(on)
 
 
-def poll_until(poll, timeout, message, clock=time.monotonic):
+def poll_until(poll, timeout, message, clock=time.monotonic, on=()):
     """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
 
-    ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout).
-    ``timeout=None`` waits forever (only for waits another timeout already covers).
+    ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
+    ``on``: the ranks waited for. ``timeout=None`` waits forever (only for waits another timeout covers).
     """
     got = poll()
     if got:
         return got
-    start, nap = clock(), FIRST_NAP_S
+    start, nap, began = clock(), FIRST_NAP_S, time.time()
     while True:
         time.sleep(nap)
         nap = min(nap * 2, LONGEST_NAP_S)
@@ -33,14 +39,14 @@ def poll_until(poll, timeout, message, clock=time.monotonic):
         if got:
             return got
         if timeout is not None and clock() - start > timeout:
-            raise PeerTimeout(message() if callable(message) else message)
+            raise PeerTimeout(message() if callable(message) else message, started=began, on=on)
 
 
-def wait_any(requests, timeout, message):
+def wait_any(requests, timeout, message, on=()):
     """Index of a completed request among ``requests`` (mpi4py), polling as :func:`poll_until` does."""
     from mpi4py import MPI
 
     def done():
         i = MPI.Request.Testany(requests)[0]
         return None if i == MPI.UNDEFINED else (i,)
-    return poll_until(done, timeout, message)[0]
+    return poll_until(done, timeout, message, on=on)[0]

@@ -1,0 +1,133 @@
+"""When something goes wrong on one rank, the whole job ends fast, with one line naming the rank and the cause.
+
+* Bad input found during setup is exchanged between the ranks (a bounded allgather) and printed once,
+  by the lowest rank that found it; every rank exits 2.
+* Anything raised later -- in training, evaluation or shutdown, on any rank -- is printed as one line
+  ``hopdec train: error: rank R: cause`` by that rank, which then calls ``MPI_Abort``: Open MPI ends
+  every rank at once (and adds its own notice). A hung peer is found by the peer timeout of every wait.
+* When several ranks notice the same failure (the neighbours of a hung rank all time out), they agree
+  in a fraction of a second who reports (:class:`FailureChannel`): the user reads one line.
+* ``HOPDEC_DEBUG=1`` adds the Python traceback of an unexpected exception.
+"""
+
+import os
+import sys
+import time
+import traceback
+
+from hopdec.errors import HopdecError
+from hopdec.transport.waiting import PeerTimeout
+
+ABORT_CODE = 3
+TAG_FAILURE = 301
+GRACE_S = 0.2
+"""How long a rank that noticed a failure listens for other ranks' notices before deciding who reports."""
+
+
+class RunError(HopdecError):
+    """A run that cannot go on (e.g. its loss is no longer a finite number): one line, non-zero exit."""
+
+
+def cause(err):
+    """One line saying what went wrong: the message of errors hopdec raises, else the exception's type."""
+    if isinstance(err, (HopdecError, PeerTimeout)):
+        text = str(err)
+    elif isinstance(err, KeyboardInterrupt):
+        text = "interrupted"
+    else:
+        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if not os.environ.get("HOPDEC_DEBUG"):
+            text += " (HOPDEC_DEBUG=1 shows the traceback)"
+    return " ".join(text.split())
+
+
+def one_line(rank, err):
+    """``rank R: cause``, unless the cause already names its rank."""
+    text = cause(err)
+    return text if text.startswith(f"rank {rank}:") else f"rank {rank}: {text}"
+
+
+MAX_ON = 15
+"""Ranks a notice names as waited for (more are cut: the election only needs a few)."""
+
+
+class FailureChannel:
+    """Who reports a failure that several ranks noticed. Each one announces ``(priority, since, rank,
+    waited-for ranks)`` to every other rank and listens for :data:`GRACE_S`; then every candidate makes the
+    same choice: an exception (priority 0) beats a timeout (1); among timeouts, a rank that waited directly
+    for a rank that never announced (the hung or dead one) beats one that waited for ranks that are
+    themselves waiting; then the earliest wait, then the lowest rank. Messages are int64 arrays."""
+
+    def __init__(self, comm):
+        import numpy as np
+        self.np, self.comm = np, comm
+        self._buf = np.zeros(4 + MAX_ON, dtype=np.int64)
+        self._req = comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)       # -1: MPI.ANY_SOURCE
+        self._sent = []
+        self.heard = {}
+
+    def _collect(self):
+        while self._req.Test():
+            b = [int(x) for x in self._buf]
+            self.heard[b[2]] = (b[0], b[1], tuple(b[4:4 + b[3]]))
+            self._req = self.comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)
+
+    def elect(self, priority, since, on=()):
+        """Announce this rank's notice, listen for the others'; True when this rank should report."""
+        rank = self.comm.Get_rank()
+        on = tuple(int(r) for r in on)[:MAX_ON]
+        note = self.np.zeros(4 + MAX_ON, dtype=self.np.int64)
+        note[:4 + len(on)] = [int(priority), int(since * 1e6), rank, len(on), *on]
+        self._sent = [(note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE))
+                      for r in range(self.comm.Get_size()) if r != rank]
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline:
+            self._collect()
+            time.sleep(0.005)
+        self._collect()
+        notices = dict(self.heard)
+        notices[rank] = (int(priority), int(since * 1e6), on)
+        silent = {r for _, _, waits in notices.values() for r in waits} - set(notices)
+
+        def key(r):
+            p, t, waits = notices[r]
+            return (p, 0 if silent & set(waits) else 1, t, r)
+        return min(notices, key=key) == rank
+
+
+_channel = None
+
+
+def watch_failures(comm):
+    """Post the failure-notice receive for this process (call once, early, on every rank)."""
+    global _channel
+    _channel = FailureChannel(comm)
+    return _channel
+
+
+def abort(comm, err, prog="hopdec train"):
+    """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
+    :class:`FailureChannel`) -- then end every rank (``MPI_Abort``)."""
+    rank = comm.Get_rank()
+    timeout = isinstance(err, PeerTimeout)
+    reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
+                                                 err.on if timeout else ())
+    if reports:
+        if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
+            traceback.print_exception(err, file=sys.stderr)
+        print(f"{prog}: error: {one_line(rank, err)}", file=sys.stderr, flush=True)
+        time.sleep(0.5)        # let the launcher forward the line before MPI_Abort kills everyone
+    else:
+        time.sleep(1.0)        # the elected rank is about to abort the job
+    comm.Abort(ABORT_CODE)
+
+
+def first_error(errors):
+    """``(rank, message)`` of the lowest rank that reported an error, naming the rank unless every rank
+    reported the same one; None when none did."""
+    found = [(r, e) for r, e in enumerate(errors) if e]
+    if not found:
+        return None
+    r, e = found[0]
+    same = len(found) == len(errors) and all(x == e for _, x in found)
+    return r, e if same else f"{e} (on rank {r})"

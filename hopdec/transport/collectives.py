@@ -1,0 +1,67 @@
+"""Collectives that cannot hang: nonblocking MPI collectives waited for with the peer timeout.
+
+A rank that died or hung during setup, evaluation or shutdown must not leave the others blocked in a
+Barrier, Allreduce or gather forever: each call here posts the nonblocking variant and waits with
+:func:`hopdec.transport.waiting.poll_until`, which raises :class:`~hopdec.transport.waiting.PeerTimeout`
+after ``timeout`` seconds. Objects travel as JSON in byte buffers, never pickled.
+"""
+
+import json
+
+import numpy as np
+
+from hopdec.transport.waiting import poll_until
+
+
+def _wait(comm, req, timeout, what):
+    poll_until(req.Test, timeout, lambda: (
+        f"rank {comm.Get_rank()}: {what}: not every rank got there within {timeout:.0f} s; "
+        f"a peer may have died or hung"))
+
+
+def barrier(comm, timeout, what="barrier"):
+    """Every rank reached this point (or PeerTimeout)."""
+    _wait(comm, comm.Ibarrier(), timeout, what)
+
+
+def allreduce_sum(comm, values, timeout, what="allreduce"):
+    """Elementwise sum of ``values`` (a numpy array) over every rank."""
+    from mpi4py import MPI
+    out = np.empty_like(values)
+    _wait(comm, comm.Iallreduce(values, out, op=MPI.SUM), timeout, what)
+    return out
+
+
+def _encode(obj):
+    return np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
+
+
+def _decode(buf, counts):
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    return [json.loads(buf[a:b].tobytes().decode("utf-8")) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def allgather_json(comm, obj, timeout, what="allgather"):
+    """Every rank's ``obj`` (JSON-serialisable), on every rank, in rank order."""
+    from mpi4py import MPI
+    data = _encode(obj)
+    counts = np.zeros(comm.Get_size(), dtype=np.int64)
+    _wait(comm, comm.Iallgather(np.array([len(data)], dtype=np.int64), counts), timeout, what)
+    out = np.empty(int(counts.sum()), dtype=np.uint8)
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+    _wait(comm, comm.Iallgatherv(data, [out, counts.tolist(), displs, MPI.BYTE]), timeout, what)
+    return _decode(out, counts)
+
+
+def gather_json(comm, obj, timeout, what="gather", root=0):
+    """Every rank's ``obj`` on ``root`` (a list in rank order); None elsewhere."""
+    from mpi4py import MPI
+    data = _encode(obj)
+    counts = np.zeros(comm.Get_size(), dtype=np.int64)
+    _wait(comm, comm.Iallgather(np.array([len(data)], dtype=np.int64), counts), timeout, what)
+    mine = comm.Get_rank() == root
+    out = np.empty(int(counts.sum()) if mine else 0, dtype=np.uint8)
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+    spec = [out, counts.tolist(), displs, MPI.BYTE] if mine else None
+    _wait(comm, comm.Igatherv(data, spec, root=root), timeout, what)
+    return _decode(out, counts) if mine else None

@@ -116,6 +116,9 @@ def setup(args, comm):
     if args.mode == "decentralized":
         from hopdec.runtime.decentralized import prepare
         graph = resolve_topology(args.topology, size)
+        if comm.Get_rank() == 0:                    # the same notes as hopdec topo analyze prints
+            for note in graph.graph.get("notes", []):
+                print(f"hopdec train: warning: {note}", file=sys.stderr, flush=True)
         n = graph.number_of_nodes()
         if n != size:
             raise ConfigError(f"{args.topology or 'default topology'}: has {n} workers but the run has "

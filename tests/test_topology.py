@@ -565,3 +565,58 @@ def test_metropolis_weights_are_doubly_stochastic():
     with pytest.raises(ValueError, match="symmetric"):
         T.metropolis_weights(T.exponential(8))
 
+
+# ----------------------------------------------------------------------------------------------
+# analyze at scale: one pass of breadth-first searches gives what the dense functions give
+# ----------------------------------------------------------------------------------------------
+
+def _random_digraph(n, p, rng):
+    G = nx.DiGraph()
+    G.add_nodes_from(range(n))
+    G.add_edges_from((a, b) for a in range(n) for b in range(n) if a != b and rng.random() < p)
+    return T.with_default_weights(G)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_pair_summary_matches_dense_bounds(seed, monkeypatch):
+    from hopdec.topology.bounds import pair_summary
+    rng = random.Random(300 + seed)
+    n = rng.randint(1, 12)
+    G = _random_digraph(n, rng.choice([0.15, 0.3, 0.6]), rng)     # strongly connected or not
+    if seed % 3 == 0:
+        G = T.with_default_weights(nx.DiGraph(nx.Graph(G)))          # symmetric: one BFS sweep
+    monkeypatch.setattr("hopdec.topology.bounds.BLOCK_ENTRIES", rng.choice([1, 7, 10 ** 6]))
+    ig, s = rng.randint(1, 3), rng.randint(0, 2)
+    got = pair_summary(G, ig, staleness=s)
+    assert got["diameter"] == T.diameter(G)
+    for setting in ("standard", "notify-ack", "backup", "hybrid", "staleness"):
+        st = s if setting == "staleness" else None
+        assert got["bounds"][setting] == T.max_gap_bound(G, setting, staleness=st), setting
+        if setting != "notify-ack":
+            assert got["bounds"][setting + "+tokens"] == T.max_gap_bound(G, setting, max_ig=ig,
+                                                                         staleness=st), setting
+    assert got["update_queue_no_tokens"] == max(T.update_queue_capacity_no_tokens(G).values())
+    assert got["token_queue"] == T.token_queue_capacity(G, ig).max() or \
+        math.isinf(got["token_queue"])
+
+
+@pytest.mark.parametrize("make", [lambda: T.ring(16), lambda: T.ring_based(12), lambda: T.torus(4, 5),
+                                  lambda: T.hierarchical((4, 2, 2), "a"), lambda: T.exponential(16),
+                                  lambda: T.metropolis_weights(T.hierarchical((5, 3, 3), "b")),
+                                  lambda: T.metropolis_weights(nx.DiGraph(nx.complete_bipartite_graph(3, 3)))],
+                         ids=["ring", "ring-based", "torus", "hier-a", "exponential", "metropolis",
+                              "bipartite"])   # bipartite: the second modulus is the smallest eigenvalue
+def test_sparse_eigensolvers_agree_with_dense(make, monkeypatch):
+    G = make()
+    dense = (T.spectral_gap(G), T.normalized_laplacian_gap(G))
+    monkeypatch.setattr("hopdec.topology.spectral.DENSE_MAX_N", 4)
+    sparse = (T.spectral_gap(G), T.normalized_laplacian_gap(G))
+    assert sparse == pytest.approx(dense, abs=1e-9)
+
+
+def test_sparse_spectral_gap_of_a_large_ring():
+    # 2000 nodes: the gap is 1.6e-6, where plain Arnoldi iteration does not converge
+    n = 2000
+    expected = 1 - (1 + 2 * math.cos(2 * math.pi / n)) / 3
+    assert T.spectral_gap(T.ring(n)) == pytest.approx(expected, rel=1e-4)
+    assert T.normalized_laplacian_gap(T.ring(n)) == pytest.approx(1 - math.cos(2 * math.pi / n), rel=1e-4)

@@ -161,10 +161,13 @@ def effective_graph(G, source="<graph>", connected=True):
     connected over its (positive-weight) edges. ``load`` ends here; so does ``HopSGD`` given a graph.
     """
     validate(G, source, connected=False)
-    G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
+    if all(type(v) is int for v in G.nodes):
+        G = G.copy()
+    else:
+        G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
     for _, _, d in G.edges(data=True):
         d["weight"] = float(d["weight"])
-    G, notes = effective_weights(G, source)
+    G, notes = effective_weights(G, source, copy=False)
     if connected:
         check_strongly_connected(G, source)
     G.graph["source"] = source

@@ -41,21 +41,21 @@ def with_default_weights(G):
     return H
 
 
-def effective_weights(G, source="<graph>"):
+def effective_weights(G, source="<graph>", copy=True):
     """``(H, notes)``: the weights training uses, and one line per change for the commands to print.
 
     Edges of weight 0 other than self-loops are removed (a self-loop of weight 0 stays: the worker
     keeps its own parameters but gives them no weight). Every column whose in-weights do not sum to
     1 (beyond :data:`TOL`) is divided by its sum, scaled by its largest weight first so that huge
     weights cannot overflow. ``G`` must already have non-negative finite weights with positive
-    column sums (``validate`` checks that).
+    column sums (``validate`` checks that). ``copy=False`` changes ``G`` itself.
 
     >>> H, notes = effective_weights(nx.DiGraph([(0, 1, {"weight": 2.0}), (1, 0, {"weight": 0.0}),
     ...                                          (0, 0, {"weight": 1.0}), (1, 1, {"weight": 2.0})]))
     >>> H.has_edge(1, 0), H[0][1]["weight"], len(notes)
     (False, 0.5, 2)
     """
-    H = G.copy()
+    H = G.copy() if copy else G
     zero = sorted((u, v) for u, v, w in H.edges(data="weight") if u != v and w == 0)
     H.remove_edges_from(zero)
     notes = []

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hopdec.errors import ConfigError
+from hopdec.ml.safe_pickle import RefusedPickle, load_batch
 
 DATASETS = ("digits", "cifar10", "libsvm")
 SCHEMES = ("iid", "noniid")
@@ -112,16 +113,27 @@ def _cifar_dir(data_dir: Optional[str]) -> str:
 
 
 def _read_cifar_batch(path: str):
-    """One pickle batch -> (N,3,32,32) uint8 array, int64 labels."""
+    """One pickle batch -> (N,3,32,32) uint8 array, int64 labels.
+
+    Read with :mod:`hopdec.ml.safe_pickle`, which admits only what a real batch holds: a file that
+    names any other global (``os.system``, a module that does not exist) is refused, never run.
+    """
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: missing CIFAR-10 batch file")
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
+            d = load_batch(f)
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a dict, got {type(d).__name__}")
+        d = {k.encode() if isinstance(k, str) else k: v for k, v in d.items()}
         data = np.asarray(d[b"data"], dtype=np.uint8)
         labels = np.asarray(d[b"labels"], dtype=np.int64)
-    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ConfigError(f"{path}: not a CIFAR-10 python batch ({type(err).__name__}: {err})") from None
+    except RefusedPickle as err:
+        raise ConfigError(f"{path}: refused: {err}") from None
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError,
+            IndexError, OverflowError, RecursionError, MemoryError) as err:
+        raise ConfigError(f"{path}: not a CIFAR-10 python batch ({type(err).__name__}: "
+                          f"{str(err)[:200]})") from None
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise ConfigError(f"{path}: expected N x 3072 data and N labels, got data {data.shape} "
                           f"and {len(labels)} labels")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hopdec.errors import ConfigError
+from hopdec.limits import check_alloc
 from hopdec.ml.safe_pickle import RefusedPickle, load_batch
 
 DATASETS = ("digits", "cifar10", "libsvm")
@@ -160,12 +161,15 @@ def _load_cifar10(data_dir: Optional[str]) -> Dataset:
 
 
 def _read_svmlight(path: str):
-    """A LIBSVM file -> dense float32 features, {0,1} labels (dense: use e.g. unigram webspam)."""
+    """A LIBSVM file -> sparse float32 features (CSR), {0,1} labels. :func:`_dense` makes them dense."""
     from sklearn.datasets import load_svmlight_file
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: LIBSVM file not found")
     try:
         x, y = load_svmlight_file(path, dtype=np.float32)
+    except OverflowError:
+        raise ConfigError(f"{path}: a feature index too large to read (LIBSVM indices are 32-bit)") \
+            from None
     except (ValueError, UnicodeDecodeError, OSError) as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ConfigError(f"{path}: not a readable LIBSVM file ({msg})") from None
@@ -179,7 +183,23 @@ def _read_svmlight(path: str):
     else:
         raise ConfigError(f"{path}: labels must be binary (+1/-1 or 0/1), found "
                           f"{', '.join(f'{v:g}' for v in labels[:5])}")
-    return np.asarray(x.todense(), dtype=np.float32), y01
+    return x, y01
+
+
+def _dense(parts, width, copies, names):
+    """The sparse matrices ``parts`` as dense float32 arrays ``width`` columns wide, after checking
+    that ``copies`` times their dense size fits in memory: LIBSVM files list only the features they
+    use, so a 110-byte file with feature index 2e9 would ask for 75 GiB."""
+    rows = sum(p.shape[0] for p in parts)
+    check_alloc(copies * rows * width * 4,
+                f"{' and '.join(names)}: {rows} samples x {width} features (the largest feature "
+                f"index) as dense float32" + (f", {copies} copies" if copies > 1 else ""))
+    out = []
+    for p in parts:
+        p = p.tocsr()
+        p.resize((p.shape[0], width))
+        out.append(np.asarray(p.toarray(), dtype=np.float32))
+    return out
 
 
 def _load_libsvm(path: Optional[str], test_path: Optional[str], seed: int) -> Dataset:
@@ -187,14 +207,13 @@ def _load_libsvm(path: Optional[str], test_path: Optional[str], seed: int) -> Da
     if not path:
         raise ConfigError("--data-path is required for the libsvm dataset (a LIBSVM-format file)")
     if test_path:
-        x, y = _read_svmlight(path)
-        tx, ty = _read_svmlight(test_path)
-        # LIBSVM files only list the features they use: pad the narrower one with zero columns.
-        d = max(x.shape[1], tx.shape[1])
-        x = np.pad(x, ((0, 0), (0, d - x.shape[1])))
-        tx = np.pad(tx, ((0, 0), (0, d - tx.shape[1])))
+        sx, y = _read_svmlight(path)
+        stx, ty = _read_svmlight(test_path)
+        # LIBSVM files only list the features they use: the narrower one gets zero columns.
+        x, tx = _dense([sx, stx], max(sx.shape[1], stx.shape[1]), 1, [path, test_path])
     else:
-        xa, ya = _read_svmlight(path)
+        sx, ya = _read_svmlight(path)
+        (xa,) = _dense([sx], sx.shape[1], 2, [path])        # the split below copies it once
         rng = np.random.default_rng(seed)
         perm = rng.permutation(len(ya))
         n_test = max(1, int(round(0.2 * len(ya)))) if len(ya) > 1 else 0

@@ -42,7 +42,8 @@ class HopSGD:
         if topology is None:
             graph = T.default_topology(size)
         else:
-            graph = T.load(topology) if isinstance(topology, str) else topology
+            graph = (T.load(topology) if isinstance(topology, str) else
+                     T.effective_graph(topology, topology.graph.get("source", "topology")))
         if graph.number_of_nodes() != size:
             raise ConfigError(f"{graph.graph.get('source', 'topology')}: has {graph.number_of_nodes()} "
                               f"workers but the communicator has {size} ranks")

@@ -2,9 +2,24 @@
 
 ``BAD_FILES[name] = (file content, text the error must contain)``; used by the library tests
 (``test_topology.py``) and the command-line tests (``test_topo_cli.py``) alike. Data, not tests.
+
+``UNTRAINABLE`` has the same shape: files that read fine but cannot mix (not strongly connected over
+edges of positive weight). ``load()`` and ``hopdec train`` refuse them with the given text;
+``hopdec topo analyze`` reports on them ("strongly connected: no").
 """
 
 import json
+
+_BIG = "1" + "0" * 5000          # more digits than Python converts to an int
+_LARGE = 10 ** 400               # an int Python reads, too large for a float
+
+
+def _nl(edges, nodes=2, directed=True, **attrs):
+    """Node-link JSON with nodes 0..nodes-1 and ``edges`` as (source, target[, weight])."""
+    return json.dumps({"directed": directed, "nodes": [{"id": i} for i in range(nodes)],
+                       "edges": [dict(source=e[0], target=e[1], **({"weight": e[2]} if len(e) > 2 else {}))
+                                 for e in edges], **attrs})
+
 
 BAD_FILES = {
     "trunc.json": ('{"nodes": [', "not valid JSON"),
@@ -19,7 +34,6 @@ BAD_FILES = {
     "strid.json": (json.dumps({"directed": True, "nodes": [{"id": "a"}, {"id": "b"}],
                                "links": [{"source": "a", "target": "b"}]}), "not an integer"),
     "gap.txt": ("0 1\n1 0\n1 3\n3 1\n", "missing [2]"),
-    "notsc.txt": ("0 1\n1 2\n2 1\n", "not strongly connected"),
     "neg.txt": ("0 1 -0.5\n1 0 1\n0 0 1.5\n", "negative weight"),
     "zero.txt": ("0 1 0\n1 0 1\n0 0 0\n1 1 0\n", "in-weights summing to zero"),
     "some.txt": ("0 1 0.5\n1 0\n", "some edges have weights"),
@@ -28,4 +42,27 @@ BAD_FILES = {
     "nanw.json": ('{"directed": true, "nodes": [{"id": 0}, {"id": 1}], "edges": '
                   '[{"source": 0, "target": 1, "weight": NaN}, '
                   '{"source": 1, "target": 0, "weight": 1}]}', "non-finite"),
+    # duplicate edges: an edge list refuses them, and so does JSON (networkx kept the last weight)
+    "dupline.txt": ("0 1 0.5\n1 0 1\n0 1 0.9\n", "duplicate edge 0->1"),
+    "dupe.json": (_nl([(0, 1, 0.5), (1, 0, 1.0), (0, 1, 0.9)]), "duplicate edge 0->1 (entries #0 and #2"),
+    "dupe_undirected.json": (_nl([(0, 1), (1, 0)], directed=False), "duplicate edge 1->0"),
+    # hostile numbers: ids and weights too long for Python or for a float, and the error stays short
+    "bigid.json": (_nl([(0, 1)]).replace('"target": 1', '"target": ' + _BIG), "number Python will not read"),
+    "bigid.txt": (f"0 {_BIG}\n", "node ids must be integers, got '0' '10000000000000000000..."),
+    "largeid.json": (_nl([(0, 1), (1, _LARGE)], nodes=2).replace(
+        '{"id": 1}', '{"id": 1}, {"id": %d}' % _LARGE), "out of range [<an integer of 401 digits>]"),
+    "largew.json": (_nl([(0, 1, _LARGE), (1, 0, 1)]), "weight too large for a float"),
+    "infw.txt": ("0 1 1e400\n1 0 1\n", "non-finite weight"),
+    # deep nesting: the JSON parser's recursion limit is an error, not a RecursionError traceback
+    "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "deepattr.json": ('{"directed": true, "nodes": [{"id": 0, "x": ' + "[" * 100_000 + "]" * 100_000
+                      + '}], "edges": []}', "nested too deeply"),
+}
+
+UNTRAINABLE = {
+    "notsc.txt": ("0 1\n1 2\n2 1\n", "node 0 hears from no other worker"),
+    "oneway.txt": ("0 1\n1 0\n1 2\n2 3\n3 2\n", "no directed path from node 2 to node 0"),
+    # weight 0 is no edge: a graph whose only positive weights are self-loops cannot mix at all
+    "allzero.txt": ("0 1 0\n1 0 0\n0 0 1\n1 1 1\n", "node 0 hears from no other worker"),
+    "zeroback.txt": ("0 1 1\n1 0 0\n1 2 1\n2 1 1\n0 0 1\n1 1 1\n2 2 1\n", "node 0 hears from no other"),
 }

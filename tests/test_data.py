@@ -164,3 +164,35 @@ def test_batches_deterministic_and_epochs():
     assert torch.equal(xb.squeeze(1).long(), yb)
     other = [next(batches(x, y, idx, 5, seed=s))[1].tolist() for s in range(5)]
     assert len({tuple(o) for o in other}) > 1  # different seeds, different orders
+
+
+def test_libsvm_dense_size_is_checked_before_allocating(tmp_path, monkeypatch):
+    # 110 bytes: feature index 2e9 on 10 samples would be 75 GiB dense
+    small = tmp_path / "wide.svm"
+    small.write_text("+1 2000000000:1\n-1 1:1\n" * 5)
+    assert small.stat().st_size < 200
+    monkeypatch.setattr("hopdec.limits.host_memory_bytes", lambda: 64 * 2 ** 30)
+    with pytest.raises(ConfigError) as err:
+        load_dataset("libsvm", path=str(small))
+    msg = str(err.value)
+    assert msg.startswith(str(small)) and "10 samples x 2000000000 features" in msg
+    assert "would need 149 GiB of memory, more than this host's 64 GiB" in msg and "\n" not in msg
+    # a narrow training file with a wide test file: the padded training matrix is counted too
+    narrow = tmp_path / "narrow.svm"
+    narrow.write_text("+1 1:1\n-1 2:1\n" * 500)
+    one = tmp_path / "one.svm"
+    one.write_text("+1 20000000:1\n")                             # 80 MB alone; 80 GB padded
+    with pytest.raises(ConfigError, match=r"narrow.svm and .*one.svm: 1001 samples x 20000000 "
+                                          r"features .* would need 75 GiB"):
+        load_dataset("libsvm", path=str(narrow), test_path=str(one))
+
+
+def test_libsvm_wide_file_refused_on_any_host(tmp_path):
+    wide = tmp_path / "wider.svm"
+    wide.write_text("+1 2000000000:1\n" * 1000)                  # 15 TiB dense: more than any host
+    with pytest.raises(ConfigError, match="wider.svm: 1000 samples x 2000000000 features"):
+        load_dataset("libsvm", path=str(wide))
+    huge = tmp_path / "huge.svm"
+    huge.write_text("+1 200000000000:1\n-1 1:1\n")                # overflows the reader's int
+    with pytest.raises(ConfigError, match="huge.svm: a feature index too large"):
+        load_dataset("libsvm", path=str(huge))

@@ -2,14 +2,16 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 
 import pytest
 
 from hopdec import topology as T
+from hopdec.errors import TopologyError
 # every bad file of the library tests, each checked again through the CLI (one line, exit 2)
-from bad_topologies import BAD_FILES  # noqa: E402
+from bad_topologies import BAD_FILES, UNTRAINABLE  # noqa: E402
 
 
 def topo(*args, cwd=None):
@@ -168,3 +170,127 @@ def test_bad_options_one_line(tmp_path, args, problem):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and problem in lines[0]
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(UNTRAINABLE))
+def test_analyze_reports_graphs_that_are_not_strongly_connected(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(UNTRAINABLE[name][0])
+    r = topo("analyze", path)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "strongly connected" in ln)
+    assert line.split()[2] == "no:" and "{0" in line
+    assert "diameter              inf" in r.stdout
+    warn = [ln for ln in r.stderr.splitlines() if "not strongly connected" in ln]
+    assert len(warn) == 1 and "hopdec train refuses it" in warn[0] and name in warn[0]
+    s = json.loads(topo("analyze", path, "--json").stdout)
+    assert s["strongly_connected"] is False and len(s["components"]) >= 2
+    assert sorted(v for c in s["components"] for v in c) == list(range(s["nodes"]))
+    assert s["gap_bounds"]["standard"] == "inf" and s["diameter"] == "inf"
+
+
+def test_analyze_lists_components():
+    from hopdec.cli.topo import _components
+    assert _components([[0], [1, 2]]) == "{0}, {1, 2}"
+    assert _components([list(range(10))], members=3) == "{0, 1, 2, ... (10 nodes)}"
+    assert _components([[i] for i in range(8)], shown=2) == "{0}, {1}, ... (8 components)"
+
+
+def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
+    """One weight rule: analyze and train print the same notes about a file's weights."""
+    from hopdec.cli.train import build_parser, setup
+    path = tmp_path / "w.txt"
+    path.write_text("0 1 2\n1 0 2\n0 0 2\n1 1 6\n1 2 1\n2 1 0\n2 0 1\n0 2 1\n")
+    r = topo("analyze", path)
+    assert r.returncode == 0, r.stderr
+    from_analyze = sorted(ln.split("warning: ", 1)[1] for ln in r.stderr.splitlines()
+                          if "do not sum to 1" in ln or "weight 0" in ln)
+    assert len(from_analyze) == 2 and "in-weights renormalised" in r.stdout
+
+    class Comm:
+        def Get_size(self):
+            return 3
+
+        def Get_rank(self):
+            return 0
+    args = build_parser().parse_args(["--topology", str(path), "--iterations", "1", "--threads", "1"])
+    setup(args, Comm())
+    err = capsys.readouterr().err
+    from_train = sorted(ln.split("warning: ", 1)[1] for ln in err.splitlines() if "warning" in ln)
+    assert from_train == from_analyze and all(ln.startswith("hopdec train: warning") for ln in
+                                              err.strip().splitlines())
+
+
+def test_byte_order_mark_json(tmp_path, files):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + files["r8"].read_bytes())
+    r = topo("analyze", path, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["nodes"] == 8
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_fifo_or_device_is_refused_without_reading(tmp_path, kind):
+    if kind == "fifo":
+        path = tmp_path / "pipe.json"
+        os.mkfifo(path)                 # nobody writes: opening it would block forever
+    else:
+        path = "/dev/zero"              # reading it would never end
+    r = topo("analyze", path)           # topo()'s timeout fails the test instead of hanging
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "not a regular file" in lines[0]
+
+
+def test_oversized_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("hopdec.topology.graph_io.MAX_FILE_BYTES", 100)
+    path = tmp_path / "big.txt"
+    path.write_text("0 1\n1 0\n" * 20)
+    with pytest.raises(TopologyError, match="big.txt: 160 bytes, more than a topology file may have "
+                                            r"\(100 bytes\)"):
+        T.load(path)
+
+
+def test_generate_metropolis_weights(tmp_path):
+    path = tmp_path / "hm.json"
+    r = topo("generate", "hierarchical-a", "-n", "8", "--weights", "metropolis", "-o", path)
+    assert r.returncode == 0 and "Metropolis-Hastings weights" in r.stdout
+    r = topo("analyze", path, "--json")
+    s = json.loads(r.stdout)
+    assert s["doubly_stochastic"] is True and r.stderr == ""
+    assert s["spectral_gap"] == pytest.approx(s["metropolis_spectral_gap"])
+    r = topo("generate", "exponential", "-n", "8", "--weights", "metropolis", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and "symmetric" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_analyze_reports_metropolis_gap_of_the_hierarchical_example(files):
+    s = json.loads(topo("analyze", files["ha"], "--json").stdout)
+    assert s["metropolis_spectral_gap"] == pytest.approx(
+        T.spectral_gap(T.metropolis_weights(T.hierarchical((4, 2, 2), "a"))))
+    assert json.loads(topo("analyze", files["e16"], "--json").stdout)["metropolis_spectral_gap"] is None
+
+
+def test_analyze_skips_all_pairs_figures_beyond_a_size(files, monkeypatch, capsys):
+    from hopdec.cli.topo import main
+    monkeypatch.setattr("hopdec.topology.analysis.ALL_PAIRS_MAX_N", 10)
+    assert main(["analyze", str(files["e16"])]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: diameter, gap_bounds, update_queue_capacity_no_tokens, token_queue_capacity: " \
+           "all-pairs path lengths are computed up to 10 nodes" in out
+    assert "diameter              -" in out and "largest token queue   -" in out
+    assert "spectral gap" in out and "largest update queue  15" in out   # the cheap figures stay
+    assert main(["analyze", str(files["e16"]), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["diameter"] is None and s["gap_bounds"] is None and "10 nodes" in s["skipped"]
+
+
+def test_plot_refuses_large_graphs(tmp_path, monkeypatch):
+    from hopdec.cli.topo import main
+    from hopdec.errors import ConfigError
+    monkeypatch.setattr("hopdec.cli.topo.PLOT_MAX_N", 10)
+    path = tmp_path / "e16.json"
+    T.save(T.exponential(16), path)
+    with pytest.raises(ConfigError, match="--plot: draws graphs of up to 10 nodes, .*e16.json has 16"):
+        main(["analyze", str(path), "--plot", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists()

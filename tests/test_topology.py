@@ -8,7 +8,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
-from bad_topologies import BAD_FILES
+from bad_topologies import BAD_FILES, UNTRAINABLE
 
 from hopdec import topology as T
 from hopdec.errors import TopologyError
@@ -373,13 +373,13 @@ def test_load_undirected_and_weighted_json(tmp_path):
     G = T.load(path)
     assert G.has_edge(0, 1) and G.has_edge(1, 0) and not G.has_edge(0, 2)
     D = nx.DiGraph()
-    D.add_weighted_edges_from([(0, 1, 0.25), (1, 0, 1.0), (0, 0, 0.75)])
+    D.add_weighted_edges_from([(0, 1, 1.0), (1, 0, 0.25), (0, 0, 0.75)])
     path = tmp_path / "w.json"
     path.write_text(json.dumps(nx.node_link_data(D)))
     G = T.load(path)
-    # the file's weights are kept; the missing self-loop at 1 is added with weight 0
-    assert T.mixing_matrix(G).tolist() == [[0.75, 0.25], [1.0, 0.0]]
-    assert G.has_edge(1, 1)
+    # column-stochastic weights are kept as written; the missing self-loop at 1 is added with weight 0
+    assert T.mixing_matrix(G).tolist() == [[0.75, 1.0], [0.25, 0.0]]
+    assert G.has_edge(1, 1) and G.graph["notes"] == []
 
 
 def test_load_edge_list(tmp_path):
@@ -434,15 +434,26 @@ def test_shipped_topologies_match_generators():
 # bad input
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(BAD_FILES))
+@pytest.mark.parametrize("name", sorted(BAD_FILES) + sorted(UNTRAINABLE))
 def test_bad_files_raise_topology_error(tmp_path, name):
-    text, problem = BAD_FILES[name]
+    text, problem = BAD_FILES[name] if name in BAD_FILES else UNTRAINABLE[name]
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(TopologyError) as err:
         T.load(path)
     msg = str(err.value)
     assert msg.startswith(str(path)) and problem in msg and "\n" not in msg
+    assert len(msg) < len(str(path)) + 250          # a hostile id or weight cannot flood the line
+
+
+@pytest.mark.parametrize("name", sorted(UNTRAINABLE))
+def test_untrainable_files_load_for_analysis(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(UNTRAINABLE[name][0])
+    G = T.load(path, connected=False)
+    assert not nx.is_strongly_connected(G)
+    with pytest.raises(TopologyError, match=UNTRAINABLE[name][1]):
+        T.validate(G, str(path))
 
 
 def test_missing_binary_and_directory(tmp_path):
@@ -480,3 +491,132 @@ def test_validate_in_memory_graphs():
         assert str(err.value).startswith("<graph>: ") and problem in str(err.value)
     with pytest.raises(TopologyError, match="^mine: "):
         T.validate(nx.DiGraph(), "mine")
+
+
+# ----------------------------------------------------------------------------------------------
+# one weight rule for analyze and train
+# ----------------------------------------------------------------------------------------------
+
+def _load_text(tmp_path, text, name="g.txt", **kw):
+    path = tmp_path / name
+    path.write_text(text)
+    return T.load(path, **kw)
+
+
+def test_zero_weight_edges_are_not_edges(tmp_path):
+    # 1 -> 0 has weight 0: node 0 hears from nobody, so the graph cannot mix (it used to load)
+    text = "0 1 1\n1 0 0\n1 2 1\n2 1 1\n0 0 1\n1 1 1\n2 2 1\n"
+    G = _load_text(tmp_path, text, connected=False)
+    assert not G.has_edge(1, 0) and G.has_edge(0, 0)
+    assert T.in_neighbors(G, 0) == [] and T.out_neighbors(G, 1) == [2]
+    assert "1 edge(s) of weight 0 are not edges (e.g. 1->0)" in G.graph["notes"][0]
+    with pytest.raises(TopologyError, match="node 0 hears from no other worker"):
+        _load_text(tmp_path, text)
+
+
+def test_given_weights_are_renormalised_with_a_note(tmp_path):
+    G = _load_text(tmp_path, "0 1 2\n1 0 2\n0 0 2\n1 1 6\n")
+    W = T.mixing_matrix(G)
+    assert W.tolist() == [[0.5, 0.25], [0.5, 0.75]] and T.is_column_stochastic(W)
+    notes = G.graph["notes"]
+    assert len(notes) == 1 and "in-weights of 2 node(s) do not sum to 1 (node 0: 4)" in notes[0]
+    assert notes[0].startswith(str(tmp_path / "g.txt"))
+
+
+def test_huge_weights_renormalise_without_overflow(tmp_path):
+    # column 1 would sum to inf; dividing by the column's largest weight first keeps it finite
+    G = _load_text(tmp_path, "0 1 1e308\n2 1 1e308\n1 1 1e308\n1 0 1\n1 2 1\n0 0 1\n2 2 1\n")
+    assert T.mixing_matrix(G)[:, 1] == pytest.approx([1 / 3] * 3)
+
+
+def test_train_uses_the_weights_analyze_reports(tmp_path):
+    """node_views (what Reduce weighs) holds exactly the columns of the W that analyze analyses."""
+    from hopdec.hop.receive import _normalise, Term
+    from hopdec.hop.worker import node_views
+    G = _load_text(tmp_path, "0 1 3\n1 0 1\n1 2 1\n2 1 0\n2 0 2\n0 2 0.5\n0 0 1\n1 1 1\n")
+    W = T.mixing_matrix(G)
+    for v in node_views(G):
+        column = {i: W[i, v.rank] for i in range(3) if W[i, v.rank] > 0 or i == v.rank}
+        assert v.in_weights == pytest.approx(column)
+        assert all(w > 0 for i, w in v.in_weights.items() if i != v.rank)   # no zero edges
+        terms = [Term(i, 0, None, w) for i, w in v.in_weights.items()]
+        assert [t.weight for t in _normalise(terms)] == pytest.approx([column[i] for i in sorted(column)])
+
+
+def test_byte_order_mark_is_accepted(tmp_path):
+    for name, text in (("bom.json", json.dumps(nx.node_link_data(T.ring(3), edges="edges"))),
+                       ("bom.txt", "0 1\n1 0\n")):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        assert T.load(path).number_of_nodes() in (2, 3)
+
+
+def test_metropolis_weights_are_doubly_stochastic():
+    for G in (T.hierarchical((4, 2, 2), "a"), T.hierarchical((3, 3, 2), "b"), T.torus(3, 4)):
+        M = T.metropolis_weights(G)
+        W = T.mixing_matrix(M)
+        assert sorted(M.edges) == sorted(G.edges)
+        assert T.is_doubly_stochastic(W) and np.allclose(W, W.T)
+        deg = {v: len(T.in_neighbors(G, v)) for v in G}
+        for u, v in G.edges:
+            if u != v:
+                assert W[u, v] == pytest.approx(1 / (1 + max(deg[u], deg[v])))
+        assert dict(M.nodes(data=True)) == dict(G.nodes(data=True))
+    with pytest.raises(ValueError, match="symmetric"):
+        T.metropolis_weights(T.exponential(8))
+
+
+# ----------------------------------------------------------------------------------------------
+# analyze at scale: one pass of breadth-first searches gives what the dense functions give
+# ----------------------------------------------------------------------------------------------
+
+def _random_digraph(n, p, rng):
+    G = nx.DiGraph()
+    G.add_nodes_from(range(n))
+    G.add_edges_from((a, b) for a in range(n) for b in range(n) if a != b and rng.random() < p)
+    return T.with_default_weights(G)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_pair_summary_matches_dense_bounds(seed, monkeypatch):
+    from hopdec.topology.bounds import pair_summary
+    rng = random.Random(300 + seed)
+    n = rng.randint(1, 12)
+    G = _random_digraph(n, rng.choice([0.15, 0.3, 0.6]), rng)     # strongly connected or not
+    if seed % 3 == 0:
+        G = T.with_default_weights(nx.DiGraph(nx.Graph(G)))          # symmetric: one BFS sweep
+    monkeypatch.setattr("hopdec.topology.bounds.BLOCK_ENTRIES", rng.choice([1, 7, 10 ** 6]))
+    ig, s = rng.randint(1, 3), rng.randint(0, 2)
+    got = pair_summary(G, ig, staleness=s)
+    assert got["diameter"] == T.diameter(G)
+    for setting in ("standard", "notify-ack", "backup", "hybrid", "staleness"):
+        st = s if setting == "staleness" else None
+        assert got["bounds"][setting] == T.max_gap_bound(G, setting, staleness=st), setting
+        if setting != "notify-ack":
+            assert got["bounds"][setting + "+tokens"] == T.max_gap_bound(G, setting, max_ig=ig,
+                                                                         staleness=st), setting
+    assert got["update_queue_no_tokens"] == max(T.update_queue_capacity_no_tokens(G).values())
+    assert got["token_queue"] == T.token_queue_capacity(G, ig).max() or \
+        math.isinf(got["token_queue"])
+
+
+@pytest.mark.parametrize("make", [lambda: T.ring(16), lambda: T.ring_based(12), lambda: T.torus(4, 5),
+                                  lambda: T.hierarchical((4, 2, 2), "a"), lambda: T.exponential(16),
+                                  lambda: T.metropolis_weights(T.hierarchical((5, 3, 3), "b")),
+                                  lambda: T.metropolis_weights(nx.DiGraph(nx.complete_bipartite_graph(3, 3)))],
+                         ids=["ring", "ring-based", "torus", "hier-a", "exponential", "metropolis",
+                              "bipartite"])   # bipartite: the second modulus is the smallest eigenvalue
+def test_sparse_eigensolvers_agree_with_dense(make, monkeypatch):
+    G = make()
+    dense = (T.spectral_gap(G), T.normalized_laplacian_gap(G))
+    monkeypatch.setattr("hopdec.topology.spectral.DENSE_MAX_N", 4)
+    sparse = (T.spectral_gap(G), T.normalized_laplacian_gap(G))
+    assert sparse == pytest.approx(dense, abs=1e-9)
+
+
+def test_sparse_spectral_gap_of_a_large_ring():
+    # 2000 nodes: the gap is 1.6e-6, where plain Arnoldi iteration does not converge
+    n = 2000
+    expected = 1 - (1 + 2 * math.cos(2 * math.pi / n)) / 3
+    assert T.spectral_gap(T.ring(n)) == pytest.approx(expected, rel=1e-4)
+    assert T.normalized_laplacian_gap(T.ring(n)) == pytest.approx(1 - math.cos(2 * math.pi / n), rel=1e-4)

@@ -191,9 +191,25 @@ def test_svm_on_a_libsvm_file_and_vgg11_on_cifar_batches(mpirun, tmp_path):
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         with open(cifar / name, "wb") as f:
             pickle.dump({b"data": rng.integers(0, 256, (8, 3072), dtype=np.uint8),
-                         b"labels": list(rng.integers(0, 10, 8))}, f)
+                         b"labels": [int(v) for v in rng.integers(0, 10, 8)]}, f)
     out = mpirun(2, COMMON + ["--dataset", "cifar10", "--data-dir", tmp_path, "--iterations", 2,
                               "--batch-size", 4, "--log-dir", tmp_path / "vgg"])
     assert out.returncode == 0, out.stdout + out.stderr
     header = __import__("json").loads(open(tmp_path / "vgg" / "rank0.jsonl").readline())["run"]
     assert header["model"] == "vgg11" and header["params"] > 9_000_000
+
+
+def test_one_weight_rule_under_mpirun(mpirun, tmp_path):
+    """train reads weights as analyze does: the same notes, once; a graph that cannot mix is refused."""
+    renorm = tmp_path / "renorm.txt"          # columns sum to 4, 3, 2; edge 2->1 has weight 0
+    renorm.write_text("0 1 2\n1 0 2\n0 0 2\n1 1 1\n1 2 1\n2 1 0\n2 0 1\n0 2 1\n2 2 0\n")
+    out = mpirun(3, COMMON + ["--topology", renorm, "--iterations", 5], timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    warnings = [ln for ln in out.stderr.splitlines() if ln.startswith("hopdec train: warning:")]
+    assert len(warnings) == 2, out.stderr
+    assert "do not sum to 1" in warnings[1] and "1 edge(s) of weight 0" in warnings[0]
+    allzero = tmp_path / "allzero.txt"        # weight 0 is no edge: nobody averages with anybody
+    allzero.write_text("0 1 0\n1 0 0\n0 0 1\n1 1 1\n")
+    out = mpirun(2, COMMON + ["--topology", allzero, "--iterations", 5], timeout=120)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "node 0 hears from no other worker" in out.stderr

@@ -1,6 +1,6 @@
 """``hopdec topo``: generate, analyze and compare communication graphs.
 
-    hopdec topo generate KIND -n N [--machines 4,2,2] -o FILE
+    hopdec topo generate KIND -n N [--machines 4,2,2] [--weights hop|metropolis] -o FILE
     hopdec topo analyze FILE [--max-ig K] [--staleness S] [--json] [--plot OUT.png]
     hopdec topo compare A B ... [--max-ig K] [--json]
 
@@ -15,6 +15,9 @@ import sys
 from hopdec import topology as T
 from hopdec.errors import ConfigError
 from hopdec.topology.analysis import DEFAULT_MAX_IG, _num, summarize
+
+PLOT_MAX_N = 1000
+"""Largest graph ``--plot`` draws (it needs every eigenvalue, and a drawing of more is unreadable)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +69,10 @@ def build_parser():
     g.add_argument("--machines", type=_sizes, metavar="SIZES",
                    help="workers per machine, e.g. 4,2,2 (hierarchical kinds only; default for "
                         "n: n/2, n/4, n/4)")
+    g.add_argument("--weights", choices=["hop", "metropolis"], default="hop",
+                   help="hop: Hop eq. (1), W_ij = 1/|N_in(j)| with the self-loop counted "
+                        "(column-stochastic); metropolis: Metropolis-Hastings, W_ij = "
+                        "1/(1+max(deg i, deg j)), doubly stochastic (symmetric graphs only)")
     g.add_argument("-o", "--output", required=True, metavar="FILE")
 
     a = sub.add_parser("analyze", help="report a graph's properties and Hop Table 1 bounds")
@@ -76,7 +83,8 @@ def build_parser():
     a.add_argument("--staleness", type=_nonneg_int, metavar="S",
                    help="bounded staleness s: adds the (s+1)*len rows")
     a.add_argument("--json", action="store_true", help="print one JSON object")
-    a.add_argument("--plot", metavar="OUT.png", help="draw the graph and W's eigenvalue moduli")
+    a.add_argument("--plot", metavar="OUT.png", help="draw the graph and W's eigenvalue moduli "
+                   f"(graphs of up to {PLOT_MAX_N} nodes)")
 
     c = sub.add_parser("compare", help="key figures of several graphs side by side")
     c.add_argument("files", nargs="+")
@@ -102,8 +110,11 @@ def _generate(args):
         raise ConfigError(f"generate: -n is required for kind {args.kind}")
     try:
         G = T.GENERATORS[args.kind](args.n, machines=args.machines)
+        if args.weights == "metropolis":
+            G = T.metropolis_weights(G)
     except ValueError as err:
-        raise ConfigError(f"generate {args.kind}: {err}") from None
+        raise ConfigError(f"generate {args.kind}" + (" --weights metropolis" if args.weights ==
+                          "metropolis" else "") + f": {err}") from None
     try:
         T.save(G, args.output)
     except OSError as err:
@@ -111,7 +122,8 @@ def _generate(args):
                           f"{err.strerror or err}") from None
     n = G.number_of_nodes()
     m = sum(1 for u, v in G.edges if u != v)
-    print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted)")
+    print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted), "
+          f"{'Metropolis-Hastings' if args.weights == 'metropolis' else 'Hop eq. (1)'} weights")
     return 0
 
 
@@ -127,15 +139,28 @@ def _fmt(x):
     return str(x)
 
 
-def _warn_not_doubly(s):
-    if s["column_stochastic"] and not s["doubly_stochastic"]:
-        print(f"hopdec topo: warning: {s['file']}: W is column- but not doubly-stochastic "
-              f"(Hop and D-PSGD want doubly stochastic W for convergence to the average)",
-              file=sys.stderr)
-    elif not s["column_stochastic"]:
-        print(f"hopdec topo: warning: {s['file']}: W is not column-stochastic (in-weights do "
-              f"not sum to 1): averaging will change the scale of the parameters",
-              file=sys.stderr)
+def _warnings(s):
+    """One stderr line per thing to know about the file's weights (the same notes train prints)."""
+    lines = [f"hopdec topo: warning: {note}" for note in s["weight_notes"]]
+    if not s["strongly_connected"]:
+        lines.append(f"hopdec topo: warning: {s['file']}: not strongly connected "
+                     f"({len(s['components'])} components over edges of positive weight): "
+                     f"hopdec train refuses it")
+    elif not s["doubly_stochastic"]:
+        lines.append(f"hopdec topo: warning: {s['file']}: W is column- but not doubly-stochastic: "
+                     f"workers agree on a weighted average, not the plain mean (Hop and D-PSGD want "
+                     f"doubly stochastic W; hopdec topo generate --weights metropolis gives it)")
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def _components(comps, shown=5, members=6):
+    """``{0}, {1, 2}, {3, 4, 5, ... (40 nodes)}`` for the first few components."""
+    def one(c):
+        head = ", ".join(map(str, c[:members]))
+        return "{" + (head if len(c) <= members else f"{head}, ... ({len(c)} nodes)") + "}"
+    more = f", ... ({len(comps)} components)" if len(comps) > shown else ""
+    return ", ".join(one(c) for c in comps[:shown]) + more
 
 
 def _row(label, value, note):
@@ -143,16 +168,21 @@ def _row(label, value, note):
 
 
 def _analyze(args):
-    G = T.load(args.file)
+    G = T.load(args.file, connected=False)
+    if args.plot and G.number_of_nodes() > PLOT_MAX_N:
+        raise ConfigError(f"analyze --plot: draws graphs of up to {PLOT_MAX_N} nodes, "
+                          f"{args.file} has {G.number_of_nodes()}")
     s = summarize(G, args.max_ig, args.staleness)
-    _warn_not_doubly(s)
+    _warnings(s)
     if args.plot:
         plot(G, args.plot)
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
     k, st = args.max_ig, args.staleness
-    b = s["gap_bounds"]
+    b = s["gap_bounds"] or {}
+    sc = "yes" if s["strongly_connected"] else f"no: {_components(s['components'])}"
+    mh = s["metropolis_spectral_gap"]
     lines = [
         f"{args.file}",
         f"  nodes                 {s['nodes']}",
@@ -165,39 +195,47 @@ def _analyze(args):
         lines.append("  machines              " + ", ".join(f"{m}: {c} workers"
                                                           for m, c in s["machines"].items()))
     lines += [
-        f"  strongly connected    {_fmt(s['strongly_connected'])}",
-        f"  column-stochastic     {_fmt(s['column_stochastic'])}",
+        f"  strongly connected    {sc}",
+        f"  column-stochastic     {_fmt(s['column_stochastic'])}"
+        + ("   (in-weights renormalised, see the warning)" if any(
+            "do not sum to 1" in x for x in s["weight_notes"]) else ""),
         f"  doubly-stochastic     {_fmt(s['doubly_stochastic'])}",
         f"  spectral gap          {_fmt(s['spectral_gap'])}   (|l1|-|l2| of W, Hop footnote 2)",
         f"  norm. Laplacian gap   {_fmt(s['normalized_laplacian_gap'])}   (1-l2 without "
         f"self-loops; the measure behind Hop Fig. 21's numbers)",
-        f"  diameter              {s['diameter']}",
+        f"  Metropolis gap        {_fmt(mh)}   " + (
+            "(spectral gap with doubly stochastic Metropolis-Hastings weights, "
+            "hopdec topo generate --weights metropolis)" if mh is not None else
+            "(Metropolis-Hastings weights need a symmetric graph)"),
+        f"  diameter              {_fmt(s['diameter'])}",
         "",
         f"Hop Table 1: max over pairs of the bound on Iter(i)-Iter(j)  (max_ig={k}"
         + (f", s={st}" if st is not None else "") + ")",
-        _row("standard (update queues)", b["standard"], "len(Path j->i)"),
-        _row("standard + token queues", b["standard+tokens"], f"min(len j->i, {k}*len i->j)"),
+        _row("standard (update queues)", b.get("standard"), "len(Path j->i)"),
+        _row("standard + token queues", b.get("standard+tokens"), f"min(len j->i, {k}*len i->j)"),
     ]
     if st is not None:
         lines += [
-            _row(f"bounded staleness s={st}", b["staleness"], f"({st}+1)*len j->i"),
-            _row("staleness + token queues", b["staleness+tokens"],
+            _row(f"bounded staleness s={st}", b.get("staleness"), f"({st}+1)*len j->i"),
+            _row("staleness + token queues", b.get("staleness+tokens"),
                  f"min(({st}+1)*len j->i, {k}*len i->j)"),
         ]
     lines += [
-        _row("backup / hybrid", b["backup"], "unbounded without token queues"),
-        _row("backup / hybrid + token queues", b["backup+tokens"],
+        _row("backup / hybrid", b.get("backup"), "unbounded without token queues"),
+        _row("backup / hybrid + token queues", b.get("backup+tokens"),
              f"{k}*len i->j (iteration skipping keeps it)"),
-        _row("notify-ack", b["notify-ack"], "min(len j->i, 2*len i->j)"),
+        _row("notify-ack", b.get("notify-ack"), "min(len j->i, 2*len i->j)"),
         "",
         f"Queues (max_ig={k})",
         f"  largest update queue  {s['update_queue_capacity']}   (1+max_ig)*|N_in(i)|, self-loop "
         f"counted as in Hop ({s['update_queue_capacity_remote']} from other workers; "
-        f"without token queues: {s['update_queue_capacity_no_tokens']}, "
+        f"without token queues: {_fmt(s['update_queue_capacity_no_tokens'])}, "
         f"sum of len(Path i->j)+1 over in-neighbours j; notify-ack: "
         f"{s['update_queue_capacity_notify_ack']}, one per in-neighbour)",
-        f"  largest token queue   {s['token_queue_capacity']}   max_ig*(len Path i->j + 1)",
+        f"  largest token queue   {_fmt(s['token_queue_capacity'])}   max_ig*(len Path i->j + 1)",
     ]
+    if s["skipped"]:
+        lines += ["", f"skipped: {s['skipped']}"]
     n = s["nodes"]
     if n <= 8:
         for name, B in (("standard", T.gap_bounds(G)),
@@ -214,8 +252,8 @@ def _analyze(args):
 def _compare(args):
     rows = []
     for f in args.files:
-        s = summarize(T.load(f), args.max_ig)
-        _warn_not_doubly(s)
+        s = summarize(T.load(f, connected=False), args.max_ig)
+        _warnings(s)
         rows.append(s)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -226,8 +264,8 @@ def _compare(args):
             ("standard", "max gap"), ("standard+tokens", f"tokens(ig={args.max_ig})")]
     table = [[h for _, h in cols]]
     for s in rows:
-        table.append([_fmt(s["gap_bounds"][k] if k in s["gap_bounds"] else s[k])
-                      for k, _ in cols])
+        table.append([_fmt((s["gap_bounds"] or {}).get(k) if k in ("standard", "standard+tokens")
+                           else s[k]) for k, _ in cols])
     widths = [max(len(r[c]) for r in table) for c in range(len(cols))]
     for r in table:
         print("  ".join(x.ljust(w) if c == 0 else x.rjust(w)

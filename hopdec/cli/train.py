@@ -132,19 +132,11 @@ def setup(args, comm):
     """
     from hopdec.runtime.heterogeneity import Emulator
 
+    from hopdec.cli.options import check_numbers
+    check_numbers(args)                             # every number finite and in range, first
     size = comm.Get_size()
-    if args.iterations is not None and args.epochs is not None:
-        raise ConfigError("--iterations and --epochs: give one, not both")
-    if args.iterations is not None and args.iterations < 1:
-        raise ConfigError(f"--iterations {args.iterations}: must be >= 1")
-    if args.epochs is not None and args.epochs <= 0:
-        raise ConfigError(f"--epochs {args.epochs}: must be > 0")
     if args.save_models and not args.log_dir:
         raise ConfigError("--save-models needs --log-dir")
-    if args.lr is not None and args.lr <= 0:
-        raise ConfigError(f"--lr {args.lr}: must be > 0")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ConfigError(f"--batch-size {args.batch_size}: must be >= 1")
     n_workers = size - 1 if args.mode == "ps" else size
     policy = None
     if args.mode == "ps":
@@ -156,6 +148,9 @@ def setup(args, comm):
     if args.mode == "decentralized":
         from hopdec.runtime.decentralized import prepare
         graph = resolve_topology(args.topology, size)
+        if comm.Get_rank() == 0:                    # the same notes as hopdec topo analyze prints
+            for note in graph.graph.get("notes", []):
+                print(f"hopdec train: warning: {note}", file=sys.stderr, flush=True)
         n = graph.number_of_nodes()
         if n != size:
             raise ConfigError(f"{args.topology or 'default topology'}: has {n} workers but the run has "
@@ -195,6 +190,10 @@ def setup(args, comm):
                      progress=not args.no_progress)
     if graph is not None:
         cfg, views = prepare(args, graph, iterations)
+        from hopdec.cli.options import check_buffers
+        from hopdec.ml.models import parameter_count
+        check_buffers(cfg, views, parameter_count(model, dataset.input_shape, dataset.num_classes,
+                                                  getattr(args, "norm", "batch")), local_size)
         ctx.extra.update(graph=graph, cfg=cfg, views=views)
     else:
         ctx.extra["ps_policy"] = policy

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from hopdec.errors import ConfigError
+from hopdec.limits import check_alloc
+from hopdec.ml.safe_pickle import RefusedPickle, load_batch
 
 DATASETS = ("digits", "cifar10", "libsvm")
 SCHEMES = ("iid", "noniid")
@@ -112,16 +114,27 @@ def _cifar_dir(data_dir: Optional[str]) -> str:
 
 
 def _read_cifar_batch(path: str):
-    """One pickle batch -> (N,3,32,32) uint8 array, int64 labels."""
+    """One pickle batch -> (N,3,32,32) uint8 array, int64 labels.
+
+    Read with :mod:`hopdec.ml.safe_pickle`, which admits only what a real batch holds: a file that
+    names any other global (``os.system``, a module that does not exist) is refused, never run.
+    """
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: missing CIFAR-10 batch file")
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
+            d = load_batch(f)
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a dict, got {type(d).__name__}")
+        d = {k.encode() if isinstance(k, str) else k: v for k, v in d.items()}
         data = np.asarray(d[b"data"], dtype=np.uint8)
         labels = np.asarray(d[b"labels"], dtype=np.int64)
-    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ConfigError(f"{path}: not a CIFAR-10 python batch ({type(err).__name__}: {err})") from None
+    except RefusedPickle as err:
+        raise ConfigError(f"{path}: refused: {err}") from None
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError,
+            IndexError, OverflowError, RecursionError, MemoryError) as err:
+        raise ConfigError(f"{path}: not a CIFAR-10 python batch ({type(err).__name__}: "
+                          f"{str(err)[:200]})") from None
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise ConfigError(f"{path}: expected N x 3072 data and N labels, got data {data.shape} "
                           f"and {len(labels)} labels")
@@ -148,12 +161,15 @@ def _load_cifar10(data_dir: Optional[str]) -> Dataset:
 
 
 def _read_svmlight(path: str):
-    """A LIBSVM file -> dense float32 features, {0,1} labels (dense: use e.g. unigram webspam)."""
+    """A LIBSVM file -> sparse float32 features (CSR), {0,1} labels. :func:`_dense` makes them dense."""
     from sklearn.datasets import load_svmlight_file
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: LIBSVM file not found")
     try:
         x, y = load_svmlight_file(path, dtype=np.float32)
+    except OverflowError:
+        raise ConfigError(f"{path}: a feature index too large to read (LIBSVM indices are 32-bit)") \
+            from None
     except (ValueError, UnicodeDecodeError, OSError) as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ConfigError(f"{path}: not a readable LIBSVM file ({msg})") from None
@@ -167,7 +183,23 @@ def _read_svmlight(path: str):
     else:
         raise ConfigError(f"{path}: labels must be binary (+1/-1 or 0/1), found "
                           f"{', '.join(f'{v:g}' for v in labels[:5])}")
-    return np.asarray(x.todense(), dtype=np.float32), y01
+    return x, y01
+
+
+def _dense(parts, width, copies, names):
+    """The sparse matrices ``parts`` as dense float32 arrays ``width`` columns wide, after checking
+    that ``copies`` times their dense size fits in memory: LIBSVM files list only the features they
+    use, so a 110-byte file with feature index 2e9 would ask for 75 GiB."""
+    rows = sum(p.shape[0] for p in parts)
+    check_alloc(copies * rows * width * 4,
+                f"{' and '.join(names)}: {rows} samples x {width} features (the largest feature "
+                f"index) as dense float32" + (f", {copies} copies" if copies > 1 else ""))
+    out = []
+    for p in parts:
+        p = p.tocsr()
+        p.resize((p.shape[0], width))
+        out.append(np.asarray(p.toarray(), dtype=np.float32))
+    return out
 
 
 def _load_libsvm(path: Optional[str], test_path: Optional[str], seed: int) -> Dataset:
@@ -175,14 +207,13 @@ def _load_libsvm(path: Optional[str], test_path: Optional[str], seed: int) -> Da
     if not path:
         raise ConfigError("--data-path is required for the libsvm dataset (a LIBSVM-format file)")
     if test_path:
-        x, y = _read_svmlight(path)
-        tx, ty = _read_svmlight(test_path)
-        # LIBSVM files only list the features they use: pad the narrower one with zero columns.
-        d = max(x.shape[1], tx.shape[1])
-        x = np.pad(x, ((0, 0), (0, d - x.shape[1])))
-        tx = np.pad(tx, ((0, 0), (0, d - tx.shape[1])))
+        sx, y = _read_svmlight(path)
+        stx, ty = _read_svmlight(test_path)
+        # LIBSVM files only list the features they use: the narrower one gets zero columns.
+        x, tx = _dense([sx, stx], max(sx.shape[1], stx.shape[1]), 1, [path, test_path])
     else:
-        xa, ya = _read_svmlight(path)
+        sx, ya = _read_svmlight(path)
+        (xa,) = _dense([sx], sx.shape[1], 2, [path])        # the split below copies it once
         rng = np.random.default_rng(seed)
         perm = rng.permutation(len(ya))
         n_test = max(1, int(round(0.2 * len(ya)))) if len(ya) > 1 else 0

@@ -159,6 +159,13 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
     raise ConfigError(f"--model {name!r}: unknown model (expected one of {', '.join(MODELS)})")
 
 
+def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, norm: str = "batch") -> int:
+    """Trainable parameters of ``build_model(...)``, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = build_model(name, input_shape, num_classes, norm=norm)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 class _BinaryLogLoss(nn.Module):
     """Log loss on one logit per sample: BCE-with-logits with the int labels cast to float."""
 

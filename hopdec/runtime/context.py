@@ -9,18 +9,31 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hopdec.errors import ConfigError
 from hopdec.ml.data import partition
 from hopdec.ml.trainer import LocalTrainer
 from hopdec.runtime.heterogeneity import Emulator
 
 
 def pick_device(spec, local_rank):
-    """``auto``: ``cuda:(local rank mod device count)`` when CUDA is there, else CPU."""
+    """``auto``: ``cuda:(local rank mod device count)`` when CUDA is there, else CPU; ``cpu``, ``cuda``
+    and ``cuda:N`` must exist on this host (ConfigError naming ``--device`` otherwise)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if spec == "auto":
-        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-            return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
-        return torch.device("cpu")
-    return torch.device(spec)
+        return torch.device(f"cuda:{local_rank % gpus}") if gpus else torch.device("cpu")
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {spec!r}: expected auto, cpu, cuda or cuda:N")
+    if device.type == "cuda" and not gpus:
+        raise ConfigError(f"--device {spec}: no CUDA device here (torch {torch.__version__}, "
+                          f"{'built without CUDA' if torch.version.cuda is None else 'no GPU visible'}); "
+                          f"use --device cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= gpus:
+        raise ConfigError(f"--device {spec}: this host has {gpus} CUDA device(s), 0..{gpus - 1}")
+    return device
 
 
 def local_rank_and_size():

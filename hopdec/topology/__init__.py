@@ -25,8 +25,10 @@ from hopdec.topology.bounds import (diameter, gap_bounds, max_gap_bound, path_le
 from hopdec.topology.generators import (GENERATORS, HIERARCHICAL_VARIANTS, complete,  # noqa: F401
                                         default_machine_sizes, default_topology, double_ring,
                                         exponential, hierarchical, ring, ring_based, torus)
-from hopdec.topology.graph_io import in_neighbors, load, out_neighbors, save, validate  # noqa: F401
+from hopdec.topology.graph_io import (check_strongly_connected, effective_graph,  # noqa: F401
+                                      in_neighbors, load, out_neighbors, save, validate)
 from hopdec.topology.spectral import (eigenvalue_moduli, normalized_laplacian_gap,  # noqa: F401
                                       spectral_gap)
-from hopdec.topology.weights import (TOL, is_column_stochastic, is_doubly_stochastic,  # noqa: F401
-                                     mixing_matrix, with_default_weights)
+from hopdec.topology.weights import (TOL, effective_weights, is_column_stochastic,  # noqa: F401
+                                     is_doubly_stochastic, metropolis_weights, mixing_matrix,
+                                     sparse_mixing_matrix, with_default_weights)

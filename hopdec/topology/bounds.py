@@ -1,6 +1,8 @@
 """Hop Table 1: bounds on the iteration gap Iter(i) - Iter(j) and the queue sizes they imply (sec. 3-4).
 
-Path lengths come from the graph's pattern (self-loops ignored, weights not looked at).
+Path lengths come from the graph's pattern (self-loops ignored, weights not looked at). The functions
+below return dense n x n arrays; :func:`pair_summary` computes every figure ``hopdec topo analyze``
+needs in one pass over blocks of breadth-first searches, in O(n) memory per block, for large graphs.
 
 >>> from hopdec.topology.generators import ring
 >>> diameter(ring(8)), max_gap_bound(ring(8)), max_gap_bound(ring(8), "backup", max_ig=1)
@@ -14,6 +16,9 @@ import numpy as np
 
 from hopdec.topology.graph_io import in_neighbors
 
+BLOCK_ENTRIES = 2 ** 22
+"""Distances held at once by :func:`pair_summary` (rows x n; 32 MiB of float64)."""
+
 _SETTINGS = ("standard", "notify-ack", "staleness", "backup", "hybrid")
 
 
@@ -25,12 +30,93 @@ def path_lengths(G):
     >>> path_lengths(ring(4))[0].tolist()
     [0.0, 1.0, 2.0, 1.0]
     """
+    A = _csr_pattern(G)
+    return np.array([_bfs_distances(A, s) for s in range(A.shape[0])]).reshape(A.shape)
+
+
+def _csr_pattern(G):
+    """The graph's 0/1 adjacency as a scipy CSR matrix, self-loops left out."""
+    import scipy.sparse as sp
     n = G.number_of_nodes()
-    D = np.full((n, n), np.inf)
-    for a, dist in nx.all_pairs_shortest_path_length(G):
-        for b, d in dist.items():
-            D[int(a), int(b)] = d
-    return D
+    pairs = np.array([(int(u), int(v)) for u, v in G.edges() if u != v], dtype=np.int64).reshape(-1, 2)
+    return sp.csr_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+
+
+def _bfs_distances(A, source):
+    """Hop distances from ``source`` over CSR pattern ``A`` (``inf``: unreachable).
+
+    One breadth-first search in C (scipy), then the depth of every node in the BFS tree by pointer
+    jumping: O(n log depth) numpy work instead of a Python loop over nodes.
+    """
+    from scipy.sparse import csgraph
+    _, pred = csgraph.breadth_first_order(A, source, directed=True, return_predecessors=True)
+    reached = pred >= 0
+    reached[source] = True
+    up = np.where(reached, pred, source)
+    up[source] = source
+    depth = np.where(reached, 1.0, 0.0)
+    depth[source] = 0.0
+    while True:
+        nxt = up[up]
+        if np.array_equal(nxt, up):
+            break
+        depth += depth[up]
+        up = nxt
+    depth[~reached] = np.inf
+    return depth
+
+
+def pair_summary(G, max_ig, staleness=None):
+    """Every all-pairs figure of ``hopdec topo analyze``, from one pass of breadth-first searches.
+
+    Returns a dict: ``diameter``; ``bounds`` (the largest Table 1 bound per setting, as
+    :func:`max_gap_bound` gives them: ``standard``, ``standard+tokens``, ``staleness`` and
+    ``staleness+tokens`` when ``staleness`` is given, ``backup``, ``backup+tokens``, ``hybrid``,
+    ``hybrid+tokens``, ``notify-ack``); ``update_queue_no_tokens`` and ``token_queue`` (the largest
+    :func:`update_queue_capacity_no_tokens` and :func:`token_queue_capacity`). Distances are
+    computed block by block (``L[i, :]`` forward, ``L[:, i]`` on the reversed graph unless the
+    graph is symmetric), so memory stays O(n) per block and each distance is computed once.
+
+    >>> pair_summary(ring(8), 2)["bounds"]["standard+tokens"], pair_summary(ring(8), 2)["diameter"]
+    (4.0, 4.0)
+    """
+    A = _csr_pattern(G)
+    n = A.shape[0]
+    back_graph = A.T.tocsr()
+    symmetric = (A != back_graph).nnz == 0
+    ig = float(max_ig)
+    s1 = None if staleness is None else float(staleness) + 1
+    best = dict.fromkeys(["diameter", "standard+tokens", "notify-ack", "staleness+tokens",
+                          "update_queue_no_tokens", "token_queue"], 0.0)
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    for start in range(0, n, step):
+        rows = range(start, min(n, start + step))
+        fwd = np.array([_bfs_distances(A, i) for i in rows])           # fwd[r, j] = L[i, j]
+        back = fwd if symmetric else np.array([_bfs_distances(back_graph, i) for i in rows])
+        best["diameter"] = max(best["diameter"], fwd.max())
+        best["standard+tokens"] = max(best["standard+tokens"], np.minimum(back, ig * fwd).max())
+        best["notify-ack"] = max(best["notify-ack"], np.minimum(back, 2 * fwd).max())
+        if s1 is not None:
+            best["staleness+tokens"] = max(best["staleness+tokens"],
+                                           np.minimum(s1 * back, ig * fwd).max())
+        for r, i in enumerate(rows):
+            senders = back_graph.indices[back_graph.indptr[i]:back_graph.indptr[i + 1]]  # N_in(i)
+            ahead = fwd[r, senders]                                   # len Path i->j
+            best["update_queue_no_tokens"] = max(best["update_queue_no_tokens"],
+                                                 float((ahead + 1).sum()) + 1)
+            if len(senders):
+                best["token_queue"] = max(best["token_queue"], ig * (ahead.max() + 1))
+    d = best["diameter"]
+    unbounded = math.inf if n > 1 else 0.0
+    bounds = {"standard": d, "standard+tokens": best["standard+tokens"]}
+    if s1 is not None:
+        bounds["staleness"] = s1 * d
+        bounds["staleness+tokens"] = best["staleness+tokens"]
+    bounds.update({"backup": unbounded, "backup+tokens": ig * d, "hybrid": unbounded,
+                   "hybrid+tokens": ig * d, "notify-ack": best["notify-ack"]})
+    return {"diameter": float(d), "bounds": {k: float(v) for k, v in bounds.items()},
+            "update_queue_no_tokens": float(best["update_queue_no_tokens"]),
+            "token_queue": float(best["token_queue"])}
 
 
 def diameter(G):
@@ -131,7 +217,8 @@ def token_queue_capacity(G, max_ig):
     L = path_lengths(G)
     has_queue = (_pattern(G).T > 0)  # [i, j] true iff edge j -> i
     np.fill_diagonal(has_queue, False)
-    return np.where(has_queue, int(max_ig) * (L + 1), 0).astype(int)
+    C = np.where(has_queue, int(max_ig) * (L + 1), 0)
+    return C.astype(int) if np.isfinite(C).all() else C    # inf: no path back (not strongly connected)
 
 
 def update_queue_capacity_no_tokens(G, count_self=True):
@@ -147,7 +234,8 @@ def update_queue_capacity_no_tokens(G, count_self=True):
     out = {}
     for i in G.nodes:
         senders = in_neighbors(G, i) + ([i] if count_self else [])
-        out[int(i)] = int(sum(L[i, j] + 1 for j in senders))
+        total = sum(L[i, j] + 1 for j in senders)
+        out[int(i)] = int(total) if math.isfinite(total) else math.inf
     return out
 
 

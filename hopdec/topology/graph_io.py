@@ -5,24 +5,42 @@ A topology is a plain :class:`networkx.DiGraph`: node ``i`` is MPI rank ``i`` (i
 edge attribute ``weight`` is ``W[i, j]``, the share of ``i``'s parameters in ``j``'s average.
 Every node has a self-loop (Hop sec. 3.1: the local update is always available). Optional node
 attributes: ``machine`` (host name, e.g. ``"m0"``) and ``backup_workers`` (int).
+
+Files are read defensively: only regular files up to :data:`MAX_FILE_BYTES` (a FIFO or ``/dev/zero``
+would block or never end), a UTF-8 byte-order mark is accepted, and JSON nested too deeply or holding
+numbers too long for Python is an error like any other.
 """
 
 import json
 import math
+import os
+import stat
 
 import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
-from hopdec.topology.weights import with_default_weights
+from hopdec.topology.weights import effective_weights, with_default_weights
+
+MAX_FILE_BYTES = 128 * 2 ** 20
+"""Largest topology file read (128 MiB: node-link JSON of a million edges is about 50 MiB)."""
 
 
-def validate(G, source="<graph>"):
+def _short(x, width=24):
+    """``repr(x)`` cut to ``width`` characters, so a hostile id or weight cannot flood the error line."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and abs(int(x)) >= 10 ** width:
+        return f"<an integer of {int(abs(int(x)).bit_length() * 0.30103) + 1} digits>"
+    r = repr(x)
+    return r if len(r) <= width else r[:width - 3] + "..."
+
+
+def validate(G, source="<graph>", connected=True):
     """Check ``G`` is a usable topology and return it; else raise ``TopologyError("source: ...")``.
 
     Checks: node ids exactly ``0..n-1``, every edge weighted with a finite non-negative float,
-    every node's in-weights sum to more than zero, and strong connectivity (Hop needs a
-    connected graph: every worker must eventually hear from every other one).
+    every node's in-weights sum to more than zero, and, with ``connected``, strong connectivity
+    over the edges of positive weight (Hop needs it: every worker must eventually hear from every
+    other one). ``hopdec topo analyze`` passes ``connected=False`` to report on any graph.
     """
     def fail(problem):
         raise TopologyError(f"{source}: {problem}")
@@ -35,73 +53,86 @@ def validate(G, source="<graph>"):
     ids = list(G.nodes)
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in ids):
         bad = next(v for v in ids if not isinstance(v, (int, np.integer)) or isinstance(v, bool))
-        fail(f"node id {bad!r} is not an integer; node ids must be the ranks 0..{n - 1}")
+        fail(f"node id {_short(bad)} is not an integer; node ids must be the ranks 0..{n - 1}")
     if sorted(int(v) for v in ids) != list(range(n)):
         missing = sorted(set(range(n)) - {int(v) for v in ids})
         extra = sorted(int(v) for v in ids if not 0 <= int(v) < n)
         fail(f"node ids must be exactly 0..{n - 1} (one per rank); "
-             f"missing {missing[:5]}, out of range {extra[:5]}")
+             f"missing {missing[:5]}, out of range [{', '.join(_short(x) for x in extra[:5])}]")
     insum = dict.fromkeys(range(n), 0.0)
     for u, v, w in G.edges(data="weight"):
         if w is None:
             fail(f"edge {u}->{v} has no weight (use with_default_weights for Hop eq. (1) weights)")
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-            fail(f"edge {u}->{v} has a weight that is not a number: {w!r}")
-        if not math.isfinite(w):
+            fail(f"edge {u}->{v} has a weight that is not a number: {_short(w)}")
+        try:
+            wf = float(w)
+        except OverflowError:
+            fail(f"edge {u}->{v} has a weight too large for a float: {_short(w)}")
+        if not math.isfinite(wf):
             fail(f"edge {u}->{v} has a non-finite weight {w}")
-        if w < 0:
+        if wf < 0:
             fail(f"edge {u}->{v} has a negative weight {w}")
-        insum[int(v)] += float(w)
+        insum[int(v)] += wf
     for v in range(n):
         if insum[v] <= 0:
             fail(f"node {v} has in-weights summing to zero (it would average nothing)")
     for v, attrs in G.nodes(data=True):
         if "machine" in attrs and not isinstance(attrs["machine"], str):
             fail(f"node {v}: attribute 'machine' must be a host name string, "
-                 f"got {attrs['machine']!r}")
+                 f"got {_short(attrs['machine'])}")
         if "backup_workers" in attrs:
             b = attrs["backup_workers"]
             if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
                 fail(f"node {v}: attribute 'backup_workers' must be a non-negative integer, "
-                     f"got {b!r}")
-    if not nx.is_strongly_connected(G):
-        root = min(G.nodes)
-        down = nx.descendants(G, root) | {root}
-        if len(down) < n:
-            a, b = root, min(v for v in G.nodes if v not in down)
-        else:
-            a, b = min(v for v in G.nodes if root not in nx.descendants(G, v) and v != root), root
-        fail(f"the graph is not strongly connected: no directed path from node {a} to node {b} "
-             f"(every worker must eventually hear from every other)")
+                     f"got {_short(b)}")
+    if connected:
+        check_strongly_connected(G, source)
     return G
 
 
+def check_strongly_connected(G, source="<graph>"):
+    """TopologyError unless every node reaches every other over edges of positive weight.
 
-def load(path):
-    """Read a topology file and return a validated, weighted DiGraph.
+    The message names a node that hears from (or sends to) no other worker, else a missing path.
+    """
+    P = nx.DiGraph()
+    P.add_nodes_from(G.nodes)
+    P.add_edges_from((u, v) for u, v, w in G.edges(data="weight") if u != v and (w is None or w > 0))
+    if P.number_of_nodes() <= 1 or nx.is_strongly_connected(P):
+        return G
+    for v in sorted(P.nodes):
+        if P.in_degree(v) == 0:
+            raise TopologyError(f"{source}: the graph is not strongly connected: node {v} hears from no "
+                                f"other worker (no in-edge of positive weight), so it would only "
+                                f"average itself")
+        if P.out_degree(v) == 0:
+            raise TopologyError(f"{source}: the graph is not strongly connected: node {v} sends to no "
+                                f"other worker (no out-edge of positive weight)")
+    root = min(P.nodes)
+    down = nx.descendants(P, root) | {root}
+    if len(down) < len(P):
+        a, b = root, min(v for v in P.nodes if v not in down)
+    else:
+        a, b = min(v for v in P.nodes if root not in nx.descendants(P, v) and v != root), root
+    raise TopologyError(f"{source}: the graph is not strongly connected: no directed path from node "
+                        f"{a} to node {b} (every worker must eventually hear from every other)")
+
+
+def load(path, connected=True):
+    """Read a topology file and return a validated, weighted DiGraph: the graph training uses.
 
     Two formats, chosen by content (a ``.json`` file or one starting with ``{`` is JSON):
     networkx node-link JSON as ``nx.node_link_data`` writes it (``"edges"`` or older ``"links"``
     key; undirected graphs become both directions), or an edge list with one ``src dst [weight]``
-    per line, ``#`` comments and blank lines. Missing self-loops are added (weight 0 if the file
-    gives weights, so the file's W is kept as written); a file without any weights gets Hop eq. (1)
-    weights; a file with weights on some edges only is an error.
+    per line, ``#`` comments and blank lines. A file without any weights gets Hop eq. (1)
+    weights; a file with weights on some edges only is an error. Given weights follow
+    :func:`~hopdec.topology.weights.effective_weights` (weight 0 is no edge; columns are
+    renormalised); what that changed is in ``G.graph["notes"]``, one line each, for the commands
+    to print. ``connected=False`` accepts graphs that are not strongly connected.
     """
     src = str(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise TopologyError(f"{src}: no such file") from None
-    except IsADirectoryError:
-        raise TopologyError(f"{src}: is a directory, not a topology file") from None
-    except OSError as err:
-        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TopologyError(f"{src}: not a text file (expected node-link JSON or an edge list)") \
-            from None
+    text = _read_text(path, src)
     if src.lower().endswith(".json") or text.lstrip().startswith(("{", "[")):
         G, weighted = _parse_node_link(text, src)
     else:
@@ -119,12 +150,60 @@ def load(path):
         for v in list(G.nodes):
             if not G.has_edge(v, v):
                 G.add_edge(v, v, weight=0.0)
-    validate(G, src)
-    G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
+    return effective_graph(G, src, connected)
+
+
+def effective_graph(G, source="<graph>", connected=True):
+    """Validate ``G`` and apply the weight rule: the graph training uses (a copy, ids as ints).
+
+    :func:`~hopdec.topology.weights.effective_weights` drops zero-weight edges and renormalises
+    columns; its notes go to ``graph["notes"]``. With ``connected``, the result must be strongly
+    connected over its (positive-weight) edges. ``load`` ends here; so does ``HopSGD`` given a graph.
+    """
+    validate(G, source, connected=False)
+    if all(type(v) is int for v in G.nodes):
+        G = G.copy()
+    else:
+        G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
     for _, _, d in G.edges(data=True):
         d["weight"] = float(d["weight"])
-    G.graph["source"] = src
+    G, notes = effective_weights(G, source, copy=False)
+    if connected:
+        check_strongly_connected(G, source)
+    G.graph["source"] = source
+    G.graph["notes"] = notes
     return G
+
+
+def _read_text(path, src):
+    """The file's text; TopologyError for anything but a readable regular UTF-8 file of sane size."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TopologyError(f"{src}: no such file") from None
+    except OSError as err:
+        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TopologyError(f"{src}: is a directory, not a topology file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TopologyError(f"{src}: not a regular file (a FIFO, device or socket would block or "
+                            f"never end); give a topology file")
+    too_big = f"{src}: {{}} bytes, more than a topology file may have ({MAX_FILE_BYTES} bytes)"
+    if st.st_size > MAX_FILE_BYTES:
+        raise TopologyError(too_big.format(st.st_size))
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise TopologyError(too_big.format(f"over {MAX_FILE_BYTES}"))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"{src}: not a text file (expected node-link JSON or an edge list)") \
+            from None
+    return text[1:] if text.startswith("\ufeff") else text       # a byte-order mark is fine
 
 
 def _check_ids(G, src):
@@ -132,11 +211,7 @@ def _check_ids(G, src):
     H = nx.DiGraph()
     H.add_nodes_from(G.nodes)
     H.add_edges_from(((v, v) for v in G.nodes), weight=1.0)
-    try:
-        validate(H, src)
-    except TopologyError as err:
-        if "strongly connected" not in str(err):
-            raise
+    validate(H, src, connected=False)
 
 
 def _weight_state(G):
@@ -153,6 +228,11 @@ def _parse_node_link(text, src):
     except json.JSONDecodeError as err:
         raise TopologyError(f"{src}: not valid JSON ({err.msg} at line {err.lineno} column "
                             f"{err.colno})") from None
+    except RecursionError:
+        raise TopologyError(f"{src}: JSON nested too deeply to read") from None
+    except ValueError as err:     # e.g. an integer of more than 4300 digits
+        raise TopologyError(f"{src}: JSON with a number Python will not read "
+                            f"({str(err).split(':')[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise TopologyError(f"{src}: not networkx node-link JSON (expected an object with a "
                             f"'nodes' list and an 'edges' or 'links' list)")
@@ -165,14 +245,22 @@ def _parse_node_link(text, src):
             raise TopologyError(f"{src}: node entry #{k} has no 'id'")
         ids.append(node["id"])
     idset = {i for i in ids if isinstance(i, (int, str, float))}
+    directed = bool(data.get("directed", False))
+    seen = {}
     for k, e in enumerate(data[key]):
         if not isinstance(e, dict) or "source" not in e or "target" not in e:
             raise TopologyError(f"{src}: edge entry #{k} needs 'source' and 'target'")
         for end in ("source", "target"):
             if not isinstance(e[end], (int, str, float)) or e[end] not in idset:
-                raise TopologyError(f"{src}: edge {e['source']!r}->{e['target']!r} refers to node "
-                                    f"{e[end]!r}, which is not one of the {len(ids)} nodes "
-                                    f"(ids 0..{len(ids) - 1})")
+                raise TopologyError(f"{src}: edge {_short(e['source'])}->{_short(e['target'])} "
+                                    f"refers to node {_short(e[end])}, which is not one of the "
+                                    f"{len(ids)} nodes (ids 0..{len(ids) - 1})")
+        pair = (e["source"], e["target"]) if directed else frozenset((e["source"], e["target"]))
+        if pair in seen:         # networkx would keep the last weight silently
+            raise TopologyError(f"{src}: duplicate edge {_short(e['source'])}->"
+                                f"{_short(e['target'])} (entries #{seen[pair]} and #{k}"
+                                + ("" if directed else ", an undirected graph") + ")")
+        seen[pair] = k
     try:
         g = nx.node_link_graph(data, edges=key)
     except Exception as err:  # malformed entries: report, never a traceback
@@ -205,7 +293,7 @@ def _parse_edge_list(text, src):
             u, v = int(parts[0]), int(parts[1])
         except ValueError:
             raise TopologyError(f"{src}: line {lineno}: node ids must be integers, got "
-                                f"{parts[0]!r} {parts[1]!r}") from None
+                                f"{_short(parts[0])} {_short(parts[1])}") from None
         if u < 0 or v < 0:
             raise TopologyError(f"{src}: line {lineno}: edge {u}->{v} refers to a negative "
                                 f"node id; ids are ranks 0..n-1")
@@ -216,8 +304,8 @@ def _parse_edge_list(text, src):
             try:
                 attrs["weight"] = float(parts[2])
             except ValueError:
-                raise TopologyError(f"{src}: line {lineno}: weight {parts[2]!r} is not a number") \
-                    from None
+                raise TopologyError(f"{src}: line {lineno}: weight {_short(parts[2])} is not a "
+                                    f"number") from None
             nweighted += 1
         G.add_edge(u, v, **attrs)
         nedges += 1

@@ -1,0 +1,62 @@
+"""How long ``hopdec topo analyze`` takes on large graphs (issue 8, item 13: 10,000 nodes in < 30 s).
+
+    python3 experiments/bench_analyze.py [--sizes 1000,10000] [--kinds ring,exponential,torus]
+                                         [--skip-size 100000]
+
+Each graph is generated, written as node-link JSON, and analysed end to end by the command a user
+runs (``hopdec topo analyze FILE --json``, a fresh process: loading the file included). Prints the
+wall time and the figures that show what was computed (diameter, spectral gap, what was skipped).
+``--skip-size`` adds one graph beyond ``ALL_PAIRS_MAX_N`` to show the all-pairs figures skipped.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from hopdec import topology as T  # noqa: E402
+
+
+def analyze(path):
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "hopdec.cli", "topo", "analyze", str(path), "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"analyze {path} failed: {r.stderr.strip()}")
+    return wall, json.loads(r.stdout)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,10000")
+    p.add_argument("--kinds", default="ring,exponential,torus,double-ring")
+    p.add_argument("--skip-size", type=int, default=100_000,
+                   help="one ring and torus of this size beyond the all-pairs limit (0: none)")
+    a = p.parse_args(argv)
+    cases = [(k, int(n)) for n in a.sizes.split(",") for k in a.kinds.split(",")]
+    if a.skip_size:
+        cases += [("ring", a.skip_size), ("torus", a.skip_size)]
+    print(f"{'graph':<22}{'edges':>9}{'analyze s':>11}{'diameter':>10}{'spectral gap':>14}"
+          f"{'Laplacian gap':>15}  skipped")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, n in cases:
+            path = os.path.join(tmp, f"{kind}_{n}.json")
+            T.save(T.GENERATORS[kind](n), path)
+            wall, s = analyze(path)
+            gap = s["spectral_gap"]
+            lap = s["normalized_laplacian_gap"]
+            print(f"{kind + ' ' + str(n):<22}{s['edges']:>9}{wall:>11.1f}{str(s['diameter']):>10}"
+                  f"{'-' if gap is None else format(gap, '.3g'):>14}"
+                  f"{'-' if lap is None else format(lap, '.3g'):>15}  {s.get('skipped') or ''}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -56,7 +56,8 @@ def test_sync_implies_ps_and_is_not_ignored():
     p = build_parser()
     assert resolve_mode(p.parse_args(["--sync", "ssp"])).mode == "ps"
     args = resolve_mode(p.parse_args([]))
-    assert args.mode == "decentralized" and args.sync == "bsp" and args.backup_workers is None
+    assert args.mode == "decentralized" and args.sync is None and args.backup_workers is None
+    assert resolve_mode(resolve_mode(p.parse_args(["--sync", "asp"]))).mode == "ps"      # idempotent
     with pytest.raises(ConfigError, match="--sync ssp is a parameter-server option"):
         resolve_mode(p.parse_args(["--mode", "decentralized", "--sync", "ssp"]))
 

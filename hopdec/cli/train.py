@@ -130,9 +130,10 @@ def setup(args, comm):
     The cheap checks (options, topology, protocol, slowdowns) come first, before torch is even
     imported, so a bad command line fails in about a second on every rank.
     """
+    from hopdec.cli.options import check_numbers
     from hopdec.runtime.heterogeneity import Emulator
 
-    from hopdec.cli.options import check_numbers
+    resolve_mode(args)
     check_numbers(args)                             # every number finite and in range, first
     size = comm.Get_size()
     if args.save_models and not args.log_dir:
@@ -170,15 +171,14 @@ def setup(args, comm):
             preset[key] = getattr(args, key)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir, path=args.data_path,
                            test_path=args.test_path, seed=args.seed)
-    if args.iterations is None and args.epochs is not None:
-        shard = len(dataset.train_y) // n_workers
-        iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
-    else:
-        iterations = args.iterations or 200
     shard = len(dataset.train_y) // n_workers
     if shard < 1:
         raise ConfigError(f"--dataset {args.dataset}: {len(dataset.train_y)} training samples cannot give "
                           f"each of the {n_workers} workers a shard (at least one sample each)")
+    if args.iterations is None and args.epochs is not None:
+        iterations = max(1, int(round(args.epochs * steps_per_epoch(shard, preset["batch_size"]))))
+    else:
+        iterations = args.iterations or 200
     if args.log_dir:
         from hopdec.runtime.metrics import check_log_dir
         check_log_dir(args.log_dir, comm.Get_rank())
@@ -202,14 +202,13 @@ def setup(args, comm):
 
 
 def resolve_mode(args):
-    """``--sync`` implies ``--mode ps``; with ``--mode decentralized`` it is an error, not ignored."""
+    """``--sync`` implies ``--mode ps``; with ``--mode decentralized`` it is an error, not ignored. Idempotent
+    (``--mode ps`` without ``--sync`` runs bsp, see :func:`hopdec.ps.options.policy_from`)."""
     if args.mode is None:
         args.mode = "ps" if args.sync is not None else "decentralized"
     elif args.mode == "decentralized" and args.sync is not None:
         raise ConfigError(f"--sync {args.sync} is a parameter-server option: use it with --mode ps "
                           f"(or drop --mode, --sync implies it)")
-    if args.sync is None:
-        args.sync = "bsp"
     return args
 
 

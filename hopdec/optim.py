@@ -22,7 +22,7 @@ from hopdec.core import Wait
 from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig, check_config
 from hopdec.hop.worker import Worker, node_views
-from hopdec.ml.trainer import flatten_parameters, regather_grads, weighted_sum_into, write_params
+from hopdec.ml.trainer import FlatSGD, regather_grads
 from hopdec.runtime.hop_loop import worker_loop
 
 
@@ -52,14 +52,17 @@ class HopSGD:
         views = node_views(graph)
         check_config(cfg, views)
         self.model = model
-        self.flat = flatten_parameters(model)
-        self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.params = FlatSGD(model, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.flat = self.params.flat
+        self.optimizer = self.params.optimizer
         self.core = Worker(views[self.comm.Get_rank()], cfg)
-        self.io = MPITransport(self.comm, self.core.view, self.flat.numel(), self.core.slots,
-                               peer_timeout=peer_timeout)
+        self.io = MPITransport(self.comm, self.core.view, self.params.numel, self.core.slots,
+                               peer_timeout=peer_timeout, host_pinned=self.params.device.type == "cuda")
+        self.params.use_send_storage(self.io.message_floats())    # CPU: sends without a copy
+        self.send_storage = self.params.send_storage
+        self.spare_storage = self.params.spare_storage
         self._loop = worker_loop(self.core, self.io, self, on_record=on_record, step=True)
         self.finished = False
-        self._acc = None
         self._advance()                               # Enter(0), Send(0): stop where the gradient is due
 
     # ---- what users call ----
@@ -83,19 +86,17 @@ class HopSGD:
 
     # ---- the backend interface of hopdec.runtime.hop_loop ----
     def write_params(self, out=None):
-        return write_params(self.flat, out)
+        return self.params.write_params(out)
 
     def compute(self, iteration):
         self._at_compute = True                        # the user's loop computes; we pause here
         return {"loss": None, "compute_s": 0.0}
 
     def reduce(self, pairs):
-        if self._acc is None:
-            self._acc = torch.empty_like(self.flat.data)
-        weighted_sum_into(self.flat.data, pairs, self._acc)
+        self.params.reduce(pairs)
 
     def apply(self, iteration):
-        self.optimizer.step()
+        self.params.apply()
 
     def _advance(self):
         self._at_compute = False

@@ -67,10 +67,44 @@ def test_evaluate_given_parameters_leaves_the_model_alone():
     np.testing.assert_array_equal(t.write_params(), before)
 
 
-def test_pick_device_auto_is_cpu_without_cuda():
-    if not torch.cuda.is_available():
-        assert pick_device("auto", 3) == torch.device("cpu")
+def test_pick_device_auto(monkeypatch):
+    """auto: CPU without CUDA; with CUDA, local rank mod the number of GPUs (asserted on any machine)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto", 3) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("auto", 3) == torch.device("cuda:1")
     assert pick_device("cpu", 0) == torch.device("cpu")
+
+
+def test_reduce_swaps_buffers_instead_of_copying_back():
+    """Reduce writes the spare buffer and makes it the parameters; the model's parameter views and the
+    optimizer's momentum follow the flat tensor across swaps."""
+    t = make()
+    x = t.write_params()
+    other = np.ones(t.numel, dtype=np.float32)
+    t.reduce([(None, 0.5), (other, 0.5)])
+    np.testing.assert_allclose(t.write_params(), 0.5 * x + 0.5, rtol=1e-6)
+    a = t.flat.data_ptr()
+    p0 = next(t.model.parameters())
+    assert p0.data_ptr() == a                                    # the module sees the new buffer
+    t.compute()
+    t.apply()
+    state = t.optimizer.state[t.flat]
+    t.reduce([(None, 1.0)])
+    b = t.flat.data_ptr()
+    t.reduce([(None, 1.0)])
+    assert a != b and t.flat.data_ptr() == a                     # two buffers, alternating
+    assert t.optimizer.state[t.flat] is state
+
+
+def test_hopsgd_and_the_trainer_share_one_flat_sgd():
+    from hopdec.ml.trainer import FlatSGD
+    from hopdec.optim import HopSGD
+    assert issubclass(LocalTrainer, FlatSGD)
+    import inspect
+    src = inspect.getsource(HopSGD)
+    assert "FlatSGD(" in src and "weighted_sum_into" not in src and "torch.optim.SGD" not in src
 
 
 def test_max_iteration_gap_replays_entry_times():

@@ -5,6 +5,7 @@ with a :class:`~hopdec.errors.ConfigError` naming the option. The checks every l
 backup workers per node) live here once and are used by the core's constructors too.
 """
 
+import numbers
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
@@ -29,10 +30,11 @@ class ProtocolConfig:
 
 
 def check_max_ig(max_ig, what="--max-ig"):
-    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens)."""
-    if isinstance(max_ig, bool) or not isinstance(max_ig, int) or max_ig < 1:
+    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens). The one
+    check of it: the core, the token ledger and the Table 1 bounds all call this."""
+    if isinstance(max_ig, bool) or not isinstance(max_ig, numbers.Integral) or max_ig < 1:
         raise ConfigError(f"{what} {max_ig!r}: must be an integer >= 1")
-    return max_ig
+    return int(max_ig)
 
 
 def check_backup(backup, node, in_neighbors):

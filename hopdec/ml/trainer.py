@@ -1,10 +1,10 @@
-"""One worker's model whose parameters live in one flat buffer, with its data shard and SGD.
+"""One worker's model whose parameters live in one flat buffer, with SGD on it (and its data shard).
 
-:class:`LocalTrainer` -- model + data shard + SGD (momentum, weight decay) on ONE contiguous flat
-parameter tensor: every ``nn.Parameter`` of the model is a view into it, and so is every ``.grad``.
-Sending, averaging and the optimizer step are then single-tensor operations, with no per-parameter
-messages or loops. It works as an optimizer-like object in any training loop:
-``loss = t.compute(); t.reduce([...]); t.apply()``. No MPI here.
+:class:`FlatSGD` -- a module's trainable parameters in ONE contiguous flat tensor (every ``nn.Parameter``
+is a view into it, and so is every ``.grad``) with SGD (momentum, weight decay) on it: sending, averaging
+and the optimizer step are single-tensor operations, with no per-parameter messages or loops.
+:class:`LocalTrainer` adds a model, a data shard and evaluation: ``t.compute(); t.reduce([...]);
+t.apply()``. :class:`hopdec.optim.HopSGD` wraps a user's own model in a :class:`FlatSGD`. No MPI here.
 """
 
 import numpy as np
@@ -63,56 +63,141 @@ def write_params(flat, out=None):
     return out
 
 
-def weighted_sum_into(flat, pairs, acc=None, copy_back=True):
-    """``flat <- sum(weight * params)`` over ``pairs = [(array, or None for flat itself, weight)]``;
-    an array is a host numpy buffer (staged) or a tensor already on a device (CUDA-aware MPI).
+def weighted_sum_into(flat, pairs, acc, stage=None):
+    """``acc <- sum(weight * params)`` over ``pairs = [(array, or None for flat itself, weight)]``.
 
-    Summed in the given order into ``acc`` (pass a preallocated tensor like ``flat`` to avoid a fresh
-    allocation, and its page faults, every iteration), so equal inputs give bit-identical results.
-    With ``copy_back=False`` the result stays in ``acc`` (the caller makes it the parameters).
+    An array is a host numpy buffer or a tensor already on ``flat``'s device (CUDA-aware MPI). Host
+    buffers are used in place on a CPU model; for a GPU model each is copied once into the preallocated
+    device tensor ``stage`` (no allocation per iteration) and added from there. Summed in the given
+    order, so equal inputs give bit-identical results.
     """
     with torch.no_grad():
-        acc = torch.empty_like(flat) if acc is None else acc
         for i, (arr, w) in enumerate(pairs):
             if arr is None:
                 src = flat
+            elif torch.is_tensor(arr):
+                src = arr if arr.device == flat.device else stage.copy_(arr, non_blocking=True)
+            elif flat.device.type == "cpu":
+                src = torch.from_numpy(arr)
             else:
-                src = (arr if torch.is_tensor(arr) else torch.from_numpy(arr)).to(flat.device,
-                                                                                non_blocking=True)
+                src = stage.copy_(torch.from_numpy(arr), non_blocking=True)
             if i == 0:
                 torch.mul(src, w, out=acc)
             else:
                 acc.add_(src, alpha=w)
-        if copy_back:
-            flat.copy_(acc)
+        if flat.device.type == "cuda":
+            torch.cuda.current_stream(flat.device).synchronize()   # the host buffers are reused after
+    return acc
 
 
-class LocalTrainer:
-    """One worker's model, shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
+def _alloc(length, device, pinned=False):
+    """A float32 buffer of ``length``: host numpy (pinned when asked and CUDA is there) or a device tensor."""
+    if device.type != "cpu":
+        return torch.zeros(length, dtype=torch.float32, device=device)
+    if pinned and torch.cuda.is_available():
+        return torch.zeros(length, dtype=torch.float32).pin_memory().numpy()
+    return np.zeros(length, dtype=np.float32)
+
+
+def _as_tensor(buf):
+    return buf if torch.is_tensor(buf) else torch.from_numpy(buf)
+
+
+class FlatSGD:
+    """A module whose trainable parameters live in one flat buffer, and SGD on that buffer: the part of a
+    worker that is sent, averaged and stepped. Used by :class:`LocalTrainer` and by
+    :class:`hopdec.optim.HopSGD` alike.
+
+    Reduce never copies back: the parameters alternate between two buffers (the current one and a spare
+    that Reduce writes, then they swap). With :meth:`use_send_storage` those buffers are message-sized
+    (parameters, then room for the transport's header), so a transport sends straight from
+    :meth:`send_storage` -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy.
+    """
+
+    def __init__(self, module, lr, momentum=0.0, weight_decay=0.0):
+        self.model = module
+        self.flat = flatten_parameters(module)
+        self.device = self.flat.device
+        self.numel = self.flat.numel()
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._stores = None                         # the two parameter buffers, once double-buffered
+        self._cur = 0
+        self._stage = None                          # device staging for received host buffers (GPU)
+        self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+    @property
+    def nbytes(self):
+        return self.numel * self.flat.element_size()
+
+    def apply(self):
+        """Apply the stored gradient with SGD (momentum and weight decay act on the flat tensor)."""
+        self.optimizer.step()
+
+    def write_params(self, out=None):
+        return write_params(self.flat, out)
+
+    def reduce(self, pairs):
+        """Replace the parameters by ``sum(weight * params)`` (see :func:`weighted_sum_into`): the spare
+        buffer receives the sum and becomes the parameters."""
+        if self._stores is None:
+            self._double_buffer(self.numel)
+        if self._stage is None and self.device.type != "cpu" and any(
+                a is not None and not (torch.is_tensor(a) and a.device == self.device) for a, _ in pairs):
+            self._stage = torch.empty(self.numel, dtype=torch.float32, device=self.device)
+        spare = 1 - self._cur
+        weighted_sum_into(self.flat.data, pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
+        self._point_at(spare)
+
+    # ---- double buffering, and zero-copy sends from it ----
+    def use_send_storage(self, length, on_device=False):
+        """Keep the parameters in the first ``numel`` floats of one of two buffers of ``length`` floats
+        (a message: parameters then header), so a transport sends :meth:`send_storage` as it is. Host
+        arrays for a CPU model; device tensors when ``on_device`` (a CUDA-aware MPI). Returns whether on
+        (a GPU model without a CUDA-aware MPI stages through the transport's pinned buffers instead)."""
+        if self.device.type != "cpu" and not on_device:
+            return False
+        self._double_buffer(length)
+        return True
+
+    def _double_buffer(self, length):
+        self._stores = [_alloc(length, self.device) for _ in range(2)]
+        with torch.no_grad():
+            _as_tensor(self._stores[0])[:self.numel].copy_(self.flat.detach())
+        self._point_at(0)
+
+    def send_storage(self):
+        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[self._cur]
+
+    def spare_storage(self):
+        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[1 - self._cur]
+
+    def _point_at(self, i):
+        """Make store ``i`` the parameters: the flat tensor and every parameter view move to it."""
+        self._cur = i
+        data = _as_tensor(self._stores[i])[:self.numel]
+        self.flat.data = data
+        off = 0
+        for p in self._params:
+            n = p.numel()
+            p.data = data[off:off + n].view_as(p)
+            off += n
+
+
+class LocalTrainer(FlatSGD):
+    """One worker's model, data shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
 
     def __init__(self, model_name, dataset, indices, lr, momentum=0.9, weight_decay=0.0, batch_size=32,
                  device="cpu", seed=0, data_seed=None, norm="batch"):
         torch.manual_seed(seed)                     # same seed on every rank: identical initial model
         self.model_name = model_name
-        self.device = torch.device(device)
-        self.model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
-        self.model.to(self.device)
-        self.flat = flatten_parameters(self.model)
-        self.numel = self.flat.numel()
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
-        self._acc = None                            # Reduce's accumulator, allocated once
-        self._stores = None                         # two host arrays when sends go without a copy
-        self._cur = 0
-        self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+        model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
+        model.to(torch.device(device))
+        super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
                               seed=seed if data_seed is None else data_seed)
         self.loss = None
-
-    @property
-    def nbytes(self):
-        return self.numel * self.flat.element_size()
 
     def compute(self):
         """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad``."""
@@ -124,55 +209,6 @@ class LocalTrainer:
         loss.backward()
         self.loss = float(loss.detach())
         return self.loss
-
-    def apply(self):
-        """Apply the stored gradient with SGD (momentum and weight decay act on the flat tensor)."""
-        self.optimizer.step()
-
-    def write_params(self, out=None):
-        return write_params(self.flat, out)
-
-    def reduce(self, pairs):
-        if self._stores is not None:              # write the other store, then make it the parameters
-            spare = 1 - self._cur
-            weighted_sum_into(self.flat.data, pairs, torch.from_numpy(self._stores[spare])[:self.numel],
-                              copy_back=False)
-            self._point_at(spare)
-            return
-        if self._acc is None:
-            self._acc = torch.empty_like(self.flat.data)
-        weighted_sum_into(self.flat.data, pairs, self._acc)
-
-    # ---- zero-copy sends: parameters alternate between two message-sized host arrays ----
-    def use_send_storage(self, length):
-        """Keep the parameters in the first ``numel`` floats of one of two host arrays of ``length``
-        floats; Reduce writes the other one and swaps. A transport then sends straight from
-        :meth:`send_storage` (no send copy, and Reduce has no copy-back) while the spare is free to be
-        overwritten once its sends completed. CPU only (a GPU model is staged anyway). Returns whether on.
-        """
-        if self.device.type != "cpu":
-            return False
-        self._stores = [np.zeros(length, dtype=np.float32) for _ in range(2)]
-        self._stores[0][:self.numel] = self.write_params()
-        self._point_at(0)
-        return True
-
-    def send_storage(self):
-        return None if self._stores is None else self._stores[self._cur]
-
-    def spare_storage(self):
-        return None if self._stores is None else self._stores[1 - self._cur]
-
-    def _point_at(self, i):
-        """Make store ``i`` the parameters: the flat tensor and every parameter view move to it."""
-        self._cur = i
-        data = torch.from_numpy(self._stores[i])[:self.numel]
-        self.flat.data = data
-        off = 0
-        for p in self._params:
-            n = p.numel()
-            p.data = data[off:off + n].view_as(p)
-            off += n
 
     def load_params(self, arr):
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""ZipLine: the ElasticBSP barrier search (seed 000, Zhao et al., sections 4-5).
+"""ZipLine: the ElasticBSP barrier search (Zhao et al., *ZipLine: an optimized algorithm for the elastic bulk synchronous parallel model*, sec. 4-5).
 
 Problem 1 of the paper: ``times`` is an n x R array, row p holding worker p's next R predicted push
 times (non-decreasing). Choose exactly one time per worker so that the span ``max - min`` of the

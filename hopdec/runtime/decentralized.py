@@ -50,9 +50,11 @@ def run(ctx, graph, cfg, views):
     emulator = ctx.make_emulator(rank, ctx.size)
     core = Worker(views[rank], cfg)
     io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=ctx.timeout,
-                      device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device))
-    if io.device_buffers is None:
-        trainer.use_send_storage(io.message_floats())     # CPU: send without copying the parameters
+                      device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device),
+                      host_pinned=ctx.device.type == "cuda")
+    # Send straight from the parameters' own storage: host arrays on CPU, device tensors for a
+    # CUDA-aware MPI; a GPU model without one is staged once each way through pinned host buffers.
+    trainer.use_send_storage(io.message_floats(), on_device=io.device_buffers is not None)
     bound = gap_bound(graph, cfg)
     header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
                   setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,

@@ -1,4 +1,4 @@
-"""In-process transport: many workers in one process, interleaved by a seeded scheduler.
+"""The Hop worker cores in one process, interleaved by a seeded random scheduler (for property tests).
 
 Deterministic for a seed, so every interleaving a test finds can be replayed. Messages are delivered in an
 order the scheduler picks (it may reorder messages between the same pair, which MPI never does, so the

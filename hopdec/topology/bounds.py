@@ -14,6 +14,7 @@ import math
 import networkx as nx
 import numpy as np
 
+from hopdec.hop.config import check_max_ig
 from hopdec.topology.graph_io import in_neighbors
 
 BLOCK_ENTRIES = 2 ** 22
@@ -152,8 +153,8 @@ def gap_bounds(G, setting="standard", max_ig=None, staleness=None):
     """
     if setting not in _SETTINGS:
         raise ValueError(f"unknown setting {setting!r}; expected one of {', '.join(_SETTINGS)}")
-    if max_ig is not None and (isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1):
-        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    if max_ig is not None:
+        max_ig = check_max_ig(max_ig, "max_ig")
     if setting == "staleness" and staleness is None:
         raise ValueError("setting 'staleness' needs staleness=s (s >= 0)")
     if staleness is not None and (int(staleness) != staleness or staleness < 0):
@@ -195,8 +196,7 @@ def update_queue_capacity(G, max_ig, count_self=True):
     >>> update_queue_capacity(ring(4), 2), update_queue_capacity(ring(4), 2, count_self=False)[0]
     ({0: 9, 1: 9, 2: 9, 3: 9}, 6)
     """
-    if isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1:
-        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    max_ig = check_max_ig(max_ig, "max_ig")
     extra = 1 if count_self else 0
     return {int(i): (1 + int(max_ig)) * (len(in_neighbors(G, i)) + extra) for i in G.nodes}
 
@@ -212,8 +212,7 @@ def token_queue_capacity(G, max_ig):
     >>> int(token_queue_capacity(exponential(8), 1)[1, 0])  # 0->1 is an edge; Path 1->0 has 3 hops
     4
     """
-    if isinstance(max_ig, bool) or int(max_ig) != max_ig or max_ig < 1:
-        raise ValueError(f"max_ig must be a positive integer, got {max_ig!r}")
+    max_ig = check_max_ig(max_ig, "max_ig")
     L = path_lengths(G)
     has_queue = (_pattern(G).T > 0)  # [i, j] true iff edge j -> i
     np.fill_diagonal(has_queue, False)

@@ -43,12 +43,18 @@ def cuda_aware_mpi():
 
 
 class MPITransport:
-    def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0, device_buffers=None):
-        """``device_buffers``: a torch device whose tensors the MPI takes directly (CUDA-aware MPI),
-        or None for host numpy buffers."""
+    def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0, device_buffers=None,
+                 host_pinned=False):
+        """``device_buffers``: a torch device whose tensors the MPI takes directly (CUDA-aware MPI), or
+        None for host numpy buffers -- page-locked with ``host_pinned`` (a GPU model staged through
+        them copies to and from the device asynchronously, without a bounce buffer)."""
         self.comm = comm
         self.device_buffers = device_buffers
         self._alloc = lambda n: np.empty(n, dtype=np.float32)
+        if host_pinned:
+            import torch
+            if torch.cuda.is_available():
+                self._alloc = lambda n: torch.empty(n, dtype=torch.float32).pin_memory().numpy()
         self._sync = lambda: None
         if device_buffers is not None:
             import torch

@@ -8,7 +8,7 @@ import pytest
 from hopdec import topology as T
 
 MODULES = ["hopdec.topology", "hopdec.topology.graph_io", "hopdec.topology.generators",
-           "hopdec.topology.weights", "hopdec.topology.spectral", "hopdec.topology.bounds",
+           "hopdec.topology.weights", "hopdec.topology.spectral", "hopdec.topology.bounds", "hopdec.topology.heal",
            "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.sim.events"]
 
 

@@ -6,6 +6,12 @@ iteration gap is within Hop Table 1's bound for the setting, every update queue 
 (and the size is >= 0; a receiver never counts more tokens than were granted), with notify-ack at most
 one update per sender is outstanding (sec. 3.3), and no update is lost (each one sent is in flight, held,
 used or dropped as late).
+
+After a heal (workers failed, :meth:`Invariants.rebase`), newly connected workers may be further apart than
+the healed graph allows: the ahead one then waits (for updates, or with a token deficit). The token relation
+still holds as an equality; sizes may be negative by at most the deficit at the heal, and every gap may
+exceed the healed graph's Table 1 bound by at most what the heal left, plus the one iteration a worker past
+its Recv may still enter (then the ahead workers wait).
 """
 
 import numpy as np
@@ -27,30 +33,63 @@ def table1_setting(cfg, graph=None):
 
 
 class Invariants:
-    """Checks the invariants over a list of :class:`hopdec.hop.worker.Worker` cores; records the largest
-    gap seen for every ordered pair in ``max_gap``."""
+    """Checks the invariants over the workers' cores; records the largest gap seen for every ordered
+    pair in ``max_gap`` (indexed by position in the sorted worker ids)."""
 
     def __init__(self, graph, cfg):
-        from hopdec.topology.bounds import gap_bounds
         self.cfg = cfg
-        setting, max_ig = table1_setting(cfg, graph)
-        self.bounds = gap_bounds(graph, setting, max_ig=max_ig, staleness=cfg.staleness)
-        n = graph.number_of_nodes()
-        self.max_gap = np.zeros((n, n))
+        self.deficit = 0
+        self.healed = False                 # after a heal a catch-up update may sit beside the others
         self.checks = 0
+        self._bounds_for(graph)
+        n = len(self.ids)
+        self.max_gap = np.zeros((n, n))
+
+    def _bounds_for(self, graph):
+        from hopdec.topology.bounds import gap_bounds
+        from hopdec.topology.heal import relabelled
+        self.ids = sorted(graph.nodes)
+        setting, max_ig = table1_setting(self.cfg, graph)
+        self.bounds = gap_bounds(relabelled(graph), setting, max_ig=max_ig, staleness=self.cfg.staleness)
+
+    def rebase(self, graph, cores):
+        """The graph was healed: check against its bounds from now on, allowing what the heal left beyond
+        them -- the gaps in excess of the healed graph's Table 1 bounds at that moment and the token
+        deficit (the sum over edges of how far a size is below 0). Neither grows: the ahead workers wait."""
+        self._bounds_for(graph)
+        self.healed = True
+        self.max_gap = np.zeros((len(self.ids), len(self.ids)))
+        by_id = self._by_id(cores)
+        it = np.array([by_id[r].iteration for r in self.ids])
+        excess = float(np.max(it[:, None] - it[None, :] - self.bounds))
+        self.deficit = max(0.0, excess)
+        for c in by_id.values():
+            if c.ledger is not None:
+                for i in c.view.in_neighbors:
+                    self.deficit += max(0, -(c.ledger.issued[i] - by_id[i].ledger.taken[c.rank]))
+        if self.deficit:
+            self.deficit += 1          # a worker already past its Recv when the heal came may still enter one
+
+    @staticmethod
+    def _by_id(cores):
+        return dict(cores) if isinstance(cores, dict) else {c.rank: c for c in cores}
 
     def check(self, cores, in_flight=None, sent_to=None):
-        """``in_flight[r]``: updates on their way to worker r; ``sent_to[r]``: updates ever sent to r
-        (both optional: without them the no-update-lost check is skipped)."""
-        it = np.array([c.iteration for c in cores])
+        """``cores``: the live workers' cores (a list indexed by id, or a dict id -> core);
+        ``in_flight[r]``: updates on their way to worker r; ``sent_to[r]``: updates ever sent to r (both
+        optional: without them the no-update-lost check is skipped)."""
+        by_id = self._by_id(cores)
+        it = np.array([by_id[r].iteration for r in self.ids])
         gap = it[:, None] - it[None, :]
         self.max_gap = np.maximum(self.max_gap, gap)
-        if not (gap <= self.bounds).all():
-            i, j = np.argwhere(gap > self.bounds)[0]
-            raise InvariantError(f"Iter({i}) - Iter({j}) = {gap[i, j]} exceeds Table 1's bound "
-                                 f"{self.bounds[i, j]:g} (iterations {it.tolist()})")
-        for c in cores:
-            if c.held_updates > c.capacity():
+        if not (gap <= self.bounds + self.deficit).all():
+            a, b = np.argwhere(gap > self.bounds + self.deficit)[0]
+            raise InvariantError(f"Iter({self.ids[a]}) - Iter({self.ids[b]}) = {gap[a, b]} exceeds Table 1's "
+                                 f"bound {self.bounds[a, b]:g}" + (f" + the heal's deficit {self.deficit}"
+                                                                  if self.deficit else "")
+                                 + f" (iterations {dict(zip(self.ids, it.tolist()))})")
+        for c in by_id.values():
+            if c.held_updates > c.capacity() + (len(c.view.in_neighbors) if self.healed else 0):
                 raise InvariantError(f"worker {c.rank} holds {c.held_updates} updates, capacity "
                                      f"{c.capacity()}")
             if in_flight is not None:
@@ -61,7 +100,7 @@ class Invariants:
                                          f"{p.used} used + {p.dropped} dropped")
             if c.acks is not None:                    # notify-ack: one outstanding update per sender
                 for j in c.view.out_neighbors:
-                    out = c.acks.sent - cores[j].acks.consumed[c.rank]
+                    out = c.acks.sent - by_id[j].acks.consumed[c.rank]
                     if not 0 <= out <= 1:
                         raise InvariantError(f"worker {c.rank} has {out} updates outstanding at {j} "
                                              f"(notify-ack allows one)")
@@ -69,11 +108,11 @@ class Invariants:
             if led is None:
                 continue
             for i in c.view.in_neighbors:
-                size = led.issued[i] - cores[i].ledger.taken[c.rank]
-                if size != c.iteration - cores[i].iteration + led.max_ig or size < 0:
+                size = led.issued[i] - by_id[i].ledger.taken[c.rank]
+                if size != c.iteration - by_id[i].iteration + led.max_ig or size < -self.deficit:
                     raise InvariantError(f"TokenQ({c.rank}->{i}) holds {size} tokens; Theorem 2 says "
-                                         f"{c.iteration - cores[i].iteration + led.max_ig}")
-                if cores[i].ledger.granted[c.rank] > led.issued[i]:
-                    raise InvariantError(f"worker {i} counts {cores[i].ledger.granted[c.rank]} tokens "
+                                         f"{c.iteration - by_id[i].iteration + led.max_ig}")
+                if by_id[i].ledger.granted[c.rank] > led.issued[i]:
+                    raise InvariantError(f"worker {i} counts {by_id[i].ledger.granted[c.rank]} tokens "
                                          f"from {c.rank}, which issued {led.issued[i]}")
         self.checks += 1

@@ -47,8 +47,27 @@ class _Policy:
         self.rank = rank
         self.in_weights = dict(in_weights)          # sender -> W[sender, rank], self included
         self.senders = sorted(s for s in in_weights if s != rank)
+        self.required_from = {}                     # sender -> first iteration it is waited for (default 0)
         self.used = 0                               # updates that went into a Reduce
         self.dropped = 0                            # late or superseded updates thrown away
+
+    def required(self, k):
+        """The senders Recv(k) waits for. After a heal or a resume a sender's updates older than the
+        iteration it was at are used if they are here, never waited for (they will not come)."""
+        return [s for s in self.senders if self.required_from.get(s, 0) <= k]
+
+    def reconfigure(self, in_weights, required_from, backup=0):
+        """The graph around this worker changed (a heal after failures, or a resume): new senders and
+        weights; ``required_from[s]`` is the iteration sender s is at (it sends that update again, so a held
+        copy is dropped). Returns the held entries to free (senders gone, or about to be sent again)."""
+        self.in_weights = dict(in_weights)
+        self.senders = sorted(s for s in in_weights if s != self.rank)
+        self.required_from = dict(required_from)
+        self.backup = min(backup, max(len(self.senders) - 1, 0))
+        gone = self.queue.remove(lambda e: e.sender not in self.in_weights
+                                 or e.iteration == required_from.get(e.sender))
+        self.dropped += len(gone)
+        return gone
 
     def _self_term(self, k, factor=1.0):
         return Term(self.rank, k, SELF, self.in_weights[self.rank] * factor)
@@ -61,13 +80,12 @@ class _Policy:
 class Standard(_Policy):
     """Recv(k) needs the iteration-k update of every in-neighbour."""
 
+    backup = 0
+
     def __init__(self, rank, in_weights, slots):
         super().__init__(rank, in_weights)
         self.queue = IterationSlots(slots)
         self.floor = 0                              # oldest iteration that can still be used
-
-    def needed(self):
-        return len(self.senders)
 
     def on_update(self, entry):
         """File an arriving update; returns entries to free (late ones, sec. 6.2 a)."""
@@ -86,11 +104,16 @@ class Standard(_Policy):
 
     def waiting_for(self, k):
         have = set(self.queue.senders(k))
-        return [s for s in self.senders if s not in have]
+        return [s for s in self.required(k) if s not in have]
 
     def ready(self, k):
-        """Whether Recv(k) could complete now, with the updates already held (nothing is taken)."""
-        return k >= self.floor and self.queue.count(k) >= self.needed()
+        """Whether Recv(k) could complete now, with the updates already held (nothing is taken): every
+        sender's update of iteration k is here (with backup workers, all but B of them)."""
+        if k < self.floor:
+            return False
+        if not self.backup:
+            return not self.waiting_for(k)
+        return self.queue.count(k) >= len(self.required(k)) - self.backup
 
     def plan(self, k):
         """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
@@ -109,9 +132,6 @@ class Backup(Standard):
         super().__init__(rank, in_weights, slots)
         self.backup = check_backup(backup, rank, len(self.senders))
 
-    def needed(self):
-        return len(self.senders) - self.backup
-
 
 class Stale(_Policy):
     """Bounded staleness s (and the hybrid with B backup workers): newest update per neighbour."""
@@ -125,6 +145,11 @@ class Stale(_Policy):
         self.queue = NewestPerSender()
         self.newest_seen = {j: -1 for j in self.senders}   # iter_rcv of Figure 9
         self.floor = 0
+
+    def reconfigure(self, in_weights, required_from, backup=0):
+        gone = super().reconfigure(in_weights, required_from, backup)
+        self.newest_seen = {j: self.newest_seen.get(j, -1) for j in self.senders}
+        return gone
 
     def on_update(self, entry):
         if entry.iteration < self.floor:
@@ -144,12 +169,13 @@ class Stale(_Policy):
         return late
 
     def waiting_for(self, k):
-        return [j for j in self.senders if self.newest_seen[j] < k - self.s]
+        return [j for j in self.required(k) if self.newest_seen[j] < k - self.s]
 
     def ready(self, k):
         """Whether Recv(k) could complete now (nothing is taken)."""
-        fresh_enough = sum(1 for j in self.senders if self.newest_seen[j] >= k - self.s)
-        return fresh_enough >= len(self.senders) - self.backup
+        required = self.required(k)
+        fresh_enough = sum(1 for j in required if self.newest_seen[j] >= k - self.s)
+        return fresh_enough >= len(required) - self.backup
 
     def plan(self, k):
         min_iter = k - self.s

@@ -59,6 +59,16 @@ class TokenLedger:
         if j in self.granted and cumulative > self.granted[j]:
             self.granted[j] = cumulative
 
+    def reset(self, in_neighbors, out_neighbors, my_iteration, their_iterations):
+        """Re-establish the token queues on a changed set of edges (a heal, or a resume) from the workers'
+        iterations alone: with no message in flight, Theorem 2's relation fixes every count --
+        ``issued[i] = Iter(me) + max_ig``, ``taken[j] = Iter(me)``, ``granted[j] = Iter(j) + max_ig``. A new
+        out-neighbour more than max_ig behind leaves this worker short of tokens (it waits for it)."""
+        k = int(my_iteration)
+        self.issued = {i: k + self.max_ig for i in in_neighbors}
+        self.taken = {j: k for j in out_neighbors}
+        self.granted = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
+
     def lead_of(self, j):
         """How many iterations out-neighbour j is known to be ahead of this worker (sec. 5)."""
         return self.available(j) - self.max_ig

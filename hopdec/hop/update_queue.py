@@ -84,6 +84,15 @@ class IterationSlots:
     def entries(self):
         return [e for slot in self._slot for e in slot.values()]
 
+    def remove(self, which):
+        """Remove and return every entry for which ``which(entry)`` is true."""
+        out = []
+        for slot in self._slot:
+            for s in [s for s, e in slot.items() if which(e)]:
+                out.append(slot.pop(s))
+        self.size -= len(out)
+        return out
+
 
 class NewestPerSender:
     """The ``w_id``-tagged queue for bounded staleness: keeps only each sender's newest update.
@@ -131,3 +140,11 @@ class NewestPerSender:
 
     def entries(self):
         return list(self._by_sender.values())
+
+    def remove(self, which):
+        """Remove and return every entry for which ``which(entry)`` is true."""
+        out = [e for e in self._by_sender.values() if which(e)]
+        for e in out:
+            del self._by_sender[e.sender]
+        self.size -= len(out)
+        return out

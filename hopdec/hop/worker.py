@@ -65,6 +65,8 @@ class Worker:
         self.jumps = []                    # (from, to)
         self.sends_skipped = 0
         self._pending_release = []
+        self._catch_up = None
+        self._last_sent = -1
         self._steps = self._run()
 
     # ---- events from the transport ----
@@ -80,6 +82,30 @@ class Worker:
         elif self.acks is not None:
             self.acks.on_ack(sender, cumulative)
 
+    def reconfigure(self, view, iterations):
+        """The graph around this worker changed -- workers failed and the survivors healed the graph
+        (:mod:`hopdec.topology.heal`) -- while no message is in flight (the old communicator's are lost).
+
+        ``view``: this worker's new :class:`NodeView`; ``iterations``: every surviving worker's current
+        iteration. Updates and tokens are re-established on the changed edges: the receive policy takes
+        the new senders and weights, and waits for a sender's updates only from the iteration it is at
+        (older ones are lost or were never sent to this worker); the token queues follow Theorem 2's
+        relation from the iterations (:meth:`TokenLedger.reset`). The first action afterwards sends this
+        worker's current parameters, tagged with its iteration, to every out-neighbour, which replaces
+        what was lost in flight. Runs on, from the current iteration: nothing is restarted.
+        """
+        if self.cfg.protocol != "tokens":
+            raise ValueError("reconfiguring a worker needs --protocol tokens")
+        self.view = view
+        self._pending_release += self.policy.reconfigure(
+            view.in_weights, {j: int(iterations[j]) for j in view.in_neighbors}, effective_backup(self.cfg, view))
+        self.ledger.reset(view.in_neighbors, view.out_neighbors, self.iteration,
+                          {j: iterations[j] for j in view.out_neighbors})
+        # this iteration's update went out already (and may be lost): send it again, to everyone now;
+        # if it has not gone out yet, the ordinary Send(k) ahead will reach the new out-neighbours
+        if self._last_sent == self.iteration:
+            self._catch_up = SendParams(self.iteration, tuple(view.out_neighbors))
+
     # ---- what to do next ----
     def next_action(self):
         """The next action; a :class:`Wait` is repeated until an event unblocks it."""
@@ -87,7 +113,14 @@ class Worker:
             handles = tuple(e.handle for e in self._pending_release)
             self._pending_release = []
             return ReleaseUpdates(handles)
+        if self._catch_up is not None:
+            a, self._catch_up = self._catch_up, None
+            return a
         return next(self._steps, Finished())
+
+    def held_handles(self):
+        """Handles of the updates this worker holds (their buffers must survive a reconfiguration)."""
+        return [e.handle for e in self.policy.queue.entries()]
 
     @property
     def held_updates(self):
@@ -179,6 +212,7 @@ class Worker:
             else:
                 dests.append(j)
         self.sends_skipped += len(skipped)
+        self._last_sent = k
         yield SendParams(k, tuple(dests), tuple(skipped))
 
     def _useless_to(self, j, k):
@@ -202,14 +236,30 @@ def node_views(graph, backup_attr="backup_workers"):
     ``ahead_bound`` is Theorem 1's bound on how far an in-neighbour j may be ahead of node i
     (len Path i->j), which sizes the update queue when no token queues bound the gap.
     """
-    import networkx as nx  # graph algorithms only; the core itself stays free of them
-
-    dist = dict(nx.all_pairs_shortest_path_length(graph))
     views = []
     for i in sorted(graph.nodes):
         in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
-        ahead = max((dist[i][j] for j in in_w if j != i), default=1)
+        ahead = _farthest(graph, i, {j for j in in_w if j != i})
         b = graph.nodes[i].get(backup_attr)
         views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead))
     return views
+
+
+def _farthest(graph, source, targets):
+    """The longest shortest path from ``source`` to any of ``targets`` (a breadth-first search that stops
+    once it has seen them all: cheap where in-neighbours are near, as on every shipped graph)."""
+    if not targets:
+        return 1
+    left, seen, frontier, depth = set(targets), {source}, [source], 0
+    while frontier and left:
+        depth += 1
+        nxt = []
+        for u in frontier:
+            for v in graph.successors(u):
+                if v not in seen:
+                    seen.add(v)
+                    nxt.append(v)
+                    left.discard(v)
+        frontier = nxt
+    return depth if not left else float("inf")

@@ -118,6 +118,32 @@ class InProcNetwork:
         self.check = check
         self.stall = dict(stall or {})
         self.steps = 0
+        self.dead = set()
+        self.heals = []                     # (step, failed ranks, healed graph)
+
+    def alive_cores(self):
+        return {c.rank: c for c in self.cores if c.rank not in self.dead}
+
+    def fail(self, ranks, graph):
+        """Workers ``ranks`` die now. As under MPI with fault tolerance: every message in flight is lost
+        (the communicator is revoked), the survivors heal ``graph`` (:func:`hopdec.topology.heal.heal_graph`)
+        and reconfigure their cores from their current iterations. Returns the healed graph."""
+        from hopdec.hop.worker import node_views
+        from hopdec.topology.heal import heal_graph
+        self.dead.update(ranks)
+        for r in ranks:
+            self.done[r] = True
+        for dst, kind, _ in self.in_flight:
+            if kind == "update":
+                self.updates_sent_to[dst] -= 1
+        self.in_flight = []
+        healed, _ = heal_graph(graph, ranks)
+        iterations = {r: self.cores[r].iteration for r in healed.nodes}
+        for v in node_views(healed):
+            self.cores[v.rank].reconfigure(v, iterations)
+            self.blocked[v.rank] = False
+        self.heals.append((self.steps, sorted(ranks), healed))
+        return healed
 
     def _deliver(self, idx):
         dst, kind, payload = self.in_flight.pop(idx)

@@ -20,7 +20,7 @@ import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
-from hopdec.topology.weights import effective_weights, with_default_weights
+from hopdec.topology.weights import effective_weights, weights_rule, with_default_weights
 
 MAX_FILE_BYTES = 128 * 2 ** 20
 """Largest topology file read (128 MiB: node-link JSON of a million edges is about 50 MiB)."""
@@ -172,6 +172,7 @@ def effective_graph(G, source="<graph>", connected=True):
         check_strongly_connected(G, source)
     G.graph["source"] = source
     G.graph["notes"] = notes
+    G.graph["weights"] = weights_rule(G)        # the rule a heal recomputes them by
     return G
 
 

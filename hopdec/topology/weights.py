@@ -38,6 +38,7 @@ def with_default_weights(G):
         preds = list(H.predecessors(j))
         for i in preds:
             H[i][j]["weight"] = 1.0 / len(preds)
+    H.graph["weights"] = "eq1"          # how to recompute them after a failure (hopdec.topology.heal)
     return H
 
 
@@ -101,7 +102,32 @@ def metropolis_weights(G):
         H[u][v]["weight"] = 1.0 / (1 + max(deg[u], deg[v]))
     for v in list(H.nodes):
         H.add_edge(v, v, weight=1.0 - sum(H[u][v]["weight"] for u in H.predecessors(v)))
+    H.graph["weights"] = "metropolis"
     return H
+
+
+def weights_rule(G):
+    """Which rule ``G``'s weights follow: ``"eq1"`` (Hop eq. (1)), ``"metropolis"`` or ``"file"`` (any other
+    weights a file gave) -- what a healed graph's weights are recomputed by (:mod:`hopdec.topology.heal`).
+
+    >>> path = nx.DiGraph([(0, 1), (1, 0), (1, 2), (2, 1)])      # degrees differ: the rules differ
+    >>> weights_rule(with_default_weights(path)), weights_rule(metropolis_weights(path))
+    ('eq1', 'metropolis')
+    """
+    def same(H):
+        return all(H.has_edge(u, v) and abs(H[u][v]["weight"] - w) <= TOL
+                   for u, v, w in G.edges(data="weight")) and H.number_of_edges() == G.number_of_edges()
+    plain = nx.DiGraph()
+    plain.add_nodes_from(G.nodes)
+    plain.add_edges_from((u, v) for u, v in G.edges if u != v)
+    if same(with_default_weights(plain)):
+        return "eq1"
+    try:
+        if same(metropolis_weights(plain)):
+            return "metropolis"
+    except ValueError:
+        pass
+    return "file"
 
 
 def sparse_mixing_matrix(G):

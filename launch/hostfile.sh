@@ -44,6 +44,7 @@ is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of wo
 
 worker_cmd
 mpirun_base
+ft_flags "$@"
 MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
 for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi

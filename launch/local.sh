@@ -37,5 +37,6 @@ is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of worke
 
 worker_cmd
 mpirun_base
+ft_flags "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
 exec "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"

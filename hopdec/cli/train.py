@@ -97,10 +97,13 @@ def build_parser():
     o.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
     o.add_argument("--threads", type=int, default=None,
                    help="torch threads per rank (default: cores / ranks on this host, at least 1)")
+    o.add_argument("--fault-tolerance", action="store_true",
+                   help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
+                        "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
     o.add_argument("--peer-timeout", type=float, default=120.0,
                    help="seconds a worker waits for a neighbour before giving up on the run")
-    p.add_argument("--die-rank", type=int, default=None, help=argparse.SUPPRESS)   # fault injection
-    p.add_argument("--die-at", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
+    p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
     p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
     p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
                    help=argparse.SUPPRESS)
@@ -143,6 +146,14 @@ def setup(args, comm):
     if args.mode == "ps":
         from hopdec.ps.options import check_args
         policy = check_args(args, size)         # cheap: options and ranks only
+    if args.fault_tolerance:
+        if args.mode == "decentralized" and args.protocol != "tokens":
+            raise ConfigError(f"--fault-tolerance needs --protocol tokens (healing re-establishes the "
+                              f"token queues), got --protocol {args.protocol}")
+        if size > 1 and "OMPI_COMM_WORLD_SIZE" in os.environ and \
+                os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
+            raise ConfigError("--fault-tolerance needs mpirun --with-ft ulfm (launch/local.sh "
+                              "--fault-tolerance adds it and the failure detector)")
     workers = policy.workers if policy is not None else range(size)
     Emulator(args.slowdown or [], workers[0], workers, compute_time=args.compute_time, seed=args.seed)
     graph = None
@@ -260,4 +271,8 @@ def main(argv):
             run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
     except BaseException as e:              # training, evaluation or shutdown, on any rank
         abort(comm, e, PROG)
+    if ctx.extra.get("healed"):             # workers died: MPI_Finalize would wait for them forever
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

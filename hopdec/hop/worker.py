@@ -119,8 +119,9 @@ class Worker:
         return next(self._steps, Finished())
 
     def held_handles(self):
-        """Handles of the updates this worker holds (their buffers must survive a reconfiguration)."""
-        return [e.handle for e in self.policy.queue.entries()]
+        """Handles of the buffers this worker still owns: updates it holds and those it is about to
+        release (a transport must not reuse either before the core lets them go)."""
+        return [e.handle for e in self.policy.queue.entries()] + [e.handle for e in self._pending_release]
 
     @property
     def held_updates(self):

@@ -46,7 +46,8 @@ def check_args(args, size):
     ev = getattr(args, "eval_interval", 0.0) or 0.0
     if not ev >= 0 or ev == float("inf"):
         raise ConfigError(f"--eval-interval must be a finite number of seconds >= 0, got {ev}")
-    die = getattr(args, "die_rank", None)
-    if die is not None and not 0 <= die < size:
-        raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
+    from hopdec.runtime.faults import _ints
+    for die in _ints(getattr(args, "die_rank", None)):
+        if not 0 <= die < size:
+            raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
     return policy_from(args, range(1, size))

@@ -10,6 +10,7 @@ import sys
 from hopdec.hop.config import (ProtocolConfig, check_config, describe, gap_bound, parse_skip,
                                setting_name)
 from hopdec.hop.worker import Worker, node_views
+from hopdec.transport.waiting import PeerFailed
 
 
 def prepare(args, graph, iterations):
@@ -37,7 +38,12 @@ def mpi_buffers_on(cuda_aware, device):
 
 
 def run(ctx, graph, cfg, views):
-    """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective."""
+    """Train on this rank until ``cfg.iterations``; print the summary on rank 0. Collective.
+
+    With ``--fault-tolerance`` (ULFM) a peer's failure during training, shutdown or the summary makes the
+    survivors heal (:class:`hopdec.runtime.heal.Healer`) and go on; ``ctx.extra["healed"]`` then lists
+    the heals (the caller must not call MPI_Finalize afterwards: it would wait for the dead).
+    """
     from hopdec.runtime.backend import TorchBackend
     from hopdec.runtime.hop_loop import worker_loop
     from hopdec.runtime.metrics import RankLogger
@@ -45,13 +51,20 @@ def run(ctx, graph, cfg, views):
     from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
 
-    args, rank, comm = ctx.args, ctx.rank, ctx.comm
+    args, rank = ctx.args, ctx.rank
+    ft = bool(getattr(args, "fault_tolerance", False))
+    if ft:
+        from mpi4py import MPI
+        ctx.comm = ctx.comm.Dup()                   # errors return (ULFM); ranks stay the worker ids
+        ctx.comm.Set_errhandler(MPI.ERRORS_RETURN)
+    comm = ctx.comm
+    ctx.extra["worker"] = rank
     trainer = ctx.make_trainer(rank, ctx.size)
     emulator = ctx.make_emulator(rank, ctx.size)
     core = Worker(views[rank], cfg)
     io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=ctx.timeout,
                       device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device),
-                      host_pinned=ctx.device.type == "cuda")
+                      host_pinned=ctx.device.type == "cuda", fault_tolerant=ft)
     # Send straight from the parameters' own storage: host arrays on CPU, device tensors for a
     # CUDA-aware MPI; a GPU model without one is staged once each way through pinned host buffers.
     trainer.use_send_storage(io.message_floats(), on_device=io.device_buffers is not None)
@@ -62,7 +75,7 @@ def run(ctx, graph, cfg, views):
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
-                  gap_bound=bound, seed=args.seed)
+                  gap_bound=bound, seed=args.seed, fault_tolerance=ft)
     logger = RankLogger(ctx.log_dir, rank, header=header)
     bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg, graph)}")
     if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
@@ -75,20 +88,78 @@ def run(ctx, graph, cfg, views):
         bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
 
     backend = TorchBackend(trainer, emulator, faults=ctx.faults)
+    healer = None
+    if ft:
+        from hopdec.runtime.heal import Healer
+        healer = Healer(comm, graph, core, io, ctx.timeout)
+
+    def heal():
+        event = healer.heal()
+        ctx.comm = healer.comm
+        logger.event(event)
+        ctx.extra["healed"] = healer.events
+        return event
+
+    def drive(loop):
+        for wait in loop:
+            try:
+                io.wait(core, wait)
+            except PeerFailed:
+                if healer is None:
+                    raise
+                heal()
+
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
-    for wait in worker_loop(core, io, backend, on_record=on_record):
-        io.wait(core, wait)
+    drive(worker_loop(core, io, backend, on_record=on_record))
     bar.close()
     ctx.faults.at("shutdown")
-    io.close()
+    while True:                                     # a failure at shutdown: heal, send what was lost, again
+        try:
+            io.close()
+            break
+        except PeerFailed:
+            if healer is None:
+                raise
+            heal()
+            drive(worker_loop(core, io, backend))
     logger.close()
     if ctx.rank == 0 and ctx.log_dir:
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     if args.save_models and ctx.log_dir:
         import numpy as np
         np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
-    return report(ctx, logger, trainer, emulator,
-                  f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
-                  f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
-                  bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
-                                          sends_skipped=core.sends_skipped))
+    title = (f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
+             f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})")
+    extra = dict(dropped=core.policy.dropped, used=core.policy.used, sends_skipped=core.sends_skipped)
+    while True:                                     # a failure during the summary: heal, summarise again
+        try:
+            return report(ctx, logger, trainer, emulator, title, bound=bound, extra=extra,
+                          notes=heal_notes(healer, bound, cfg, graph))
+        except Exception as err:
+            if healer is None or not _is_failure(err):
+                raise
+            heal()
+
+
+def heal_notes(healer, bound, cfg, graph):
+    """The summary's lines about failures: who failed, when, the healed graph, what it cost."""
+    if healer is None or not healer.events:
+        return []
+    lines = []
+    for e in healer.events:
+        lines.append(f"failure: rank(s) {', '.join(map(str, e['failed']))} died near iteration {e['iteration']}; "
+                     f"{len(e['survivors'])} survivors healed the graph in {e['stall_s']:.3f} s "
+                     f"(spectral gap now {e['spectral_gap']})")
+    from hopdec.topology.heal import relabelled
+    healed_bound = gap_bound(relabelled(healer.graph), cfg)
+    lines.append(f"after the failures the gap bound is {healed_bound:g} on the healed graph "
+                 f"({healer.graph.number_of_nodes()} workers; it was {bound:g})")
+    return lines
+
+
+def _is_failure(err):
+    from hopdec.transport.mpi import FAILURE_CLASSES
+    if isinstance(err, PeerFailed):
+        return True
+    get = getattr(err, "Get_error_class", None)
+    return get is not None and get() in FAILURE_CLASSES

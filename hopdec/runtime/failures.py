@@ -67,10 +67,16 @@ class FailureChannel:
         self.heard = {}
 
     def _collect(self):
-        while self._req.Test():
+        while self._test():
             b = [int(x) for x in self._buf]
             self.heard[b[2]] = (b[0], b[1], tuple(b[4:4 + b[3]]))
             self._req = self.comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)
+
+    def _test(self):
+        try:
+            return self._req.Test()
+        except Exception:                           # a dead peer (ULFM) fails an any-source receive
+            return False
 
     def elect(self, priority, since, on=()):
         """Announce this rank's notice, listen for the others'; True when this rank should report."""

@@ -1,6 +1,7 @@
 """Fault injection for the tests (hidden options ``--die-rank R --die-at K --die-how H --die-phase P``).
 
-Rank R fails in phase P (setup, train at iteration >= K, evaluate, shutdown) the way H says: ``exit``
+Rank R fails in phase P (setup, train at iteration >= K, evaluate, shutdown) the way H says (R and K may
+be comma-separated lists, pairwise: ``--die-rank 3,6 --die-at 10,20`` kills two ranks): ``exit``
 (the process dies, as a crashed node), ``hang`` (alive but silent, as a hung node) or ``raise`` (an
 exception, as a bug or a failed device).
 """
@@ -13,9 +14,11 @@ class Faults:
     """What this rank should fail, and where; :meth:`at` is called at each phase's point."""
 
     def __init__(self, args, rank):
-        self.armed = getattr(args, "die_rank", None) == rank
+        ranks = _ints(getattr(args, "die_rank", None))
+        at = _ints(getattr(args, "die_at", None)) or [0]
+        self.armed = rank in ranks
         self.phase = getattr(args, "die_phase", "train")
-        self.iteration = getattr(args, "die_at", None) or 0
+        self.iteration = at[ranks.index(rank)] if self.armed and ranks.index(rank) < len(at) else at[0]
         self.how = getattr(args, "die_how", "exit")
 
     def at(self, phase, iteration=None):
@@ -26,3 +29,10 @@ class Faults:
         if self.how == "raise":
             raise RuntimeError(f"injected failure in {phase}")
         os._exit(17)
+
+
+def _ints(value):
+    """``3`` or ``"3,6"`` -> [3] or [3, 6]; None -> []."""
+    if value is None:
+        return []
+    return [int(v) for v in str(value).split(",") if v.strip()]

@@ -62,8 +62,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
                     io.send_from(a.iteration, a.dests, store)
                 else:
                     io.send_update(a.iteration, a.dests, backend.write_params)
-            rec["sent"] += len(a.dests)
-            rec["send_skipped"] += len(a.skipped)
+            if rec is not None:                 # (a catch-up send after a heal may come after the end)
+                rec["sent"] += len(a.dests)
+                rec["send_skipped"] += len(a.skipped)
         elif isinstance(a, GrantTokens):
             io.send_grants(a.grants)
         elif isinstance(a, SendAcks):

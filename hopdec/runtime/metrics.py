@@ -74,6 +74,12 @@ class RankLogger:
         if self._f:
             self._f.write(json.dumps(rec) + "\n")
 
+    def event(self, rec):
+        """Write a record that is not an iteration (a heal, say): it has no ``iter`` key, so
+        :func:`read_log` skips it and the summary's figures are untouched."""
+        if self._f:
+            self._f.write(json.dumps(rec) + "\n")
+
     @property
     def progress_rate(self):
         """Iterations advanced per second between the first and the last iteration entered (a jump

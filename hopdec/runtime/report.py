@@ -21,7 +21,7 @@ def progress_bar(ctx, total, desc):
 
 
 def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
-           workers=None, model_label="averaged model", bound_label="bound from the topology"):
+           workers=None, model_label="averaged model", bound_label="bound from the topology", notes=()):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
@@ -35,7 +35,7 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     comm = ctx.comm
     ctx.faults.at("evaluate")
     loss, acc = trainer.evaluate() if trainer is not None else (None, None)
-    mine = dict(rank=ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
+    mine = dict(rank=ctx.extra.get("worker", ctx.rank), iterations=logger.iterations, wait_s=logger.wait_s,
                 compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
                 entries=logger.entries, jumps=logger.jumps,
                 iter_per_s=logger.progress_rate,
@@ -70,7 +70,7 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
              f"largest iteration gap observed: {int(gap.max())}"
              + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
              "times: " + ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
-                          else "measured, no emulation")]
+                          else "measured, no emulation")] + list(notes)
     text = "\n".join(line for line in lines if line)
     print(text, flush=True)
     return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=int(gap.max()))

@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hopdec.transport.message import header, message_floats
-from hopdec.transport.waiting import PeerTimeout, poll_until  # noqa: F401  (PeerTimeout re-exported)
+from hopdec.transport.waiting import PeerFailed, PeerTimeout, poll_until  # noqa: F401  (re-exported)
 
 TAG_UPDATE = 101
 TAG_GRANT = 102
@@ -42,9 +42,23 @@ def cuda_aware_mpi():
     return False
 
 
+FAILURE_CLASSES = (18, 75, 76, 77)
+"""MPI error classes that mean a peer failed (ULFM): ERR_IN_STATUS (a completion among several failed),
+ERR_PROC_FAILED, ERR_PROC_FAILED_PENDING, ERR_REVOKED (another survivor began the recovery)."""
+
+
 class MPITransport:
+    """One worker's end of the Hop messages. Workers are named by their ids (the ranks of the run's first
+    communicator); ``peers`` maps them to ranks of the current one, which differs after a heal.
+
+    With ``fault_tolerant`` (the communicator returns errors, ULFM), an MPI error that means a peer failed
+    never escapes from inside the worker loop: it is recorded, and the next :meth:`wait` (or
+    :meth:`close`) raises :class:`~hopdec.transport.waiting.PeerFailed`, so the driver can heal and
+    :meth:`reconfigure` the transport onto the shrunk communicator.
+    """
+
     def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0, device_buffers=None,
-                 host_pinned=False):
+                 host_pinned=False, fault_tolerant=False):
         """``device_buffers``: a torch device whose tensors the MPI takes directly (CUDA-aware MPI), or
         None for host numpy buffers -- page-locked with ``host_pinned`` (a GPU model staged through
         them copies to and from the device asynchronously, without a bounce buffer)."""
@@ -61,16 +75,19 @@ class MPITransport:
             self._alloc = lambda n: torch.empty(n, dtype=torch.float32, device=device_buffers)
             if torch.device(device_buffers).type == "cuda":
                 self._sync = lambda: torch.cuda.synchronize(device_buffers)
-        self.rank = comm.Get_rank()
+        self.rank = view.rank                       # this worker's id
+        self.peers = {r: r for r in range(comm.Get_size())}
         self.numel = numel
         self.length = message_floats(numel)         # parameters, padding, int64 iteration header
         self.peer_timeout = peer_timeout
+        self.fault_tolerant = fault_tolerant
+        self.failed = False                         # a peer failure was seen; the next wait raises
+        self.slots = slots
         self.reqs, self.meta = [], []
         self.bufs = {}
+        self.gone = set()                           # senders that failed: their slots are never reposted
         for j in view.in_neighbors:
-            for s in range(slots):
-                self.bufs[(j, s)] = self._alloc(self.length)
-                self._post(("u", j, s))
+            self._add_sender(j)
         self.grant_bufs = {}
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
@@ -80,15 +97,49 @@ class MPITransport:
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
         self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
+        self._graveyard = []                        # requests of communicators left behind by heals
         self.bytes_sent = 0
 
+    # ---- failures (ULFM) ----
+    def _mpi(self, fn, default=None):
+        """Run an MPI call; a peer failure is recorded (when fault tolerant) instead of raised.
+
+        Once a failure is recorded no MPI call touches the old communicator again until
+        :meth:`reconfigure`: when ``Testsome`` raises, the request handles MPI already released are not
+        copied back to the Python objects, which then dangle."""
+        if self.failed:
+            return default
+        try:
+            return fn()
+        except MPI.Exception as err:
+            if not self.fault_tolerant or err.Get_error_class() not in FAILURE_CLASSES:
+                raise
+            self.failed = True
+            return default
+
+    def _bury(self, reqs):
+        """Keep requests that may still be active referenced (see :meth:`reconfigure`)."""
+        if reqs:
+            self._graveyard.append(reqs)
+
+    def _raise_if_failed(self):
+        if self.failed:
+            raise PeerFailed(f"rank {self.rank}: a peer failed")
+
     # ---- receive side ----
+    def _add_sender(self, j):
+        for s in range(self.slots):
+            self.bufs[(j, s)] = self._alloc(self.length)
+            self._post(("u", j, s))
+
     def _post(self, meta, index=None):
         kind, j, s = meta
         if kind == "u":
-            req = self.comm.Irecv(self.bufs[(j, s)], source=j, tag=TAG_UPDATE)
+            req = self._mpi(lambda: self.comm.Irecv(self.bufs[(j, s)], source=self.peers[j], tag=TAG_UPDATE),
+                            MPI.REQUEST_NULL)
         else:
-            req = self.comm.Irecv(self.grant_bufs[j], source=j, tag=TAG_GRANT)
+            req = self._mpi(lambda: self.comm.Irecv(self.grant_bufs[j], source=self.peers[j], tag=TAG_GRANT),
+                            MPI.REQUEST_NULL)
         if index is None:
             self.reqs.append(req)
             self.meta.append(meta)
@@ -98,7 +149,7 @@ class MPITransport:
 
     def poll(self, core=None):
         """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many."""
-        done = MPI.Request.Testsome(self.reqs)
+        done = self._mpi(lambda: MPI.Request.Testsome(self.reqs))
         if not done:
             return 0
         for idx in done:
@@ -117,8 +168,13 @@ class MPITransport:
         return len(done)
 
     def wait(self, core, wait_action):
-        """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s."""
-        poll_until(lambda: self.poll(core), self.peer_timeout, lambda: (
+        """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s,
+        PeerFailed at once when a peer failure was seen (fault tolerant)."""
+        def arrived():
+            got = self.poll(core)
+            self._raise_if_failed()
+            return got
+        poll_until(arrived, self.peer_timeout, lambda: (
             f"rank {self.rank}: no {wait_action.what} from rank(s) "
             f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
             f"a peer may have died or hung"), on=wait_action.on)
@@ -130,20 +186,34 @@ class MPITransport:
 
     def release(self, handles):
         for idx in handles:
-            self._post(self.meta[idx], idx)
+            if self.meta[idx][1] not in self.gone:
+                self._post(self.meta[idx], idx)
 
     # ---- send side ----
+    def _isend(self, buf, dest, tag):
+        return self._mpi(lambda: self.comm.Isend(buf, dest=self.peers[dest], tag=tag), MPI.REQUEST_NULL)
+
+    def _complete(self, reqs, what):
+        """Wait for ``reqs`` with the peer timeout; a failure (fault tolerant) abandons them."""
+        def done():
+            got = self._mpi(lambda: MPI.Request.Testall(reqs), True)
+            return got or self.failed
+        poll_until(done, self.peer_timeout, f"rank {self.rank}: {what} for {self.peer_timeout:.0f} s; "
+                                            f"a peer may have died or hung")
+
     def send_update(self, iteration, dests, fill):
         """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``."""
         slot = self.ring[self._ring_pos]
         self._ring_pos = (self._ring_pos + 1) % len(self.ring)
         buf, pending = slot
-        if pending:
-            MPI.Request.Waitall(pending)            # normally long done: the ring is max_ig + 1 deep
+        if pending:                                 # normally long done: the ring is max_ig + 1 deep
+            self._complete(pending, "an update sent to its out-neighbours was not received")
+            if self.failed:
+                self._bury(pending)
         fill(buf[:self.numel])
         header(buf, self.numel)[0] = iteration
         self._sync()                                # the device copy must land before MPI reads it
-        slot[1] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
+        slot[1] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
         self.bytes_sent += 4 * self.length * len(dests)
 
     def message_floats(self):
@@ -155,23 +225,58 @@ class MPITransport:
         no copy. The caller must not change it before :meth:`wait_sent` returns."""
         self.wait_sent(buf)
         header(buf, self.numel)[0] = iteration
-        self._sent_from[id(buf)] = [self.comm.Isend(buf, dest=d, tag=TAG_UPDATE) for d in dests]
+        self._sent_from[id(buf)] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
         self.bytes_sent += 4 * self.length * len(dests)
 
     def wait_sent(self, buf):
         """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""
         reqs = self._sent_from.pop(id(buf), None)
-        if not reqs:
-            return
-        poll_until(lambda: MPI.Request.Testall(reqs), self.peer_timeout,
-                   f"rank {self.rank}: an update sent to its out-neighbours was not "
-                   f"received for {self.peer_timeout:.0f} s; a peer may have died or hung")
+        if reqs:
+            self._complete(reqs, "an update sent to its out-neighbours was not received")
+            if self.failed:
+                self._bury(reqs)
 
     def send_grants(self, grants):
-        self._grant_out = [(b, r) for b, r in self._grant_out if not r.Test()]
+        if self.failed:
+            self._bury(self._grant_out)
+            self._grant_out = []
+        self._grant_out = [(b, r) for b, r in self._grant_out if not self._mpi(r.Test, False)]
         for dest, count in grants:
             b = np.array([count], dtype=np.int64)
-            self._grant_out.append((b, self.comm.Isend(b, dest=dest, tag=TAG_GRANT)))
+            self._grant_out.append((b, self._isend(b, dest, TAG_GRANT)))
+
+    # ---- after a heal ----
+    def reconfigure(self, comm, view, held, peers):
+        """Go on over ``comm`` (the survivors' shrunk communicator) with the healed ``view``. ``held``:
+        handles the core still holds (their buffers stay untouched until released); ``peers``: worker id
+        -> rank in ``comm``. Every other receive is posted anew; sends in flight on the old communicator
+        are forgotten (they are lost; the core sends its update again)."""
+        # The old communicator's requests stay referenced: freeing an active one that ULFM later
+        # completes with an error is fatal; they are never tested again.
+        self._graveyard.append((self.comm, list(self.reqs), [p for _, p in self.ring], self._grant_out,
+                                self._sent_from))
+        self.comm, self.peers, self.failed = comm, dict(peers), False
+        senders = set(view.in_neighbors)
+        held = set(held)
+        known = {j for (j, _) in self.bufs}
+        self.gone |= known - senders
+        for idx, (kind, j, s) in enumerate(self.meta):
+            self.reqs[idx] = MPI.REQUEST_NULL
+            if kind == "u" and j in senders and idx not in held:
+                self._post(self.meta[idx], idx)
+        for j in sorted(senders - known):
+            self.gone.discard(j)
+            self._add_sender(j)
+        for j in view.out_neighbors:
+            if j not in self.grant_bufs:
+                self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
+                self._post(("g", j, 0))
+            else:
+                idx = self.meta.index(("g", j, 0))
+                self._post(self.meta[idx], idx)
+        for slot in self.ring:
+            slot[1] = []
+        self._grant_out, self._sent_from = [], {}
 
     # ---- shutdown ----
     def close(self):
@@ -180,20 +285,25 @@ class MPITransport:
         1. Drain (keep receiving and discarding) until every rank has stopped starting sends (Ibarrier).
         2. Drain until our own sends completed; peers are still draining, so they can match them.
         3. Drain until every rank got there (second Ibarrier); then cancel the receives left posted.
+        A peer failure (fault tolerant) raises PeerFailed: heal, then close again.
         """
         pending = ([r for _, reqs in self.ring for r in reqs] + [r for _, r in self._grant_out]
                    + [r for reqs in self._sent_from.values() for r in reqs])
-        self._drain(lambda b=self.comm.Ibarrier(): b.Test(), "every rank to finish training")
-        self._drain(lambda: MPI.Request.Testall(pending), "its last messages to be received")
-        self._drain(lambda b=self.comm.Ibarrier(): b.Test(), "every rank to finish its messages")
+        barriers = [self._mpi(self.comm.Ibarrier)]
+        self._bury(barriers)                        # referenced until the end, whatever happens
+        self._drain(lambda: self._mpi(barriers[0].Test), "every rank to finish training")
+        self._drain(lambda: self._mpi(lambda: MPI.Request.Testall(pending)), "its last messages to be received")
+        barriers.append(self._mpi(self.comm.Ibarrier))
+        self._drain(lambda: self._mpi(barriers[1].Test), "every rank to finish its messages")
         for r in self.reqs:
             if r != MPI.REQUEST_NULL:
-                r.Cancel()
-        MPI.Request.Waitall(self.reqs)
+                self._mpi(r.Cancel)
+        self._mpi(lambda: MPI.Request.Waitall(self.reqs))
 
     def _drain(self, done, what):
         def step():
             self.poll(None)
+            self._raise_if_failed()
             return done()
         poll_until(step, self.peer_timeout, f"rank {self.rank}: waited {self.peer_timeout:.0f} s for "
                                             f"{what} at shutdown; a peer may have died or hung")

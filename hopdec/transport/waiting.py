@@ -22,6 +22,10 @@ class PeerTimeout(RuntimeError):
         self.on = tuple(on)
 
 
+class PeerFailed(RuntimeError):
+    """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
+
+
 def poll_until(poll, timeout, message, clock=time.monotonic, on=()):
     """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
 

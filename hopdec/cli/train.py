@@ -94,7 +94,21 @@ def build_parser():
     o.add_argument("--log-dir", help="write DIR/rank{r}.jsonl, one JSON object per iteration")
     o.add_argument("--save-models", action="store_true", help="save each rank's final flat parameters "
                    "as DIR/params_rank{r}.npy (needs --log-dir)")
-    o.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
+    o.add_argument("--no-progress", action="store_true",
+                   help="no live progress (by default rank 0 prints a progress line every few seconds "
+                        "under mpirun, or draws a bar on a terminal)")
+    o.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
+                   help="seconds between progress lines (default 3)")
+    o.add_argument("--consensus-every", type=int, default=None, metavar="K",
+                   help="decentralized: measure the consensus distance ||x_i - mean x|| every K iterations "
+                        "and at the end, without stalling training (nonblocking reductions); logged by "
+                        "rank 0 (default: off)")
+    o.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write TensorBoard scalars, DIR/rank{r} per rank (needs the tensorboard "
+                        "package: pip install 'hopdec[tensorboard]')")
+    o.add_argument("--trace", default=None, metavar="FILE",
+                   help="write a timeline of every rank (compute, send, waits and for whom, reduce, "
+                        "jumps) as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev")
     o.add_argument("--threads", type=int, default=None,
                    help="torch threads per rank (default: cores / ranks on this host, at least 1)")
     o.add_argument("--peer-timeout", type=float, default=120.0,
@@ -138,6 +152,8 @@ def setup(args, comm):
     size = comm.Get_size()
     if args.save_models and not args.log_dir:
         raise ConfigError("--save-models needs --log-dir")
+    from hopdec.observe.options import check_observe_options
+    check_observe_options(args, comm.Get_rank())
     n_workers = size - 1 if args.mode == "ps" else size
     policy = None
     if args.mode == "ps":

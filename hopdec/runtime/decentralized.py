@@ -41,7 +41,8 @@ def run(ctx, graph, cfg, views):
     from hopdec.runtime.backend import TorchBackend
     from hopdec.runtime.hop_loop import worker_loop
     from hopdec.runtime.metrics import RankLogger
-    from hopdec.runtime.report import progress_bar, report
+    from hopdec.observe import RunObserver
+    from hopdec.runtime.report import report
     from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
 
@@ -62,9 +63,11 @@ def run(ctx, graph, cfg, views):
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
-                  gap_bound=bound, seed=args.seed)
+                  gap_bound=bound, seed=args.seed, message_bytes=4 * io.message_floats(),
+                  consensus_every=getattr(args, "consensus_every", None))
     logger = RankLogger(ctx.log_dir, rank, header=header)
-    bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg, graph)}")
+    obs = RunObserver(ctx, logger.event, "worker", range(ctx.size), cfg.iterations, header, bound=bound,
+                      write_params=trainer.write_params, numel=trainer.numel)
     if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
         print(f"note: --skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes the "
               f"slowest out-neighbour, which tokens keep within max_ig of it when it also sends to this "
@@ -72,23 +75,30 @@ def run(ctx, graph, cfg, views):
 
     def on_record(rec):
         logger.log(rec)
-        bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
+        obs.on_record(rec)
 
     backend = TorchBackend(trainer, emulator, faults=ctx.faults)
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
-    for wait in worker_loop(core, io, backend, on_record=on_record):
+    obs.begin()
+    for wait in worker_loop(core, io, backend, on_record=on_record, spans=obs.spans):
         io.wait(core, wait)
-    bar.close()
+    obs.finished(core.iteration)
     ctx.faults.at("shutdown")
     io.close()
-    logger.close()
+    obs.close()
     if ctx.rank == 0 and ctx.log_dir:
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     if args.save_models and ctx.log_dir:
         import numpy as np
         np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
-    return report(ctx, logger, trainer, emulator,
-                  f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
-                  f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
-                  bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
-                                          sends_skipped=core.sends_skipped))
+    out = report(ctx, logger, trainer, emulator,
+                 f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
+                 f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})",
+                 bound=bound, extra=dict(dropped=core.policy.dropped, used=core.policy.used,
+                                         sends_skipped=core.sends_skipped))
+    if out is not None:                 # rank 0: the run's outcome goes into its log too
+        logger.event("summary", test_acc=out["avg_acc"], test_loss=out["avg_loss"], max_gap=out["max_gap"],
+                     model="average of every worker's parameters",
+                     each_test_acc={r["rank"]: r["test_acc"] for r in out["ranks"]})
+    logger.close()
+    return out

@@ -74,6 +74,12 @@ class RankLogger:
         if self._f:
             self._f.write(json.dumps(rec) + "\n")
 
+    def event(self, name, **data):
+        """A line that is not an iteration record: ``{"event": name, ...}`` (no ``iter`` key, so
+        :func:`read_log` skips it), e.g. a consensus-distance round or what observing the run cost."""
+        if self._f:
+            self._f.write(json.dumps(dict(event=name, **data)) + "\n")
+
     @property
     def progress_rate(self):
         """Iterations advanced per second between the first and the last iteration entered (a jump

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from hopdec.cli.helpfmt import HelpFormatter
 from hopdec.errors import ConfigError
 
 
@@ -45,13 +46,7 @@ def _load(paths, labels):
 
 
 def report_main(argv):
-    p = _Parser(prog="hopdec report", description="One HTML page comparing runs from their --log-dir logs "
-                "(real, parameter-server or simulated).")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a --log-dir of hopdec train or hopdec sim")
-    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
-    p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
-    p.add_argument("--title", default="hopdec report", help="the page's title (default 'hopdec report')")
-    args = p.parse_args(argv)
+    args = report_parser().parse_args(argv)
     runs = _load(args.runs, args.labels)
     from hopdec.report.html import render
     page = render(runs, title=args.title)
@@ -61,11 +56,26 @@ def report_main(argv):
     return 0
 
 
+def report_parser():
+    p = _Parser(prog="hopdec report", formatter_class=HelpFormatter, description="One HTML page comparing runs from their --log-dir logs "
+                "(real, parameter-server or simulated).")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a --log-dir of hopdec train or hopdec sim")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
+    p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
+    p.add_argument("--title", default="hopdec report", help="the page's title (default 'hopdec report')")
+    return p
+
+
 WHAT = ("loss", "gap", "consensus", "timeline", "breakdown")
 
 
 def plot_main(argv):
-    p = _Parser(prog="hopdec plot", description="Figures from run logs as one PNG: loss against time and "
+    args = plot_parser().parse_args(argv)
+    return _plot(args)
+
+
+def plot_parser():
+    p = _Parser(prog="hopdec plot", formatter_class=HelpFormatter, description="Figures from run logs as one PNG: loss against time and "
                 "against iterations (the shape of Hop Figs. 14, 15, 19), or another figure with --what.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a --log-dir of hopdec train or hopdec sim")
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
@@ -76,7 +86,10 @@ def plot_main(argv):
     p.add_argument("--smooth", type=int, default=10, help="loss: moving-average window in points (default 10)")
     p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
     p.add_argument("--title", default=None, help="a title over the figure (default none)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _plot(args):
     if args.smooth < 1:
         raise ConfigError(f"--smooth {args.smooth}: must be >= 1")
     runs = _load(args.runs, args.labels)
@@ -104,11 +117,19 @@ def plot_main(argv):
 
 
 def trace_main(argv):
-    p = _Parser(prog="hopdec trace", description="A Perfetto/Chrome trace (Trace Event JSON) of one run "
+    args = trace_parser().parse_args(argv)
+    return _trace(args)
+
+
+def trace_parser():
+    p = _Parser(prog="hopdec trace", formatter_class=HelpFormatter, description="A Perfetto/Chrome trace (Trace Event JSON) of one run "
                 "from its --log-dir logs.")
     p.add_argument("run", metavar="RUN_DIR", help="a --log-dir of hopdec train or hopdec sim")
     p.add_argument("-o", "--output", default="trace.json", help="JSON file to write (default trace.json)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _trace(args):
     run = _load([args.run], None)[0]
     from hopdec.observe.trace import write_trace
     obj = write_trace(run, args.output)

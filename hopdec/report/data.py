@@ -227,6 +227,8 @@ class Run:
                 if rest > 1e-9:
                     key = "wait for server" if self.mode == "ps" else "wait (other)"
                     parts[key] = parts.get(key, 0.0) + rest
+                if r.get("wait_sends_s"):
+                    parts["wait sends"] = parts.get("wait sends", 0.0) + r["wait_sends_s"]
                 for key in ("reduce", "send", "apply", "push"):
                     v = r.get(f"{key}_s")
                     if v:
@@ -235,7 +237,7 @@ class Run:
                 span = recs[-1]["time"] - recs[0]["time"]
                 last = recs[-1]
                 inside = sum(parts.values()) - sum((last.get(f"{k}_s") or 0.0) for k in
-                                                   ("compute", "wait", "reduce", "send", "apply"))
+                                                   ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
                 parts["other"] = max(0.0, span - inside)
             out[w] = parts
         return out

@@ -43,7 +43,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
 
     Every record splits the iteration's time: ``compute_s``, ``send_s``, ``reduce_s``, ``apply_s`` and
     ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
-    for; ``waited_on``: ``[[rank, seconds], ...]`` for the ranks it waited on). With ``spans=True`` it also
+    for; ``waited_on``: ``[[rank, seconds], ...]`` for the ranks it waited on), and ``wait_sends_s``: before
+    a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
+    complete -- a slow receiver shows up here. With ``spans=True`` it also
     has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
     (:mod:`hopdec.observe.trace`).
     """
@@ -99,6 +101,11 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             spare = spare() if spare is not None else None
             if spare is not None:
                 io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
+                t1 = clock()
+                rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
+                if spans and t1 - t0 > 1e-4:
+                    rec["spans"].append(["wait", t0 - rec["time"], t1 - t0, ["sends to complete", []]])
+                t0 = t1
             backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
                             for t in a.terms])
             io.release(tuple(t.handle for t in a.terms if t.handle is not SELF))

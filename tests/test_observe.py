@@ -200,7 +200,11 @@ def test_observe_options_are_checked_in_one_line(tmp_path):
         check_observe_options(p.parse_args(["--progress-interval", "nan"]))
     with pytest.raises(ConfigError, match="--trace .*: cannot write"):
         check_observe_options(p.parse_args(["--trace", str(tmp_path / "no" / "t.json")]))
-    check_observe_options(p.parse_args(["--trace", str(tmp_path / "t.json"), "--consensus-every", "3"]))
+    with pytest.raises(ConfigError, match="--eval-interval in a decentralized run .* --consensus-every"):
+        check_observe_options(p.parse_args(["--eval-interval", "2"]))
+    check_observe_options(p.parse_args(["--trace", str(tmp_path / "t.json"), "--consensus-every", "3",
+                                        "--eval-interval", "2"]))
+    check_observe_options(p.parse_args(["--eval-interval", "2", "--mode", "ps"]))
 
 
 def test_missing_tensorboard_is_one_line(monkeypatch):

@@ -79,7 +79,8 @@ def job(mpirun, tmp_path_factory):
     hop, ps = base / "hop", base / "ps"
     common = ["--threads", "1", "--progress-interval", "0.5", "--compute-time", "0.04"]
     runs = [common + ["--iterations", str(ITERS), "--slowdown", "rank=3,factor=2", "--log-dir", str(hop),
-                      "--consensus-every", str(EVERY), "--save-models", "--trace", str(hop / "trace.json"),
+                      "--consensus-every", str(EVERY), "--eval-interval", "0.5", "--save-models",
+                      "--trace", str(hop / "trace.json"),
                       "--tensorboard", str(hop / "tb")],
             common + ["--sync", "ssp", "--staleness", "1", "--iterations", "40", "--slowdown", "rank=1,factor=2",
                       "--eval-interval", "0.5", "--log-dir", str(ps), "--trace", str(ps / "trace.json")]]
@@ -112,7 +113,9 @@ def _segment(lines, start_marker, end_marker):
 
 
 def _check_progress(seg, log_dir, what):
-    prog = [(t, PROGRESS.match(x)) for t, x in seg if x.startswith("progress")]
+    seg = [(t, x) for t, x in seg if x.startswith("progress")]
+    assert re.fullmatch(r"progress\s+[\d.]+ s\s+all \d+ workers finished", seg[-1][1]), seg[-1]
+    prog = [(t, PROGRESS.match(x)) for t, x in seg[:-1]]
     assert len(prog) >= 3, (what, [x for _, x in seg])
     assert all(m for _, m in prog), [x for _, x in seg if x.startswith("progress")]
     # arrival times: while training ran, not at exit -- the first line came well before the last
@@ -161,6 +164,17 @@ def test_consensus_distance_matches_the_final_models(job):
     assert ev[-1]["end"] is True
     cost = [r for rs in _records(job["hop"]).values() for r in rs if r.get("event") == "observer"]
     assert len(cost) == N and all(c["consensus"] and c["progress"] for c in cost)
+
+
+def test_average_model_evaluated_during_a_decentralized_run(job):
+    ev = [json.loads(x) for x in open(job["hop"] / "eval.jsonl")]
+    assert len(ev) >= 2 and ev[-1]["final"] is True and ev[-1]["at"] == ITERS
+    assert [e["time"] for e in ev] == sorted(e["time"] for e in ev)
+    # the end round's average is the model the summary evaluates
+    summary = [r for r in _records(job["hop"])[0] if r.get("event") == "summary"][0]
+    assert ev[-1]["test_acc"] == pytest.approx(summary["test_acc"], abs=1.5 / 360)
+    assert ev[-1]["test_loss"] == pytest.approx(summary["test_loss"], rel=1e-3)
+    assert ev[-1]["test_acc"] > ev[0]["test_acc"]
 
 
 def test_time_breakdown_says_who_waits_for_whom(job):

@@ -23,8 +23,11 @@ class RunObserver:
     """
 
     def __init__(self, ctx, log_event, role, workers, iterations, header, bound=None, write_params=None,
-                 numel=None, board_extra=None):
-        """``log_event(name, **data)`` writes a line into this rank's log (``RankLogger.event``)."""
+                 numel=None, board_extra=None, evaluate=None):
+        """``log_event(name, **data)`` writes a line into this rank's log (``RankLogger.event``);
+        ``evaluate()``: makes a function ``flat -> (loss, accuracy)`` with a model of its own, with which
+        rank 0 evaluates the average model of consensus rounds every ``--eval-interval`` seconds
+        (decentralized runs with ``--consensus-every``)."""
         args = ctx.args
         self.ctx, self.log_event, self.role = ctx, log_event, role
         self.rank = ctx.rank
@@ -49,8 +52,15 @@ class RunObserver:
         if every and role == "worker":
             from hopdec.observe.consensus import Consensus
             on_result = self._consensus_result if self.rank == 0 else None
+            self._eval_every = float(getattr(args, "eval_interval", 0.0) or 0.0)
+            self._next_eval = -1.0
+            on_average = None
+            if self.rank == 0 and self._eval_every > 0 and evaluate is not None:
+                self._evaluate = evaluate()          # a model of its own: the worker's may be in flight
+                on_average = self._on_average
             self.consensus = Consensus(self._dup(comm), self._dup(comm), every, iterations, numel,
-                                       write_params, on_result=on_result, timeout=ctx.timeout)
+                                       write_params, on_result=on_result, timeout=ctx.timeout,
+                                       on_average=on_average)
         tb_dir = getattr(args, "tensorboard", None)
         if tb_dir:
             from hopdec.observe.tensorboard import TBWriter
@@ -69,12 +79,25 @@ class RunObserver:
         from hopdec.transport.waiting import add_idle_hook
         self.t0 = time.time() if t0 is None else t0
         if self._want_progress:
+            self.t0 = self._common_start(self.t0)
             self.progress = LiveProgress(self._pcomm, self.workers, self.n, self._interval, self.t0,
                                          bound=self.bound, board_extra=self._board_extra,
                                          timeout=self.ctx.timeout,
                                          what="iter" if self.role == "worker" else "mini-batch")
         if self.progress is not None or self.consensus is not None:
             add_idle_hook(self._idle)
+
+    def _common_start(self, t0):
+        """Rank 0's start time on every rank (one Ibcast right after the start barrier), so that the
+        progress grid's instants are the same for everyone (ranks leave a barrier at different times)."""
+        import numpy as np
+
+        from hopdec.transport.waiting import poll_until
+        buf = np.array([t0])
+        req = self._pcomm.Ibcast(buf, root=0)
+        poll_until(req.Test, self.ctx.timeout, f"rank {self.rank}: the start time did not arrive from rank 0 "
+                                               f"in {self.ctx.timeout:.0f} s")
+        return float(buf[0])
 
     def on_record(self, rec):
         t = time.perf_counter()
@@ -115,7 +138,22 @@ class RunObserver:
             self.progress.poll()
         self.idle_s += time.perf_counter() - t
 
+    def _on_average(self, xbar, at):
+        now = time.time()
+        if at != self.n and now < self._next_eval:
+            return None
+        self._next_eval = now + self._eval_every
+        loss, acc = self._evaluate(xbar)
+        return dict(test_loss=loss, test_acc=acc)
+
     def _consensus_result(self, ev):
+        if "test_acc" in ev and self.ctx.log_dir:
+            import json
+            import os
+            with open(os.path.join(self.ctx.log_dir, "eval.jsonl"), "a") as f:
+                f.write(json.dumps(dict(time=ev["time"], at=ev["at"], test_loss=ev["test_loss"],
+                                        test_acc=ev["test_acc"], final=ev["end"],
+                                        model="average of every worker's parameters")) + "\n")
         self.log_event("consensus", **ev)
         if self.events is not None:
             self.events.append(dict(event="consensus", **ev))

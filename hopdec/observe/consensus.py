@@ -32,10 +32,10 @@ def round_iterations(every, iterations):
 
 
 class _Round:
-    __slots__ = ("at", "x", "total", "req", "stage", "out", "t_enter", "entered", "d2", "norm2")
+    __slots__ = ("at", "x", "total", "req", "stage", "out", "t_enter", "entered", "d2", "norm2", "extra")
 
     def __init__(self, at):
-        self.at, self.stage = at, 0
+        self.at, self.stage, self.extra = at, 0, None
 
 
 class Consensus:
@@ -46,13 +46,16 @@ class Consensus:
     """
 
     def __init__(self, comm_sum, comm_gather, every, iterations, numel, write_params, on_result=None,
-                 timeout=120.0, clock=None):
+                 timeout=120.0, clock=None, on_average=None):
+        """``on_average(xbar, at)`` (rank 0, optional): called with each round's average model before
+        its memory is dropped; what it returns is added to the round's result (e.g. a test accuracy)."""
         import time
         self.cs, self.cg = comm_sum, comm_gather
         self.rank, self.size = comm_sum.Get_rank(), comm_sum.Get_size()
         self.rounds = deque(_Round(k) for k in round_iterations(every, iterations))
         self.active = deque()
         self.numel, self.write_params, self.on_result = numel, write_params, on_result
+        self.on_average = on_average if self.rank == 0 else None
         self.timeout, self.clock = timeout, clock or time.time
         self.iterations = iterations
         self.results = []
@@ -86,8 +89,9 @@ class Consensus:
                 diff = np.subtract(r.x, xbar)
                 np.square(diff, out=diff)
                 d2 = float(diff.sum(dtype=np.float64))
-                norm2 = float(np.dot(xbar.astype(np.float64), xbar.astype(np.float64))) if self.rank == 0 \
-                    else 0.0
+                norm2 = float(np.dot(xbar, xbar)) if self.rank == 0 else 0.0
+                if self.on_average is not None:
+                    r.extra = self.on_average(xbar, r.at)
                 r.x = r.total = None         # the memory goes back now
                 send = np.array([d2, r.t_enter, r.entered, norm2])
                 r.out = np.empty(4 * self.size) if self.rank == 0 else None
@@ -107,6 +111,8 @@ class Consensus:
                   dist_rms=float(math.sqrt(max(g[:, 0].mean(), 0.0))),
                   argmax=int(d.argmax()), norm=float(math.sqrt(max(g[0, 3], 0.0))),
                   dists=[round(float(v), 8) for v in d], end=bool(r.at == self.iterations))
+        if r.extra:
+            ev.update(r.extra)
         self.results.append(ev)
         if self.on_result:
             self.on_result(ev)

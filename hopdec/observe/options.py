@@ -19,6 +19,9 @@ def check_observe_options(args, rank=0):
         if getattr(args, "mode", None) == "ps":
             raise ConfigError("--consensus-every is for decentralized runs (in --mode ps every worker "
                               "starts from the server's model)")
+    if (getattr(args, "eval_interval", 0.0) or 0.0) > 0 and getattr(args, "mode", None) != "ps" and not every:
+        raise ConfigError("--eval-interval in a decentralized run evaluates the average model that the "
+                          "consensus rounds form: give --consensus-every K too")
     if getattr(args, "tensorboard", None):
         from hopdec.observe.tensorboard import check_available
         check_available()

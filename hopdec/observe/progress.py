@@ -277,6 +277,8 @@ class LiveProgress:
                 return not self.pending_done
             poll_until(all_done, self.timeout, f"rank 0: no final progress report from rank(s) "
                                                f"{sorted(self.pending_done)} in {self.timeout:.0f} s")
+            print(f"progress  {time.time() - self.t0:.1f} s  all {len(self.workers)} workers finished",
+                  file=self.stream, flush=True)
         elif self.sampler is not None:
             self._wait_sent("its last progress report")
 

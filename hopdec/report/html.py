@@ -243,7 +243,8 @@ def render(runs, title="hopdec report"):
         fig.tight_layout()
         body.append(_img(fig, "accuracy and consensus distance"))
         body.append('<p class="cap">Accuracy: the PS server\'s model (<code>--eval-interval</code>) or the '
-                    'average of the workers\' models (simulator with <code>--math</code>). Consensus distance '
+                    'average of the workers\' models (decentralized runs with <code>--consensus-every</code> and '
+                    '<code>--eval-interval</code>, or the simulator with <code>--math</code>). Consensus distance '
                     '(<code>--consensus-every K</code>): how far the workers\' models are from their '
                     'average, mean and farthest worker.</p>')
     else:

@@ -67,7 +67,8 @@ def run(ctx, graph, cfg, views):
                   consensus_every=getattr(args, "consensus_every", None))
     logger = RankLogger(ctx.log_dir, rank, header=header)
     obs = RunObserver(ctx, logger.event, "worker", range(ctx.size), cfg.iterations, header, bound=bound,
-                      write_params=trainer.write_params, numel=trainer.numel)
+                      write_params=trainer.write_params, numel=trainer.numel,
+                      evaluate=lambda: ctx.make_trainer(rank, ctx.size).evaluate)
     if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
         print(f"note: --skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes the "
               f"slowest out-neighbour, which tokens keep within max_ig of it when it also sends to this "

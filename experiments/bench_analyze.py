@@ -1,4 +1,4 @@
-"""How long ``hopdec topo analyze`` takes on large graphs (issue 8, item 13: 10,000 nodes in < 30 s).
+"""How long ``hopdec topo analyze`` takes on large graphs (goal: 10,000 nodes in < 30 s).
 
     python3 experiments/bench_analyze.py [--sizes 1000,10000] [--kinds ring,exponential,torus]
                                          [--skip-size 100000]

@@ -1,4 +1,4 @@
-"""Parameter-exchange cost of hopdec against a bare mpi4py exchange of the same bytes (issue 3).
+"""Parameter-exchange cost of hopdec against a bare mpi4py exchange of the same bytes.
 
     mpirun -n 8 --oversubscribe python3 experiments/bench_exchange.py [--plan MB:WARMUP:TIMED:REPS,...] [--no-busy]
 

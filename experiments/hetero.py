@@ -23,7 +23,7 @@ CPU contention of 16 ranks on few cores rather than the protocol.
 
 The compute is emulated: ``--model mlp`` on digits (cheap real compute, ~1 ms) padded by sleeping to
 ``--compute-time`` seconds per iteration, slowed down as above. The run folders can be plotted with
-``experiments/plot_logs.py``.
+``hopdec plot``.
 """
 
 import argparse

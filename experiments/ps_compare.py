@@ -1,4 +1,4 @@
-"""Time to a target accuracy: the PS synchronization models vs decentralized Hop (issue 5).
+"""Time to a target accuracy: the PS synchronization models vs decentralized Hop.
 
     python3 experiments/ps_compare.py [--workers 8] [--compute-time 0.1] [--slow-factor 2]
                                       [--iterations 80] [--target 0.9] [--out DIR] [--only a,b]

@@ -73,10 +73,10 @@ def build_parser():
                    help="hop: Hop eq. (1), W_ij = 1/|N_in(j)| with the self-loop counted "
                         "(column-stochastic); metropolis: Metropolis-Hastings, W_ij = "
                         "1/(1+max(deg i, deg j)), doubly stochastic (symmetric graphs only)")
-    g.add_argument("-o", "--output", required=True, metavar="FILE")
+    g.add_argument("-o", "--output", required=True, metavar="FILE", help="the JSON file to write")
 
     a = sub.add_parser("analyze", help="report a graph's properties and Hop Table 1 bounds")
-    a.add_argument("file")
+    a.add_argument("file", help="a topology file: node-link JSON or an edge list (src dst [weight])")
     a.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
                    help=f"token-queue max iteration gap for the token rows (default "
                         f"{DEFAULT_MAX_IG})")
@@ -87,7 +87,7 @@ def build_parser():
                    f"(graphs of up to {PLOT_MAX_N} nodes)")
 
     c = sub.add_parser("compare", help="key figures of several graphs side by side")
-    c.add_argument("files", nargs="+")
+    c.add_argument("files", nargs="+", help="topology files (node-link JSON or edge lists)")
     c.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
                    help=f"max_ig for the token-gap column (default {DEFAULT_MAX_IG})")
     c.add_argument("--json", action="store_true", help="print a JSON list, one object per file")

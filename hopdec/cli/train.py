@@ -11,6 +11,7 @@ the cause (:mod:`hopdec.runtime.failures`). ``--mode ps`` (implied by ``--sync``
 import argparse
 import os
 import sys
+import time
 
 from hopdec.errors import ConfigError, HopdecError
 
@@ -41,66 +42,98 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    p = _Parser(prog=PROG, description=__doc__.splitlines()[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from hopdec.cli.helpfmt import HelpFormatter
+    p = _Parser(prog=PROG, description="Train one worker per MPI rank: mpirun -n 8 hopdec train --topology "
+                "FILE (add --oversubscribe with fewer cores than ranks, --allow-run-as-root as root).",
+                formatter_class=HelpFormatter)
     p.add_argument("--mode", choices=["decentralized", "ps"], default=None,
                    help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
                         "default: decentralized)")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
-    g.add_argument("--topology", help="topology file (node-link JSON or edge list), or a generator kind "
+    g.add_argument("--topology", metavar="FILE|KIND",
+                   help="topology file (node-link JSON or edge list), or a generator kind "
                    "(ring, ring-based, double-ring, exponential, torus, complete, ...) built over all "
                    "ranks; default: ring-based")
-    g.add_argument("--protocol", choices=["tokens", "queue-only", "notify-ack"], default="tokens")
-    g.add_argument("--max-ig", type=int, default=2, help="largest iteration gap between neighbours "
-                   "(token queues)")
-    g.add_argument("--compute-graph", choices=["parallel", "serial"], default="parallel")
-    g.add_argument("--backup-workers", type=int, default=None,
+    g.add_argument("--protocol", choices=["tokens", "queue-only", "notify-ack"], default="tokens",
+                   help="how workers bound their gap: token queues (Hop sec. 4.2, with --max-ig), update "
+                        "queues only (sec. 4.1), or notify-ack (sec. 3.3)")
+    g.add_argument("--max-ig", type=int, default=2, metavar="K",
+                   help="largest iteration gap between neighbours (token queues)")
+    g.add_argument("--compute-graph", choices=["parallel", "serial"], default="parallel",
+                   help="send the parameters before computing the gradient (parallel) or after applying "
+                        "it (serial), Hop sec. 3.2")
+    g.add_argument("--backup-workers", type=int, default=None, metavar="B",
                    help="decentralized: updates each worker may go without (default 0); --sync backup: "
                         "backup workers b, N = workers - b gradients per step (default 1)")
-    g.add_argument("--staleness", type=int, default=None, help="bounded staleness s")
+    g.add_argument("--staleness", type=int, default=None, metavar="S",
+                   help="bounded staleness: use updates up to S iterations old (Hop sec. 4.4; --sync ssp: "
+                        "the gap bound, default 3); default: off")
     g.add_argument("--stale-reduce", choices=["weighted", "plain"], default="weighted",
                    help="reduce stale updates with eq. (2) weights or a plain average")
     g.add_argument("--skip", default=None, metavar="max-jump=J,trigger=G",
-                   help="iteration skipping for stragglers")
+                   help="iteration skipping for stragglers (Hop sec. 5); default: off")
     d = p.add_argument_group("model and data")
     d.add_argument("--dataset", choices=["digits", "cifar10", "libsvm"], default="digits",
                    help="digits ships with scikit-learn (no download)")
-    d.add_argument("--data-dir", help="cifar10: folder with the python batches")
-    d.add_argument("--data-path", help="libsvm: training file")
-    d.add_argument("--test-path", help="libsvm: test file (default: 20%% held out)")
+    d.add_argument("--data-dir", metavar="DIR", help="cifar10: folder with the python batches")
+    d.add_argument("--data-path", metavar="FILE", help="libsvm: training file")
+    d.add_argument("--test-path", metavar="FILE", help="libsvm: test file (default: 20%% held out)")
     d.add_argument("--model", choices=["cnn", "vgg11", "svm", "mlp"], default=None,
                    help="default: cnn for digits, vgg11 for cifar10, svm for libsvm")
     d.add_argument("--norm", choices=["batch", "running", "group", "none"], default="batch",
                    help="vgg11 normalisation (batch: batch statistics only, no buffers to keep apart)")
-    d.add_argument("--partition", choices=["iid", "noniid"], default="iid")
-    d.add_argument("--lr", type=float, default=None, help="default: the model's preset")
-    d.add_argument("--momentum", type=float, default=None)
-    d.add_argument("--weight-decay", type=float, default=None)
-    d.add_argument("--batch-size", type=int, default=None)
-    d.add_argument("--iterations", type=int, default=None, help="iterations per worker (default 200)")
-    d.add_argument("--epochs", type=float, default=None, help="instead of --iterations: passes over "
-                   "each worker's shard")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--device", default="auto", help="auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+    d.add_argument("--partition", choices=["iid", "noniid"], default="iid",
+                   help="how the training set is split over the workers: iid (random shards) or noniid "
+                        "(sorted by label, each worker sees few classes)")
+    d.add_argument("--lr", type=float, default=None, help="learning rate (default: the model's preset)")
+    d.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum in [0, 1) (default: the model's preset)")
+    d.add_argument("--weight-decay", type=float, default=None,
+                   help="L2 weight decay (default: the model's preset)")
+    d.add_argument("--batch-size", type=int, default=None,
+                   help="mini-batch size per worker (default: the model's preset)")
+    d.add_argument("--iterations", type=int, default=None, metavar="K",
+                   help="iterations per worker (default 200)")
+    d.add_argument("--epochs", type=float, default=None, metavar="E",
+                   help="instead of --iterations: passes over each worker's shard")
+    d.add_argument("--seed", type=int, default=0,
+                   help="seed of the model's initial weights, the data order and the emulated slowdowns")
+    d.add_argument("--device", default="auto",
+                   help="cpu, cuda, cuda:N, or auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
     d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
                    help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
                    "CUDA-aware and the model is on a GPU")
     h = p.add_argument_group("emulated heterogeneity (Hop sec. 7.3)")
-    h.add_argument("--compute-time", type=float, default=None,
-                   help="pad each iteration's compute to this many seconds")
-    h.add_argument("--slowdown", action="append", default=None,
-                   help="random:factor=6,prob=1/n or rank=3,factor=4 (repeatable)")
+    h.add_argument("--compute-time", type=float, default=None, metavar="SECONDS",
+                   help="pad each iteration's compute to this many seconds (default: as measured)")
+    h.add_argument("--slowdown", action="append", default=None, metavar="SPEC",
+                   help="random:factor=6,prob=1/n or rank=3,factor=4 (repeatable); default: none")
     o = p.add_argument_group("output")
-    o.add_argument("--log-dir", help="write DIR/rank{r}.jsonl, one JSON object per iteration")
+    o.add_argument("--log-dir", metavar="DIR", help="write DIR/rank{r}.jsonl, one JSON object per iteration "
+                   "(hopdec report DIR makes a page of it)")
     o.add_argument("--save-models", action="store_true", help="save each rank's final flat parameters "
                    "as DIR/params_rank{r}.npy (needs --log-dir)")
-    o.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
-    o.add_argument("--threads", type=int, default=None,
+    o.add_argument("--no-progress", action="store_true",
+                   help="no live progress (by default rank 0 prints a progress line every few seconds "
+                        "under mpirun, or draws a bar on a terminal)")
+    o.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
+                   help="seconds between progress lines (default 3)")
+    o.add_argument("--consensus-every", type=int, default=None, metavar="K",
+                   help="decentralized: measure the consensus distance ||x_i - mean x|| every K iterations "
+                        "and at the end, without stalling training (nonblocking reductions); logged by "
+                        "rank 0 (default: off)")
+    o.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write TensorBoard scalars, DIR/rank{r} per rank (needs the tensorboard "
+                        "package: pip install 'hopdec[tensorboard]')")
+    o.add_argument("--trace", default=None, metavar="FILE",
+                   help="write a timeline of every rank (compute, send, waits and for whom, reduce, "
+                        "jumps) as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev")
+    o.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads per rank (default: cores / ranks on this host, at least 1)")
     o.add_argument("--fault-tolerance", action="store_true",
                    help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
                         "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
-    o.add_argument("--peer-timeout", type=float, default=120.0,
+    o.add_argument("--peer-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="seconds a worker waits for a neighbour before giving up on the run")
     p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
     p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
@@ -141,6 +174,8 @@ def setup(args, comm):
     size = comm.Get_size()
     if args.save_models and not args.log_dir:
         raise ConfigError("--save-models needs --log-dir")
+    from hopdec.observe.options import check_observe_options
+    check_observe_options(args, comm.Get_rank())
     n_workers = size - 1 if args.mode == "ps" else size
     policy = None
     if args.mode == "ps":
@@ -232,12 +267,13 @@ def peer_timeout(args):
 def main(argv):
     """Parse, set up on every rank, exchange setup errors (printed once), then run under a guard that
     turns any failure on any rank into one line and an abort of the whole job."""
+    ft = "--fault-tolerance" in argv
     try:
         args = resolve_mode(build_parser().parse_args(argv))
     except ConfigError as err:              # every rank parses the same argv: say it once
         if launcher_rank() == 0:
             print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
-        return 2
+        return _finish(2, ft)
     from mpi4py import MPI
 
     from hopdec.runtime.failures import abort, cause, first_error, watch_failures
@@ -258,7 +294,7 @@ def main(argv):
     if found is not None:
         if rank == found[0]:
             print(f"{PROG}: error: {found[1]}", file=sys.stderr, flush=True)
-        return 2
+        return _finish(2, ft, reporter=rank == found[0])
     if args.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():
         print(f"{PROG}: note: running 1 worker; start N workers with `mpirun -n N hopdec train ...` "
               f"or `launch/local.sh -n N ...`", file=sys.stderr, flush=True)
@@ -271,8 +307,22 @@ def main(argv):
             run(ctx, ctx.extra["graph"], ctx.extra["cfg"], ctx.extra["views"])
     except BaseException as e:              # training, evaluation or shutdown, on any rank
         abort(comm, e, PROG)
-    if ctx.extra.get("healed"):             # workers died: MPI_Finalize would wait for them forever
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    return _finish(0, ft)
+
+
+def _finish(code, fault_tolerant, reporter=True):
+    """The process's exit. Without fault tolerance: return ``code`` (MPI_Finalize follows). With it, the
+    process never calls MPI_Finalize -- it waits for dead ranks forever, and with Open MPI 5.0's threaded
+    failure detector it hangs even when nobody died -- and since a fault-tolerant launch counts only
+    aborts as failures (a dead worker must not fail a job its survivors finished), an error exit
+    aborts with its code."""
+    if not fault_tolerant:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        from mpi4py import MPI
+        if reporter:
+            MPI.COMM_WORLD.Abort(code)
+        time.sleep(5)                       # the reporting rank's abort ends this one
+    os._exit(code)

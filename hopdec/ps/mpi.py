@@ -309,7 +309,8 @@ def run(ctx):
     from hopdec.runtime.backend import TorchBackend
     from hopdec.runtime.metrics import RankLogger
     from hopdec.runtime.ps_loop import server_loop, worker_loop
-    from hopdec.runtime.report import progress_bar, report
+    from hopdec.observe import RunObserver
+    from hopdec.runtime.report import report
     from hopdec.transport.collectives import barrier
 
     args, comm, rank = ctx.args, ctx.comm, ctx.rank
@@ -329,10 +330,15 @@ def run(ctx):
                       gap_bound=policy.gap_bound())
         events = _EventLog(ctx.log_dir, header)
         logger = RankLogger(None, 0)
-        bar = progress_bar(ctx, budget, f"hopdec ps {policy.sync}")
         model = ServerModel(trainer)
         io = ServerIO(comm, workers, trainer.numel, timeout)
         core = Server(policy, budget)
+        obs = RunObserver(ctx, events, "ps-server", workers, ctx.iterations, header, bound=policy.gap_bound(),
+                          board_extra=lambda: f"server v{policy.version}, {core.dropped} dropped")
+
+        def on_event(name, **data):
+            events(name, **data)
+            obs.event(name, **data)
         eval_interval = float(getattr(args, "eval_interval", 0.0) or 0.0)
         evals = []
 
@@ -345,12 +351,13 @@ def run(ctx):
 
         barrier(comm, timeout, "start")
         t0 = time.time()
+        obs.begin(t0)
         if eval_interval > 0:
             evaluate(t0)
         last_eval = time.time()
         core.start(t0)
-        for wait in server_loop(core, io, model, on_event=events):
-            io.wait(core, wait, on_message=lambda w, k: bar.update(k))
+        for wait in server_loop(core, io, model, on_event=on_event):
+            io.wait(core, wait)
             ctx.faults.at("train", core.work)
             if eval_interval > 0 and time.time() - last_eval >= eval_interval:
                 evaluate(time.time())
@@ -358,8 +365,8 @@ def run(ctx):
         ctx.faults.at("shutdown")
         io.close()
         elapsed = time.time() - t0
+        obs.close()
         evaluate(time.time())
-        bar.close()
         final = evals[-1]
         events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
                dropped=core.dropped, work=core.work, test_loss=final["test_loss"], test_acc=final["test_acc"])
@@ -378,11 +385,20 @@ def run(ctx):
         backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
         io = WorkerIO(comm, trainer.numel, timeout)
         core = PSWorker(rank, esync=policy.sync == "esync")
+        obs = RunObserver(ctx, logger.event, "ps-worker", workers, ctx.iterations, header,
+                          bound=policy.gap_bound())
+
+        def on_record(rec):
+            logger.log(rec)
+            obs.on_record(rec)
         barrier(comm, timeout, "start")
-        for wait in worker_loop(core, io, backend, on_record=logger.log):
+        obs.begin()
+        for wait in worker_loop(core, io, backend, on_record=on_record):
             io.wait(core, wait)
+        obs.finished(logger.last_iter)
         ctx.faults.at("shutdown")
         io.close()
+        obs.close()
         logger.close()
         if args.save_models and ctx.log_dir:
             np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())

@@ -21,8 +21,10 @@ def add_arguments(parser):
                         "step time + epsilon exceeds the slowest device's remaining time); negative "
                         "lets a fast device finish a step up to |epsilon| after the slowest")
     g.add_argument("--eval-interval", type=float, default=0.0, metavar="SECONDS",
-                   help="the server evaluates its model every SECONDS of wall time and logs it "
-                        "(0: only at the end)")
+                   help="the server evaluates its model every SECONDS of wall time and logs it; "
+                        "decentralized runs with --consensus-every: rank 0 evaluates the workers' average "
+                        "model of a consensus round at most every SECONDS (DIR/eval.jsonl) (0: only at "
+                        "the end)")
     return parser
 
 

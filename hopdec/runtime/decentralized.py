@@ -47,7 +47,8 @@ def run(ctx, graph, cfg, views):
     from hopdec.runtime.backend import TorchBackend
     from hopdec.runtime.hop_loop import worker_loop
     from hopdec.runtime.metrics import RankLogger
-    from hopdec.runtime.report import progress_bar, report
+    from hopdec.observe import RunObserver
+    from hopdec.runtime.report import report
     from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
 
@@ -75,9 +76,12 @@ def run(ctx, graph, cfg, views):
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
-                  gap_bound=bound, seed=args.seed, fault_tolerance=ft)
+                  gap_bound=bound, seed=args.seed, message_bytes=4 * io.message_floats(),
+                  consensus_every=getattr(args, "consensus_every", None), fault_tolerance=ft)
     logger = RankLogger(ctx.log_dir, rank, header=header)
-    bar = progress_bar(ctx, cfg.iterations, f"hopdec {describe(cfg, graph)}")
+    obs = RunObserver(ctx, logger.event, "worker", range(ctx.size), cfg.iterations, header, bound=bound,
+                      write_params=trainer.write_params, numel=trainer.numel,
+                      evaluate=lambda: ctx.make_trainer(rank, ctx.size).evaluate)
     if rank == 0 and cfg.skip_max_jump > cfg.max_ig:
         print(f"note: --skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes the "
               f"slowest out-neighbour, which tokens keep within max_ig of it when it also sends to this "
@@ -85,7 +89,7 @@ def run(ctx, graph, cfg, views):
 
     def on_record(rec):
         logger.log(rec)
-        bar.update(1 + (rec["iter"] - rec.get("jumped_from", rec["iter"] - 1) - 1))
+        obs.on_record(rec)
 
     backend = TorchBackend(trainer, emulator, faults=ctx.faults)
     healer = None
@@ -96,7 +100,8 @@ def run(ctx, graph, cfg, views):
     def heal():
         event = healer.heal()
         ctx.comm = healer.comm
-        logger.event(event)
+        logger.event("heal", **{k: v for k, v in event.items() if k != "event"})
+        obs.on_failure(event)
         ctx.extra["healed"] = healer.events
         return event
 
@@ -110,8 +115,9 @@ def run(ctx, graph, cfg, views):
                 heal()
 
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
-    drive(worker_loop(core, io, backend, on_record=on_record))
-    bar.close()
+    obs.begin()
+    drive(worker_loop(core, io, backend, on_record=on_record, spans=obs.spans))
+    obs.finished(core.iteration)
     ctx.faults.at("shutdown")
     while True:                                     # a failure at shutdown: heal, send what was lost, again
         try:
@@ -122,7 +128,7 @@ def run(ctx, graph, cfg, views):
                 raise
             heal()
             drive(worker_loop(core, io, backend))
-    logger.close()
+    obs.close()
     if ctx.rank == 0 and ctx.log_dir:
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     if args.save_models and ctx.log_dir:
@@ -133,12 +139,19 @@ def run(ctx, graph, cfg, views):
     extra = dict(dropped=core.policy.dropped, used=core.policy.used, sends_skipped=core.sends_skipped)
     while True:                                     # a failure during the summary: heal, summarise again
         try:
-            return report(ctx, logger, trainer, emulator, title, bound=bound, extra=extra,
-                          notes=heal_notes(healer, bound, cfg, graph))
+            out = report(ctx, logger, trainer, emulator, title, bound=bound, extra=extra,
+                         notes=heal_notes(healer, bound, cfg, graph))
+            break
         except Exception as err:
             if healer is None or not _is_failure(err):
                 raise
             heal()
+    if out is not None:                 # the reporting rank: the run's outcome goes into its log too
+        logger.event("summary", test_acc=out["avg_acc"], test_loss=out["avg_loss"], max_gap=out["max_gap"],
+                     model="average of every worker's parameters",
+                     each_test_acc={r["rank"]: r["test_acc"] for r in out["ranks"]})
+    logger.close()
+    return out
 
 
 def heal_notes(healer, bound, cfg, graph):

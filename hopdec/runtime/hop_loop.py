@@ -26,11 +26,28 @@ class IterationRecord(dict):
     """One line of ``rank{r}.jsonl``: what the worker did and measured in one iteration."""
 
 
-def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
+def wait_kind(what):
+    """``Wait.what`` of the Hop core as a short name: ``updates``, ``tokens``, ``acks`` (or ``other``)."""
+    w = what.lower()
+    for kind in ("updates", "tokens", "acks"):
+        if w.startswith(kind):
+            return kind
+    return "other"
+
+
+def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, spans=False):
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
     With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
     interleave workers action by action, and a virtual-time driver can charge time for it.
+
+    Every record splits the iteration's time: ``compute_s``, ``send_s``, ``reduce_s``, ``apply_s`` and
+    ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
+    for; ``waited_on``: ``[[rank, seconds], ...]`` for the ranks it waited on), and ``wait_sends_s``: before
+    a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
+    complete -- a slow receiver shows up here. With ``spans=True`` it also
+    has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
+    (:mod:`hopdec.observe.trace`).
     """
     rec = None
     poll = getattr(io, "poll", None)
@@ -42,13 +59,17 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             t0 = clock()
             yield a
             if rec is not None:
-                rec["wait_s"] += clock() - t0
+                _waited(rec, a, t0, clock() - t0, spans)
             continue
+        t0 = clock() if rec is not None else None
         if isinstance(a, Enter):
             if rec is not None and on_record:
                 on_record(_close(rec, core))
             rec = IterationRecord(rank=core.rank, iter=a.iteration, time=clock(), loss=None,
-                                  compute_s=0.0, wait_s=0.0, reduce_s=0.0, sent=0, send_skipped=0)
+                                  compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0, apply_s=0.0,
+                                  sent=0, send_skipped=0)
+            if spans:
+                rec["spans"] = []
             if a.jumped_from is not None:
                 rec["jumped_from"] = a.jumped_from
             if core.ledger is not None:
@@ -64,31 +85,43 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
                     io.send_update(a.iteration, a.dests, backend.write_params)
             if rec is not None:                 # (a catch-up send after a heal may come after the end)
                 rec["sent"] += len(a.dests)
+                if a.dests:
+                    rec.setdefault("sent_to", []).extend(a.dests)
                 rec["send_skipped"] += len(a.skipped)
+                _timed(rec, "send", t0, clock(), spans, list(a.dests))
         elif isinstance(a, GrantTokens):
             io.send_grants(a.grants)
         elif isinstance(a, SendAcks):
             io.send_grants(a.acks)          # the same cumulative-count message, other meaning
         elif isinstance(a, ComputeGradient):
             rec.update(backend.compute(a.iteration))
+            if spans:
+                rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
         elif isinstance(a, Reduce):
-            t0 = clock()
             spare = getattr(backend, "spare_storage", None)
             spare = spare() if spare is not None else None
             if spare is not None:
                 io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
+                t1 = clock()
+                rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
+                if spans and t1 - t0 > 1e-4:
+                    rec["spans"].append(["wait", t0 - rec["time"], t1 - t0, ["sends to complete", []]])
+                t0 = t1
             backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
                             for t in a.terms])
             io.release(tuple(t.handle for t in a.terms if t.handle is not SELF))
-            rec["reduce_s"] += clock() - t0
             rec.setdefault("reduced", []).append(
                 [[t.sender, t.iteration, round(t.weight, 6)] for t in a.terms])
+            _timed(rec, "reduce", t0, clock(), spans, a.iteration)
         elif isinstance(a, ApplyGradient):
             backend.apply(a.iteration)
+            _timed(rec, "apply", t0, clock(), spans)
         elif isinstance(a, ReleaseUpdates):
             io.release(a.handles)
         elif isinstance(a, Jump):
             rec["jump"] = [a.frm, a.to]
+            if spans:
+                rec["spans"].append(["jump", t0 - rec["time"], 0.0, [a.frm, a.to]])
         elif isinstance(a, Finished):
             if rec is not None and on_record:
                 on_record(_close(rec, core))
@@ -97,6 +130,37 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
             raise TypeError(f"unknown action {a!r}")
         if step:
             yield a
+
+
+def _timed(rec, kind, t0, t1, spans, detail=None):
+    rec[kind + "_s"] += t1 - t0
+    if spans:
+        rec["spans"].append([kind, t0 - rec["time"], t1 - t0, detail])
+
+
+def _waited(rec, a, t0, dt, spans):
+    """Book one wait of ``dt`` seconds for ``a.what`` on ``a.on``; consecutive waits for the same thing
+    (the core repeats its Wait until what it needs is there) make one span."""
+    kind = wait_kind(a.what)
+    rec["wait_s"] += dt
+    key = f"wait_{kind}_s"
+    rec[key] = rec.get(key, 0.0) + dt
+    on = rec.setdefault("waited_on", [])
+    for j in a.on:
+        for pair in on:
+            if pair[0] == j:
+                pair[1] += dt
+                break
+        else:
+            on.append([j, dt])
+    if spans:
+        start = t0 - rec["time"]
+        last = rec["spans"][-1] if rec["spans"] else None
+        if last and last[0] == "wait" and last[3][0] == a.what and start - (last[1] + last[2]) < 1e-3:
+            last[2] = start + dt - last[1]
+            last[3][1] = sorted(set(last[3][1]) | set(a.on))
+        else:
+            rec["spans"].append(["wait", start, dt, [a.what, list(a.on)]])
 
 
 def _close(rec, core):

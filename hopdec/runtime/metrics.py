@@ -74,11 +74,11 @@ class RankLogger:
         if self._f:
             self._f.write(json.dumps(rec) + "\n")
 
-    def event(self, rec):
-        """Write a record that is not an iteration (a heal, say): it has no ``iter`` key, so
-        :func:`read_log` skips it and the summary's figures are untouched."""
+    def event(self, name, **data):
+        """A line that is not an iteration record: ``{"event": name, ...}`` (no ``iter`` key, so
+        :func:`read_log` skips it), e.g. a heal, a consensus-distance round or what observing cost."""
         if self._f:
-            self._f.write(json.dumps(rec) + "\n")
+            self._f.write(json.dumps(dict(event=name, **data)) + "\n")
 
     @property
     def progress_rate(self):

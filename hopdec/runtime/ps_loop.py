@@ -40,7 +40,8 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False):
         if isinstance(a, ApplyGradients):
             model.apply_gradients([(io.pushed(w), wt) for w, wt in a.parts])
             log("apply", time=now, version=a.version, kind="grad", workers=[w for w, _ in a.parts],
-                weights=[wt for _, wt in a.parts], steps=list(a.steps), staleness=list(a.staleness))
+                weights=[wt for _, wt in a.parts], steps=list(a.steps), staleness=list(a.staleness),
+                dur=clock() - now)
         elif isinstance(a, ApplyDeltas):
             model.add_deltas([(io.pushed(w), wt) for w, wt in a.parts])
             log("apply", time=now, version=a.version, kind="delta", workers=[w for w, _ in a.parts],
@@ -122,6 +123,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
         elif isinstance(a, PushGradient):
             rec["t_push"] = clock()
             io.push_gradient(a.step, a.iteration, backend.gradient())
+            rec["push_s"] = clock() - rec["t_push"]
         elif isinstance(a, QueryState):
             io.query(a.round, a.k, c, a.iteration)
         elif isinstance(a, PushDelta):

@@ -1,23 +1,7 @@
-"""End of a run: gather every rank's figures on rank 0, evaluate, print the summary; the progress bar."""
-
-import sys
+"""End of a run: gather every rank's figures on rank 0, evaluate, print the summary (live progress:
+:mod:`hopdec.observe.progress`)."""
 
 import numpy as np
-
-
-def progress_bar(ctx, total, desc):
-    """A tqdm bar on rank 0 (stderr), or a no-op object elsewhere."""
-    if ctx.rank == 0 and ctx.progress:
-        from tqdm import tqdm
-        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=0.5, leave=False)
-
-    class _Null:
-        def update(self, n=1):
-            pass
-
-        def close(self):
-            pass
-    return _Null()
 
 
 def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,

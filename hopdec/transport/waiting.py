@@ -4,12 +4,43 @@ Every blocking wait in hopdec goes through :func:`poll_until`: it polls (e.g. ``
 and sleeps between polls, 50 us growing to 1 ms, so an idle rank yields its core to ranks that compute
 (ranks usually outnumber cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
 seconds so a dead or hung peer never hangs the job.
+
+While it waits, it runs the *idle hooks* (:func:`add_idle_hook`) between polls: what observes a run
+(live progress, the consensus-distance reductions, :mod:`hopdec.observe`) gets its MPI progress there,
+in time the rank would have slept anyway. Hooks must be quick and must not wait themselves.
 """
 
 import time
 
 FIRST_NAP_S = 5e-5
 LONGEST_NAP_S = 1e-3
+
+_idle_hooks = []
+_in_hook = False
+
+
+def add_idle_hook(fn):
+    """Call ``fn()`` between polls of every wait (until :func:`remove_idle_hook`); returns ``fn``."""
+    _idle_hooks.append(fn)
+    return fn
+
+
+def remove_idle_hook(fn):
+    if fn in _idle_hooks:
+        _idle_hooks.remove(fn)
+
+
+def run_idle_hooks():
+    """Run the idle hooks once (not from inside a hook: a hook that waits does not recurse)."""
+    global _in_hook
+    if _in_hook or not _idle_hooks:
+        return
+    _in_hook = True
+    try:
+        for fn in tuple(_idle_hooks):
+            fn()
+    finally:
+        _in_hook = False
 
 
 class PeerTimeout(RuntimeError):
@@ -39,6 +70,8 @@ def poll_until(poll, timeout, message, clock=time.monotonic, on=()):
     while True:
         time.sleep(nap)
         nap = min(nap * 2, LONGEST_NAP_S)
+        if _idle_hooks:
+            run_idle_hooks()
         got = poll()
         if got:
             return got

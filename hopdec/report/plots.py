@@ -1,0 +1,210 @@
+"""The report's figures (matplotlib, Agg): each function draws on axes it is given, from :class:`Run` s."""
+
+import numpy as np
+
+PART_COLORS = {"compute": "#4c72b0", "wait updates": "#dd8452", "wait tokens": "#c44e52",
+               "wait acks": "#8172b3", "wait sends": "#da8bc3", "wait (other)": "#937860", "wait for server": "#dd8452",
+               "reduce": "#55a868", "send": "#64b5cd", "apply": "#8c8c8c", "push": "#64b5cd",
+               "other": "#dddddd"}
+
+
+def matplotlib():
+    import matplotlib as mpl
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def smooth(y, k):
+    """Trailing moving average over ``k`` points (shorter at the start)."""
+    y = np.asarray(y, dtype=float)
+    if k <= 1 or len(y) < 2:
+        return y
+    c = np.cumsum(np.insert(y, 0, 0.0))
+    idx = np.arange(len(y))
+    lo = np.maximum(0, idx - k + 1)
+    return (c[idx + 1] - c[lo]) / (idx + 1 - lo)
+
+
+def run_colors(runs):
+    import matplotlib as mpl
+    cmap = mpl.colormaps["tab10"]
+    return [cmap(i % 10) for i in range(len(runs))]
+
+
+def time_label(runs):
+    sim = {bool(r.simulated) for r in runs}
+    if sim == {True}:
+        return "simulated time (virtual s)"
+    if sim == {False}:
+        return "wall-clock time (s)"
+    return "time (s; simulated runs: virtual s)"
+
+
+def loss_curves(ax_t, ax_k, runs, smooth_k=10):
+    for run, color in zip(runs, run_colors(runs)):
+        n = max(len(run.records), 1)
+        t, y = run.loss_vs_time()
+        if len(t):
+            ax_t.plot(t, smooth(y, smooth_k * n), color=color, label=run.label)
+        k, yk = run.loss_vs_iter()
+        if len(k):
+            ax_k.plot(k, smooth(yk, smooth_k), color=color, label=run.label)
+    ax_t.set_xlabel(time_label(runs))
+    ax_k.set_xlabel("iteration (PS: mini-batches of each worker)")
+    for ax in (ax_t, ax_k):
+        ax.set_ylabel("training loss (mean over workers)")
+        ax.legend(fontsize=7)
+    ax_t.set_title("loss against time")
+    ax_k.set_title("loss against iterations")
+
+
+def accuracy_curves(ax, runs):
+    drawn = False
+    for run, color in zip(runs, run_colors(runs)):
+        ev = [e for e in run.evals if e.get("test_acc") is not None and e.get("time") is not None]
+        if not ev:
+            continue
+        t0 = run.t0
+        ax.plot([e["time"] - t0 for e in ev], [e["test_acc"] for e in ev], "o-", ms=3, color=color,
+                label=run.label)
+        drawn = True
+    ax.set_xlabel(time_label(runs))
+    ax.set_ylabel("test accuracy")
+    ax.set_title("test accuracy of the server / averaged model")
+    if drawn:
+        ax.legend(fontsize=7)
+    return drawn
+
+
+def timeline(ax, run):
+    """Iteration entered against time, one line per worker: a straggler is the line below the others."""
+    import matplotlib as mpl
+    tl = run.timeline()
+    cmap = mpl.colormaps["viridis"]
+    ws = sorted(tl)
+    for i, w in enumerate(ws):
+        t, k = tl[w]
+        ax.step(t, k, where="post", lw=1, color=cmap(i / max(len(ws) - 1, 1)),
+                label=f"rank {w}" if len(ws) <= 10 else None)
+    ax.set_xlabel(run.time_label)
+    ax.set_ylabel("iteration")
+    ax.set_title("each worker's iteration over time")
+    if len(ws) <= 10:
+        ax.legend(fontsize=6, ncol=2)
+
+
+def binned_max(t, y, bins=120):
+    """(bin starts, max of ``y`` in each bin, mean of ``y`` in each bin) over ``bins`` equal time bins;
+    empty bins carry the previous value (nothing changed there)."""
+    t, y = np.asarray(t, float), np.asarray(y, float)
+    if not len(t):
+        return t, y, y
+    edges = np.linspace(t.min(), t.max() + 1e-12, bins + 1)
+    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    hi = np.full(bins, np.nan)
+    np.fmax.at(hi, idx, y)
+    s, c = np.zeros(bins), np.zeros(bins)
+    np.add.at(s, idx, y)
+    np.add.at(c, idx, 1)
+    mean = np.where(c > 0, s / np.maximum(c, 1), np.nan)
+    for arr in (hi, mean):
+        for i in range(1, bins):
+            if np.isnan(arr[i]):
+                arr[i] = arr[i - 1]
+    return edges[:-1], hi, mean
+
+
+def gap(ax, run):
+    t, g = run.gap_over_time()
+    if len(t):
+        tb, hi, mean = binned_max(t, g)
+        ax.fill_between(tb, 0, hi, step="post", color="#999999", alpha=0.35, label="largest gap in the window")
+        ax.step(tb, mean, where="post", color="#333333", lw=1.2, label="mean gap in the window")
+    if run.bound is not None:
+        ax.axhline(run.bound, color="#c44e52", ls="--", lw=1.2, label=f"bound {run.bound:g}")
+    ax.set_xlabel(run.time_label)
+    ax.set_ylabel("max Iter(i) - Iter(j)")
+    ax.set_title("iteration gap against the bound")
+    top = max([run.bound or 0] + list(g)) if len(g) else (run.bound or 1)
+    ax.set_ylim(-0.2, top + 1)
+    ax.legend(fontsize=7)
+
+
+def breakdown(ax, run):
+    """Stacked horizontal bars: each worker's time by part."""
+    b = run.breakdown()
+    ws = sorted(b)
+    parts = [p for p in PART_COLORS if any(p in b[w] for w in ws)]
+    parts += sorted({p for w in ws for p in b[w]} - set(parts))
+    left = np.zeros(len(ws))
+    for p in parts:
+        vals = np.array([b[w].get(p, 0.0) for w in ws])
+        ax.barh(range(len(ws)), vals, left=left, color=PART_COLORS.get(p, None), label=p, height=0.7)
+        left += vals
+    ax.set_yticks(range(len(ws)))
+    ax.set_yticklabels([f"rank {w}" for w in ws], fontsize=7 if len(ws) <= 16 else 5)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds{' (virtual)' if run.simulated else ''}")
+    ax.set_title("where each worker's time went")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(parts), 5),
+              frameon=False)
+
+
+def consensus(ax, runs, single=False):
+    drawn = False
+    for run, color in zip(runs, run_colors(runs)):
+        ev = run.consensus()
+        if not ev:
+            continue
+        at = [e["at"] for e in ev]
+        ax.plot(at, [e["dist_mean"] for e in ev], "o-", ms=3, color=color,
+                label="mean over workers" if single else f"{run.label}: mean")
+        ax.plot(at, [e["dist_max"] for e in ev], "^--", ms=3, color=color, alpha=0.6,
+                label="max (farthest worker)" if single else f"{run.label}: max")
+        drawn = True
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("||x_i - mean x||")
+    ax.set_title("consensus distance")
+    if drawn:
+        ax.set_yscale("log")
+        ax.legend(fontsize=6)
+    return drawn
+
+
+def staleness(ax, run):
+    st = [r["staleness"] for recs in run.records.values() for r in recs if isinstance(r.get("staleness"), int)]
+    applied = [s for s in st if s >= 0]
+    if applied:
+        ax.hist(applied, bins=np.arange(-0.5, max(applied) + 1.5), color="#4c72b0")
+    dropped = sum(1 for s in st if s == -1)
+    ax.set_xlabel("staleness of an applied gradient (server updates since its weights)")
+    ax.set_ylabel("gradients")
+    ax.set_title(f"staleness ({dropped} dropped)")
+
+
+def gap_matrix(ax, run):
+    m = run.gap_matrix()
+    if m is None:
+        return False
+    im = ax.imshow(m, cmap="Reds", vmin=0, vmax=max(int(m.max()), int(run.bound or 0), 1))
+    ax.set_xlabel("j")
+    ax.set_ylabel("i")
+    ax.set_title("largest Iter(i) - Iter(j) seen")
+    ws = run.workers
+    if len(ws) <= 16:
+        ax.set_xticks(range(len(ws)))
+        ax.set_xticklabels(ws, fontsize=6)
+        ax.set_yticks(range(len(ws)))
+        ax.set_yticklabels(ws, fontsize=6)
+        for i in range(len(ws)):
+            for j in range(len(ws)):
+                dark = m[i, j] > 0.6 * max(int(m.max()), 1)
+                ax.text(j, i, int(m[i, j]), ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+    ax.grid(False)
+    import matplotlib.pyplot as plt
+    plt.colorbar(im, ax=ax, fraction=0.046)
+    return True

@@ -1,0 +1,227 @@
+"""Watching runs without MPI: progress boards, the report of a simulated run, traces from logs, --help."""
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hopdec.errors import ConfigError
+from hopdec.hop.config import ProtocolConfig
+from hopdec.hop.worker import node_views
+from hopdec.observe.progress import GridSampler, ProgressBoard, VirtualProgress
+from hopdec.report.data import Run
+from hopdec.sim.inproc import InProcNetwork
+from hopdec.topology import generators as G
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- progress ---------------------------------------------------------------------------------------
+def test_grid_sampler_reports_the_iteration_at_each_grid_point():
+    s = GridSampler(t0=0.0, dt=1.0, iterations=10)
+    assert s.on_record({"iter": 0, "loss": 2.0}, 0.4) is None           # no grid point passed yet
+    assert s.on_record({"iter": 1, "loss": 1.0}, 2.5) == (1, 2, 1, 2, 1.5)   # in iteration 1 at t=1 and 2
+    assert s.on_record({"iter": 2, "loss": 1.0, "jump": [2, 5]}, 3.2) == (3, 3, 2, 5, 1.0)
+    assert s.on_record({"iter": 5, "loss": 1.0}, 3.9) is None
+
+
+def test_board_prints_a_grid_point_once_every_worker_reported_it():
+    b = ProgressBoard([0, 1, 2], iterations=100, dt=1.0, bound=4)
+    b.add(0, 1, 1, 10, 11, 0.5)
+    b.add(1, 1, 1, 7, 8, 0.7)
+    assert b.lines(1) == []                                          # rank 2 has not reported t=1
+    b.add(2, 1, 1, 9, 10, 0.6)
+    (line,) = b.lines(1)
+    assert "iter 7..10 of 100 (slowest rank 1, fastest rank 0)" in line
+    assert "gap 3 (bound 4)" in line and "loss 0.6" in line and "8.67 it/s" in line
+    assert b.lines(1) == []                                          # printed once
+    b.add(0, 2, 3, 12, 13, 0.4)
+    b.add(2, 2, 3, 11, 12, 0.4)
+    late = b.lines(3)                                                # rank 1 silent for two intervals
+    assert len(late) == 1 and "waiting for rank 1: in iter >= 8" in late[0]
+    b.finish(1, 99)
+    (line,) = b.lines(3)
+    assert "iter 11..99" in line
+
+
+def test_virtual_progress_labels_virtual_time():
+    out = io.StringIO()
+    vp = VirtualProgress([0, 1], iterations=5, interval=1.0, stream=out, wall_interval=0.0)
+    for k in range(5):
+        vp.on_record(0, {"iter": k, "loss": 1.0}, 0.6 * (k + 1))
+        vp.on_record(1, {"iter": k, "loss": 1.0}, 0.9 * (k + 1))
+    lines = vp.tick(force=True)
+    assert lines and "virtual s" in lines[-1] and out.getvalue().strip().endswith(lines[-1])
+
+
+# ---- a simulated run: logs written like a real run's, times virtual ---------------------------------
+def _simulated_run(tmp_path, spans=True):
+    """Hop's cores in one process (virtual time = scheduler steps); logs as a run writes them."""
+    from hopdec.runtime import hop_loop
+    g = G.ring(6)
+    cfg = ProtocolConfig(iterations=30, max_ig=2)
+    views = node_views(g)
+    net = InProcNetwork(views, cfg, seed=3, speeds=[1, 1, 1, 1, 1, 0.3])
+    net.loops = [hop_loop.worker_loop(c, io_, b, on_record=net.records[c.rank].append, step=True,
+                                      clock=lambda: float(net.steps), spans=spans)
+                 for c, io_, b in zip(net.cores, net.ios, net.backends)]
+    net.run()
+    d = tmp_path / "sim"
+    d.mkdir()
+    header = dict(mode="decentralized", simulated="SIMULATED (timing only)", topology="ring(6)",
+                  protocol="tokens", setting="standard", iterations=30, gap_bound=6, message_bytes=32)
+    for r, recs in enumerate(net.records):
+        with open(d / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"rank": r, "run": header}) + "\n")
+            for rec in recs:
+                f.write(json.dumps(rec) + "\n")
+            if r == 0:
+                for k in (10, 20, 30):
+                    f.write(json.dumps(dict(event="consensus", at=k, time=float(k), dist_mean=1.0 / k,
+                                            dist_max=2.0 / k, dists=[1.0 / k] * 6)) + "\n")
+    with open(d / "rank5.jsonl", "a") as f:
+        f.write('{"rank": 5, "iter": 30, "time": 1')                 # a killed rank's broken last line
+    return d, net
+
+
+def test_reader_on_a_simulated_run(tmp_path):
+    d, net = _simulated_run(tmp_path)
+    run = Run.load(d)
+    assert run.simulated == "SIMULATED (timing only)" and run.time_unit == "virtual s"
+    assert run.bad_lines == 1 and run.workers == list(range(6))
+    assert [len(run.records[w]) for w in run.workers] == [len(r) for r in net.records]
+    t, g = run.gap_over_time()
+    assert len(t) and g.max() <= run.bound and g.max() >= 1
+    # the replayed largest gap agrees with the pairwise matrix of hopdec.runtime.metrics
+    assert int(run.gap_matrix().max()) == int(g.max())
+    b = run.breakdown()
+    assert set(b) == set(range(6)) and all(v >= 0 for p in b.values() for v in p.values())
+    c = run.counters()
+    assert c[0]["messages_sent"] == sum(r["sent"] for r in net.records[0])
+    assert c[0]["bytes_sent"] == 32 * c[0]["messages_sent"]
+    assert run.edges()[(0, 1)] == sum(1 in r.get("sent_to", []) for r in net.records[0])
+
+
+def test_report_of_a_simulated_run_says_so(tmp_path):
+    d, _ = _simulated_run(tmp_path)
+    out = tmp_path / "r.html"
+    p = subprocess.run([sys.executable, "-m", "hopdec.cli", "report", str(d), "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    assert "SIMULATED (timing only)" in page and "virtual" in page
+    assert "1 unreadable log line(s) skipped" in page
+    assert page.count("data:image/png;base64,") >= 3
+
+
+def test_trace_from_logs_of_a_simulated_run(tmp_path):
+    d, net = _simulated_run(tmp_path)
+    out = tmp_path / "t.json"
+    p = subprocess.run([sys.executable, "-m", "hopdec.cli", "trace", str(d), "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    obj = json.loads(out.read_text())
+    assert obj["otherData"]["time"].startswith("virtual")
+    ev = obj["traceEvents"]
+    its = [e for e in ev if e["ph"] == "X" and e["cat"] == "iteration"]
+    assert len(its) == sum(len(r) for r in net.records)
+    waits = [e for e in ev if e["ph"] == "X" and e["cat"] == "wait"]
+    assert waits and all(re.fullmatch(r"wait (updates|tokens) \([\d,]*\)", e["name"]) for e in waits)
+    used = sum(1 for recs in net.records for r in recs for terms in r.get("reduced", [])
+               for s, _, _ in terms if s != r["rank"])
+    assert sum(e["ph"] == "s" for e in ev) == used                   # one arrow per update used
+
+
+def test_records_split_the_waits_by_what(tmp_path):
+    _, net = _simulated_run(tmp_path)
+    for recs in net.records:
+        for r in recs:
+            kinds = sum(r.get(f"wait_{k}_s", 0.0) for k in ("updates", "tokens", "acks"))
+            assert kinds == pytest.approx(r["wait_s"])
+            assert sum(s for _, s in r.get("waited_on", [])) >= r["wait_s"] - 1e-9 or not r.get("waited_on")
+    slow = net.records[5]
+    assert sum(r["wait_s"] for r in slow) < np.mean([sum(r["wait_s"] for r in net.records[w]) for w in range(5)])
+
+
+# ---- options and --help ------------------------------------------------------------------------------
+def _parsers():
+    from hopdec.cli import report, topo, train
+    tp = topo.build_parser()
+    subs = next(a for a in tp._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {"train": train.build_parser(), **{f"topo {k}": v for k, v in subs.items()},
+            "report": report.report_parser(), "plot": report.plot_parser(), "trace": report.trace_parser()}
+
+
+@pytest.mark.parametrize("name", ["train", "topo generate", "topo analyze", "topo compare", "report",
+                                  "plot", "trace"])
+def test_every_option_has_help_and_says_its_default_once(name):
+    p = _parsers()[name]
+    for a in p._actions:
+        if a.help == argparse.SUPPRESS or isinstance(a, argparse._HelpAction):
+            continue
+        assert a.help and a.help.strip(), f"{name}: {a.option_strings or a.dest} has no help text"
+        text = p.formatter_class(prog=p.prog)._expand_help(a)
+        assert "(default: None)" not in text, (name, a.option_strings, text)
+        if "default" in a.help.lower():          # a text that explains its default gets no second one
+            assert "(default: " not in text or "(default: " in a.help, (name, a.option_strings, text)
+    help_text = p.format_help()
+    assert "(default: None)" not in help_text and "(default: False)" not in help_text
+
+
+def test_train_help_names_what_mpirun_needs():
+    from hopdec.cli.train import build_parser
+    text = build_parser().format_help()
+    assert "--oversubscribe" in text and "--allow-run-as-root" in text
+
+
+def test_experiment_scripts_name_no_internal_issue():
+    here = os.path.join(ROOT, "experiments")
+    for f in os.listdir(here):
+        if f.endswith(".py"):
+            src = open(os.path.join(here, f)).read()
+            assert not re.search(r"\bissue \d+", src, re.I), f
+
+
+def test_observe_options_are_checked_in_one_line(tmp_path):
+    from hopdec.cli.train import build_parser
+    from hopdec.observe.options import check_observe_options
+    p = build_parser()
+    with pytest.raises(ConfigError, match="--consensus-every 0: must be an integer >= 1"):
+        check_observe_options(p.parse_args(["--consensus-every", "0"]))
+    with pytest.raises(ConfigError, match="--consensus-every is for decentralized runs"):
+        check_observe_options(p.parse_args(["--consensus-every", "5", "--mode", "ps"]))
+    with pytest.raises(ConfigError, match="--progress-interval nan"):
+        check_observe_options(p.parse_args(["--progress-interval", "nan"]))
+    with pytest.raises(ConfigError, match="--trace .*: cannot write"):
+        check_observe_options(p.parse_args(["--trace", str(tmp_path / "no" / "t.json")]))
+    with pytest.raises(ConfigError, match="--eval-interval in a decentralized run .* --consensus-every"):
+        check_observe_options(p.parse_args(["--eval-interval", "2"]))
+    check_observe_options(p.parse_args(["--trace", str(tmp_path / "t.json"), "--consensus-every", "3",
+                                        "--eval-interval", "2"]))
+    check_observe_options(p.parse_args(["--eval-interval", "2", "--mode", "ps"]))
+
+
+def test_missing_tensorboard_is_one_line(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    from hopdec.observe.tensorboard import check_available
+    with pytest.raises(ConfigError, match=r"--tensorboard needs the tensorboard package: pip install"):
+        check_available()
+
+
+def test_report_refuses_a_folder_without_logs(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "hopdec.cli", "report", str(tmp_path), "-o",
+                        str(tmp_path / "x.html")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no rank*.jsonl" in p.stderr

@@ -43,6 +43,14 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     p = _Parser(prog=PROG, description=__doc__.splitlines()[0],
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_run_arguments(p)
+    return p
+
+
+def add_run_arguments(p, mpi=True):
+    """The options of a run, shared by ``hopdec train`` and ``hopdec sim``; returns the argument groups
+    by name. ``mpi=False`` leaves out what only a real run has: the device and CUDA-aware MPI, the peer
+    timeout, fault tolerance and injection, and ``--compute-time`` (the simulator's takes distributions)."""
     p.add_argument("--mode", choices=["decentralized", "ps"], default=None,
                    help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
                         "default: decentralized)")
@@ -81,13 +89,15 @@ def build_parser():
     d.add_argument("--epochs", type=float, default=None, help="instead of --iterations: passes over "
                    "each worker's shard")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--device", default="auto", help="auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
-    d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
-                   help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
-                   "CUDA-aware and the model is on a GPU")
+    if mpi:
+        d.add_argument("--device", default="auto", help="auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+        d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
+                       help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
+                       "CUDA-aware and the model is on a GPU")
     h = p.add_argument_group("emulated heterogeneity (Hop sec. 7.3)")
-    h.add_argument("--compute-time", type=float, default=None,
-                   help="pad each iteration's compute to this many seconds")
+    if mpi:
+        h.add_argument("--compute-time", type=float, default=None,
+                       help="pad each iteration's compute to this many seconds")
     h.add_argument("--slowdown", action="append", default=None,
                    help="random:factor=6,prob=1/n or rank=3,factor=4 (repeatable)")
     o = p.add_argument_group("output")
@@ -97,19 +107,20 @@ def build_parser():
     o.add_argument("--no-progress", action="store_true", help="no progress bar on rank 0")
     o.add_argument("--threads", type=int, default=None,
                    help="torch threads per rank (default: cores / ranks on this host, at least 1)")
-    o.add_argument("--fault-tolerance", action="store_true",
-                   help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
-                        "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
-    o.add_argument("--peer-timeout", type=float, default=120.0,
-                   help="seconds a worker waits for a neighbour before giving up on the run")
-    p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
-    p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
-    p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
-                   help=argparse.SUPPRESS)
+    if mpi:
+        o.add_argument("--fault-tolerance", action="store_true",
+                       help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
+                            "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
+        o.add_argument("--peer-timeout", type=float, default=120.0,
+                       help="seconds a worker waits for a neighbour before giving up on the run")
+        p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
+        p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
+        p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
+        p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
+                       help=argparse.SUPPRESS)
     from hopdec.ps.options import add_arguments
     add_arguments(p)
-    return p
+    return dict(topology=g, data=d, heterogeneity=h, output=o)
 
 
 def resolve_topology(spec, size):

@@ -1,14 +1,15 @@
-"""The ``hopdec`` command: ``hopdec topo ...`` and ``hopdec train ...``.
+"""The ``hopdec`` command: ``hopdec topo ...``, ``hopdec train ...`` and ``hopdec sim ...``.
 
 Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on stderr and exit 2.
 """
 
 import sys
 
-USAGE = """usage: hopdec {topo,train} ...
+USAGE = """usage: hopdec {topo,train,sim} ...
 
   hopdec topo generate|analyze|compare ...   build and study communication graphs
   hopdec train [options]                      train (run it under mpirun, one worker per rank)
+  hopdec sim [options]                        simulate a run in virtual time (any scale, one process)
 """
 
 
@@ -24,8 +25,10 @@ def main(argv=None):
             from hopdec.cli.topo import main as run
         elif cmd == "train":
             from hopdec.cli.train import main as run
+        elif cmd == "sim":
+            from hopdec.cli.sim import main as run
         else:
-            print(f"hopdec: unknown command {cmd!r} (expected topo or train)", file=sys.stderr)
+            print(f"hopdec: unknown command {cmd!r} (expected topo, train or sim)", file=sys.stderr)
             return 2
         return run(rest) or 0
     except HopdecError as err:

@@ -163,22 +163,21 @@ class HopSim:
         self.done[r] = True
         self.finished += 1
 
-    def _wake(self, r):
-        if self.blocked[r]:
-            self.blocked[r] = False
-            self._advance(r)
-
     # ---- messages ----
     def _send_update(self, src, iteration, dests, data):
-        for d in dests:
-            self.sent_to[d] += 1
-            self.in_flight[d] += 1
+        if self.check is not None:
+            for d in dests:
+                self.sent_to[d] += 1
+                self.in_flight[d] += 1
         self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
 
     def _deliver_update(self, src, iteration, data, dst):
-        self.in_flight[dst] -= 1
-        self.cores[dst].on_update(src, iteration, self.ios[dst].hold(data))
-        self._wake(dst)
+        if self.check is not None:
+            self.in_flight[dst] -= 1
+        self.cores[dst].on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     def _send_grants(self, src, grants):
         counts = dict(grants)
@@ -186,7 +185,9 @@ class HopSim:
 
     def _deliver_grant(self, src, counts, dst):
         self.cores[dst].on_grant(src, counts[dst])
-        self._wake(dst)
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     # ---- the iteration gap, as the logs' replay computes it ----
     def _entered(self, r, k):

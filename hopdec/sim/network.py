@@ -16,8 +16,9 @@ Cost model (the same for the decentralized and the parameter-server mode):
 * A **control message** (token grants, ESync queries and answers, STOP) is a few bytes: it takes
   ``latency`` seconds and no bandwidth.
 
-Messages between the same two nodes arrive in the order they were sent (as MPI guarantees): they
-cross the same NICs, so an earlier one is never overtaken.
+Messages between the same two nodes go one after the other (one connection per pair, as TCP or an MPI
+channel): a message waits until the pair's previous one has left, so they arrive in the order they were
+sent, as MPI guarantees.
 
 >>> from hopdec.sim.events import EventQueue
 >>> q = EventQueue(); net = Network(q, 3, LinkModel(bandwidth=1e6))   # 1 MB/s NICs
@@ -28,6 +29,7 @@ cross the same NICs, so an earlier one is never overtaken.
 """
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -66,7 +68,7 @@ class LinkModel:
 
 
 class _Flow:
-    __slots__ = ("id", "remaining", "rate", "t_last", "token", "res", "deliver", "latency")
+    __slots__ = ("id", "remaining", "rate", "t_last", "token", "res", "deliver", "latency", "pair")
 
 
 class Network:
@@ -96,6 +98,8 @@ class Network:
                 self.cap.append(float(bw))
             self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
         self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
+        self._routes = {}
+        self._pairs = {}                   # (src, dst) -> messages waiting behind the one in transit
         self._dirty = {}
         self._flush_pending = False
         self._ids = 0
@@ -107,46 +111,66 @@ class Network:
     # ---- data messages ----
     def send(self, src, dsts, nbytes, deliver):
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
-        q = self.q
+        q, active, dirty, routes, pairs = self.q, self.active, self._dirty, self._routes, self._pairs
+        free = []
         for dst in dsts:
             self.transfers += 1
             self.bytes += nbytes
-            res, lat = self._route(src, dst)
-            if nbytes <= 0 or all(self.cap[r] == INF for r in res):
-                q.at(q.now + lat, partial(deliver, dst))
+            route = routes.get((src, dst))
+            if route is None:
+                route = routes[(src, dst)] = self._route(src, dst)
+            res, lat, no_time = route
+            if nbytes <= 0 or no_time:
+                free.append((lat, partial(deliver, dst)))
                 continue
             f = _Flow()
             self._ids += 1
             f.id, f.remaining, f.rate, f.t_last, f.token = self._ids, float(nbytes), 0.0, q.now, 0
-            f.res, f.deliver, f.latency = res, partial(deliver, dst), lat
+            f.res, f.deliver, f.latency, f.pair = res, partial(deliver, dst), lat, (src, dst)
+            waiting = pairs.get(f.pair)
+            if waiting is not None:             # the pair's previous message is still on its way
+                waiting.append(f)
+                continue
+            pairs[f.pair] = deque()
             for r in res:
-                self.active[r][f.id] = f
-                self._dirty[r] = True
-        self._want_flush()
+                active[r][f.id] = f
+                dirty[r] = True
+        if free:
+            self._deliver_later(free)
+        if dirty and not self._flush_pending:
+            self._flush_pending = True
+            q.at_instant_end(self._flush)
 
     def _route(self, src, dst):
+        """(resources, latency, takes no time) of a transfer src -> dst."""
+        res = (src, self._down + dst)
+        lat = self.model.latency
         link = self._link.get((src, dst))
-        if link is None:
-            return (src, self._down + dst), self.model.latency
-        r, lat = link
-        return ((src, self._down + dst) if r is None else (src, self._down + dst, r)), lat
-
-    def _want_flush(self):
-        if self._dirty and not self._flush_pending:
-            self._flush_pending = True
-            self.q.at_instant_end(self._flush)
+        if link is not None:
+            r, lat = link
+            if r is not None:
+                res = res + (r,)
+        return res, lat, all(self.cap[r] == INF for r in res)
 
     def _flush(self):
-        """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant."""
+        """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant; the
+        transfers that will end at the same time end in one event."""
         self._flush_pending = False
-        now, cap, active, q = self.q.now, self.cap, self.active, self.q
-        seen = {}
+        now, cap, active = self.q.now, self.cap, self.active
+        seen = set()
+        ending = {}
         for r in self._dirty:
             for fid, f in active[r].items():
                 if fid in seen:
                     continue
-                seen[fid] = True
-                rate = min(cap[x] / len(active[x]) for x in f.res)
+                seen.add(fid)
+                res = f.res
+                if len(res) == 2:
+                    a, b = res
+                    ra, rb = cap[a] / len(active[a]), cap[b] / len(active[b])
+                    rate = ra if ra < rb else rb
+                else:
+                    rate = min(cap[x] / len(active[x]) for x in res)
                 if rate == f.rate:
                     continue
                 if f.rate:
@@ -156,20 +180,59 @@ class Network:
                     self.superseded += 1
                 f.t_last, f.rate = now, rate
                 f.token += 1
-                q.at(now + f.remaining / rate, partial(self._done, f, f.token))
+                t = now + f.remaining / rate
+                got = ending.get(t)
+                if got is None:
+                    ending[t] = [(f, f.token)]
+                else:
+                    got.append((f, f.token))
         self._dirty = {}
+        for t, flows in ending.items():
+            self.q.at(t, partial(self._done, flows))
 
-    def _done(self, f, token):
-        if token != f.token:
-            return                          # re-rated since: a later event finishes it
-        for r in f.res:
-            del self.active[r][f.id]
-            self._dirty[r] = True
-        self._want_flush()
-        if f.latency > 0:
-            self.q.at(self.q.now + f.latency, f.deliver)
-        else:
-            f.deliver()
+    def _done(self, flows):
+        active, dirty = self.active, self._dirty
+        arrived = []
+        for f, token in flows:
+            if token != f.token:
+                continue                    # re-rated since: a later event finishes it
+            for r in f.res:
+                on = active[r]
+                del on[f.id]
+                if on:                      # the transfers left there may now go faster
+                    dirty[r] = True
+            arrived.append((f.latency, f.deliver))
+            waiting = self._pairs[f.pair]
+            if waiting:                     # the pair's next message starts now
+                nxt = waiting.popleft()
+                nxt.t_last = self.q.now
+                for r in nxt.res:
+                    active[r][nxt.id] = nxt
+                    dirty[r] = True
+            else:
+                del self._pairs[f.pair]
+        if dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+        if arrived:
+            self._deliver_later(arrived, may_call_now=True)
+
+    def _deliver_later(self, arrived, may_call_now=False):
+        """``arrived = [(latency, deliver)]``: one event per distinct latency; with ``may_call_now`` (inside
+        an event, never inside a send) the ones of latency 0 are delivered at once, in order."""
+        by = {}
+        for lat, d in arrived:
+            got = by.get(lat)
+            if got is None:
+                by[lat] = [d]
+            else:
+                got.append(d)
+        for lat, calls in by.items():
+            if lat == 0 and may_call_now:
+                for c in calls:
+                    c()
+            else:
+                self.q.at(self.q.now + lat, partial(_call_all, calls))
 
     # ---- control messages ----
     def control(self, src, dsts, deliver):
@@ -191,3 +254,8 @@ class Network:
 def _each(deliver, dsts):
     for d in dsts:
         deliver(d)
+
+
+def _call_all(calls):
+    for c in calls:
+        c()

@@ -254,6 +254,9 @@ def simulate(args, out=sys.stdout):
     if args.invariants not in ("auto", "on", "off"):
         raise ConfigError(f"--invariants {args.invariants!r}: expected auto, on or off")
     workers, graph, policy = _workers_and_graph(args)
+    if graph is not None:
+        from hopdec.runtime.decentralized import prepare
+        prepare(args, graph, args.iterations or 1)        # the protocol checks, before anything is loaded
     nodes = len(workers) + (1 if policy is not None else 0)
     compute = ComputeModel(args.compute_time, workers, seed=args.seed, slowdowns=args.slowdown)
     link = link_model(args, nodes, graph)

@@ -36,6 +36,11 @@ def build_parser():
         help=f"virtual seconds per iteration (repeatable): a number, normal:mean=M,std=S or "
              f"uniform:low=A,high=B, for every worker or, with WHO@, for ranks WHO (3, 0-7, 1,4,9-12); "
              f"default {DEFAULT_COMPUTE_S:g}. --slowdown multiplies it as in a real run")
+    for action in p._actions:                   # the same option, in virtual time here
+        if action.dest == "eval_interval":
+            action.help = ("--math: evaluate every SECONDS of virtual time (decentralized: the average of "
+                           "all workers' parameters, DIR/eval.jsonl; --mode ps: the server's model, eval "
+                           "events in rank0.jsonl); 0: only at the end")
     c = p.add_argument_group("cost model (simulator)")
     c.add_argument("--math", action="store_true",
                    help="every worker holds a real replica of the model and really trains (time stays "

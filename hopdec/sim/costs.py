@@ -179,6 +179,7 @@ class ComputeModel:
             if not any(e.slowdowns for e in self.emulators.values()):
                 self.emulators = None
         self._blocks = {}
+        self._factors = {}
 
     def base(self, w, i):
         d = self.dist[w]
@@ -189,10 +190,19 @@ class ComputeModel:
         if block is None:
             rng = np.random.default_rng([self.seed & 0xFFFFFFFF, w, i // BLOCK, _STREAM_COMPUTE])
             block = self._blocks[key] = d.sample(rng, BLOCK).tolist()
+            self._blocks.pop((w, i // BLOCK - 1), None)     # a worker's iterations only go up
         return block[i % BLOCK]
 
     def factor(self, w, i):
-        return 1.0 if self.emulators is None else self.emulators[w].factor(i)
+        if self.emulators is None:
+            return 1.0
+        key = (w, i // BLOCK)
+        block = self._factors.get(key)
+        if block is None:                    # the real Emulator's factors, a block at a time
+            start = (i // BLOCK) * BLOCK
+            block = self._factors[key] = self.emulators[w].factors(range(start, start + BLOCK)).tolist()
+            self._factors.pop((w, i // BLOCK - 1), None)
+        return block[i % BLOCK]
 
     def duration(self, w, i):
         return self.base(w, i) * self.factor(w, i)

@@ -2,6 +2,7 @@
 
 import heapq
 import itertools
+import math
 
 
 class EventQueue:
@@ -53,16 +54,23 @@ class EventQueue:
     def run(self, until=None, on_event=None):
         """Run events up to virtual time ``until`` (all when None); ``on_event()`` after each one."""
         heap, pop = self._heap, heapq.heappop
-        while True:
-            if self._end and (not heap or heap[0][0] > self.now):
-                hooks, self._end = self._end, []
-                for fn in hooks:
-                    fn()
-                continue
-            if len(heap) <= self._bg or (until is not None and heap[0][0] > until):
-                return self
-            self.now, _, fn = pop(heap)
-            fn()
-            self.events += 1
-            if on_event:
-                on_event()
+        limit = math.inf if until is None else until
+        done = 0
+        try:
+            while True:
+                if self._end and (not heap or heap[0][0] > self.now):
+                    hooks, self._end = self._end, []
+                    for fn in hooks:
+                        fn()
+                    continue
+                if len(heap) <= self._bg or heap[0][0] > limit:
+                    return self
+                self.now, _, fn = pop(heap)
+                fn()
+                done += 1
+                if on_event is not None:
+                    self.events += done
+                    done = 0
+                    on_event()
+        finally:
+            self.events += done

@@ -29,7 +29,6 @@ sent, as MPI guarantees.
 """
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -67,8 +66,8 @@ class LinkModel:
                            for (s, d), (bw, lat) in sorted(self.links.items())})
 
 
-class _Flow:
-    __slots__ = ("id", "remaining", "rate", "t_last", "token", "res", "deliver", "latency", "pair")
+# A transfer is a small list (faster than an object here): its fields by index.
+_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR = range(9)
 
 
 class Network:
@@ -99,7 +98,7 @@ class Network:
             self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
         self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
         self._routes = {}
-        self._pairs = {}                   # (src, dst) -> messages waiting behind the one in transit
+        self._pairs = {}                   # (src, dst) in transit -> None, or the messages waiting behind it
         self._dirty = {}
         self._flush_pending = False
         self._ids = 0
@@ -111,35 +110,41 @@ class Network:
     # ---- data messages ----
     def send(self, src, dsts, nbytes, deliver):
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
-        q, active, dirty, routes, pairs = self.q, self.active, self._dirty, self._routes, self._pairs
-        free = []
+        now = self.q.now
+        active, dirty, routes, pairs = self.active, self._dirty, self._routes, self._pairs
+        self.transfers += len(dsts)
+        self.bytes += nbytes * len(dsts)
+        free = None
         for dst in dsts:
-            self.transfers += 1
-            self.bytes += nbytes
-            route = routes.get((src, dst))
+            pair = (src, dst)
+            route = routes.get(pair)
             if route is None:
-                route = routes[(src, dst)] = self._route(src, dst)
+                route = routes[pair] = self._route(src, dst)
             res, lat, no_time = route
-            if nbytes <= 0 or no_time:
+            if no_time or nbytes <= 0:
+                if free is None:
+                    free = []
                 free.append((lat, partial(deliver, dst)))
                 continue
-            f = _Flow()
             self._ids += 1
-            f.id, f.remaining, f.rate, f.t_last, f.token = self._ids, float(nbytes), 0.0, q.now, 0
-            f.res, f.deliver, f.latency, f.pair = res, partial(deliver, dst), lat, (src, dst)
-            waiting = pairs.get(f.pair)
-            if waiting is not None:             # the pair's previous message is still on its way
-                waiting.append(f)
+            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair]
+            if pair in pairs:                   # the pair's previous message is still on its way
+                waiting = pairs[pair]
+                if waiting is None:
+                    pairs[pair] = [f]
+                else:
+                    waiting.append(f)
                 continue
-            pairs[f.pair] = deque()
+            pairs[pair] = None
+            fid = f[0]
             for r in res:
-                active[r][f.id] = f
+                active[r][fid] = f
                 dirty[r] = True
-        if free:
+        if free is not None:
             self._deliver_later(free)
         if dirty and not self._flush_pending:
             self._flush_pending = True
-            q.at_instant_end(self._flush)
+            self.q.at_instant_end(self._flush)
 
     def _route(self, src, dst):
         """(resources, latency, takes no time) of a transfer src -> dst."""
@@ -164,53 +169,64 @@ class Network:
                 if fid in seen:
                     continue
                 seen.add(fid)
-                res = f.res
+                res = f[_RES]
                 if len(res) == 2:
                     a, b = res
-                    ra, rb = cap[a] / len(active[a]), cap[b] / len(active[b])
-                    rate = ra if ra < rb else rb
+                    rate = cap[a] / len(active[a])
+                    rb = cap[b] / len(active[b])
+                    if rb < rate:
+                        rate = rb
                 else:
                     rate = min(cap[x] / len(active[x]) for x in res)
-                if rate == f.rate:
+                old = f[_RATE]
+                if rate == old:
                     continue
-                if f.rate:
-                    f.remaining -= f.rate * (now - f.t_last)
-                    if f.remaining < 0.0:
-                        f.remaining = 0.0
+                if old:
+                    left = f[_LEFT] - old * (now - f[_T])
+                    f[_LEFT] = left if left > 0.0 else 0.0
                     self.superseded += 1
-                f.t_last, f.rate = now, rate
-                f.token += 1
-                t = now + f.remaining / rate
+                f[_T] = now
+                f[_RATE] = rate
+                f[_TOKEN] += 1
+                t = now + f[_LEFT] / rate
                 got = ending.get(t)
                 if got is None:
-                    ending[t] = [(f, f.token)]
+                    ending[t] = [(f, f[_TOKEN])]
                 else:
-                    got.append((f, f.token))
+                    got.append((f, f[_TOKEN]))
         self._dirty = {}
+        at, done = self.q.at, self._done
         for t, flows in ending.items():
-            self.q.at(t, partial(self._done, flows))
+            at(t, partial(done, flows))
 
     def _done(self, flows):
-        active, dirty = self.active, self._dirty
+        active, dirty, pairs = self.active, self._dirty, self._pairs
         arrived = []
+        left = []
         for f, token in flows:
-            if token != f.token:
+            if token != f[_TOKEN]:
                 continue                    # re-rated since: a later event finishes it
-            for r in f.res:
-                on = active[r]
-                del on[f.id]
-                if on:                      # the transfers left there may now go faster
-                    dirty[r] = True
-            arrived.append((f.latency, f.deliver))
-            waiting = self._pairs[f.pair]
+            fid = f[_ID]
+            for r in f[_RES]:
+                del active[r][fid]
+            left.append(f[_RES])
+            arrived.append((f[_LAT], f[_DELIVER]))
+            pair = f[_PAIR]
+            waiting = pairs[pair]
             if waiting:                     # the pair's next message starts now
-                nxt = waiting.popleft()
-                nxt.t_last = self.q.now
-                for r in nxt.res:
-                    active[r][nxt.id] = nxt
+                nxt = waiting.pop(0)
+                if not waiting:
+                    pairs[pair] = None
+                nxt[_T] = self.q.now
+                for r in nxt[_RES]:
+                    active[r][nxt[_ID]] = nxt
                     dirty[r] = True
             else:
-                del self._pairs[f.pair]
+                del pairs[pair]
+        for res in left:
+            for r in res:
+                if active[r]:               # the transfers left there may now go faster
+                    dirty[r] = True
         if dirty and not self._flush_pending:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
@@ -220,13 +236,20 @@ class Network:
     def _deliver_later(self, arrived, may_call_now=False):
         """``arrived = [(latency, deliver)]``: one event per distinct latency; with ``may_call_now`` (inside
         an event, never inside a send) the ones of latency 0 are delivered at once, in order."""
+        lat = arrived[0][0]
+        for x in arrived:
+            if x[0] != lat:
+                break
+        else:                               # one latency (the usual case)
+            if lat == 0 and may_call_now:
+                for _, d in arrived:
+                    d()
+            else:
+                self.q.at(self.q.now + lat, partial(_call_all, [d for _, d in arrived]))
+            return
         by = {}
         for lat, d in arrived:
-            got = by.get(lat)
-            if got is None:
-                by[lat] = [d]
-            else:
-                got.append(d)
+            by.setdefault(lat, []).append(d)
         for lat, calls in by.items():
             if lat == 0 and may_call_now:
                 for c in calls:

@@ -402,5 +402,33 @@ def test_math_parameter_server(sync, tmp_path):
 
 def test_large_runs_condense_the_table():
     res, text = sim(["--mode", "ps", "--sync", "asp", "-n", "100", "--iterations", "5"])
-    assert "(100 workers: their mean, the slowest and the fastest" in text
+    assert "(100 workers: their mean, the slowest and the fastest; --log-dir keeps" in text
     assert text.count("\n") < 20
+
+
+def test_topology_attributes_override_nics_and_links(tmp_path):
+    """A node-link file whose edge 0->1 has its own bandwidth and latency, and node 2 a slower NIC."""
+    import networkx as nx
+    g = T.ring(4)
+    data = nx.node_link_data(g, edges="edges")
+    for e in data["edges"]:
+        if (e["source"], e["target"]) == (0, 1):
+            e.update(bandwidth=0.08, latency=0.5)           # 10 MB/s: a 1 MiB message takes ~0.1 s
+    for node in data["nodes"]:
+        if node["id"] == 2:
+            node["bandwidth"] = 0.8
+    path = tmp_path / "ring4.json"
+    path.write_text(json.dumps(data))
+    res, text = sim(["--topology", path, "--iterations", "10", "--compute-time", "0.01", "--message-mb", "1",
+                     "--log-dir", tmp_path / "logs"])
+    net = res["sim"].net.model
+    assert net.links == {(0, 1): (1e7, 0.5)} and net.node_bandwidth == {2: 1e8}
+    assert "1 link(s) with their own bandwidth or latency" in text
+    # each update 0->1 takes 0.1 s on the link + 0.5 s latency: with max_ig 2 in flight, ~0.3 s per
+    # iteration for everyone (without the attributes: ~0.01 s)
+    assert res["virtual_s"] == pytest.approx(10 * 0.3, rel=0.1)
+    bad = json.loads(path.read_text())
+    bad["edges"][0]["bandwidth"] = "fast"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="bandwidth: 'fast' is not a number"):
+        sim(["--topology", path, "--iterations", "3"])

@@ -221,7 +221,7 @@ def _rows(stats, evaluate_each=None):
     return rows
 
 
-def _condensed(rows):
+def _condensed(rows, logged):
     """Large runs: the mean over workers, then the slowest and the fastest worker (by iter/s)."""
     if len(rows) <= TABLE_UP_TO:
         return rows, None
@@ -239,7 +239,8 @@ def _condensed(rows):
         slow = min(rated, key=lambda r: r["iter_per_s"])
         fast = max(rated, key=lambda r: r["iter_per_s"])
         out += [dict(slow, rank=f"slowest: {slow['rank']}"), dict(fast, rank=f"fastest: {fast['rank']}")]
-    return out, f"({n} workers: their mean, the slowest and the fastest; every rank is in the logs)"
+    return out, f"({n} workers: their mean, the slowest and the fastest; " + (
+        "every rank is in the logs)" if logged else "--log-dir keeps every rank's records)")
 
 
 # ---- the run -----------------------------------------------------------------------------------
@@ -379,7 +380,7 @@ def _run_hop(ctx, graph):
     if args.log_dir and evals:
         with open(os.path.join(args.log_dir, "eval.jsonl"), "w") as f:
             f.writelines(json.dumps(e) + "\n" for e in evals)
-    rows, note = _condensed(_rows(logs.stats, each))
+    rows, note = _condensed(_rows(logs.stats, each), bool(args.log_dir))
     title = (f"{fidelity(args)}: decentralized {describe(cfg)} on {graph.graph.get('source')} ({n} workers, "
              f"protocol {cfg.protocol}, max_ig {cfg.max_ig})")
     text = summary_text(title, rows, sim.max_gap, _times_line(ctx), avg_loss=avg_loss, avg_acc=avg_acc,
@@ -389,8 +390,9 @@ def _run_hop(ctx, graph):
     if note:
         text += "\n" + note
     checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost) held at all "
-               f"{inv.checks} events" if inv else "; Hop invariants not checked (--invariants off"
-               + (f", or auto above {CHECK_UP_TO} workers)" if args.invariants == "auto" else ")"))
+               f"{inv.checks} events" if inv else "; Hop invariants not checked (" + (
+                   f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"
+                   if args.invariants == "auto" else "--invariants off)"))
     text += "\n" + _footer(ctx, sim, wall, checked)
     if args.log_dir:
         text += f"\nlogs: {args.log_dir}/rank*.jsonl" + (" and eval.jsonl" if evals else "")
@@ -469,7 +471,7 @@ def _run_ps(ctx, policy):
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
     gap = largest_gap([s.entries for s in logs.stats.values()])
-    rows, note = _condensed(_rows(logs.stats, each))
+    rows, note = _condensed(_rows(logs.stats, each), bool(args.log_dir))
     title = f"{fidelity(args)}: parameter server {policy.describe()} (1 server + {n} workers)"
     text = summary_text(title, rows, gap, _times_line(ctx), avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
                         model_label="server model", bound_label=f"bound of --sync {policy.sync}")

@@ -111,10 +111,11 @@ class Network:
     def send(self, src, dsts, nbytes, deliver):
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
         now = self.q.now
-        active, dirty, routes, pairs = self.active, self._dirty, self._routes, self._pairs
+        active, routes, pairs = self.active, self._routes, self._pairs
         self.transfers += len(dsts)
         self.bytes += nbytes * len(dsts)
         free = None
+        started = []
         for dst in dsts:
             pair = (src, dst)
             route = routes.get(pair)
@@ -136,15 +137,60 @@ class Network:
                     waiting.append(f)
                 continue
             pairs[pair] = None
+            started.append(f)
             fid = f[0]
             for r in res:
                 active[r][fid] = f
-                dirty[r] = True
         if free is not None:
             self._deliver_later(free)
-        if dirty and not self._flush_pending:
+        if not started:
+            return
+        if not self._flush_pending and self._alone(src, started):
+            self._rate(src, started)            # nothing else on these NICs: rate them now
+            return
+        dirty = self._dirty
+        for f in started:
+            for r in f[_RES]:
+                dirty[r] = True
+        if not self._flush_pending:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
+
+    def _alone(self, src, started):
+        """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
+        use (then they can be rated at once; the usual case when transfers are short)."""
+        active = self.active
+        if len(active[src]) != len(started):
+            return False
+        for f in started:
+            for r in f[_RES][1:]:
+                if len(active[r]) != 1:
+                    return False
+        return True
+
+    def _rate(self, src, flows):
+        """Rate the transfers of one send that are alone on their NICs, and schedule their ends. If
+        another transfer joins one of those NICs later this instant, the flush re-rates them."""
+        now, cap = self.q.now, self.cap
+        k = len(flows)
+        out = cap[src] / k
+        ending = {}
+        for f in flows:
+            rate = out
+            for r in f[_RES][1:]:
+                if cap[r] < rate:
+                    rate = cap[r]
+            f[_RATE] = rate
+            f[_TOKEN] += 1
+            t = now + f[_LEFT] / rate
+            got = ending.get(t)
+            if got is None:
+                ending[t] = [(f, f[_TOKEN])]
+            else:
+                got.append((f, f[_TOKEN]))
+        at, done = self.q.at, self._done
+        for t, fl in ending.items():
+            at(t, partial(done, fl))
 
     def _route(self, src, dst):
         """(resources, latency, takes no time) of a transfer src -> dst."""

@@ -66,8 +66,10 @@ class LinkModel:
                            for (s, d), (bw, lat) in sorted(self.links.items())})
 
 
-# A transfer is a small list (faster than an object here): its fields by index.
-_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR = range(9)
+# A transfer is a small list (faster than an object here): its fields by index. _END: when its last byte
+# leaves (set when rated); _ALONE: the transfers of its send when they were rated alone on their NICs and
+# end with one event at _END + latency (see Network._rate), False once taken off the NICs, else None.
+_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE = range(11)
 
 
 class Network:
@@ -98,7 +100,7 @@ class Network:
             self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
         self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
         self._routes = {}
-        self._pairs = {}                   # (src, dst) in transit -> None, or the messages waiting behind it
+        self._pairs = {}                   # (src, dst) -> its messages: [in transit, waiting...]
         self._dirty = {}
         self._flush_pending = False
         self._ids = 0
@@ -128,19 +130,28 @@ class Network:
                 free.append((lat, partial(deliver, dst)))
                 continue
             self._ids += 1
-            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair]
-            if pair in pairs:                   # the pair's previous message is still on its way
-                waiting = pairs[pair]
-                if waiting is None:
-                    pairs[pair] = [f]
-                else:
-                    waiting.append(f)
+            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair, 0.0, None]
+            queue = pairs.get(pair)
+            if queue is not None:
+                head = queue[0]
+                if head[_ALONE] and head[_END] <= now:
+                    self._take_off(head)        # its bytes have left; only its arrival is pending
+                    queue = None
+                elif head[_ALONE]:
+                    self._open(head[_ALONE])    # its end must now start this one: a real event
+            if queue is not None:               # the pair's previous message is still on its way
+                queue.append(f)
                 continue
-            pairs[pair] = None
-            started.append(f)
-            fid = f[0]
+            pairs[pair] = [f]
+            fid = f[_ID]
             for r in res:
-                active[r][fid] = f
+                on = active[r]
+                if on:
+                    for g in list(on.values()):
+                        if g[_ALONE] and g[_END] <= now:
+                            self._take_off(g)
+                on[fid] = f
+            started.append(f)
         if free is not None:
             self._deliver_later(free)
         if not started:
@@ -156,42 +167,6 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
-    def _alone(self, src, started):
-        """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
-        use (then they can be rated at once; the usual case when transfers are short)."""
-        active = self.active
-        if len(active[src]) != len(started):
-            return False
-        for f in started:
-            for r in f[_RES][1:]:
-                if len(active[r]) != 1:
-                    return False
-        return True
-
-    def _rate(self, src, flows):
-        """Rate the transfers of one send that are alone on their NICs, and schedule their ends. If
-        another transfer joins one of those NICs later this instant, the flush re-rates them."""
-        now, cap = self.q.now, self.cap
-        k = len(flows)
-        out = cap[src] / k
-        ending = {}
-        for f in flows:
-            rate = out
-            for r in f[_RES][1:]:
-                if cap[r] < rate:
-                    rate = cap[r]
-            f[_RATE] = rate
-            f[_TOKEN] += 1
-            t = now + f[_LEFT] / rate
-            got = ending.get(t)
-            if got is None:
-                ending[t] = [(f, f[_TOKEN])]
-            else:
-                got.append((f, f[_TOKEN]))
-        at, done = self.q.at, self._done
-        for t, fl in ending.items():
-            at(t, partial(done, fl))
-
     def _route(self, src, dst):
         """(resources, latency, takes no time) of a transfer src -> dst."""
         res = (src, self._down + dst)
@@ -203,11 +178,109 @@ class Network:
                 res = res + (r,)
         return res, lat, all(self.cap[r] == INF for r in res)
 
+    def _alone(self, src, started):
+        """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
+        use (the usual case when transfers are short)."""
+        active = self.active
+        if len(active[src]) != len(started):
+            return False
+        for f in started:
+            for r in f[_RES][1:]:
+                if len(active[r]) != 1:
+                    return False
+        return True
+
+    def _rate(self, src, flows):
+        """Rate the transfers of one send that are alone on their NICs. Until another transfer comes near
+        them, nothing changes before they end: those with a latency end with ONE event at their arrival
+        (leaving the NICs then, or earlier when a transfer that arrives after their last byte needs the
+        NICs, see _take_off); anything that would share with them first opens them (_open: a real end
+        event, as every other transfer has)."""
+        now, cap = self.q.now, self.cap
+        out = cap[src] / len(flows)
+        ending = {}
+        for f in flows:
+            rate = out
+            for r in f[_RES][1:]:
+                if cap[r] < rate:
+                    rate = cap[r]
+            f[_RATE] = rate
+            f[_TOKEN] += 1
+            end = f[_END] = now + f[_LEFT] / rate
+            key = (end, f[_LAT])
+            got = ending.get(key)
+            if got is None:
+                ending[key] = [(f, f[_TOKEN])]
+            else:
+                got.append((f, f[_TOKEN]))
+            if f[_LAT] > 0:
+                f[_ALONE] = flows
+        at = self.q.at
+        for (end, lat), fl in ending.items():
+            if lat > 0:
+                at(end + lat, partial(self._arrive, fl))
+            else:
+                at(end, partial(self._done, fl))
+
+    def _open(self, flows):
+        """Transfers rated alone now share a NIC, or a message waits behind one: give each a real end
+        event at its _END (those already past it just leave the NICs)."""
+        now = self.q.now
+        for f in flows:
+            if f[_ALONE] is not flows:
+                continue
+            if f[_END] <= now:
+                self._take_off(f)
+                continue
+            f[_ALONE] = None
+            f[_TOKEN] += 1
+            self.q.at(f[_END], partial(self._done, [(f, f[_TOKEN])]))
+
+    def _take_off(self, f):
+        """A transfer rated alone whose last byte has left: off its NICs and its pair now; its arrival event
+        (at _END + latency) still delivers it."""
+        active = self.active
+        for r in f[_RES]:
+            on = active[r]
+            del on[f[_ID]]
+            if on:
+                self._dirty[r] = True
+        del self._pairs[f[_PAIR]]          # nothing waits behind it: queueing would have opened it
+        f[_ALONE] = False
+        if self._dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+
+    def _arrive(self, flows):
+        """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing
+        has taken them off yet)."""
+        calls = []
+        for f, token in flows:
+            if token != f[_TOKEN]:
+                continue                    # opened or re-rated since: its own end event delivers it
+            if f[_ALONE]:
+                active = self.active
+                for r in f[_RES]:
+                    del active[r][f[_ID]]
+                del self._pairs[f[_PAIR]]
+                f[_ALONE] = None
+            calls.append(f[_DELIVER])
+        for c in calls:
+            c()
+
     def _flush(self):
         """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant; the
         transfers that will end at the same time end in one event."""
         self._flush_pending = False
         now, cap, active = self.q.now, self.cap, self.active
+        for r in list(self._dirty):                 # transfers rated alone are alone no more
+            for g in list(active[r].values()):
+                if g[_ALONE]:
+                    if g[_END] <= now:
+                        self._take_off(g)
+                    else:
+                        self._open(g[_ALONE])
+        self._flush_pending = False
         seen = set()
         ending = {}
         for r in self._dirty:
@@ -234,7 +307,7 @@ class Network:
                 f[_T] = now
                 f[_RATE] = rate
                 f[_TOKEN] += 1
-                t = now + f[_LEFT] / rate
+                t = f[_END] = now + f[_LEFT] / rate
                 got = ending.get(t)
                 if got is None:
                     ending[t] = [(f, f[_TOKEN])]
@@ -257,18 +330,16 @@ class Network:
                 del active[r][fid]
             left.append(f[_RES])
             arrived.append((f[_LAT], f[_DELIVER]))
-            pair = f[_PAIR]
-            waiting = pairs[pair]
-            if waiting:                     # the pair's next message starts now
-                nxt = waiting.pop(0)
-                if not waiting:
-                    pairs[pair] = None
+            queue = pairs[f[_PAIR]]
+            queue.pop(0)
+            if queue:                       # the pair's next message starts now
+                nxt = queue[0]
                 nxt[_T] = self.q.now
                 for r in nxt[_RES]:
                     active[r][nxt[_ID]] = nxt
                     dirty[r] = True
             else:
-                del pairs[pair]
+                del pairs[f[_PAIR]]
         for res in left:
             for r in res:
                 if active[r]:               # the transfers left there may now go faster

@@ -118,6 +118,7 @@ class Network:
         self.bytes += nbytes * len(dsts)
         free = None
         started = []
+        self._expire(active[src], now)
         for dst in dsts:
             pair = (src, dst)
             route = routes.get(pair)
@@ -146,10 +147,8 @@ class Network:
             fid = f[_ID]
             for r in res:
                 on = active[r]
-                if on:
-                    for g in list(on.values()):
-                        if g[_ALONE] and g[_END] <= now:
-                            self._take_off(g)
+                if on and r != src:
+                    self._expire(on, now)
                 on[fid] = f
             started.append(f)
         if free is not None:
@@ -166,6 +165,13 @@ class Network:
         if not self._flush_pending:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
+
+    def _expire(self, on, now):
+        """Take transfers rated alone whose last byte has left off a NIC another transfer is joining."""
+        if on:
+            gone = [g for g in on.values() if g[_ALONE] and g[_END] <= now]
+            for g in gone:
+                self._take_off(g)
 
     def _route(self, src, dst):
         """(resources, latency, takes no time) of a transfer src -> dst."""

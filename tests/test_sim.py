@@ -35,10 +35,10 @@ def sim(argv):
     return res, out.getvalue()
 
 
-def transfers(n, sends, model):
+def transfers(n, sends, model, hubs=()):
     """``sends = [(start, src, dsts, bytes)]`` -> {(src, dst, start): arrival time}."""
     q = EventQueue()
-    net = Network(q, n, model)
+    net = Network(q, n, model, hubs=hubs)
     got = {}
     for start, src, dsts, nbytes in sends:
         q.at(start, lambda s=src, d=dsts, b=nbytes, t0=start: net.send(
@@ -484,9 +484,11 @@ def reference_network(n, sends, model):
 
 @pytest.mark.parametrize("seed", range(100))
 def test_fast_network_equals_the_direct_model(seed):
-    """Random traffic (fan-out sends, repeated pairs, per-node and per-link overrides, both duplex modes):
-    the event-driven Network gives the same arrival times as the direct implementation above."""
+    """Random traffic (fan-out sends, repeated pairs, per-node and per-link overrides, both duplex modes;
+    half the seeds with node 0 a hub that mostly talks to everyone, as a parameter server): the
+    event-driven Network gives the same arrival times as the direct implementation above."""
     rng = random.Random(seed)
+    hub = seed % 2 == 1
     n = rng.randint(2, 6)
     links = {}
     for _ in range(rng.randint(0, 3)):
@@ -498,11 +500,13 @@ def test_fast_network_equals_the_direct_model(seed):
     for _ in range(rng.randint(1, 25)):
         s = rng.randrange(n)
         dsts = tuple(rng.sample([d for d in range(n) if d != s], rng.randint(1, n - 1)))
+        if hub and rng.random() < 0.8:                       # pushes to the hub, or its broadcasts
+            s, dsts = (0, tuple(range(1, n))) if rng.random() < 0.3 else (rng.randrange(1, n), (0,))
         t0 = rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 4)])
         sends.append((t0, s, dsts, rng.choice([MB / 4, MB, 2 * MB])))
     sends = list({(t, s): (t, s, d, b) for t, s, d, b in sends}.values())   # one send per (time, sender)
     want = reference_network(n, sends, model)
-    got = transfers(n, sends, model)
+    got = transfers(n, sends, model, hubs=(0,) if hub else ())
     assert got.keys() == want.keys()
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-9), (k, got[k], want[k])

@@ -28,6 +28,7 @@ sent, as MPI guarantees.
 [(1, 2.0), (2, 2.0)]
 """
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from functools import partial
@@ -69,13 +70,28 @@ class LinkModel:
 # A transfer is a small list (faster than an object here): its fields by index. _END: when its last byte
 # leaves (set when rated); _ALONE: the transfers of its send when they were rated alone on their NICs and
 # end with one event at _END + latency (see Network._rate), False once taken off the NICs, else None.
-_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE = range(11)
+# _HUB: the hub resource whose shared clock moves it (see Network's hubs), else None.
+_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE, _HUB = range(12)
+
+
+class _Hub:
+    """A hub NIC in hub mode: all its transfers move at its equal share cap / k, so one clock ``v`` (bytes
+    each has received since the mode began, at time ``t``) and one heap of finish tags (v at start + size)
+    replace per-transfer rates: a transfer joining or leaving costs O(log k), not O(k)."""
+
+    __slots__ = ("on", "v", "t", "tags", "token")
+
+    def __init__(self):
+        self.on, self.v, self.t, self.tags, self.token = False, 0.0, 0.0, [], 0
 
 
 class Network:
     """Transfers between ``nodes`` (0..nodes-1) on an :class:`~hopdec.sim.events.EventQueue`."""
 
-    def __init__(self, queue, nodes, model=None):
+    def __init__(self, queue, nodes, model=None, hubs=()):
+        """``hubs``: nodes whose NIC many transfers share at once (a parameter server): while every
+        transfer there is alone on its other NIC, and that NIC is no slower, they all move at the hub's
+        equal share, and the hub keeps one clock for them (same times as the general rule, O(log k))."""
         self.q = queue
         self.model = model or LinkModel()
         m = self.model
@@ -99,6 +115,10 @@ class Network:
                 self.cap.append(float(bw))
             self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
         self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
+        self._hub = {}
+        for node in hubs:
+            for r in {node, self._down + node}:
+                self._hub[r] = _Hub()
         self._routes = {}
         self._pairs = {}                   # (src, dst) -> its messages: [in transit, waiting...]
         self._dirty = {}
@@ -131,7 +151,7 @@ class Network:
                 free.append((lat, partial(deliver, dst)))
                 continue
             self._ids += 1
-            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair, 0.0, None]
+            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair, 0.0, None, None]
             queue = pairs.get(pair)
             if queue is not None:
                 head = queue[0]
@@ -144,13 +164,8 @@ class Network:
                 queue.append(f)
                 continue
             pairs[pair] = [f]
-            fid = f[_ID]
-            for r in res:
-                on = active[r]
-                if on and r != src:
-                    self._expire(on, now)
-                on[fid] = f
-            started.append(f)
+            if self._start(f, now):
+                started.append(f)
         if free is not None:
             self._deliver_later(free)
         if not started:
@@ -162,6 +177,114 @@ class Network:
         for f in started:
             for r in f[_RES]:
                 dirty[r] = True
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+
+    def _start(self, f, now):
+        """Put a transfer on its NICs: on a hub's clock when it can, else under the general rule (returns
+        True: the caller rates it)."""
+        active, hubs = self.active, self._hub
+        res = f[_RES]
+        for r in res:
+            on = active[r]
+            if on:
+                self._expire(on, now)
+                for g in on.values():
+                    if g[_HUB] is not None and g[_HUB] != r:
+                        self._hub_off(g[_HUB])  # r is a hub transfer's own NIC: share it, no more hub
+                        break
+        if hubs:
+            if len(res) == 2:
+                a, b = res
+                h = a if a in hubs else b if b in hubs else None
+                if h is not None:
+                    other = b if h == a else a
+                    hub = hubs[h]
+                    if not active[other] and self.cap[other] >= self.cap[h] and (hub.on or not active[h]):
+                        self._hub_join(f, h, other, now)
+                        return False
+            for r in res:                       # it shares a hub NIC under the general rule
+                if r in hubs and hubs[r].on:
+                    self._hub_off(r)
+        fid = f[_ID]
+        for r in res:
+            active[r][fid] = f
+        return True
+
+    # ---- hubs: one clock for all the transfers of a hub NIC ----
+    def _hub_join(self, f, h, other, now):
+        hub, active = self._hub[h], self.active
+        if hub.on:
+            hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        else:
+            hub.on, hub.v, hub.tags = True, 0.0, []
+        hub.t = now
+        f[_HUB] = h
+        f[_T] = now
+        active[h][f[_ID]] = f
+        active[other][f[_ID]] = f
+        heapq.heappush(hub.tags, (hub.v + f[_LEFT], f[_ID], f))
+        self._hub_next(h, now)
+
+    def _hub_next(self, h, now):
+        hub = self._hub[h]
+        hub.token += 1
+        share = self.cap[h] / len(self.active[h])
+        left = hub.tags[0][0] - hub.v
+        self.q.at(now + (left if left > 0.0 else 0.0) / share, partial(self._hub_done, h, hub.token))
+
+    def _hub_done(self, h, token):
+        hub = self._hub[h]
+        if token != hub.token:
+            return
+        now, active = self.q.now, self.active
+        hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        hub.t = now
+        arrived, nexts = [], []
+        while hub.tags and hub.tags[0][0] - hub.v <= 1e-9 * max(1.0, hub.tags[0][0]):
+            f = heapq.heappop(hub.tags)[2]
+            for r in f[_RES]:
+                del active[r][f[_ID]]
+            f[_HUB] = None
+            arrived.append((f[_LAT], f[_DELIVER]))
+            queue = self._pairs[f[_PAIR]]
+            queue.pop(0)
+            if queue:
+                nexts.append(queue[0])
+            else:
+                del self._pairs[f[_PAIR]]
+        if hub.tags:
+            self._hub_next(h, now)
+        else:
+            hub.on = False
+        for nxt in nexts:                       # the pairs' next messages start now
+            nxt[_T] = now
+            if self._start(nxt, now):
+                for r in nxt[_RES]:
+                    self._dirty[r] = True
+        if self._dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+        if arrived:
+            self._deliver_later(arrived, may_call_now=True)
+
+    def _hub_off(self, h):
+        """Back to the general rule: each hub transfer gets its bytes left and is rated by the flush."""
+        hub = self._hub[h]
+        if not hub.on:
+            return
+        now, active, dirty = self.q.now, self.active, self._dirty
+        hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        for tag, _, f in hub.tags:
+            left = tag - hub.v
+            f[_LEFT] = left if left > 0.0 else 0.0
+            f[_T], f[_RATE], f[_HUB] = now, 0.0, None
+            f[_TOKEN] += 1
+            for r in f[_RES]:
+                dirty[r] = True
+        hub.on, hub.tags = False, []
+        hub.token += 1
         if not self._flush_pending:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
@@ -280,6 +403,10 @@ class Network:
         self._flush_pending = False
         now, cap, active = self.q.now, self.cap, self.active
         for r in list(self._dirty):                 # transfers rated alone are alone no more
+            hub = self._hub.get(r)
+            if hub is not None and hub.on:
+                del self._dirty[r]                  # its clock moves them
+                continue
             for g in list(active[r].values()):
                 if g[_ALONE]:
                     if g[_END] <= now:
@@ -291,7 +418,7 @@ class Network:
         ending = {}
         for r in self._dirty:
             for fid, f in active[r].items():
-                if fid in seen:
+                if fid in seen or f[_HUB] is not None:
                     continue
                 seen.add(fid)
                 res = f[_RES]
@@ -341,9 +468,9 @@ class Network:
             if queue:                       # the pair's next message starts now
                 nxt = queue[0]
                 nxt[_T] = self.q.now
-                for r in nxt[_RES]:
-                    active[r][nxt[_ID]] = nxt
-                    dirty[r] = True
+                if self._start(nxt, self.q.now):
+                    for r in nxt[_RES]:
+                        dirty[r] = True
             else:
                 del pairs[f[_PAIR]]
         for res in left:

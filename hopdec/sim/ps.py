@@ -134,7 +134,8 @@ class PSSim:
         self.check = check
         self.q = EventQueue()
         self.node = {w: 1 + i for i, w in enumerate(policy.workers)}
-        self.net = Network(self.q, 1 + policy.n, network or LinkModel(latency=float(latency)))
+        self.net = Network(self.q, 1 + policy.n, network or LinkModel(latency=float(latency)),
+                           hubs=(SERVER_NODE,))
         self.message_bytes = float(message_bytes)
         self.math = backend_factory is not None
         self.numel = numel

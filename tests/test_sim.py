@@ -388,7 +388,7 @@ def test_math_accuracy_over_virtual_time(tmp_path):
     assert res["avg_acc"] == evals[-1]["test_acc"]
 
 
-@pytest.mark.parametrize("sync", ["bsp", "asp", "esync"])
+@pytest.mark.parametrize("sync", SYNC_MODES)
 def test_math_parameter_server(sync, tmp_path):
     res, text = sim(["--mode", "ps", "--sync", sync, "-n", "4", "--math", "--model", "mlp", "--iterations", "60",
                      "--compute-time", "0.05", "--slowdown", "rank=2,factor=2", "--eval-interval", "0.5",

@@ -22,7 +22,8 @@ MIB = 2 ** 20
 """``--message-mb`` counts MiB (VGG-16's 138M float32 parameters are the papers' "528 MB")."""
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_S = 5e-5
-CHECK_UP_TO = 64          # --invariants auto: checked at every event up to this many workers (O(n^2) each)
+CHECK_UP_TO = 16          # --invariants auto: checked at every event up to this many workers (O(n^2) each:
+                          # ~10x the simulation itself at 64 workers)
 TABLE_UP_TO = 32          # one summary row per worker up to this many, else mean / slowest / fastest
 BOUND_UP_TO = 2048        # Table 1's bound needs all-pairs path lengths (n x n)
 EVAL_EACH_UP_TO = 64      # --math: each worker's own test accuracy in the table up to this many

@@ -133,12 +133,13 @@ class Network:
     def send(self, src, dsts, nbytes, deliver):
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
         now = self.q.now
-        active, routes, pairs = self.active, self._routes, self._pairs
+        active, routes, pairs, hubs = self.active, self._routes, self._pairs, self._hub
         self.transfers += len(dsts)
         self.bytes += nbytes * len(dsts)
         free = None
         started = []
-        self._expire(active[src], now)
+        if active[src]:
+            self._expire(active[src], now)
         for dst in dsts:
             pair = (src, dst)
             route = routes.get(pair)
@@ -164,8 +165,17 @@ class Network:
                 queue.append(f)
                 continue
             pairs[pair] = [f]
-            if self._start(f, now):
-                started.append(f)
+            if hubs:
+                if self._start(f, now):
+                    started.append(f)
+                continue
+            fid = f[_ID]
+            for r in res:                       # _start without hubs, inline: the hot path
+                on = active[r]
+                if on and r != src:
+                    self._expire(on, now)
+                on[fid] = f
+            started.append(f)
         if free is not None:
             self._deliver_later(free)
         if not started:
@@ -190,7 +200,7 @@ class Network:
             on = active[r]
             if on:
                 self._expire(on, now)
-                for g in on.values():
+                for g in on.values():   # (with hubs only: without, no transfer has a _HUB)
                     if g[_HUB] is not None and g[_HUB] != r:
                         self._hub_off(g[_HUB])  # r is a hub transfer's own NIC: share it, no more hub
                         break

@@ -176,6 +176,9 @@ def test_bad_compute_time_is_one_line_naming_the_option(spec, words):
     (["-n", "4", "--eval-interval", "1"], "--eval-interval needs --math"),
     (["-n", "4", "--save-models", "--log-dir", "x"], "--save-models needs --math"),
     (["-n", "4", "--slowdown", "rank=9,factor=2"], "rank 9 is not a worker"),
+    (["-n", "4", "--no-such-option"], "unrecognized arguments"),
+    (["-n", "4", "--mode", "decentralized", "--sync", "bsp"], "parameter-server option"),
+    (["-n", "4", "--lr", "nan"], "--lr nan"),
 ])
 def test_bad_options_fail_with_one_line(argv, words, capsys):
     assert main(argv) == 2
@@ -299,7 +302,8 @@ def test_every_decentralized_setting_runs_with_its_summary(extra):
 
 @pytest.mark.parametrize("sync", SYNC_MODES)
 def test_every_sync_mode_runs_through_the_server_nic(sync):
-    res, text = sim(["--mode", "ps", "--sync", sync, "-n", "6", "--iterations", "30", "--message-mb", "4",
+    # --sync implies --mode ps
+    res, text = sim(["--sync", sync, "-n", "6", "--iterations", "30", "--message-mb", "4",
                      "--compute-time", "0.05", "--slowdown", "rank=2,factor=3"])
     assert text.startswith(f"== SIMULATED (timing only): parameter server --sync {sync}")
     assert "server:" in text and "messages of 4 MB" in text

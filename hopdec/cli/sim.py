@@ -21,18 +21,18 @@ EXAMPLES = """examples:
 
 
 def build_parser():
-    from hopdec.cli.train import add_run_arguments
-    from hopdec.sim.run import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+    from hopdec.cli.train import _Parser, add_run_arguments
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
+    from hopdec.sim.run import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
 
-    p = argparse.ArgumentParser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = add_run_arguments(p, mpi=False)
     p.add_argument("-n", "--workers", type=int, default=None,
                    help="number of workers (default: the topology file's; --mode ps: required, the "
                         "server is rank 0 and the workers ranks 1..n)")
     groups["heterogeneity"].add_argument(
-        "--compute-time", action="append", default=None, metavar="[WHO@]DIST",
+        "--compute-time", action="append", default=None, metavar="[WHO@]DIST", dest="sim_compute_time",
         help=f"virtual seconds per iteration (repeatable): a number, normal:mean=M,std=S or "
              f"uniform:low=A,high=B, for every worker or, with WHO@, for ranks WHO (3, 0-7, 1,4,9-12); "
              f"default {DEFAULT_COMPUTE_S:g}. --slowdown multiplies it as in a real run")
@@ -63,10 +63,9 @@ def build_parser():
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
     from hopdec.sim.run import simulate
     try:
-        simulate(args)
+        simulate(build_parser().parse_args(argv))
     except HopdecError as err:
         print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
         return 2

@@ -84,9 +84,7 @@ def _dataset(args):
 
 def model_numel(name, args, dataset=None):
     """Trainable parameters of the model, counted on torch's meta device (no memory, no training)."""
-    import torch
-
-    from hopdec.ml.models import build_model
+    from hopdec.ml.models import parameter_count
     if dataset is not None:
         shape, classes = dataset.input_shape, dataset.num_classes
     elif args.dataset in INPUTS:
@@ -94,9 +92,7 @@ def model_numel(name, args, dataset=None):
     else:
         d = _dataset(args)
         shape, classes = d.input_shape, d.num_classes
-    with torch.device("meta"):
-        m = build_model(name, shape, classes, norm=args.norm)
-    return sum(p.numel() for p in m.parameters() if p.requires_grad)
+    return parameter_count(name, shape, classes, norm=args.norm)
 
 
 def _number_attr(value, what, positive=True):
@@ -247,8 +243,12 @@ def _condensed(rows, logged):
 # ---- the run -----------------------------------------------------------------------------------
 def simulate(args, out=sys.stdout):
     """Run ``hopdec sim`` for parsed ``args``; print the summary to ``out`` and return the figures."""
-    from hopdec.cli.train import check_options
-    check_options(args)
+    from hopdec.cli.options import check_numbers
+    from hopdec.cli.train import resolve_mode
+    resolve_mode(args)                                  # --sync implies --mode ps
+    check_numbers(args)                                 # the same ranges as hopdec train
+    if args.save_models and not args.log_dir:
+        raise ConfigError("--save-models needs --log-dir")
     if args.save_models and not args.math:
         raise ConfigError("--save-models needs --math (timing only has no parameters)")
     if args.message_mb is not None and not (args.message_mb >= 0 and math.isfinite(args.message_mb)):
@@ -260,7 +260,7 @@ def simulate(args, out=sys.stdout):
         from hopdec.runtime.decentralized import prepare
         prepare(args, graph, args.iterations or 1)        # the protocol checks, before anything is loaded
     nodes = len(workers) + (1 if policy is not None else 0)
-    compute = ComputeModel(args.compute_time, workers, seed=args.seed, slowdowns=args.slowdown)
+    compute = ComputeModel(args.sim_compute_time, workers, seed=args.seed, slowdowns=args.slowdown)
     link = link_model(args, nodes, graph)
     eval_interval = float(getattr(args, "eval_interval", 0.0) or 0.0)
     if not (eval_interval >= 0 and math.isfinite(eval_interval)):

@@ -1,7 +1,7 @@
 """The simulator against real runs (issue 10): throughput ratios and iteration gaps, sim vs ``mpirun``.
 
-    python3 experiments/validate_sim.py [--repeats 3] [--iterations 80] [--out /tmp/hopdec_validate]
-                                        [--latency SECONDS]
+    python3 experiments/validate_sim.py [--repeats 3] [--iterations 60] [--out /tmp/hopdec_validate]
+                                        [--latency SECONDS] [--zero-copy]
 
 Runs the cases of :mod:`hopdec.sim.validate` (8 ranks, mlp on digits, compute padded to 0.05 s; the
 decentralized cases on ring_based_8 with a random 6x slowdown of probability 1/n: standard, backup
@@ -28,32 +28,21 @@ sys.path.insert(0, ROOT)
 
 from hopdec.sim import validate as V  # noqa: E402
 
-DRIVER = """
-import json, sys
-from hopdec.cli.train import main
-for argv in json.loads(sys.argv[1]):
-    rc = main(argv)
-    if rc:
-        sys.exit(rc)
-"""
-
-
 def with_seed(argv, seed):
     i = argv.index("--seed")
     return argv[:i + 1] + [str(seed)] + argv[i + 2:]
 
 
-def real_runs(out, repeats, iterations, timeout, extra=()):
+def real_runs(out, repeats, iterations, timeout, send_path="copy"):
     runs = []
     for rep in range(repeats):
         for case in V.CASES:
-            runs.append(with_seed(V.train_argv(case, iterations, os.path.join(out, f"real{rep}_{case}")), 1 + rep)
-                        + list(extra))
+            runs.append(with_seed(V.train_argv(case, iterations, os.path.join(out, f"real{rep}_{case}")), 1 + rep))
     driver = os.path.join(out, "driver.py")
     with open(driver, "w") as f:
-        f.write(DRIVER)
+        f.write(V.DRIVER)
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(V.RANKS), sys.executable, driver,
-           json.dumps(runs)]
+           json.dumps(runs), send_path]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.time()
@@ -76,18 +65,19 @@ def sim_runs(out, repeats, iterations, latency):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--iterations", type=int, default=80)
+    ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--latency", type=float, default=None, help="the simulator's --latency (default: its own)")
     ap.add_argument("--out", default="/tmp/hopdec_validate")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--report-only", action="store_true", help="re-read the logs in --out")
-    ap.add_argument("--train-extra", default="", help="more hopdec train options for the real runs, e.g. "
-                    "'--cuda-aware-mpi yes' (the copying send path)")
+    ap.add_argument("--zero-copy", action="store_true", help="real runs with the default zero-copy sends "
+                    "(default: the copying send path, see hopdec/sim/validate.py)")
     args = ap.parse_args(argv)
     if not args.report_only:
         shutil.rmtree(args.out, ignore_errors=True)
         os.makedirs(args.out)
-        wall = real_runs(args.out, args.repeats, args.iterations, args.timeout, args.train_extra.split())
+        wall = real_runs(args.out, args.repeats, args.iterations, args.timeout,
+                         "zero-copy" if args.zero_copy else "copy")
         print(f"mpirun: {len(V.CASES) * args.repeats} runs in {wall:.0f} s", flush=True)
     sim_runs(args.out, args.repeats, args.iterations, args.latency)
     real = [{c: V.metrics(os.path.join(args.out, f"real{r}_{c}")) for c in V.CASES} for r in range(args.repeats)]

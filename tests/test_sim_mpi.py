@@ -12,8 +12,9 @@ throughput ratios (backup/standard ~1.3, staleness/standard ~1.4, ps-backup/ps-b
 iteration gaps agreed within 1 (the bounded ones exactly); we allow 1, and 10% for the PS backup mode's
 unbounded gap.
 
-Conditions: the real runs use ``--cuda-aware-mpi yes`` -- on CPU, the transport's copying send path --
-and the simulator ``--latency 0.0025``, this machine's effective message latency (MPI over shared memory
+Conditions: the real runs use the transport's copying send path (the driver in
+:data:`hopdec.sim.validate.DRIVER` turns the trainer's zero-copy send storage off) and the simulator
+``--latency 0.0025``, this machine's effective message latency (MPI over shared memory
 with 8 ranks polling on 2 cores: BSP's step takes ~5 ms longer than its compute). With the default
 zero-copy sends, a worker's Reduce waits until its previous sends were received (``wait_sent``), which
 over shared memory (rendezvous above the eager limit) happens only when the receiver next polls -- after
@@ -28,29 +29,22 @@ import json
 import pytest
 
 from hopdec.cli.sim import build_parser
+from hopdec.runtime.metrics import read_log
 from hopdec.sim import validate as V
 from hopdec.sim.run import simulate
 
 ITERATIONS = 60
 SIM_LATENCY = 0.0025
 RATIO_TOLERANCE = 0.10
-DRIVER = """
-import json, sys
-from hopdec.cli.train import main
-for argv in json.loads(sys.argv[1]):
-    rc = main(argv)
-    if rc:
-        sys.exit(rc)
-"""
 
 
 @pytest.fixture(scope="module")
 def real_and_sim(mpirun, tmp_path_factory):
     base = tmp_path_factory.mktemp("sim_validation")
     driver = base / "driver.py"
-    driver.write_text(DRIVER)
-    runs = [V.train_argv(c, ITERATIONS, base / f"real_{c}") + ["--cuda-aware-mpi", "yes"] for c in V.CASES]
-    proc = mpirun.python(V.RANKS, [driver, json.dumps(runs)], timeout=400)
+    driver.write_text(V.DRIVER)
+    runs = [V.train_argv(c, ITERATIONS, base / f"real_{c}") for c in V.CASES]
+    proc = mpirun.python(V.RANKS, [driver, json.dumps(runs), "copy"], timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for c in V.CASES:
         simulate(build_parser().parse_args(V.sim_argv(c, ITERATIONS, base / f"sim_{c}", latency=SIM_LATENCY)),
@@ -68,6 +62,10 @@ def test_same_configuration_on_both_sides(real_and_sim):
         for key in ("mode", "iterations", "seed", "setting", "max_ig", "sync", "settings"):
             assert r.get(key) == s.get(key), (c, key)
         assert real[c]["workers"] == sim[c]["workers"] == (7 if c.startswith("ps-") else 8)
+    # the real runs did use the copying send path: Reduce never waited for a slow receiver
+    for c in ("backup", "staleness"):
+        recs = [r for p in sorted((base / f"real_{c}").glob("rank*.jsonl")) for r in read_log(p)]
+        assert sum(r["reduce_s"] for r in recs) / len(recs) < 0.005, c
 
 
 def test_throughput_ratios_agree(real_and_sim):

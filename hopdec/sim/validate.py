@@ -81,3 +81,20 @@ def ratios(m):
 def header(log_dir):
     with open(os.path.join(str(log_dir), "rank1.jsonl")) as f:
         return json.loads(f.readline())["run"]
+
+
+DRIVER = """
+import json, sys
+if sys.argv[2] == "copy":
+    # the transport's copying send path (a ring of send buffers): the default zero-copy sends make
+    # Reduce wait until the previous sends were received, which over shared memory happens only when
+    # the receiver next polls -- a transport effect the simulator does not model (experiments/README.md)
+    from hopdec.ml.trainer import LocalTrainer
+    LocalTrainer.use_send_storage = lambda self, length, on_device=False: False
+from hopdec.cli.train import main
+for argv in json.loads(sys.argv[1]):
+    rc = main(argv)
+    if rc:
+        sys.exit(rc)
+"""
+"""One MPI job for many runs: ``python DRIVER RUNS_JSON copy|zero-copy`` calls ``hopdec train`` per run."""

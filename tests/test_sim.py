@@ -389,6 +389,7 @@ def test_math_accuracy_over_virtual_time(tmp_path):
     evals = [json.loads(x) for x in (tmp_path / "eval.jsonl").read_text().splitlines()]
     assert [e["time"] for e in evals[:4]] == [0.0, 1.0, 2.0, 3.0]
     assert evals[0]["test_acc"] < 0.3 and evals[-1]["test_acc"] > 0.8 and evals[-1]["final"]
+    assert {e["simulated"] for e in evals} == {"SIMULATED (--math)"}
     assert res["avg_acc"] == evals[-1]["test_acc"]
 
 

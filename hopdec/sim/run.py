@@ -358,7 +358,8 @@ def _run_hop(ctx, graph):
             loss, acc = trainers[workers[0]].evaluate(avg)
             its = [c.iteration for c in sim.cores]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
-                              iter_mean=sum(its) / n, model="average of every worker's parameters"))
+                              iter_mean=sum(its) / n, model="average of every worker's parameters",
+                              simulated=fidelity(args)))
         evaluate()
         sim.q.every(ctx["eval_interval"], evaluate)
     t0 = time.perf_counter()
@@ -372,7 +373,7 @@ def _run_hop(ctx, graph):
         avg_loss, avg_acc = trainers[workers[0]].evaluate(avg)
         evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=cfg.iterations - 1,
                           iter_mean=cfg.iterations - 1, model="average of every worker's parameters",
-                          final=True))
+                          simulated=fidelity(args), final=True))
         if n <= EVAL_EACH_UP_TO:
             each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
         if args.save_models and args.log_dir:

@@ -6,11 +6,13 @@ max_ig 4: standard, backup workers 1, staleness 3; and a parameter server with 7
 times slower: BSP and sync SGD with 1 backup worker. Then ``hopdec sim`` runs the same options and seed
 (the slowdowns are the same draws: the simulator uses the real Emulator's).
 
-Tolerances, chosen from ``experiments/validate_sim.py`` (3 repeats, see experiments/README.md): the
-throughput ratios (backup/standard ~1.3, staleness/standard ~1.4, ps-backup/ps-bsp ~2.8) agreed within
-2.4%; we allow 10% (a simulator that ignored the mechanism would be off by 25% or more). The largest
-iteration gaps agreed within 1 (the bounded ones exactly); we allow 1, and 10% for the PS backup mode's
-unbounded gap.
+Tolerances, chosen from ``experiments/validate_sim.py`` (2 x 3 repeats, see experiments/README.md): the
+decentralized throughput ratios (backup/standard ~1.3, staleness/standard ~1.4) agreed within 1.7%; we
+allow 10% (a simulator that ignored the mechanism would be off by 25% or more). ps-backup/ps-bsp (~2.8)
+agreed within 2.4% in one series and within 9.1% in the other (a real run slowed by the machine's load:
+the PS backup mode's 57 ms iterations feel it most); we allow 15% (ignoring backup workers would give
+1.0). The largest iteration gaps: the bounded ones equal in every run; PS backup's unbounded gap within
+3 of ~43; we allow 1, and 10% for PS backup.
 
 Conditions: the real runs use the transport's copying send path (the driver in
 :data:`hopdec.sim.validate.DRIVER` turns the trainer's zero-copy send storage off) and the simulator
@@ -35,7 +37,7 @@ from hopdec.sim.run import simulate
 
 ITERATIONS = 60
 SIM_LATENCY = 0.0025
-RATIO_TOLERANCE = 0.10
+RATIO_TOLERANCE = {"backup/standard": 0.10, "staleness/standard": 0.10, "ps-backup/ps-bsp": 0.15}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def test_throughput_ratios_agree(real_and_sim):
     got, want = V.ratios(sim), V.ratios(real)
     assert set(got) == {"backup/standard", "staleness/standard", "ps-backup/ps-bsp"}
     for key in want:
-        assert got[key] == pytest.approx(want[key], rel=RATIO_TOLERANCE), (key, want, got, real, sim)
+        assert got[key] == pytest.approx(want[key], rel=RATIO_TOLERANCE[key]), (key, want, got, real, sim)
     # the mechanisms do something here (so agreement is not agreement on nothing)
     assert want["backup/standard"] > 1.15 and want["staleness/standard"] > 1.15
     assert want["ps-backup/ps-bsp"] > 2

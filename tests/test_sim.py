@@ -329,6 +329,16 @@ def test_same_seed_same_logs_other_seed_other_logs(tmp_path):
         assert (tmp_path / "p" / f"rank{r}.jsonl").read_text() == (tmp_path / "q" / f"rank{r}.jsonl").read_text()
 
 
+def test_math_is_deterministic_too(tmp_path):
+    argv = ["-n", "4", "--math", "--model", "mlp", "--iterations", "20", "--backup-workers", "1", "--seed", "5"] + SLOW
+    texts = []
+    for name in ("a", "b"):
+        texts.append(sim(argv + ["--log-dir", tmp_path / name])[1])
+    assert texts[0].split("simulated ")[0] == texts[1].split("simulated ")[0]    # all but the wall time
+    for r in range(4):
+        assert (tmp_path / "a" / f"rank{r}.jsonl").read_text() == (tmp_path / "b" / f"rank{r}.jsonl").read_text()
+
+
 def test_logs_are_a_real_runs_with_virtual_times(tmp_path):
     res, text = sim(["--topology", "topologies/ring_based_8.json", "--iterations", "30", "--message-mb", "528",
                      "--bandwidth", "10", "--log-dir", tmp_path] + SLOW)

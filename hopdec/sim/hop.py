@@ -92,10 +92,12 @@ class _IO:
 class HopSim:
     """Run one worker core per view in virtual time.
 
-    ``compute_time(rank, iteration)``: virtual seconds of a mini-batch (:class:`hopdec.sim.costs.ComputeModel`
-    ``.duration``); ``network``: a :class:`~hopdec.sim.network.LinkModel`; ``message_bytes``: size of one
+    ``compute_time(rank, iteration)``: virtual seconds of a mini-batch, or (seconds, slowdown factor)
+    (:meth:`hopdec.sim.costs.ComputeModel.step`; the factor goes into the log); ``network``: a :class:`~hopdec.sim.network.LinkModel`; ``message_bytes``: size of one
     parameter message; ``backend_factory(rank)``: a math backend (None: timing only) whose ``compute`` sets
-    ``.duration``; ``check(sim)``: runs after every event (e.g. :meth:`check_invariants`);
+    ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
+    s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
+    are kept only when there is a check);
     ``on_record(rank, rec)``: each iteration's log record.
     """
 
@@ -119,9 +121,9 @@ class HopSim:
         self.blocked = [False] * self.n
         self.done = [False] * self.n
         self.finished = 0
-        self.in_flight = [0] * self.n             # updates on their way to each worker
-        self.sent_to = [0] * self.n               # updates ever sent to each worker
         self.check = check
+        self.in_flight = [0] * self.n             # updates on their way to each worker (with a check)
+        self.sent_to = [0] * self.n               # updates ever sent to each worker (with a check)
         # the largest Iter(i) - Iter(j) seen, evaluated once per instant (like the logs' replay)
         self._cur = [-1] * self.n
         self._at = {}                             # iteration -> workers there now
@@ -218,13 +220,6 @@ class HopSim:
             self.max_gap = self._high - low
 
     # ---- checks and reports ----
-    def check_invariants(self, invariants):
-        """A ``check`` callback: :meth:`hopdec.hop.invariants.Invariants.check` on every core, with the
-        updates in flight (so no update is lost)."""
-        def check(sim):
-            invariants.check(sim.cores, sim.in_flight, sim.sent_to)
-        return check
-
     @property
     def now(self):
         return self.q.now

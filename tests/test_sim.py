@@ -4,7 +4,6 @@ the Hop invariants at every event, every mode of both fidelities, the options an
 import io
 import json
 import math
-import os
 import random
 
 import numpy as np

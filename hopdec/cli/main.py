@@ -1,14 +1,15 @@
-"""The ``hopdec`` command: ``hopdec topo``, ``hopdec train``, ``hopdec report``, ``hopdec plot``, ``hopdec trace``.
+"""The ``hopdec`` command: ``hopdec topo``, ``train``, ``sim``, ``report``, ``plot``, ``trace``.
 
 Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on stderr and exit 2.
 """
 
 import sys
 
-USAGE = """usage: hopdec {topo,train,report,plot,trace} ...
+USAGE = """usage: hopdec {topo,train,sim,report,plot,trace} ...
 
   hopdec topo generate|analyze|compare ...   build and study communication graphs
   hopdec train [options]                      train (run it under mpirun, one worker per rank)
+  hopdec sim [options]                        simulate a run in virtual time (any scale, one process)
   hopdec report RUN_DIR... -o report.html     one HTML page comparing runs from their --log-dir
   hopdec plot RUN_DIR... -o out.png           loss curves (or --what gap|consensus|timeline|breakdown)
   hopdec trace RUN_DIR -o trace.json          a Perfetto/Chrome timeline of a run from its logs
@@ -27,11 +28,13 @@ def main(argv=None):
             from hopdec.cli.topo import main as run
         elif cmd == "train":
             from hopdec.cli.train import main as run
+        elif cmd == "sim":
+            from hopdec.cli.sim import main as run
         elif cmd in ("report", "plot", "trace"):
             from hopdec.cli import report
             run = getattr(report, f"{cmd}_main")
         else:
-            print(f"hopdec: unknown command {cmd!r} (expected topo, train, report, plot or trace)",
+            print(f"hopdec: unknown command {cmd!r} (expected topo, train, sim, report, plot or trace)",
                   file=sys.stderr)
             return 2
         return run(rest) or 0

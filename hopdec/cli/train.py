@@ -46,6 +46,15 @@ def build_parser():
     p = _Parser(prog=PROG, description="Train one worker per MPI rank: mpirun -n 8 hopdec train --topology "
                 "FILE (add --oversubscribe with fewer cores than ranks, --allow-run-as-root as root).",
                 formatter_class=HelpFormatter)
+    add_run_arguments(p)
+    return p
+
+
+def add_run_arguments(p, mpi=True):
+    """The options of a run, shared by ``hopdec train`` and ``hopdec sim``; returns the argument groups
+    by name. ``mpi=False`` leaves out what only a real run has: the device and CUDA-aware MPI, the peer
+    timeout, fault tolerance and injection, the observers that talk between ranks, and ``--compute-time``
+    (the simulator's takes distributions)."""
     p.add_argument("--mode", choices=["decentralized", "ps"], default=None,
                    help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
                         "default: decentralized)")
@@ -98,14 +107,16 @@ def build_parser():
                    help="instead of --iterations: passes over each worker's shard")
     d.add_argument("--seed", type=int, default=0,
                    help="seed of the model's initial weights, the data order and the emulated slowdowns")
-    d.add_argument("--device", default="auto",
-                   help="cpu, cuda, cuda:N, or auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
-    d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
-                   help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
-                   "CUDA-aware and the model is on a GPU")
+    if mpi:
+        d.add_argument("--device", default="auto",
+                       help="cpu, cuda, cuda:N, or auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+        d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
+                       help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
+                       "CUDA-aware and the model is on a GPU")
     h = p.add_argument_group("emulated heterogeneity (Hop sec. 7.3)")
-    h.add_argument("--compute-time", type=float, default=None, metavar="SECONDS",
-                   help="pad each iteration's compute to this many seconds (default: as measured)")
+    if mpi:
+        h.add_argument("--compute-time", type=float, default=None, metavar="SECONDS",
+                       help="pad each iteration's compute to this many seconds (default: as measured)")
     h.add_argument("--slowdown", action="append", default=None, metavar="SPEC",
                    help="random:factor=6,prob=1/n or rank=3,factor=4 (repeatable); default: none")
     o = p.add_argument_group("output")
@@ -118,31 +129,33 @@ def build_parser():
                         "under mpirun, or draws a bar on a terminal)")
     o.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
                    help="seconds between progress lines (default 3)")
-    o.add_argument("--consensus-every", type=int, default=None, metavar="K",
-                   help="decentralized: measure the consensus distance ||x_i - mean x|| every K iterations "
-                        "and at the end, without stalling training (nonblocking reductions); logged by "
-                        "rank 0 (default: off)")
-    o.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help="also write TensorBoard scalars, DIR/rank{r} per rank (needs the tensorboard "
-                        "package: pip install 'hopdec[tensorboard]')")
-    o.add_argument("--trace", default=None, metavar="FILE",
-                   help="write a timeline of every rank (compute, send, waits and for whom, reduce, "
-                        "jumps) as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev")
+    if mpi:
+        o.add_argument("--consensus-every", type=int, default=None, metavar="K",
+                       help="decentralized: measure the consensus distance ||x_i - mean x|| every K iterations "
+                            "and at the end, without stalling training (nonblocking reductions); logged by "
+                            "rank 0 (default: off)")
+        o.add_argument("--tensorboard", default=None, metavar="DIR",
+                       help="also write TensorBoard scalars, DIR/rank{r} per rank (needs the tensorboard "
+                            "package: pip install 'hopdec[tensorboard]')")
+        o.add_argument("--trace", default=None, metavar="FILE",
+                       help="write a timeline of every rank (compute, send, waits and for whom, reduce, "
+                            "jumps) as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev")
     o.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads per rank (default: cores / ranks on this host, at least 1)")
-    o.add_argument("--fault-tolerance", action="store_true",
-                   help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
-                        "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
-    o.add_argument("--peer-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="seconds a worker waits for a neighbour before giving up on the run")
-    p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
-    p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
-    p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
-                   help=argparse.SUPPRESS)
+    if mpi:
+        o.add_argument("--fault-tolerance", action="store_true",
+                       help="survive dead workers: the survivors heal the graph and go on (needs mpirun "
+                            "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
+        o.add_argument("--peer-timeout", type=float, default=120.0, metavar="SECONDS",
+                       help="seconds a worker waits for a neighbour before giving up on the run")
+        p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
+        p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
+        p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
+        p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
+                       help=argparse.SUPPRESS)
     from hopdec.ps.options import add_arguments
     add_arguments(p)
-    return p
+    return dict(topology=g, data=d, heterogeneity=h, output=o)
 
 
 def resolve_topology(spec, size):

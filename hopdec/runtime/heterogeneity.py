@@ -243,6 +243,21 @@ class Emulator:
                 f *= s.factor
         return f
 
+    def factors(self, iterations) -> np.ndarray:
+        """:meth:`factor` of many iterations at once (bit-identical, for simulators): the uniform draws
+        come from :func:`seeded_uniforms`, numpy's SeedSequence + PCG64 done on whole arrays."""
+        its = np.asarray(iterations, dtype=np.int64)
+        f = np.ones(its.shape)
+        for i, s in enumerate(self.slowdowns):
+            if s.rank is not None and s.rank != self.rank:
+                continue
+            if s.kind == "rank":
+                f *= s.factor
+            else:
+                hit = seeded_uniforms(self.seed & 0xFFFFFFFF, self.rank, i, its) < self._probs[i]
+                f[hit] *= s.factor
+        return f
+
     def pad(self, iteration: int, measured_s: float) -> float:
         """Seconds to sleep after ``measured_s`` of compute: ``max(compute_time, measured) x factor - measured``.
 
@@ -281,3 +296,85 @@ class Emulator:
             parts.append(c)
         parts += [s.describe(self.n_workers) for s in self.slowdowns]
         return "; ".join(parts) if parts else "no emulation"
+
+
+# ---- the draws of Emulator._draw for many iterations at once -----------------------------------------
+# np.random.default_rng(SeedSequence([a, b, c, it])).random() costs ~9 us a call; a simulator needs it for
+# every (worker, iteration). seeded_uniforms computes the same doubles for an array of `it`, with numpy's
+# algorithms (SeedSequence's hash mixing, PCG64's seeding and first XSL-RR output) on uint64 arrays.
+_M32 = np.uint64(0xFFFFFFFF)
+_SS_INIT_A, _SS_MULT_A, _SS_INIT_B, _SS_MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_SS_MIX_L, _SS_MIX_R = np.uint64(0xCA01F9DD), np.uint64(0x4973F715)
+_PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
+
+
+def _u(x):
+    return np.uint64(x)
+
+
+def _ss_hashmix(value, hash_const):
+    """SeedSequence's hashmix: (mixed value, next hash constant); the constant does not depend on data."""
+    value = value ^ _u(hash_const)
+    hash_const = (hash_const * _SS_MULT_A) & 0xFFFFFFFF
+    value = (value * _u(hash_const)) & _M32
+    return value ^ (value >> _u(16)), hash_const
+
+
+def _ss_mix(x, y):
+    r = (_SS_MIX_L * x - _SS_MIX_R * y) & _M32
+    return r ^ (r >> _u(16))
+
+
+def _mul128(hi, lo, c):
+    """(hi, lo) * c mod 2**128 for uint64 arrays hi, lo and a Python int c."""
+    ch, cl = _u(c >> 64), c & 0xFFFFFFFFFFFFFFFF
+    a0, a1 = lo & _M32, lo >> _u(32)
+    b0, b1 = _u(cl & 0xFFFFFFFF), _u(cl >> 32)
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> _u(32)) + (p01 & _M32) + (p10 & _M32)
+    low = (p00 & _M32) | ((mid & _M32) << _u(32))
+    high = p11 + (p01 >> _u(32)) + (p10 >> _u(32)) + (mid >> _u(32)) + hi * _u(cl) + lo * ch
+    return high, low
+
+
+def _add128(hi, lo, c_hi, c_lo):
+    low = lo + c_lo
+    return hi + c_hi + (low < lo).astype(np.uint64), low
+
+
+def seeded_uniforms(a, b, c, iterations):
+    """``[np.random.default_rng(np.random.SeedSequence([a, b, c, it])).random() for it in iterations]`` as
+    one array (``a, b, c`` and every ``it`` in 0..2**32-1), in O(len) numpy operations."""
+    its = np.asarray(iterations, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        words = [np.full(its.shape, w, dtype=np.uint64) for w in (a, b, c)] + [its]
+        hc = _SS_INIT_A
+        pool = []
+        for w in words:                              # SeedSequence.mix_entropy, pool size 4
+            v, hc = _ss_hashmix(w, hc)
+            pool.append(v)
+        for src in range(4):
+            for dst in range(4):
+                if src != dst:
+                    v, hc = _ss_hashmix(pool[src], hc)
+                    pool[dst] = _ss_mix(pool[dst], v)
+        hc = _SS_INIT_B
+        state = []
+        for i in range(8):                           # generate_state(4, uint64): 8 uint32 words
+            v = pool[i % 4] ^ _u(hc)
+            hc = (hc * _SS_MULT_B) & 0xFFFFFFFF
+            v = (v * _u(hc)) & _M32
+            state.append(v ^ (v >> _u(16)))
+        s = [state[2 * i] | (state[2 * i + 1] << _u(32)) for i in range(4)]
+        init_hi, init_lo = s[0], s[1]                # PCG64: initstate, initseq
+        inc_hi = (s[2] << _u(1)) | (s[3] >> _u(63))
+        inc_lo = (s[3] << _u(1)) | _u(1)
+        hi, lo = _add128(np.zeros_like(its), np.zeros_like(its), inc_hi, inc_lo)          # state 0, step
+        hi, lo = _add128(hi, lo, init_hi, init_lo)
+        for _ in range(2):                           # a step, then the first draw's step
+            hi, lo = _mul128(hi, lo, _PCG_MULT)
+            hi, lo = _add128(hi, lo, inc_hi, inc_lo)
+        rot = hi >> _u(58)
+        x = hi ^ lo
+        out = (x >> rot) | (x << ((_u(64) - rot) & _u(63)))
+        return (out >> _u(11)).astype(np.float64) * (1.0 / 9007199254740992.0)

@@ -13,7 +13,7 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
     must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
     """
-    from hopdec.runtime.metrics import format_table, max_iteration_gap
+    from hopdec.runtime.metrics import max_iteration_gap
     from hopdec.transport.collectives import allreduce_sum, gather_json
 
     comm = ctx.comm
@@ -36,25 +36,39 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
         return None
     avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)
     rows = [r for r in everyone if workers is None or r["rank"] in workers]
-    table = format_table(
-        ["rank", "iters run", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
-        [[r["rank"], r["iterations"], r["iter_per_s"],
-          r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
-          r["jumps"], r["loss"], r["test_acc"]] for r in rows])
-    gap = max_iteration_gap([r["entries"] for r in rows])
+    gap = int(max_iteration_gap([r["entries"] for r in rows]).max())
     emulations = sorted({r["emulation"] for r in rows})
     over = [r for r in rows if r["overruns"]]
     if over:
         emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
                           f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
                           f"(there the slowdowns multiplied the measured time)")
+    times = ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
+             else "measured, no emulation")
+    text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
+                        model_label=model_label, bound_label=bound_label, notes=notes)
+    print(text, flush=True)
+    return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=gap)
+
+
+def summary_text(title, rows, max_gap, times, avg_loss=None, avg_acc=None, bound=None,
+                 model_label="averaged model", bound_label="bound from the topology", notes=()):
+    """The summary table of a run, as text (pure: a real run and the simulator both print it).
+
+    ``rows``: one dict per worker with ``rank``, ``iterations``, ``iter_per_s``, ``wait_s``, ``compute_s``
+    (totals), ``jumps``, ``loss``, ``test_acc``; ``max_gap``: the largest iteration gap observed;
+    ``times``: what the times are (measured, emulated, simulated); ``notes``: lines printed last."""
+    from hopdec.runtime.metrics import format_table
+
+    table = format_table(
+        ["rank", "iters run", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
+        [[r["rank"], r["iterations"], r["iter_per_s"],
+          r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
+          r["jumps"], r["loss"], r["test_acc"]] for r in rows])
     lines = [f"== {title} ==", table,
              f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
              if avg_acc is not None else "",
-             f"largest iteration gap observed: {int(gap.max())}"
+             f"largest iteration gap observed: {int(max_gap)}"
              + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
-             "times: " + ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
-                          else "measured, no emulation")] + list(notes)
-    text = "\n".join(line for line in lines if line)
-    print(text, flush=True)
-    return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=int(gap.max()))
+             "times: " + times] + list(notes)
+    return "\n".join(line for line in lines if line)

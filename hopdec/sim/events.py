@@ -2,10 +2,15 @@
 
 import heapq
 import itertools
+import math
 
 
 class EventQueue:
     """``at(t, fn)`` schedules ``fn()`` at virtual time ``t``; :meth:`run` calls them in order.
+
+    ``at_instant_end(fn)`` runs ``fn()`` once after the last event of the current instant, before time
+    moves on (the network model re-rates its transfers there, once for everything that started or ended
+    at that instant).
 
     >>> q, seen = EventQueue(), []
     >>> q.at(2.0, lambda: seen.append("b")); q.at(1.0, lambda: seen.append("a"))
@@ -17,6 +22,8 @@ class EventQueue:
         self.now = 0.0
         self._heap = []
         self._seq = itertools.count()
+        self._end = []
+        self._bg = 0                       # background events pending (see every)
         self.events = 0
 
     def at(self, t, fn):
@@ -27,15 +34,43 @@ class EventQueue:
     def after(self, delay, fn):
         self.at(self.now + delay, fn)
 
+    def at_instant_end(self, fn):
+        self._end.append(fn)
+
+    def every(self, interval, fn):
+        """Run ``fn()`` every ``interval`` virtual seconds from now on, in the background: :meth:`run`
+        stops when only background events are left, so it never keeps a finished simulation going."""
+        def tick():
+            self._bg -= 1
+            fn()
+            self._bg += 1
+            self.at(self.now + interval, tick)
+        self._bg += 1
+        self.at(self.now + interval, tick)
+
     def __len__(self):
         return len(self._heap)
 
     def run(self, until=None, on_event=None):
         """Run events up to virtual time ``until`` (all when None); ``on_event()`` after each one."""
-        while self._heap and (until is None or self._heap[0][0] <= until):
-            self.now, _, fn = heapq.heappop(self._heap)
-            fn()
-            self.events += 1
-            if on_event:
-                on_event()
-        return self
+        heap, pop = self._heap, heapq.heappop
+        limit = math.inf if until is None else until
+        done = 0
+        try:
+            while True:
+                if self._end and (not heap or heap[0][0] > self.now):
+                    hooks, self._end = self._end, []
+                    for fn in hooks:
+                        fn()
+                    continue
+                if len(heap) <= self._bg or heap[0][0] > limit:
+                    return self
+                self.now, _, fn = pop(heap)
+                fn()
+                done += 1
+                if on_event is not None:
+                    self.events += done
+                    done = 0
+                    on_event()
+        finally:
+            self.events += done

@@ -1,16 +1,33 @@
 """The parameter-server cores in virtual time, in one process: one server core and n worker cores.
 
 The same cores (:mod:`hopdec.ps.server`, :mod:`hopdec.ps.worker`) and loops
-(:mod:`hopdec.runtime.ps_loop`) as under MPI; this driver only carries messages through an
-:class:`~hopdec.sim.events.EventQueue` and charges each mini-batch ``step_time(worker, i)`` virtual
-seconds. Messages take ``latency`` seconds. No tensors: it runs the protocols, not the optimisation.
+(:mod:`hopdec.runtime.ps_loop`) as under MPI; this driver only carries messages and charges each
+mini-batch ``step_time(worker, i)`` virtual seconds. Messages go through
+:class:`hopdec.sim.network.Network`: weights (server -> worker) and pushed gradients or model
+differences (worker -> server) are data messages of ``message_bytes`` that share the server's NIC (what
+makes BSP slow at scale), ESync's queries and answers and the STOP are control messages (latency only).
+The server node is 0, worker ``w`` is node 1 + its position in ``policy.workers`` (its MPI rank when the
+workers are ranks 1..n). Applying an update and answering take no virtual time.
+
+Timing only by default (no tensors: it runs the protocols, not the optimisation). With
+``backend_factory`` (each worker's backend, e.g. :class:`hopdec.ps.mpi.WorkerBackend` over a real
+trainer) and ``server_model`` (e.g. :class:`hopdec.ps.mpi.ServerModel`) every message carries real
+arrays and the server really applies them.
 """
+
+from functools import partial
+
+import numpy as np
 
 from hopdec.core import ComputeGradient, Wait
 from hopdec.ps.server import Server
 from hopdec.ps.worker import PSWorker
 from hopdec.runtime.ps_loop import server_loop, worker_loop
+from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
+from hopdec.sim.network import LinkModel, Network
+
+SERVER_NODE = 0
 
 
 class _NullModel:
@@ -28,9 +45,11 @@ class _NullBackend:
 
     def __init__(self, sim, w):
         self.sim, self.w = sim, w
+        self.duration = 0.0
 
     def compute(self, iteration):
-        return {"loss": None, "compute_s": self.sim.step_time(self.w, iteration)}
+        self.duration, factor = step_of(self.sim.step_time, self.w, iteration)
+        return compute_record(self.duration, factor)
 
     def apply(self, iteration):
         pass
@@ -51,13 +70,18 @@ class _NullBackend:
 class _ServerIO:
     def __init__(self, sim):
         self.sim = sim
+        self.buffers = {}
 
     def pushed(self, w):
-        return None
+        return self.buffers.get(w)
 
     def send_weights(self, w, version, gap, staleness, model, now):
-        t = now
-        self.sim.to_worker(w, lambda core: core.on_weights(version, gap, staleness, sent_at=t))
+        data = None
+        if self.sim.math:
+            data = np.empty(self.sim.numel, dtype=np.float32)
+            model.write_params(data)
+        self.sim.to_worker(w, lambda core: core.on_weights(version, gap, staleness, sent_at=now),
+                           weights=True, data=data)
 
     def answer(self, w, ready):
         self.sim.to_worker(w, lambda core: core.on_answer(ready))
@@ -69,61 +93,111 @@ class _ServerIO:
 class _WorkerIO:
     def __init__(self, sim, w):
         self.sim, self.w = sim, w
+        self.received = None
 
     def weights(self):
-        return None
+        return self.received
+
+    def _copy(self, buf):
+        return None if buf is None or not self.sim.math else np.array(buf, dtype=np.float32, copy=True)
 
     def push_gradient(self, step, iteration, grad):
-        self.sim.to_server(lambda core, t: core.on_push(self.w, step, t))
+        self.sim.to_server(self.w, lambda core, t: core.on_push(self.w, step, t), push=True,
+                           data=self._copy(grad))
 
     def push_delta(self, rnd, local_steps, iteration, delta):
-        self.sim.to_server(lambda core, t: core.on_push(self.w, rnd, t, local_steps=local_steps))
+        self.sim.to_server(self.w, lambda core, t: core.on_push(self.w, rnd, t, local_steps=local_steps),
+                           push=True, data=self._copy(delta))
 
     def query(self, rnd, k, c, iteration):
-        self.sim.to_server(lambda core, t: core.on_query(self.w, k, c, t))
+        self.sim.to_server(self.w, lambda core, t: core.on_query(self.w, k, c, t))
 
 
 class PSSim:
     """Run ``policy``'s server and one worker core per ``policy.workers`` in virtual time.
 
     ``step_time(worker, i)``: seconds of the worker's i-th mini-batch (ESync: local step). ``budget``:
-    the server's work budget (default: unlimited, stop with ``run(until=...)``). ``check(sim)`` runs after
-    every event. ``events`` collects the server's log events ``(name, data)``; ``records[w]`` each
-    worker's per-mini-batch records (the same fields as a real run's logs, times virtual).
+    the server's work budget (default: unlimited, stop with ``run(until=...)``). ``latency``: of every
+    message when no ``network`` (a :class:`~hopdec.sim.network.LinkModel`) is given; ``message_bytes``:
+    size of a data message. ``check(sim)`` runs after every event. ``events`` collects the server's log
+    events ``(name, data)`` (``on_event(name, **data)`` gets them too); ``records[w]`` each worker's
+    per-mini-batch records (the same fields as a real run's logs, times virtual; ``on_record(w, rec)``
+    gets them too). ``backend_factory(w)`` and ``server_model`` (with ``numel``): the ``--math``
+    fidelity (see the module docstring).
     """
 
-    def __init__(self, policy, step_time, budget=None, latency=0.0, check=None):
+    def __init__(self, policy, step_time, budget=None, latency=0.0, check=None, network=None,
+                 message_bytes=0, backend_factory=None, server_model=None, numel=None, on_record=None,
+                 on_event=None):
         self.policy = policy
         self.step_time = step_time
-        self.latency = float(latency)
         self.check = check
         self.q = EventQueue()
+        self.node = {w: 1 + i for i, w in enumerate(policy.workers)}
+        self.net = Network(self.q, 1 + policy.n, network or LinkModel(latency=float(latency)),
+                           hubs=(SERVER_NODE,))
+        self.message_bytes = float(message_bytes)
+        self.math = backend_factory is not None
+        self.numel = numel
         self.server = Server(policy, budget or 2 ** 62)
         self.events = []
         self.cores = {w: PSWorker(w, esync=policy.sync == "esync") for w in policy.workers}
         self.records = {w: [] for w in policy.workers}
-        clock = lambda: self.q.now  # noqa: E731
-        self._server = server_loop(self.server, _ServerIO(self), _NullModel(), clock=clock,
-                                   on_event=lambda name, **d: self.events.append((name, d)))
-        self._loops = {w: worker_loop(c, _WorkerIO(self, w), _NullBackend(self, w), step=True, clock=clock,
-                                      on_record=self.records[w].append) for w, c in self.cores.items()}
+        self._sio = _ServerIO(self)
+        self._wio = {w: _WorkerIO(self, w) for w in policy.workers}
+        self.backends = {w: backend_factory(w) if self.math else _NullBackend(self, w) for w in policy.workers}
+
+        def log_event(name, **d):
+            self.events.append((name, d))
+            if on_event:
+                on_event(name, **d)
+
+        def record(w, rec):
+            self.records[w].append(rec)
+            if on_record:
+                on_record(w, rec)
+
+        clock = self._clock
+        self._server = server_loop(self.server, self._sio, server_model if self.math else _NullModel(),
+                                   clock=clock, on_event=log_event)
+        self._loops = {w: worker_loop(c, self._wio[w], self.backends[w], step=True, clock=clock,
+                                      on_record=partial(record, w)) for w, c in self.cores.items()}
+        self._resume = {w: partial(self._advance, w) for w in policy.workers}
         self.blocked = dict.fromkeys(policy.workers, False)
         self.done = dict.fromkeys(policy.workers, False)
+        self.end_time = None
+        self._started = False
+
+    def _clock(self):
+        return self.q.now
 
     # ---- message delivery ----
-    def to_worker(self, w, feed):
-        def deliver():
+    def to_worker(self, w, feed, weights=False, data=None):
+        """A message from the server to worker ``w``: ``weights`` (``data``: their snapshot, None in timing
+        mode) are a data message, anything else a control message."""
+        def deliver(_node):
+            if data is not None:
+                self._wio[w].received = data
             feed(self.cores[w])
             if self.blocked[w]:
                 self.blocked[w] = False
                 self._advance(w)
-        self.q.after(self.latency, deliver)
+        if weights:
+            self.net.send(SERVER_NODE, (self.node[w],), self.message_bytes, deliver)
+        else:
+            self.net.control(SERVER_NODE, (self.node[w],), deliver)
 
-    def to_server(self, feed):
-        def deliver():
+    def to_server(self, w, feed, push=False, data=None):
+        """A message from worker ``w`` to the server: pushes are data messages, queries control ones."""
+        def deliver(_node):
+            if data is not None:
+                self._sio.buffers[w] = data
             feed(self.server, self.q.now)
             self._drain_server()
-        self.q.after(self.latency, deliver)
+        if push:
+            self.net.send(self.node[w], (SERVER_NODE,), self.message_bytes, deliver)
+        else:
+            self.net.control(self.node[w], (SERVER_NODE,), deliver)
 
     # ---- running the loops ----
     def _drain_server(self):
@@ -134,18 +208,16 @@ class PSSim:
     def _advance(self, w):
         """Run worker ``w``'s loop until it waits for the server or computes (which takes virtual time)."""
         loop = self._loops[w]
-        while True:
-            try:
-                got = next(loop)
-            except StopIteration:
-                self.done[w] = True
-                return
-            if isinstance(got, Wait):
+        for got in loop:
+            if type(got) is Wait:
                 self.blocked[w] = True
                 return
-            if isinstance(got, ComputeGradient):
-                self.q.after(self.step_time(w, got.iteration), lambda: self._advance(w))
+            if type(got) is ComputeGradient:
+                self.q.at(self.q.now + self.backends[w].duration, self._resume[w])
                 return
+        self.done[w] = True
+        if all(self.done.values()):
+            self.end_time = self.q.now
 
     def running(self, w):
         """True while worker ``w`` computes (neither waiting for the server nor done)."""
@@ -153,7 +225,8 @@ class PSSim:
 
     def run(self, until=None):
         """Start (once) and run events up to virtual time ``until`` (to the end when None)."""
-        if not self.q.events and not len(self.q):
+        if not self._started:
+            self._started = True
             self.server.start(0.0)
             for w in self.cores:
                 self._advance(w)
@@ -162,6 +235,10 @@ class PSSim:
         return self
 
     # ---- what tests and reports read ----
+    @property
+    def now(self):
+        return self.q.now
+
     def logged(self, name):
         return [d for n, d in self.events if n == name]
 

@@ -1,0 +1,72 @@
+"""``hopdec sim``: the same run as ``hopdec train``, simulated in virtual time in one process.
+
+The same protocol cores and loops as a real run, driven by a discrete-event simulator with a cost
+model (compute time per iteration, message size, NIC bandwidth shared by concurrent transfers,
+latency), so a run at thousands of workers or on a cluster you do not have takes seconds. Timing only
+by default (no tensors); ``--math`` gives every worker a real replica of the model. The logs and the
+summary are a real run's, with times in virtual seconds and labelled SIMULATED.
+"""
+
+import argparse
+import sys
+
+from hopdec.errors import HopdecError
+
+EXAMPLES = """examples:
+  hopdec sim --topology ring-based -n 64 --iterations 2000 --message-mb 528 --bandwidth 10 \\
+      --compute-time 0.25 --slowdown random:factor=6,prob=1/n --backup-workers 1 --log-dir runs/sim_b1
+  hopdec sim --mode ps --sync dssp -n 16 --compute-time normal:mean=0.25,std=0.02 --slowdown rank=3,factor=4
+  hopdec sim --topology topologies/ring_based_8.json --math --iterations 300 --eval-interval 5
+"""
+
+
+def build_parser():
+    from hopdec.cli.train import _Parser, add_run_arguments
+    from hopdec.sim.costs import DEFAULT_COMPUTE_S
+    from hopdec.sim.run import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+
+    p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    groups = add_run_arguments(p, mpi=False)
+    p.add_argument("-n", "--workers", type=int, default=None,
+                   help="number of workers (default: the topology file's; --mode ps: required, the "
+                        "server is rank 0 and the workers ranks 1..n)")
+    groups["heterogeneity"].add_argument(
+        "--compute-time", action="append", default=None, metavar="[WHO@]DIST", dest="sim_compute_time",
+        help=f"virtual seconds per iteration (repeatable): a number, normal:mean=M,std=S or "
+             f"uniform:low=A,high=B, for every worker or, with WHO@, for ranks WHO (3, 0-7, 1,4,9-12); "
+             f"default {DEFAULT_COMPUTE_S:g}. --slowdown multiplies it as in a real run")
+    for action in p._actions:                   # the same option, in virtual time here
+        if action.dest == "eval_interval":
+            action.help = ("--math: evaluate every SECONDS of virtual time (decentralized: the average of "
+                           "all workers' parameters, DIR/eval.jsonl; --mode ps: the server's model, eval "
+                           "events in rank0.jsonl); 0: only at the end")
+    c = p.add_argument_group("cost model (simulator)")
+    c.add_argument("--math", action="store_true",
+                   help="every worker holds a real replica of the model and really trains (time stays "
+                        "virtual); default: timing only, no tensors")
+    c.add_argument("--message-mb", type=float, default=None, metavar="MB",
+                   help="size of a parameter (or gradient) message in MiB; default: the model's real size "
+                        "(parameters x 4 bytes)")
+    c.add_argument("--bandwidth", action="append", default=None, metavar="[WHO@]GBPS",
+                   help=f"NIC bandwidth per direction in Gb/s (repeatable; WHO@ for some ranks, e.g. "
+                        f"0@100 for a PS server); default {DEFAULT_BANDWIDTH_GBPS:g}. Topology node and "
+                        f"edge attributes 'bandwidth' (Gb/s) and 'latency' (s) override it per node/link")
+    c.add_argument("--latency", type=float, default=DEFAULT_LATENCY_S, metavar="SECONDS",
+                   help=f"per message (default {DEFAULT_LATENCY_S:g})")
+    c.add_argument("--nic-duplex", choices=["full", "half"], default="full",
+                   help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+    c.add_argument("--invariants", choices=["auto", "on", "off"], default="auto",
+                   help=f"check the Hop invariants (PS: the sync model's gap bound) after every event; "
+                        f"auto: on up to {CHECK_UP_TO} workers (the check is O(n^2))")
+    return p
+
+
+def main(argv):
+    from hopdec.sim.run import simulate
+    try:
+        simulate(build_parser().parse_args(argv))
+    except HopdecError as err:
+        print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0

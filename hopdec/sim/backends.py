@@ -1,0 +1,58 @@
+"""The ``--math`` fidelity: every simulated worker holds a real model replica and really trains.
+
+:class:`MathBackend` adapts a :class:`~hopdec.ml.trainer.LocalTrainer` to the Hop loop's backend interface
+(the same calls :class:`hopdec.runtime.backend.TorchBackend` makes under MPI): ``compute`` runs a real
+forward/backward pass, ``reduce`` averages real parameter arrays, ``apply`` takes a real SGD step. Only
+time is virtual: ``compute`` reports the cost model's ``compute_time(rank, iteration)``, never the
+measured time (so a run is deterministic for its seed and does not depend on this machine's speed).
+:class:`PSMathBackend` does the same for a parameter-server worker (on top of
+:class:`hopdec.ps.mpi.WorkerBackend`, which loads weights and forms ESync's model differences).
+"""
+
+from hopdec.ps.mpi import WorkerBackend
+
+
+def step_of(compute_time, rank, iteration):
+    """(seconds, slowdown factor) of a mini-batch from a cost callable returning either."""
+    got = compute_time(rank, iteration)
+    return got if type(got) is tuple else (got, None)
+
+
+def compute_record(seconds, factor, loss=None):
+    rec = {"loss": loss, "compute_s": seconds}
+    if factor is not None:
+        rec["slowdown"] = factor
+    return rec
+
+
+class MathBackend:
+    """A real trainer, virtual time: ``duration`` is the virtual length of the last ``compute``."""
+
+    def __init__(self, trainer, rank, compute_time):
+        self.t, self.rank, self.compute_time = trainer, rank, compute_time
+        self.duration = 0.0
+
+    def write_params(self, out=None):
+        return self.t.write_params(out)
+
+    def compute(self, iteration):
+        loss = self.t.compute()
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor, loss)
+
+    def reduce(self, pairs):
+        self.t.reduce(pairs)
+
+    def apply(self, iteration):
+        self.t.apply()
+
+
+class PSMathBackend(WorkerBackend):
+    """A parameter-server worker with a real trainer, virtual time (see :class:`MathBackend`)."""
+
+    def __init__(self, trainer, rank, compute_time):
+        super().__init__(MathBackend(trainer, rank, compute_time))
+
+    @property
+    def duration(self):
+        return self.b.duration

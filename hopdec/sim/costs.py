@@ -1,0 +1,260 @@
+"""The simulator's compute costs: how long each worker's mini-batch takes in virtual seconds.
+
+``--compute-time`` (repeatable) gives each worker a distribution of its per-iteration compute time;
+``--slowdown`` multiplies it exactly as :class:`hopdec.runtime.heterogeneity.Emulator` does in a real
+run (same specs, same draws for the same seed, rank and iteration, so a simulated run and an emulated
+``mpirun`` run slow down the same iterations).
+
+Syntax of one ``--compute-time`` value: ``[WHO@]DIST``
+
+* ``DIST``: a number of seconds (``0.25``), ``normal:mean=0.25,std=0.02`` (draws below 0 count as 0),
+  or ``uniform:low=0.2,high=0.3``;
+* ``WHO``: the ranks it applies to, e.g. ``3``, ``0-7``, ``1,4,9-12`` (MPI ranks: in the
+  parameter-server mode the workers are ranks 1..n). Without ``WHO@`` it applies to every worker;
+  later values override earlier ones for the workers they name.
+
+>>> m = ComputeModel(["0.25", "3@normal:mean=1,std=0.1"], workers=range(4), seed=1)
+>>> m.duration(0, 7), round(m.duration(3, 7), 3)
+(0.25, 1.07)
+>>> parse_dist("uniform:low=0.2,high=0.3").describe()
+'uniform(0.2, 0.3)'
+"""
+
+import math
+
+import numpy as np
+
+from hopdec.errors import ConfigError
+from hopdec.runtime.heterogeneity import Emulator
+
+DEFAULT_COMPUTE_S = 0.1
+"""Compute time per iteration when ``--compute-time`` is not given (the log and summary say so)."""
+
+BLOCK = 256
+"""Draws are made per worker in blocks of this many iterations, each from its own seeded stream:
+a draw depends only on (seed, worker, iteration), never on the order events happen in."""
+
+_STREAM_COMPUTE = 0x5C0317
+
+
+class Dist:
+    """A per-iteration compute-time distribution: ``kind`` const / normal / uniform with its ``params``."""
+
+    def __init__(self, kind, **params):
+        self.kind, self.params = kind, params
+
+    @property
+    def constant(self):
+        return self.params["value"] if self.kind == "const" else None
+
+    def sample(self, rng, size):
+        p = self.params
+        if self.kind == "const":
+            return np.full(size, p["value"])
+        if self.kind == "normal":
+            return np.maximum(rng.normal(p["mean"], p["std"], size), 0.0)
+        return rng.uniform(p["low"], p["high"], size)
+
+    def mean(self):
+        p = self.params
+        return {"const": lambda: p["value"], "normal": lambda: p["mean"],
+                "uniform": lambda: (p["low"] + p["high"]) / 2}[self.kind]()
+
+    def describe(self):
+        p = self.params
+        if self.kind == "const":
+            return f"{p['value']:g} s"
+        if self.kind == "normal":
+            return f"normal(mean {p['mean']:g}, std {p['std']:g})"
+        return f"uniform({p['low']:g}, {p['high']:g})"
+
+    def __eq__(self, other):
+        return isinstance(other, Dist) and (self.kind, self.params) == (other.kind, other.params)
+
+    def __hash__(self):
+        return hash((self.kind, tuple(sorted(self.params.items()))))
+
+
+_DIST_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high")}
+
+
+def parse_dist(text, option="--compute-time", spec=None):
+    """``0.25`` | ``normal:mean=M,std=S`` | ``uniform:low=A,high=B`` -> :class:`Dist` (seconds).
+    Errors are one line naming the option and the value."""
+    spec = text if spec is None else spec
+    body = text.strip()
+
+    def fail(why):
+        raise ConfigError(f"{option} {spec!r}: {why}")
+
+    def number(key, v):
+        try:
+            x = float(v)
+        except ValueError:
+            fail(f"{key} {v!r} is not a number")
+        if not math.isfinite(x) or x < 0:
+            fail(f"{key} must be a finite number >= 0, got {v}")
+        return x
+
+    if ":" not in body:
+        if not body:
+            fail("empty value (expected seconds, normal:mean=M,std=S or uniform:low=A,high=B)")
+        try:
+            float(body)
+        except ValueError:
+            fail("expected seconds (e.g. 0.25), normal:mean=M,std=S or uniform:low=A,high=B")
+        return Dist("const", value=number("seconds", body))
+    kind, _, rest = body.partition(":")
+    kind = kind.strip().lower()
+    if kind not in _DIST_KEYS:
+        fail(f"unknown distribution {kind!r} (expected normal:mean=M,std=S or uniform:low=A,high=B)")
+    vals = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        k, eq, v = item.partition("=")
+        k = k.strip().lower()
+        if not eq:
+            fail(f"{item!r} is not key=value")
+        if k not in _DIST_KEYS[kind]:
+            fail(f"unknown key {k!r} for {kind} (expected {', '.join(_DIST_KEYS[kind])})")
+        if k in vals:
+            fail(f"{k} given twice")
+        vals[k] = number(k, v.strip())
+    for k in _DIST_KEYS[kind]:
+        if k not in vals:
+            fail(f"missing {k}=")
+    if kind == "uniform" and vals["low"] > vals["high"]:
+        fail(f"low {vals['low']:g} > high {vals['high']:g}")
+    return Dist(kind, **vals)
+
+
+def parse_who(who, ranks, option, spec):
+    """``3`` | ``0-7`` | ``1,4,9-12`` -> the ranks named (each must be one of ``ranks``)."""
+    out, known = [], set(ranks)
+    for item in who.split(","):
+        item = item.strip()
+        lo, dash, hi = item.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if dash else a
+        except ValueError:
+            raise ConfigError(f"{option} {spec!r}: {item!r} is not a rank or a range a-b") from None
+        if b < a:
+            raise ConfigError(f"{option} {spec!r}: empty range {item!r}")
+        for r in range(a, b + 1):
+            if r not in known:
+                lo_r, hi_r = min(ranks), max(ranks)
+                raise ConfigError(f"{option} {spec!r}: rank {r} is not a worker (the workers are ranks "
+                                  f"{lo_r}..{hi_r})")
+            out.append(r)
+    return out
+
+
+def per_rank(option, specs, ranks, parse_value, default):
+    """``{rank: value}`` from repeatable ``[WHO@]VALUE`` specs; ranks not named get ``default``."""
+    ranks = tuple(ranks)
+    out = dict.fromkeys(ranks, default)
+    for spec in specs or []:
+        text = str(spec).strip()
+        who, at, value = text.rpartition("@")
+        value = parse_value(value, option, text)
+        for r in (parse_who(who, ranks, option, text) if at else ranks):
+            out[r] = value
+    return out
+
+
+class ComputeModel:
+    """``duration(worker, iteration)``: virtual seconds of that mini-batch (base draw x slowdown).
+
+    ``specs``: the ``--compute-time`` values (default :data:`DEFAULT_COMPUTE_S` for every worker);
+    ``slowdowns``: the ``--slowdown`` specs, applied with the real run's :class:`Emulator`."""
+
+    def __init__(self, specs, workers, seed=0, slowdowns=None, default=DEFAULT_COMPUTE_S):
+        self.workers = tuple(int(w) for w in workers)
+        self.seed = int(seed)
+        self.default_used = not specs
+        self.dist = per_rank("--compute-time", specs, self.workers, parse_dist, Dist("const", value=default))
+        self.emulators = None
+        if slowdowns:
+            self.emulators = {w: Emulator(slowdowns, w, self.workers, seed=seed) for w in self.workers}
+            if not any(e.slowdowns for e in self.emulators.values()):
+                self.emulators = None
+        self._blocks = {}
+        self._factors = {}
+
+    def base(self, w, i):
+        d = self.dist[w]
+        if d.kind == "const":
+            return d.params["value"]
+        key = (w, i // BLOCK)
+        block = self._blocks.get(key)
+        if block is None:
+            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, w, i // BLOCK, _STREAM_COMPUTE])
+            block = self._blocks[key] = d.sample(rng, BLOCK).tolist()
+            self._blocks.pop((w, i // BLOCK - 1), None)     # a worker's iterations only go up
+        return block[i % BLOCK]
+
+    def factor(self, w, i):
+        if self.emulators is None:
+            return 1.0
+        key = (w, i // BLOCK)
+        block = self._factors.get(key)
+        if block is None:                    # the real Emulator's factors, a block at a time
+            start = (i // BLOCK) * BLOCK
+            block = self._factors[key] = self.emulators[w].factors(range(start, start + BLOCK)).tolist()
+            self._factors.pop((w, i // BLOCK - 1), None)
+        return block[i % BLOCK]
+
+    def duration(self, w, i):
+        return self.base(w, i) * self.factor(w, i)
+
+    def step(self, w, i):
+        """(virtual seconds, slowdown factor) of worker ``w``'s mini-batch ``i``."""
+        f = self.factor(w, i)
+        return self.base(w, i) * f, f
+
+    def describe(self):
+        by = {}
+        for w, d in self.dist.items():
+            by.setdefault(d, []).append(w)
+        if len(by) == 1:
+            comp = f"compute {next(iter(by)).describe()} per iteration"
+        else:
+            comp = "compute per iteration " + "; ".join(
+                f"{_span(ws)}: {d.describe()}" for d, ws in sorted(by.items(), key=lambda x: x[1][0]))
+        if self.default_used:
+            comp += " (default: no --compute-time given)"
+        if self.emulators:
+            e = next(iter(self.emulators.values()))
+            comp += "; " + "; ".join(s.describe(len(self.workers)) for s in e.slowdowns)
+        return comp
+
+    def as_dict(self):
+        return dict(compute={str(w): d.describe() for w, d in self.dist.items()}
+                    if len(set(self.dist.values())) > 1 else next(iter(self.dist.values())).describe(),
+                    slowdown=[s.spec for s in next(iter(self.emulators.values())).slowdowns]
+                    if self.emulators else [])
+
+
+def _span(ws):
+    ws = sorted(ws)
+    if ws == list(range(ws[0], ws[-1] + 1)) and len(ws) > 2:
+        return f"ranks {ws[0]}..{ws[-1]}"
+    return ("rank " if len(ws) == 1 else "ranks ") + ",".join(map(str, ws))
+
+
+def parse_bandwidth(text, option="--bandwidth", spec=None):
+    """Gb/s -> bytes/s (``inf`` allowed: no transfer time)."""
+    spec = text if spec is None else spec
+    try:
+        x = float(text)
+    except ValueError:
+        raise ConfigError(f"{option} {spec!r}: expected Gb/s (a number > 0, or inf)") from None
+    if not x > 0 or math.isnan(x):
+        raise ConfigError(f"{option} {spec!r}: must be > 0 Gb/s")
+    return x * 1e9 / 8
+
+
+def check_seconds(x, option):
+    if x is None or not (math.isfinite(x) and x >= 0):
+        raise ConfigError(f"{option} {x!r}: must be a finite number of seconds >= 0")
+    return float(x)

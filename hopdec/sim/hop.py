@@ -1,0 +1,230 @@
+"""The decentralized (Hop) workers in virtual time: the real cores and loop, a network and compute costs.
+
+One :class:`~hopdec.hop.worker.Worker` core per node, each run by the same
+:func:`hopdec.runtime.hop_loop.worker_loop` as under MPI (``step=True``). This driver only
+
+* advances a worker's loop until it waits (:class:`~hopdec.core.Wait`) or computes (the loop yields
+  :class:`~hopdec.core.ComputeGradient` after the backend computed; the worker resumes when the
+  virtual compute time has passed);
+* carries its messages: parameters as data messages through :class:`hopdec.sim.network.Network`,
+  token grants as control messages, each handed to the receiving core on arrival, which wakes the
+  receiver if it was waiting.
+
+Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer). No protocol
+decision is taken here. Deterministic: ties between events at the same virtual time go in the order
+they were scheduled, and no draw depends on the order of events.
+
+Two fidelities (the backend): timing only (:class:`TimingBackend`: no tensors) or ``math`` (a backend
+with real parameters, e.g. :class:`hopdec.sim.backends.MathBackend`: sends carry a snapshot of the
+sender's parameters, Reduce averages real arrays).
+"""
+
+from functools import partial
+
+from hopdec.core import ComputeGradient, Wait
+from hopdec.hop.actions import Enter
+from hopdec.hop.worker import Worker
+from hopdec.runtime.hop_loop import worker_loop
+from hopdec.sim.backends import compute_record, step_of
+from hopdec.sim.events import EventQueue
+from hopdec.sim.network import Network
+
+
+class Deadlock(RuntimeError):
+    """The event queue ran dry while some worker had not finished."""
+
+
+class TimingBackend:
+    """No tensors: compute only says how long it takes (``duration`` is read by the driver)."""
+
+    __slots__ = ("rank", "compute_time", "duration")
+
+    def __init__(self, rank, compute_time):
+        self.rank, self.compute_time, self.duration = rank, compute_time, 0.0
+
+    def write_params(self, out=None):
+        return None
+
+    def compute(self, iteration):
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor)
+
+    def reduce(self, pairs):
+        pass
+
+    def apply(self, iteration):
+        pass
+
+
+class _IO:
+    """One worker's end of the simulated network (the transport interface of hop_loop)."""
+
+    __slots__ = ("sim", "rank", "held", "_next")
+
+    def __init__(self, sim, rank):
+        self.sim, self.rank = sim, rank
+        self.held = {} if sim.math else None
+        self._next = 0
+
+    def send_update(self, iteration, dests, fill):
+        self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None)
+
+    def send_grants(self, grants):
+        self.sim._send_grants(self.rank, grants)
+
+    def hold(self, data):
+        if self.held is None:
+            return 0
+        self._next += 1
+        self.held[self._next] = data
+        return self._next
+
+    def payload(self, handle):
+        return None if self.held is None else self.held[handle]
+
+    def release(self, handles):
+        if self.held is not None:
+            for h in handles:
+                if self.held.pop(h, None) is None:
+                    raise AssertionError(f"worker {self.rank} freed update {h} twice or never held it")
+
+
+class HopSim:
+    """Run one worker core per view in virtual time.
+
+    ``compute_time(rank, iteration)``: virtual seconds of a mini-batch, or (seconds, slowdown factor)
+    (:meth:`hopdec.sim.costs.ComputeModel.step`; the factor goes into the log); ``network``: a :class:`~hopdec.sim.network.LinkModel`; ``message_bytes``: size of one
+    parameter message; ``backend_factory(rank)``: a math backend (None: timing only) whose ``compute`` sets
+    ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
+    s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
+    are kept only when there is a check);
+    ``on_record(rank, rec)``: each iteration's log record.
+    """
+
+    def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
+                 check=None, on_record=None):
+        self.views, self.cfg = views, cfg
+        self.n = len(views)
+        self.q = EventQueue()
+        self.net = Network(self.q, self.n, network)
+        self.message_bytes = float(message_bytes)
+        self.math = backend_factory is not None
+        self.cores = [Worker(v, cfg) for v in views]
+        self.ios = [_IO(self, v.rank) for v in views]
+        self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
+                         for v in views]
+        clock = self._clock
+        self.loops = [worker_loop(c, io, b, clock=clock, step=True,
+                                  on_record=None if on_record is None else partial(on_record, c.rank))
+                      for c, io, b in zip(self.cores, self.ios, self.backends)]
+        self._resume = [partial(self._advance, r) for r in range(self.n)]
+        self.blocked = [False] * self.n
+        self.done = [False] * self.n
+        self.finished = 0
+        self.check = check
+        self.in_flight = [0] * self.n             # updates on their way to each worker (with a check)
+        self.sent_to = [0] * self.n               # updates ever sent to each worker (with a check)
+        # the largest Iter(i) - Iter(j) seen, evaluated once per instant (like the logs' replay)
+        self._cur = [-1] * self.n
+        self._at = {}                             # iteration -> workers there now
+        self._low = 0
+        self._high = -1
+        self._started = 0
+        self.max_gap = 0
+        self._gap_pending = False
+        self._started = False
+
+    def _clock(self):
+        return self.q.now
+
+    # ---- running ----
+    def run(self):
+        """Run to the end; raises :class:`Deadlock` if the events run out before every worker finished."""
+        if not self._started:
+            self._started = True
+            for r in range(self.n):
+                self._advance(r)
+        self.q.run(on_event=(lambda: self.check(self)) if self.check else None)
+        if self.finished < self.n:
+            raise Deadlock("no event left but not every worker finished: " + self.describe())
+        return self
+
+    def _advance(self, r):
+        """Run worker ``r``'s loop until it waits or computes (compute takes virtual time)."""
+        loop = self.loops[r]
+        for a in loop:
+            t = type(a)
+            if t is Wait:
+                self.blocked[r] = True
+                return
+            if t is ComputeGradient:
+                self.q.at(self.q.now + self.backends[r].duration, self._resume[r])
+                return
+            if t is Enter:
+                self._entered(r, a.iteration)
+        self.done[r] = True
+        self.finished += 1
+
+    # ---- messages ----
+    def _send_update(self, src, iteration, dests, data):
+        if self.check is not None:
+            for d in dests:
+                self.sent_to[d] += 1
+                self.in_flight[d] += 1
+        self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+
+    def _deliver_update(self, src, iteration, data, dst):
+        if self.check is not None:
+            self.in_flight[dst] -= 1
+        self.cores[dst].on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
+
+    def _send_grants(self, src, grants):
+        counts = dict(grants)
+        self.net.control(src, tuple(counts), partial(self._deliver_grant, src, counts))
+
+    def _deliver_grant(self, src, counts, dst):
+        self.cores[dst].on_grant(src, counts[dst])
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
+
+    # ---- the iteration gap, as the logs' replay computes it ----
+    def _entered(self, r, k):
+        old = self._cur[r]
+        at = self._at
+        if old >= 0:
+            at[old] -= 1
+        else:
+            self._started += 1
+        self._cur[r] = k
+        at[k] = at.get(k, 0) + 1
+        if k > self._high:
+            self._high = k
+        if not self._gap_pending:
+            self._gap_pending = True
+            self.q.at_instant_end(self._gap_now)
+
+    def _gap_now(self):
+        self._gap_pending = False
+        if self._started < self.n:
+            return
+        at, low = self._at, self._low
+        while not at.get(low):
+            at.pop(low, None)
+            low += 1
+        self._low = low
+        if self._high - low > self.max_gap:
+            self.max_gap = self._high - low
+
+    # ---- checks and reports ----
+    @property
+    def now(self):
+        return self.q.now
+
+    def describe(self):
+        return "; ".join(f"worker {c.rank} at {c.iteration}{' done' if self.done[c.rank] else ''}"
+                         f"{' waiting' if self.blocked[c.rank] else ''}" for c in self.cores[:64]) + \
+            (f"; ... ({self.n} workers)" if self.n > 64 else "")

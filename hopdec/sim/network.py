@@ -1,0 +1,544 @@
+"""The simulator's network: messages as transfers that share each node's NIC, in virtual time.
+
+Cost model (the same for the decentralized and the parameter-server mode):
+
+* A **data message** (parameters, a gradient, weights) of ``nbytes`` is a transfer from its sender's
+  NIC to its receiver's NIC. Every NIC has a capacity (``--bandwidth``, Gb/s) per direction (full
+  duplex: sending and receiving do not compete; ``duplex="half"`` makes them share one capacity).
+  Concurrent transfers share a NIC equally: while k transfers leave a node, each gets 1/k of its
+  send capacity (two concurrent sends take twice as long as one), and likewise for arrivals. A
+  transfer moves at the smallest share among the NICs it crosses (and its link's own capacity, where
+  the topology gives the edge a ``bandwidth``); rates are recomputed whenever a transfer starts or
+  ends on one of those NICs (once per instant). Capacity a transfer cannot use because it is limited
+  elsewhere is not handed to the others (a simple bottleneck share, not max-min fairness: it errs
+  on the slow side when transfers on one NIC are limited at different places). The message arrives
+  ``latency`` seconds after its last byte left.
+* A **control message** (token grants, ESync queries and answers, STOP) is a few bytes: it takes
+  ``latency`` seconds and no bandwidth.
+
+Messages between the same two nodes go one after the other (one connection per pair, as TCP or an MPI
+channel): a message waits until the pair's previous one has left, so they arrive in the order they were
+sent, as MPI guarantees.
+
+>>> from hopdec.sim.events import EventQueue
+>>> q = EventQueue(); net = Network(q, 3, LinkModel(bandwidth=1e6))   # 1 MB/s NICs
+>>> got = []
+>>> net.send(0, (1, 2), 1e6, lambda dst: got.append((dst, q.now)))  # two concurrent sends from node 0
+>>> _ = q.run(); got
+[(1, 2.0), (2, 2.0)]
+"""
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from functools import partial
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """The network's parameters: ``bandwidth`` in bytes/s per NIC and direction (``inf``: transfers take
+    no time), ``latency`` in seconds; ``node_bandwidth = {node: bytes/s}`` overrides a node's NIC;
+    ``links = {(src, dst): (bytes/s or None, latency or None)}`` gives a link its own capacity (shared by
+    the transfers on it, on top of the NICs) or latency; ``duplex``: "full" or "half"."""
+
+    bandwidth: float = INF
+    latency: float = 0.0
+    node_bandwidth: dict = field(default_factory=dict)
+    links: dict = field(default_factory=dict)
+    duplex: str = "full"
+
+    def describe(self):
+        bw = "infinite bandwidth" if self.bandwidth == INF else f"{self.bandwidth * 8 / 1e9:g} Gb/s"
+        parts = [f"NICs {bw} per direction ({self.duplex} duplex, shared equally by concurrent transfers)",
+                 f"latency {self.latency:g} s"]
+        if self.node_bandwidth:
+            parts.append(f"{len(self.node_bandwidth)} node(s) with their own NIC bandwidth")
+        if self.links:
+            parts.append(f"{len(self.links)} link(s) with their own bandwidth or latency")
+        return ", ".join(parts)
+
+    def as_dict(self):
+        return dict(bandwidth_gbps=None if self.bandwidth == INF else self.bandwidth * 8 / 1e9,
+                    latency_s=self.latency, duplex=self.duplex,
+                    node_bandwidth_gbps={str(k): v * 8 / 1e9 for k, v in sorted(self.node_bandwidth.items())},
+                    links={f"{s}->{d}": dict(bandwidth_gbps=None if bw is None else bw * 8 / 1e9, latency_s=lat)
+                           for (s, d), (bw, lat) in sorted(self.links.items())})
+
+
+# A transfer is a small list (faster than an object here): its fields by index. _END: when its last byte
+# leaves (set when rated); _ALONE: the transfers of its send when they were rated alone on their NICs and
+# end with one event at _END + latency (see Network._rate), False once taken off the NICs, else None.
+# _HUB: the hub resource whose shared clock moves it (see Network's hubs), else None.
+_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE, _HUB = range(12)
+
+
+class _Hub:
+    """A hub NIC in hub mode: all its transfers move at its equal share cap / k, so one clock ``v`` (bytes
+    each has received since the mode began, at time ``t``) and one heap of finish tags (v at start + size)
+    replace per-transfer rates: a transfer joining or leaving costs O(log k), not O(k)."""
+
+    __slots__ = ("on", "v", "t", "tags", "token")
+
+    def __init__(self):
+        self.on, self.v, self.t, self.tags, self.token = False, 0.0, 0.0, [], 0
+
+
+class Network:
+    """Transfers between ``nodes`` (0..nodes-1) on an :class:`~hopdec.sim.events.EventQueue`."""
+
+    def __init__(self, queue, nodes, model=None, hubs=()):
+        """``hubs``: nodes whose NIC many transfers share at once (a parameter server): while every
+        transfer there is alone on its other NIC, and that NIC is no slower, they all move at the hub's
+        equal share, and the hub keeps one clock for them (same times as the general rule, O(log k))."""
+        self.q = queue
+        self.model = model or LinkModel()
+        m = self.model
+        if m.duplex not in ("full", "half"):
+            raise ValueError(f"duplex must be full or half, got {m.duplex!r}")
+        self.nodes = nodes
+        caps = [float(m.node_bandwidth.get(i, m.bandwidth)) for i in range(nodes)]
+        for c in caps:
+            if not c > 0:
+                raise ValueError(f"bandwidth must be > 0, got {c}")
+        # resources: send side of node i is i; receive side nodes + i (full duplex) or i (half duplex)
+        self._down = nodes if m.duplex == "full" else 0
+        self.cap = caps + (caps if m.duplex == "full" else [])
+        self._link = {}                    # (src, dst) -> (resource or None, latency)
+        for (s, d), (bw, lat) in m.links.items():
+            r = None
+            if bw is not None:
+                if not bw > 0:
+                    raise ValueError(f"link {s}->{d}: bandwidth must be > 0, got {bw}")
+                r = len(self.cap)
+                self.cap.append(float(bw))
+            self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
+        self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
+        self._hub = {}
+        for node in hubs:
+            for r in {node, self._down + node}:
+                self._hub[r] = _Hub()
+        self._routes = {}
+        self._pairs = {}                   # (src, dst) -> its messages: [in transit, waiting...]
+        self._dirty = {}
+        self._flush_pending = False
+        self._ids = 0
+        self.transfers = 0                 # data messages sent
+        self.bytes = 0.0
+        self.superseded = 0                # completion events made stale by a re-rate
+        self.controls = 0
+
+    # ---- data messages ----
+    def send(self, src, dsts, nbytes, deliver):
+        """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
+        now = self.q.now
+        active, routes, pairs, hubs = self.active, self._routes, self._pairs, self._hub
+        self.transfers += len(dsts)
+        self.bytes += nbytes * len(dsts)
+        free = None
+        started = []
+        if active[src]:
+            self._expire(active[src], now)
+        for dst in dsts:
+            pair = (src, dst)
+            route = routes.get(pair)
+            if route is None:
+                route = routes[pair] = self._route(src, dst)
+            res, lat, no_time = route
+            if no_time or nbytes <= 0:
+                if free is None:
+                    free = []
+                free.append((lat, partial(deliver, dst)))
+                continue
+            self._ids += 1
+            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair, 0.0, None, None]
+            queue = pairs.get(pair)
+            if queue is not None:
+                head = queue[0]
+                if head[_ALONE] and head[_END] <= now:
+                    self._take_off(head)        # its bytes have left; only its arrival is pending
+                    queue = None
+                elif head[_ALONE]:
+                    self._open(head[_ALONE])    # its end must now start this one: a real event
+            if queue is not None:               # the pair's previous message is still on its way
+                queue.append(f)
+                continue
+            pairs[pair] = [f]
+            if hubs:
+                if self._start(f, now):
+                    started.append(f)
+                continue
+            fid = f[_ID]
+            for r in res:                       # _start without hubs, inline: the hot path
+                on = active[r]
+                if on and r != src:
+                    self._expire(on, now)
+                on[fid] = f
+            started.append(f)
+        if free is not None:
+            self._deliver_later(free)
+        if not started:
+            return
+        if not self._flush_pending and self._alone(src, started):
+            self._rate(src, started)            # nothing else on these NICs: rate them now
+            return
+        dirty = self._dirty
+        for f in started:
+            for r in f[_RES]:
+                dirty[r] = True
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+
+    def _start(self, f, now):
+        """Put a transfer on its NICs: on a hub's clock when it can, else under the general rule (returns
+        True: the caller rates it)."""
+        active, hubs = self.active, self._hub
+        res = f[_RES]
+        for r in res:
+            on = active[r]
+            if on:
+                self._expire(on, now)
+                for g in on.values():   # (with hubs only: without, no transfer has a _HUB)
+                    if g[_HUB] is not None and g[_HUB] != r:
+                        self._hub_off(g[_HUB])  # r is a hub transfer's own NIC: share it, no more hub
+                        break
+        if hubs:
+            if len(res) == 2:
+                a, b = res
+                h = a if a in hubs else b if b in hubs else None
+                if h is not None:
+                    other = b if h == a else a
+                    hub = hubs[h]
+                    if not active[other] and self.cap[other] >= self.cap[h] and (hub.on or not active[h]):
+                        self._hub_join(f, h, other, now)
+                        return False
+            for r in res:                       # it shares a hub NIC under the general rule
+                if r in hubs and hubs[r].on:
+                    self._hub_off(r)
+        fid = f[_ID]
+        for r in res:
+            active[r][fid] = f
+        return True
+
+    # ---- hubs: one clock for all the transfers of a hub NIC ----
+    def _hub_join(self, f, h, other, now):
+        hub, active = self._hub[h], self.active
+        if hub.on:
+            hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        else:
+            hub.on, hub.v, hub.tags = True, 0.0, []
+        hub.t = now
+        f[_HUB] = h
+        f[_T] = now
+        active[h][f[_ID]] = f
+        active[other][f[_ID]] = f
+        heapq.heappush(hub.tags, (hub.v + f[_LEFT], f[_ID], f))
+        self._hub_next(h, now)
+
+    def _hub_next(self, h, now):
+        hub = self._hub[h]
+        hub.token += 1
+        share = self.cap[h] / len(self.active[h])
+        left = hub.tags[0][0] - hub.v
+        self.q.at(now + (left if left > 0.0 else 0.0) / share, partial(self._hub_done, h, hub.token))
+
+    def _hub_done(self, h, token):
+        hub = self._hub[h]
+        if token != hub.token:
+            return
+        now, active = self.q.now, self.active
+        hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        hub.t = now
+        arrived, nexts = [], []
+        while hub.tags and hub.tags[0][0] - hub.v <= 1e-9 * max(1.0, hub.tags[0][0]):
+            f = heapq.heappop(hub.tags)[2]
+            for r in f[_RES]:
+                del active[r][f[_ID]]
+            f[_HUB] = None
+            arrived.append((f[_LAT], f[_DELIVER]))
+            queue = self._pairs[f[_PAIR]]
+            queue.pop(0)
+            if queue:
+                nexts.append(queue[0])
+            else:
+                del self._pairs[f[_PAIR]]
+        if hub.tags:
+            self._hub_next(h, now)
+        else:
+            hub.on = False
+        for nxt in nexts:                       # the pairs' next messages start now
+            nxt[_T] = now
+            if self._start(nxt, now):
+                for r in nxt[_RES]:
+                    self._dirty[r] = True
+        if self._dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+        if arrived:
+            self._deliver_later(arrived, may_call_now=True)
+
+    def _hub_off(self, h):
+        """Back to the general rule: each hub transfer gets its bytes left and is rated by the flush."""
+        hub = self._hub[h]
+        if not hub.on:
+            return
+        now, active, dirty = self.q.now, self.active, self._dirty
+        hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
+        for tag, _, f in hub.tags:
+            left = tag - hub.v
+            f[_LEFT] = left if left > 0.0 else 0.0
+            f[_T], f[_RATE], f[_HUB] = now, 0.0, None
+            f[_TOKEN] += 1
+            for r in f[_RES]:
+                dirty[r] = True
+        hub.on, hub.tags = False, []
+        hub.token += 1
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+
+    def _expire(self, on, now):
+        """Take transfers rated alone whose last byte has left off a NIC another transfer is joining."""
+        if on:
+            gone = [g for g in on.values() if g[_ALONE] and g[_END] <= now]
+            for g in gone:
+                self._take_off(g)
+
+    def _route(self, src, dst):
+        """(resources, latency, takes no time) of a transfer src -> dst."""
+        res = (src, self._down + dst)
+        lat = self.model.latency
+        link = self._link.get((src, dst))
+        if link is not None:
+            r, lat = link
+            if r is not None:
+                res = res + (r,)
+        return res, lat, all(self.cap[r] == INF for r in res)
+
+    def _alone(self, src, started):
+        """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
+        use (the usual case when transfers are short)."""
+        active = self.active
+        if len(active[src]) != len(started):
+            return False
+        for f in started:
+            for r in f[_RES][1:]:
+                if len(active[r]) != 1:
+                    return False
+        return True
+
+    def _rate(self, src, flows):
+        """Rate the transfers of one send that are alone on their NICs. Until another transfer comes near
+        them, nothing changes before they end: those with a latency end with ONE event at their arrival
+        (leaving the NICs then, or earlier when a transfer that arrives after their last byte needs the
+        NICs, see _take_off); anything that would share with them first opens them (_open: a real end
+        event, as every other transfer has)."""
+        now, cap = self.q.now, self.cap
+        out = cap[src] / len(flows)
+        ending = {}
+        for f in flows:
+            rate = out
+            for r in f[_RES][1:]:
+                if cap[r] < rate:
+                    rate = cap[r]
+            f[_RATE] = rate
+            f[_TOKEN] += 1
+            end = f[_END] = now + f[_LEFT] / rate
+            key = (end, f[_LAT])
+            got = ending.get(key)
+            if got is None:
+                ending[key] = [(f, f[_TOKEN])]
+            else:
+                got.append((f, f[_TOKEN]))
+            if f[_LAT] > 0:
+                f[_ALONE] = flows
+        at = self.q.at
+        for (end, lat), fl in ending.items():
+            if lat > 0:
+                at(end + lat, partial(self._arrive, fl))
+            else:
+                at(end, partial(self._done, fl))
+
+    def _open(self, flows):
+        """Transfers rated alone now share a NIC, or a message waits behind one: give each a real end
+        event at its _END (those already past it just leave the NICs)."""
+        now = self.q.now
+        for f in flows:
+            if f[_ALONE] is not flows:
+                continue
+            if f[_END] <= now:
+                self._take_off(f)
+                continue
+            f[_ALONE] = None
+            f[_TOKEN] += 1
+            self.q.at(f[_END], partial(self._done, [(f, f[_TOKEN])]))
+
+    def _take_off(self, f):
+        """A transfer rated alone whose last byte has left: off its NICs and its pair now; its arrival event
+        (at _END + latency) still delivers it."""
+        active = self.active
+        for r in f[_RES]:
+            on = active[r]
+            del on[f[_ID]]
+            if on:
+                self._dirty[r] = True
+        del self._pairs[f[_PAIR]]          # nothing waits behind it: queueing would have opened it
+        f[_ALONE] = False
+        if self._dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+
+    def _arrive(self, flows):
+        """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing
+        has taken them off yet)."""
+        calls = []
+        for f, token in flows:
+            if token != f[_TOKEN]:
+                continue                    # opened or re-rated since: its own end event delivers it
+            if f[_ALONE]:
+                active = self.active
+                for r in f[_RES]:
+                    del active[r][f[_ID]]
+                del self._pairs[f[_PAIR]]
+                f[_ALONE] = None
+            calls.append(f[_DELIVER])
+        for c in calls:
+            c()
+
+    def _flush(self):
+        """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant; the
+        transfers that will end at the same time end in one event."""
+        self._flush_pending = False
+        now, cap, active = self.q.now, self.cap, self.active
+        for r in list(self._dirty):                 # transfers rated alone are alone no more
+            hub = self._hub.get(r)
+            if hub is not None and hub.on:
+                del self._dirty[r]                  # its clock moves them
+                continue
+            for g in list(active[r].values()):
+                if g[_ALONE]:
+                    if g[_END] <= now:
+                        self._take_off(g)
+                    else:
+                        self._open(g[_ALONE])
+        self._flush_pending = False
+        seen = set()
+        ending = {}
+        for r in self._dirty:
+            for fid, f in active[r].items():
+                if fid in seen or f[_HUB] is not None:
+                    continue
+                seen.add(fid)
+                res = f[_RES]
+                if len(res) == 2:
+                    a, b = res
+                    rate = cap[a] / len(active[a])
+                    rb = cap[b] / len(active[b])
+                    if rb < rate:
+                        rate = rb
+                else:
+                    rate = min(cap[x] / len(active[x]) for x in res)
+                old = f[_RATE]
+                if rate == old:
+                    continue
+                if old:
+                    left = f[_LEFT] - old * (now - f[_T])
+                    f[_LEFT] = left if left > 0.0 else 0.0
+                    self.superseded += 1
+                f[_T] = now
+                f[_RATE] = rate
+                f[_TOKEN] += 1
+                t = f[_END] = now + f[_LEFT] / rate
+                got = ending.get(t)
+                if got is None:
+                    ending[t] = [(f, f[_TOKEN])]
+                else:
+                    got.append((f, f[_TOKEN]))
+        self._dirty = {}
+        at, done = self.q.at, self._done
+        for t, flows in ending.items():
+            at(t, partial(done, flows))
+
+    def _done(self, flows):
+        active, dirty, pairs = self.active, self._dirty, self._pairs
+        arrived = []
+        left = []
+        for f, token in flows:
+            if token != f[_TOKEN]:
+                continue                    # re-rated since: a later event finishes it
+            fid = f[_ID]
+            for r in f[_RES]:
+                del active[r][fid]
+            left.append(f[_RES])
+            arrived.append((f[_LAT], f[_DELIVER]))
+            queue = pairs[f[_PAIR]]
+            queue.pop(0)
+            if queue:                       # the pair's next message starts now
+                nxt = queue[0]
+                nxt[_T] = self.q.now
+                if self._start(nxt, self.q.now):
+                    for r in nxt[_RES]:
+                        dirty[r] = True
+            else:
+                del pairs[f[_PAIR]]
+        for res in left:
+            for r in res:
+                if active[r]:               # the transfers left there may now go faster
+                    dirty[r] = True
+        if dirty and not self._flush_pending:
+            self._flush_pending = True
+            self.q.at_instant_end(self._flush)
+        if arrived:
+            self._deliver_later(arrived, may_call_now=True)
+
+    def _deliver_later(self, arrived, may_call_now=False):
+        """``arrived = [(latency, deliver)]``: one event per distinct latency; with ``may_call_now`` (inside
+        an event, never inside a send) the ones of latency 0 are delivered at once, in order."""
+        lat = arrived[0][0]
+        for x in arrived:
+            if x[0] != lat:
+                break
+        else:                               # one latency (the usual case)
+            if lat == 0 and may_call_now:
+                for _, d in arrived:
+                    d()
+            else:
+                self.q.at(self.q.now + lat, partial(_call_all, [d for _, d in arrived]))
+            return
+        by = {}
+        for lat, d in arrived:
+            by.setdefault(lat, []).append(d)
+        for lat, calls in by.items():
+            if lat == 0 and may_call_now:
+                for c in calls:
+                    c()
+            else:
+                self.q.at(self.q.now + lat, partial(_call_all, calls))
+
+    # ---- control messages ----
+    def control(self, src, dsts, deliver):
+        """A few bytes from ``src`` to each of ``dsts``: ``deliver(dst)`` after the latency (one event for
+        all destinations with the same latency)."""
+        self.controls += len(dsts)
+        q, link = self.q, self._link
+        if not link:
+            q.at(q.now + self.model.latency, partial(_each, deliver, tuple(dsts)))
+            return
+        by_lat = {}
+        for d in dsts:
+            lat = link[(src, d)][1] if (src, d) in link else self.model.latency
+            by_lat.setdefault(lat, []).append(d)
+        for lat, ds in by_lat.items():
+            q.at(q.now + lat, partial(_each, deliver, tuple(ds)))
+
+
+def _each(deliver, dsts):
+    for d in dsts:
+        deliver(d)
+
+
+def _call_all(calls):
+    for c in calls:
+        c()

@@ -1,0 +1,526 @@
+"""The virtual-time simulator (``hopdec sim``, :mod:`hopdec.sim`), in-process: the cost model, determinism,
+the Hop invariants at every event, every mode of both fidelities, the options and the outputs."""
+
+import io
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from hopdec import topology as T
+from hopdec.cli.sim import build_parser, main
+from hopdec.errors import ConfigError
+from hopdec.hop.config import ProtocolConfig
+from hopdec.hop.invariants import InvariantError, Invariants
+from hopdec.hop.worker import node_views
+from hopdec.ps.sync import SYNC_MODES, make_policy
+from hopdec.runtime.metrics import max_iteration_gap, read_log
+from hopdec.sim.costs import ComputeModel, parse_dist
+from hopdec.sim.events import EventQueue
+from hopdec.sim.hop import HopSim
+from hopdec.sim.network import LinkModel, Network
+from hopdec.sim.ps import PSSim
+from hopdec.sim.run import largest_gap, simulate
+
+MB = 1e6
+
+
+def sim(argv):
+    """Run ``hopdec sim ARGV`` in-process; returns (figures, printed text)."""
+    out = io.StringIO()
+    res = simulate(build_parser().parse_args([str(a) for a in argv]), out=out)
+    return res, out.getvalue()
+
+
+def transfers(n, sends, model, hubs=()):
+    """``sends = [(start, src, dsts, bytes)]`` -> {(src, dst, start): arrival time}."""
+    q = EventQueue()
+    net = Network(q, n, model, hubs=hubs)
+    got = {}
+    for start, src, dsts, nbytes in sends:
+        q.at(start, lambda s=src, d=dsts, b=nbytes, t0=start: net.send(
+            s, d, b, lambda dst, s=s, t0=t0: got.__setitem__((s, dst, t0), q.now)))
+    q.run()
+    return got
+
+
+# ---------------------------------------------------------------------------------------------
+# the network: NICs shared by concurrent transfers
+
+
+def test_two_concurrent_sends_take_twice_as_long():
+    one = transfers(3, [(0.0, 0, (1,), MB)], LinkModel(bandwidth=MB))
+    two = transfers(3, [(0.0, 0, (1, 2), MB)], LinkModel(bandwidth=MB))
+    assert one == {(0, 1, 0.0): pytest.approx(1.0)}
+    assert two == {(0, 1, 0.0): pytest.approx(2.0), (0, 2, 0.0): pytest.approx(2.0)}
+
+
+def test_concurrent_receives_share_the_receivers_nic():
+    got = transfers(4, [(0.0, 1, (0,), MB), (0.0, 2, (0,), MB), (0.0, 3, (0,), MB)], LinkModel(bandwidth=MB))
+    assert sorted(got.values()) == pytest.approx([3.0, 3.0, 3.0])
+
+
+def test_a_later_transfer_slows_the_first_down_from_then_on():
+    # alone for 0.5 s (half done), then shared: 0.5 MB more at 0.5 MB/s -> 1.5; the second has 0.5 MB
+    # left at 1.5 and is alone again -> 2.0
+    got = transfers(3, [(0.0, 0, (2,), MB), (0.5, 1, (2,), MB)], LinkModel(bandwidth=MB))
+    assert got == {(0, 2, 0.0): pytest.approx(1.5), (1, 2, 0.5): pytest.approx(2.0)}
+
+
+def test_full_duplex_sends_and_receives_at_once_half_duplex_shares():
+    sends = [(0.0, 0, (1,), MB), (0.0, 1, (0,), MB)]
+    assert sorted(transfers(2, sends, LinkModel(bandwidth=MB)).values()) == pytest.approx([1.0, 1.0])
+    assert sorted(transfers(2, sends, LinkModel(bandwidth=MB, duplex="half")).values()) == pytest.approx([2.0, 2.0])
+
+
+def test_latency_node_and_link_overrides():
+    got = transfers(3, [(0.0, 0, (1, 2), MB)],
+                    LinkModel(bandwidth=MB, latency=0.25, node_bandwidth={2: MB / 4},
+                              links={(0, 1): (MB / 8, 0.5)}))
+    # 0->1: its link carries 1/8 MB/s -> 8 s, + 0.5 s latency; 0->2: node 2's NIC 1/4 MB/s -> 4 s + 0.25
+    assert got == {(0, 1, 0.0): pytest.approx(8.5), (0, 2, 0.0): pytest.approx(4.25)}
+
+
+def test_messages_between_two_nodes_arrive_in_order():
+    rng = random.Random(1)
+    sends = sorted((rng.uniform(0, 3), 0, (1,), rng.choice([MB / 10, MB, 3 * MB])) for _ in range(40))
+    sends += [(rng.uniform(0, 3), 2, (1,), MB) for _ in range(20)]        # competing traffic into node 1
+    got = transfers(3, sends, LinkModel(bandwidth=MB, latency=0.01))
+    mine = [got[(0, 1, s[0])] for s in sorted(sends) if s[1] == 0]
+    assert mine == sorted(mine)
+
+
+def test_control_messages_take_the_latency_only():
+    q = EventQueue()
+    net = Network(q, 3, LinkModel(bandwidth=1.0, latency=0.125))   # 1 byte/s: data would take forever
+    got = []
+    net.control(0, (1, 2), lambda d: got.append((d, q.now)))
+    q.run()
+    assert got == [(1, 0.125), (2, 0.125)]
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_bsp_server_is_bandwidth_bound(n):
+    """BSP with n workers, negligible compute, 1 MB messages over 1 MB/s NICs: each step pushes n gradients
+    through the server's receiving NIC (n s) and sends n weights through its sending NIC (n s)."""
+    steps = 5
+    s = PSSim(make_policy("bsp", range(1, n + 1)), lambda w, i: 1e-6, budget=steps * n,
+              network=LinkModel(bandwidth=MB), message_bytes=MB).run()
+    assert s.policy.version == steps
+    # the first weights, then per step n pushes in and (but after the last) n weights out
+    assert s.end_time == pytest.approx(n + steps * n + (steps - 1) * n, rel=1e-3)
+    releases = [r["time"] for r in s.logged("release")]
+    assert np.diff(releases) == pytest.approx([2.0 * n] * (len(releases) - 1), rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute costs
+
+
+def test_compute_time_syntax_and_per_worker_values():
+    m = ComputeModel(["0.25", "2-3@uniform:low=1,high=2", "3@normal:mean=5,std=0"], workers=range(5), seed=4)
+    assert m.duration(0, 9) == 0.25 and m.duration(4, 9) == 0.25
+    assert 1.0 <= m.duration(2, 9) <= 2.0 and m.duration(3, 9) == 5.0
+    assert m.duration(2, 9) == ComputeModel(["2@uniform:low=1,high=2"], workers=range(5), seed=4).duration(2, 9)
+    assert m.duration(2, 9) != m.duration(2, 10)
+    assert parse_dist("normal:mean=0.25,std=0.02").describe() == "normal(mean 0.25, std 0.02)"
+
+
+def test_draws_depend_only_on_seed_worker_and_iteration():
+    a = ComputeModel(["normal:mean=1,std=0.3"], workers=range(4), seed=7, slowdowns=["random:factor=6,prob=1/n"])
+    b = ComputeModel(["normal:mean=1,std=0.3"], workers=range(4), seed=7, slowdowns=["random:factor=6,prob=1/n"])
+    order = [(w, i) for w in range(4) for i in range(600)]
+    first = {k: a.step(*k) for k in order}
+    random.Random(0).shuffle(order)
+    assert {k: b.step(*k) for k in order} == first
+    assert any(f == 6.0 for _, f in first.values()) and any(f == 1.0 for _, f in first.values())
+    c = ComputeModel(["normal:mean=1,std=0.3"], workers=range(4), seed=8)
+    assert [c.base(0, i) for i in range(5)] != [a.base(0, i) for i in range(5)]
+
+
+def test_slowdowns_are_the_real_emulators():
+    from hopdec.runtime.heterogeneity import Emulator
+    m = ComputeModel(["0.1"], workers=range(1, 9), seed=3, slowdowns=["random:factor=6,prob=1/n", "rank=2,factor=3"])
+    for w in (1, 2, 5):
+        e = Emulator(["random:factor=6,prob=1/n", "rank=2,factor=3"], w, range(1, 9), seed=3)
+        assert [m.step(w, i) for i in range(50)] == [(0.1 * e.factor(i), e.factor(i)) for i in range(50)]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("abc", "expected seconds"), ("-1", ">= 0"), ("normal:mean=1", "missing std"),
+    ("normal:mean=1,std=x", "not a number"), ("gamma:k=1", "unknown distribution"),
+    ("uniform:low=2,high=1", "low 2 > high 1"), ("uniform:low=1,hi=2", "unknown key"),
+    ("9@0.1", "rank 9 is not a worker"), ("a@0.1", "not a rank"), ("3-1@0.1", "empty range"),
+    ("normal:mean=1,std=1,std=2", "given twice"), ("nan", ">= 0"),
+])
+def test_bad_compute_time_is_one_line_naming_the_option(spec, words):
+    with pytest.raises(ConfigError) as info:
+        ComputeModel([spec], workers=range(4))
+    msg = str(info.value)
+    assert msg.startswith("--compute-time") and words in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["-n", "4", "--bandwidth", "0"], "--bandwidth"),
+    (["-n", "4", "--bandwidth", "7@10"], "rank 7 is not a worker"),
+    (["-n", "4", "--latency", "-1"], "--latency"),
+    (["-n", "4", "--message-mb", "-2"], "--message-mb"),
+    (["--topology", "ring"], "-n"),
+    (["--topology", "topologies/ring_8.json", "-n", "4"], "has 8 workers but -n is 4"),
+    (["--mode", "ps"], "-n"),
+    (["--mode", "ps", "-n", "4", "--sync", "ssp", "--staleness", "-1"], "--staleness"),
+    (["-n", "4", "--backup-workers", "3"], "backup workers 3"),
+    (["-n", "4", "--eval-interval", "1"], "--eval-interval needs --math"),
+    (["-n", "4", "--save-models", "--log-dir", "x"], "--save-models needs --math"),
+    (["-n", "4", "--slowdown", "rank=9,factor=2"], "rank 9 is not a worker"),
+    (["-n", "4", "--no-such-option"], "unrecognized arguments"),
+    (["-n", "4", "--mode", "decentralized", "--sync", "bsp"], "parameter-server option"),
+    (["-n", "4", "--lr", "nan"], "--lr nan"),
+])
+def test_bad_options_fail_with_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hopdec sim: error:") and words in err and "\n" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# the Hop cores in virtual time: invariants at every event, every protocol and mechanism
+
+HOP_SETTINGS = {
+    "tokens": dict(),
+    "queue-only": dict(protocol="queue-only"),
+    "notify-ack": dict(protocol="notify-ack"),
+    "serial": dict(compute_graph="serial"),
+    "backup": dict(backup_workers=1),
+    "staleness": dict(staleness=2),
+    "hybrid": dict(backup_workers=1, staleness=2),
+    "skip": dict(backup_workers=1, skip_max_jump=3, max_ig=4),
+}
+
+
+def run_hop(graph, cfg, compute, network=LinkModel(bandwidth=MB, latency=0.01), message=0.05 * MB, check=True):
+    views = node_views(graph)
+    inv = Invariants(graph, cfg)
+    logs = {v.rank: [] for v in views}
+    calls = []
+
+    def check_all(s):
+        calls.append(1)
+        inv.check(s.cores, s.in_flight, s.sent_to)
+    s = HopSim(views, cfg, compute, network=network, message_bytes=message,
+               check=check_all if check else None, on_record=lambda r, rec: logs[r].append(rec)).run()
+    return s, inv, logs, len(calls)
+
+
+@pytest.mark.parametrize("name", list(HOP_SETTINGS))
+def test_invariants_hold_at_every_event(name):
+    graph = T.ring_based(8)
+    cfg = ProtocolConfig(iterations=60, **HOP_SETTINGS[name])
+    cm = ComputeModel(["normal:mean=0.05,std=0.01"], range(8), seed=2,
+                      slowdowns=["random:factor=6,prob=1/n"] + (["rank=0,factor=4"] if name == "skip" else []))
+    s, inv, logs, calls = run_hop(graph, cfg, cm.step)
+    assert calls == s.q.events == inv.checks > 500             # after every single event
+    assert all(s.done) and [c.iteration for c in s.cores] == [59] * 8 or name == "skip"
+    assert all(logs[r][-1]["iter"] == 59 for r in logs)
+    gap = int(max_iteration_gap([[(x["time"], x["iter"]) for x in logs[r]] for r in sorted(logs)]).max())
+    assert s.max_gap == gap <= inv.bounds.max()
+    if name == "skip":
+        assert any("jumped_from" in x for x in logs[0])        # the straggler did skip
+
+
+def test_the_invariant_check_does_catch_a_broken_bound():
+    """The checker is wired in: run max_ig 3 but check against max_ig 1's bounds -> it must fire (with
+    backup workers the gap bound is max_ig x path length, and a slow worker makes the others use it)."""
+    graph = T.ring_based(8)
+    cm = ComputeModel(["0.05", "0@0.3"], range(8))
+    views = node_views(graph)
+    strict = Invariants(graph, ProtocolConfig(iterations=30, max_ig=1, backup_workers=1))
+    s = HopSim(views, ProtocolConfig(iterations=30, max_ig=3, backup_workers=1), cm.step, network=LinkModel(),
+               check=lambda s: strict.check(s.cores))
+    with pytest.raises(InvariantError, match="exceeds Table 1's bound"):
+        s.run()
+
+
+def test_constant_compute_free_network_runs_at_one_over_compute():
+    graph = T.ring(6)
+    s, _, logs, _ = run_hop(graph, ProtocolConfig(iterations=40), lambda w, i: 0.2, network=LinkModel(),
+                            message=MB)
+    assert s.now == pytest.approx(40 * 0.2)
+    assert all(x["time"] == pytest.approx(0.2 * x["iter"]) for r in logs for x in logs[r])
+    assert all(x["wait_s"] == 0 for r in logs for x in logs[r])
+
+
+def test_a_slow_link_is_what_everyone_waits_for():
+    """One link with 1/100 of the bandwidth: its receiver waits for it, and tokens pass that on."""
+    graph = T.ring(6)
+    fast = LinkModel(bandwidth=100 * MB)
+    slow = LinkModel(bandwidth=100 * MB, links={(0, 1): (MB, None)})
+    a, _, _, _ = run_hop(graph, ProtocolConfig(iterations=30), lambda w, i: 0.1, network=fast, message=MB)
+    b, _, logs, _ = run_hop(graph, ProtocolConfig(iterations=30), lambda w, i: 0.1, network=slow, message=MB)
+    assert a.now == pytest.approx(30 * 0.1 + 3 * 0.01, rel=0.01)    # 10 ms transfers overlap compute
+    assert b.now > 25                                                # ~1 s per iteration
+    assert sum(x["wait_s"] for x in logs[1]) > 20
+
+
+def test_gap_tracking_equals_the_replay_of_the_logs():
+    rng = random.Random(5)
+    for _ in range(200):
+        n = rng.randint(2, 6)
+        entries = []
+        for r in range(n):
+            t, k, ev = 0.0, 0, []
+            for _ in range(rng.randint(1, 8)):
+                ev.append((t, k))
+                t += rng.choice([0.0, 0.5, 1.0, rng.random()])
+                k += rng.choice([1, 1, 2])
+            entries.append(ev)
+        assert largest_gap(entries) == int(max_iteration_gap(entries).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# hopdec sim: every mode, both fidelities, labelled outputs, determinism
+
+SLOW = ["--compute-time", "normal:mean=0.05,std=0.005", "--slowdown", "random:factor=6,prob=1/n"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--protocol", "queue-only"], ["--protocol", "notify-ack"],
+                                   ["--compute-graph", "serial"], ["--backup-workers", "1"],
+                                   ["--staleness", "3", "--stale-reduce", "plain"],
+                                   ["--backup-workers", "1", "--staleness", "2"],
+                                   ["--backup-workers", "1", "--skip", "max-jump=2,trigger=2"]])
+def test_every_decentralized_setting_runs_with_its_summary(extra):
+    res, text = sim(["-n", "8", "--iterations", "40"] + SLOW + extra)
+    assert text.startswith("== SIMULATED (timing only): decentralized ")
+    assert "times: SIMULATED (timing only) -- virtual seconds" in text
+    assert "largest iteration gap observed:" in text and "held at all" in text
+    assert res["max_gap"] <= res["bound"] and res["checks"] == res["events"]
+    assert all(s.iterations >= 20 for s in res["stats"].values())
+
+
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_every_sync_mode_runs_through_the_server_nic(sync):
+    # --sync implies --mode ps
+    res, text = sim(["--sync", sync, "-n", "6", "--iterations", "30", "--message-mb", "4",
+                     "--compute-time", "0.05", "--slowdown", "rank=2,factor=3"])
+    assert text.startswith(f"== SIMULATED (timing only): parameter server --sync {sync}")
+    assert "server:" in text and "messages of 4 MB" in text
+    s = res["sim"]
+    assert all(s.done.values()) and s.server.work >= 30 * 6
+    assert s.net.bytes >= 4 * 2 ** 20 * 30 * 6                   # every push went through the network
+    if res["bound"] is not None:
+        assert res["max_gap"] <= res["bound"]
+
+
+def test_same_seed_same_logs_other_seed_other_logs(tmp_path):
+    argv = ["--topology", "ring-based", "-n", "8", "--iterations", "50", "--backup-workers", "1"] + SLOW
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        sim(argv + ["--seed", seed, "--log-dir", tmp_path / name])
+    for r in range(8):
+        a, b, c = ((tmp_path / x / f"rank{r}.jsonl").read_text() for x in "abc")
+        assert a == b
+        assert a != c
+    ps = ["--mode", "ps", "--sync", "dssp", "-n", "5", "--iterations", "40"] + SLOW
+    for name in ("p", "q"):
+        sim(ps + ["--seed", "3", "--log-dir", tmp_path / name])
+    for r in range(6):
+        assert (tmp_path / "p" / f"rank{r}.jsonl").read_text() == (tmp_path / "q" / f"rank{r}.jsonl").read_text()
+
+
+def test_math_is_deterministic_too(tmp_path):
+    argv = ["-n", "4", "--math", "--model", "mlp", "--iterations", "20", "--backup-workers", "1", "--seed", "5"] + SLOW
+    texts = []
+    for name in ("a", "b"):
+        texts.append(sim(argv + ["--log-dir", tmp_path / name])[1])
+    assert texts[0].split("simulated ")[0] == texts[1].split("simulated ")[0]    # all but the wall time
+    for r in range(4):
+        assert (tmp_path / "a" / f"rank{r}.jsonl").read_text() == (tmp_path / "b" / f"rank{r}.jsonl").read_text()
+
+
+def test_logs_are_a_real_runs_with_virtual_times(tmp_path):
+    res, text = sim(["--topology", "topologies/ring_based_8.json", "--iterations", "30", "--message-mb", "528",
+                     "--bandwidth", "10", "--log-dir", tmp_path] + SLOW)
+    header = json.loads((tmp_path / "rank3.jsonl").read_text().splitlines()[0])["run"]
+    assert header["simulated"] == "SIMULATED (timing only)" and header["device"] == "simulated"
+    assert header["cost_model"]["message_mb"] == 528 and header["cost_model"]["network"]["bandwidth_gbps"] == 10
+    recs = read_log(tmp_path / "rank3.jsonl")
+    assert [r["iter"] for r in recs] == list(range(30))
+    assert {"rank", "iter", "time", "loss", "compute_s", "wait_s", "tokens", "reduced", "slowdown"} <= set(recs[0])
+    assert recs[0]["time"] == 0.0 and recs[-1]["time"] < res["virtual_s"]
+    # 528 MB to 3 neighbours over 10 Gb/s: ~1.3 s per iteration, far more than the compute
+    assert res["virtual_s"] / 30 > 1.2 and "messages of 528 MB" in text
+
+
+def test_message_size_defaults_to_the_models_real_size():
+    res, text = sim(["-n", "4", "--iterations", "5", "--model", "mlp"])
+    assert "messages of 0.03666 MB (mlp: 9610 parameters x 4 bytes)" in text
+
+
+def test_math_trains_and_equals_synchronous_averaging_on_a_complete_graph(tmp_path):
+    import torch
+
+    from hopdec.ml.data import load_dataset, partition
+    from hopdec.ml.models import PRESETS
+    from hopdec.ml.trainer import LocalTrainer
+    n, iters, seed = 4, 12, 3
+    res, text = sim(["--topology", "topologies/complete_4.json", "--math", "--iterations", iters, "--seed", seed,
+                     "--log-dir", tmp_path, "--save-models", "--compute-time", "0.1", "--slowdown", "rank=1,factor=2"])
+    assert text.startswith("== SIMULATED (--math): decentralized") and "averaged model: test loss" in text
+    assert "times: SIMULATED (--math)" in text
+    torch.set_num_threads(1)
+    ds = load_dataset("digits", seed=seed)
+    h = PRESETS["cnn"]
+    ref = [LocalTrainer("cnn", ds, partition(ds.train_y, n, r, "iid", seed), lr=h["lr"], momentum=h["momentum"],
+                        weight_decay=h["weight_decay"], batch_size=h["batch_size"], seed=seed,
+                        data_seed=seed * 7919 + r) for r in range(n)]
+    for _ in range(iters):
+        for t in ref:
+            t.compute()
+        with torch.no_grad():
+            mean = torch.zeros_like(ref[0].flat)
+            for t in ref:
+                mean.add_(t.flat, alpha=1.0 / n)
+            for t in ref:
+                t.flat.copy_(mean)
+        for t in ref:
+            t.apply()
+    for r in range(n):
+        np.testing.assert_allclose(np.load(tmp_path / f"params_rank{r}.npy"), ref[r].flat.detach().numpy(),
+                                   atol=1e-6, rtol=0)
+    # virtual time: rank 1 is 2x slower, so everyone runs at its pace
+    assert res["virtual_s"] == pytest.approx(iters * 0.2, rel=0.01)
+
+
+def test_math_accuracy_over_virtual_time(tmp_path):
+    res, text = sim(["--topology", "topologies/ring_based_8.json", "--math", "--model", "mlp", "--iterations", "150",
+                     "--compute-time", "0.05", "--eval-interval", "1", "--log-dir", tmp_path])
+    evals = [json.loads(x) for x in (tmp_path / "eval.jsonl").read_text().splitlines()]
+    assert [e["time"] for e in evals[:4]] == [0.0, 1.0, 2.0, 3.0]
+    assert evals[0]["test_acc"] < 0.3 and evals[-1]["test_acc"] > 0.8 and evals[-1]["final"]
+    assert {e["simulated"] for e in evals} == {"SIMULATED (--math)"}
+    assert res["avg_acc"] == evals[-1]["test_acc"]
+
+
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_math_parameter_server(sync, tmp_path):
+    res, text = sim(["--mode", "ps", "--sync", sync, "-n", "4", "--math", "--model", "mlp", "--iterations", "60",
+                     "--compute-time", "0.05", "--slowdown", "rank=2,factor=2", "--eval-interval", "0.5",
+                     "--log-dir", tmp_path])
+    assert text.startswith(f"== SIMULATED (--math): parameter server --sync {sync}")
+    ev = [json.loads(x) for x in (tmp_path / "rank0.jsonl").read_text().splitlines()[1:]]
+    evals = [e for e in ev if e["event"] == "eval"]
+    assert evals[0]["test_acc"] < 0.3 < 0.7 < evals[-1]["test_acc"]
+    assert [e for e in ev if e["event"] == "summary"][0]["elapsed"] == pytest.approx(res["virtual_s"])
+
+
+def test_large_runs_condense_the_table():
+    res, text = sim(["--mode", "ps", "--sync", "asp", "-n", "100", "--iterations", "5"])
+    assert "(100 workers: their mean, the slowest and the fastest; --log-dir keeps" in text
+    assert text.count("\n") < 20
+
+
+def test_topology_attributes_override_nics_and_links(tmp_path):
+    """A node-link file whose edge 0->1 has its own bandwidth and latency, and node 2 a slower NIC."""
+    import networkx as nx
+    g = T.ring(4)
+    data = nx.node_link_data(g, edges="edges")
+    for e in data["edges"]:
+        if (e["source"], e["target"]) == (0, 1):
+            e.update(bandwidth=0.08, latency=0.5)           # 10 MB/s: a 1 MiB message takes ~0.1 s
+    for node in data["nodes"]:
+        if node["id"] == 2:
+            node["bandwidth"] = 0.8
+    path = tmp_path / "ring4.json"
+    path.write_text(json.dumps(data))
+    res, text = sim(["--topology", path, "--iterations", "10", "--compute-time", "0.01", "--message-mb", "1",
+                     "--log-dir", tmp_path / "logs"])
+    net = res["sim"].net.model
+    assert net.links == {(0, 1): (1e7, 0.5)} and net.node_bandwidth == {2: 1e8}
+    assert "1 link(s) with their own bandwidth or latency" in text
+    # each update 0->1 takes 0.1 s on the link + 0.5 s latency: with max_ig 2 in flight, ~0.3 s per
+    # iteration for everyone (without the attributes: ~0.01 s)
+    assert res["virtual_s"] == pytest.approx(10 * 0.3, rel=0.1)
+    bad = json.loads(path.read_text())
+    bad["edges"][0]["bandwidth"] = "fast"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="bandwidth: 'fast' is not a number"):
+        sim(["--topology", path, "--iterations", "3"])
+
+
+def reference_network(n, sends, model):
+    """A direct, slow implementation of the same cost model (for checking the fast one): at every moment
+    each pair's oldest message in transit moves at min over its NICs/link of capacity / transfers there;
+    it arrives ``latency`` after its last byte; the next pair message starts when the previous ends."""
+    down = n if model.duplex == "full" else 0
+    cap = {}
+    for i in range(n):
+        c = model.node_bandwidth.get(i, model.bandwidth)
+        cap[("out", i)] = c
+        cap[("in", i) if down else ("out", i)] = c
+    todo = sorted((t, k, s, d, b) for k, (t, s, dsts, b) in enumerate(sends) for d in dsts)
+    queues, done, now = {}, {}, 0.0
+
+    def res(s, d):
+        r = [("out", s), ("in", d) if down else ("out", d)]
+        bw, _ = model.links.get((s, d), (None, None))
+        return r + ([("link", s, d)] if bw is not None else [])
+
+    def latency(s, d):
+        lat = model.links.get((s, d), (None, None))[1]
+        return model.latency if lat is None else lat
+
+    for (s, d), (bw, _) in model.links.items():
+        if bw is not None:
+            cap[("link", s, d)] = bw
+    while todo or any(queues.values()):
+        heads = [q[0] for q in queues.values() if q]
+        count = {}
+        for h in heads:
+            for r in res(h["s"], h["d"]):
+                count[r] = count.get(r, 0) + 1
+        rates = [min(cap[r] / count[r] for r in res(h["s"], h["d"])) for h in heads]
+        t_end = min([now + h["left"] / r for h, r in zip(heads, rates)], default=math.inf)
+        t_next = todo[0][0] if todo else math.inf
+        t = min(t_end, t_next)
+        for h, r in zip(heads, rates):
+            h["left"] -= r * (t - now)
+        now = t
+        for h in heads:
+            if h["left"] <= 1e-9 * h["size"]:
+                queues[(h["s"], h["d"])].pop(0)
+                done[(h["s"], h["d"], h["t0"])] = now + latency(h["s"], h["d"])
+        while todo and todo[0][0] <= now:
+            t0, _, s, d, b = todo.pop(0)
+            queues.setdefault((s, d), []).append(dict(s=s, d=d, t0=t0, left=b, size=b))
+    return done
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_fast_network_equals_the_direct_model(seed):
+    """Random traffic (fan-out sends, repeated pairs, per-node and per-link overrides, both duplex modes;
+    half the seeds with node 0 a hub that mostly talks to everyone, as a parameter server): the
+    event-driven Network gives the same arrival times as the direct implementation above."""
+    rng = random.Random(seed)
+    hub = seed % 2 == 1
+    n = rng.randint(2, 6)
+    links = {}
+    for _ in range(rng.randint(0, 3)):
+        s, d = rng.sample(range(n), 2)
+        links[(s, d)] = (rng.choice([None, MB / 3]), rng.choice([None, 0.0, 0.2]))
+    model = LinkModel(bandwidth=MB, latency=rng.choice([0.0, 0.05, 0.3]), duplex=rng.choice(["full", "half"]),
+                      node_bandwidth={rng.randrange(n): MB / 2} if rng.random() < 0.5 else {}, links=links)
+    sends = []
+    for _ in range(rng.randint(1, 25)):
+        s = rng.randrange(n)
+        dsts = tuple(rng.sample([d for d in range(n) if d != s], rng.randint(1, n - 1)))
+        if hub and rng.random() < 0.8:                       # pushes to the hub, or its broadcasts
+            s, dsts = (0, tuple(range(1, n))) if rng.random() < 0.3 else (rng.randrange(1, n), (0,))
+        t0 = rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 4)])
+        sends.append((t0, s, dsts, rng.choice([MB / 4, MB, 2 * MB])))
+    sends = list({(t, s): (t, s, d, b) for t, s, d, b in sends}.values())   # one send per (time, sender)
+    want = reference_network(n, sends, model)
+    got = transfers(n, sends, model, hubs=(0,) if hub else ())
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-9), (k, got[k], want[k])

@@ -53,6 +53,17 @@ class MPIRun:
                sys.executable] + [str(a) for a in argv]
         return run_bounded(cmd, timeout, env=env)
 
+    def launch(self, n, args, timeout=180, env=None):
+        """``launch/local.sh -n N ARGS`` (what a user types; it adds the flags --fault-tolerance needs)."""
+        return run_bounded(self.launch_cmd(n, args), timeout, env=env or self.launch_env())
+
+    def launch_cmd(self, n, args):
+        return [os.path.join(ROOT, "launch", "local.sh"), "-n", str(n)] + [str(a) for a in args]
+
+    @staticmethod
+    def launch_env(**extra):
+        return mpi_env(HOPDEC_CMD=f"{sys.executable} -m hopdec.cli train", **extra)
+
     @staticmethod
     def env(**extra):
         return mpi_env(**extra)

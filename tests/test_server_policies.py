@@ -404,3 +404,66 @@ def test_protocol_misuse_raises():
         p.on_push(0, 0, 1.0)       # pushed twice without being sent weights
     with pytest.raises(RuntimeError):
         p.on_query(1, 0, 1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# a worker dies (--fault-tolerance): the others go on
+
+
+@pytest.mark.parametrize("sync", SYNC_MODES)
+@pytest.mark.parametrize("victim, at", [(3, 5.5), (4, 6.65), (1, 0.0)])
+def test_every_mode_goes_on_when_a_worker_dies(sync, victim, at):
+    """Worker 3 (the slowest, mid-compute), 4 (the fastest, often waiting for the others) or 1 (before
+    its first push) dies: the run still ends, every survivor is stopped, the dead worker's gradients are
+    never applied after its death, and the bounded models keep their gap bound among the survivors."""
+    policy = make_policy(sync, range(1, 5), staleness=1, staleness_range="1,3", lookahead=4)
+    iters = 12
+    bound = policy.gap_bound()
+
+    def check(sim):
+        if bound is not None and sim.now > at:
+            alive = [w for w in policy.workers]
+            pushes = [policy.pushes[w] for w in alive]
+            assert max(pushes) - min(pushes) <= bound + 1     # a released worker may push once more
+    sim = PSSim(policy, lambda w, i: (1.0, 1.3, 2.0, 0.7)[w - 1], budget=iters * 4, check=check)
+    sim.fail(victim, at)
+    sim.run()
+    survivors = {1, 2, 3, 4} - {victim}
+    assert all(sim.done.values()) and sim.server.failed == [victim] and sim.dead == {victim}
+    assert sim.server.stopped == {1, 2, 3, 4} and victim not in policy.workers and policy.n == 3
+    note = sim.notes("failure")
+    assert len(note) == 1 and note[0]["worker"] == victim
+    assert all(victim not in a["workers"] for a in sim.logged("apply") if a["time"] > at)
+    assert all(sim.records[w] for w in survivors)
+    # the budget lost the dead worker's unfinished share: the survivors do their own part
+    assert sim.server.budget == iters * 4 - (iters - sim.server.work_by[victim])
+    assert sim.server.work >= sim.server.budget
+    if sync == "bsp":
+        assert policy.version == iters                     # still exactly N steps
+    if sync == "backup":                                   # a spare is used up first: N stays 3
+        assert policy.settings() == {"backup_workers": 0, "N": 3}
+
+
+def test_a_death_releases_whoever_waited_only_for_it():
+    """BSP, scripted: 1 and 2 pushed, 3 dies before pushing: the step is the mean of 1 and 2, released."""
+    s = Server(BSPPolicy((1, 2, 3)), budget=30)
+    s.start(0.0)
+    assert isinstance(s.next_action(), SendWeights)
+    s.on_push(1, 0, 1.0)
+    s.on_push(2, 0, 1.1)
+    assert isinstance(s.next_action(), Wait)
+    s.on_worker_failed(3, 1.5)
+    got = [s.next_action() for _ in range(3)]
+    assert isinstance(got[0], Note) and got[0].event == "failure" and got[0].data["budget"] == 20
+    assert isinstance(got[1], ApplyGradients) and got[1].parts == ((1, 0.5), (2, 0.5))
+    assert isinstance(got[2], SendWeights) and got[2].workers == (1, 2)
+    s.on_worker_failed(3, 1.6)                             # told twice: nothing more
+    assert isinstance(s.next_action(), Wait)
+
+
+def test_the_last_worker_dying_is_an_error():
+    s = Server(make_policy("asp", (1, 2)), budget=10)
+    s.start(0.0)
+    s.on_worker_failed(1, 1.0)
+    with pytest.raises(RuntimeError, match="last worker"):
+        s.on_worker_failed(2, 2.0)

@@ -151,7 +151,7 @@ def add_run_arguments(p, mpi=True):
         p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
         p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
         p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
-        p.add_argument("--die-phase", choices=["setup", "train", "evaluate", "shutdown"], default="train",
+        p.add_argument("--die-phase", default="train",
                        help=argparse.SUPPRESS)
     from hopdec.ps.options import add_arguments
     add_arguments(p)
@@ -307,6 +307,12 @@ def main(argv):
     if found is not None:
         if rank == found[0]:
             print(f"{PROG}: error: {found[1]}", file=sys.stderr, flush=True)
+        if ft:                              # the reporter's abort must not cut the exchange short elsewhere
+            try:
+                from hopdec.transport.collectives import barrier
+                barrier(comm, peer_timeout(args), "setup")
+            except Exception:
+                pass
         return _finish(2, ft, reporter=rank == found[0])
     if args.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():
         print(f"{PROG}: note: running 1 worker; start N workers with `mpirun -n N hopdec train ...` "
@@ -336,6 +342,8 @@ def _finish(code, fault_tolerant, reporter=True):
     if code:
         from mpi4py import MPI
         if reporter:
+            from hopdec.runtime.failures import record_exit
+            record_exit(code)
             MPI.COMM_WORLD.Abort(code)
         time.sleep(5)                       # the reporting rank's abort ends this one
     os._exit(code)

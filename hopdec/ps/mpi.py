@@ -103,10 +103,14 @@ class ServerModel:
 class ServerIO:
     """Rank 0's messages: a posted receive per worker for pushes and one for queries; sends with Isend."""
 
-    def __init__(self, comm, workers, numel, timeout):
+    def __init__(self, comm, workers, numel, timeout, fault_tolerant=False):
         from mpi4py import MPI
         self.MPI, self.comm, self.P, self.timeout = MPI, comm, numel, timeout
         self.workers = tuple(workers)
+        self.fault_tolerant = fault_tolerant
+        self.dead = set()                           # workers whose failure MPI reported (ULFM)
+        self._graveyard = []                        # their requests: kept referenced, never touched again
+        self._new_dead = []                         # found failed, not yet told to the core
         self.push_bufs = {w: _data_buffer(numel) for w in self.workers}
         self.query_bufs = {w: np.zeros(NF, dtype=np.int64) for w in self.workers}
         self.send_bufs = {w: _data_buffer(numel) for w in self.workers}
@@ -129,11 +133,54 @@ class ServerIO:
     def _slot(self, kind, w):
         return self.meta.index((kind, w))
 
+    # ---- failures (ULFM, --fault-tolerance) ----
+    def _test(self, idx):
+        """Test one receive (fault tolerant): True when it completed; a failure buries its worker."""
+        w = self.meta[idx][1]
+        if w in self.dead:
+            return False
+        try:
+            return self.reqs[idx].Test()            # one request: mpi4py updates its handle in place
+        except self.MPI.Exception as err:
+            self._failed(w, err)
+            return False
+
+    def _failed(self, w, err):
+        from hopdec.transport.mpi import FAILURE_CLASSES
+        if not self.fault_tolerant or err.Get_error_class() not in FAILURE_CLASSES:
+            raise err
+        self.dead.add(w)
+        self._new_dead.append(w)
+        self._graveyard.append([(r, self.meta[i]) for i, r in enumerate(self.reqs) if self.meta[i][1] == w])
+        self._graveyard.append(self.send_reqs[w])
+        self.send_reqs[w] = []
+        for i, m in enumerate(self.meta):
+            if m[1] == w:
+                self.reqs[i] = self.MPI.REQUEST_NULL
+
+    def _report_failures(self, core):
+        while self._new_dead:
+            core.on_worker_failed(self._new_dead.pop(0), time.time())
+
+    def _wait_any(self, wait_action):
+        what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still "
+                        f"running: ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung")
+        if not self.fault_tolerant:
+            return wait_any(self.reqs, self.timeout, what, on=wait_action.on)
+
+        def done():
+            for i in range(len(self.reqs)):
+                if self.reqs[i] != self.MPI.REQUEST_NULL and self._test(i):
+                    return (i,)
+            return (None,) if self._new_dead else None
+        return poll_until(done, self.timeout, what, on=wait_action.on)[0]
+
     def wait(self, core, wait_action, on_message=None):
-        """Block until a push or query arrives; feed it to ``core``."""
-        idx = wait_any(self.reqs, self.timeout, lambda: (
-            f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still running: "
-            f"ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung"), on=wait_action.on)
+        """Block until a push or query arrives, or (fault tolerant) a worker is found dead; tell ``core``."""
+        idx = self._wait_any(wait_action)
+        if idx is None:
+            self._report_failures(core)
+            return
         kind, w = self.meta[idx]
         now = time.time()
         if kind == "query":
@@ -152,15 +199,29 @@ class ServerIO:
         return self.push_bufs[w][:self.P]
 
     def _complete_sends(self, w):
-        if self.send_reqs[w]:
-            reqs = self.send_reqs[w]
-            poll_until(lambda: self.MPI.Request.Testall(reqs), self.timeout,
+        """Wait for the sends to ``w`` (bounded); True when ``w`` is alive (fault tolerant: a failure
+        buries it and the core hears of it at the next :meth:`wait`)."""
+        if w in self.dead:
+            return False
+        reqs = self.send_reqs[w]
+        if reqs:
+            def done():
+                try:
+                    return all([r.Test() for r in reqs]) or w in self.dead
+                except self.MPI.Exception as err:
+                    self._failed(w, err)
+                    return True
+            poll_until(done, self.timeout,
                        f"rank 0 (server): rank {w} did not receive a message for {self.timeout:.0f} s; "
                        f"a peer may have died or hung")
+            if w in self.dead:
+                return False
             self.send_reqs[w] = []
+        return True
 
     def send_weights(self, w, version, gap, staleness, model, now):
-        self._complete_sends(w)
+        if not self._complete_sends(w):
+            return
         idx = self._slot("push", w)
         if self.reqs[idx] == self.MPI.REQUEST_NULL:
             self._post(idx)                         # its buffer is free again: applied or dropped
@@ -170,7 +231,8 @@ class ServerIO:
         self.send_reqs[w] = [self.comm.Isend(buf, dest=w, tag=TAG_WEIGHTS)]
 
     def _ctrl(self, w, kind, staleness=None):
-        self._complete_sends(w)
+        if not self._complete_sends(w):
+            return
         self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), 0]
         self.send_reqs[w] = [self.comm.Isend(self.ctrl_bufs[w], dest=w, tag=TAG_CTRL)]
 
@@ -181,12 +243,18 @@ class ServerIO:
         self._ctrl(w, R_STOP, staleness)
 
     def close(self):
+        """Finish the sends and cancel the open receives. Fault tolerant, a worker that dies now is only
+        buried (the run is over; the summary notes it): the requests involving it are left alone."""
         for w in self.workers:
             self._complete_sends(w)
         for i, r in enumerate(self.reqs):           # nothing more will come: cancel the open receives
-            if r != self.MPI.REQUEST_NULL:
-                r.Cancel()
-                r.Wait()
+            if r != self.MPI.REQUEST_NULL and self.meta[i][1] not in self.dead:
+                try:
+                    r.Cancel()
+                    r.Wait()
+                except self.MPI.Exception as err:
+                    self._failed(self.meta[i][1], err)
+                    continue
                 self.reqs[i] = self.MPI.REQUEST_NULL
 
 
@@ -195,10 +263,11 @@ class WorkerIO:
     """A worker's messages: receives posted for weights and control replies; pushes and queries sent
     with Isend and waited for with the peer timeout (a hung server never hangs a worker)."""
 
-    def __init__(self, comm, numel, timeout):
+    def __init__(self, comm, numel, timeout, fault_tolerant=False, rank=None):
         from mpi4py import MPI
         self.MPI, self.comm, self.P, self.timeout = MPI, comm, numel, timeout
-        self.rank = comm.Get_rank()
+        self.fault_tolerant = fault_tolerant
+        self.rank = comm.Get_rank() if rank is None else rank
         self.recv_buf = _data_buffer(numel)
         self.ctrl_buf = np.zeros(NF, dtype=np.int64)
         self.push_buf = _data_buffer(numel)
@@ -206,10 +275,22 @@ class WorkerIO:
         self.reqs = [comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS),
                      comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)]
 
+    def _server_died(self, err):
+        """Fault tolerant: the server's failure ends the run (it holds the only model), in one line."""
+        from hopdec.runtime.failures import RunError
+        from hopdec.transport.mpi import FAILURE_CLASSES
+        if self.fault_tolerant and err.Get_error_class() in FAILURE_CLASSES:
+            return RunError(f"rank {self.rank}: the parameter server (rank 0) died; the parameter-server "
+                            f"mode cannot go on without it (it holds the only model)")
+        return err
+
     def wait(self, core, wait_action):
-        idx = wait_any(self.reqs, self.timeout,
-                       f"rank {self.rank}: no reply from the server (rank 0) for {self.timeout:.0f} s; "
-                       f"a peer may have died or hung", on=(0,))
+        try:
+            idx = wait_any(self.reqs, self.timeout,
+                           f"rank {self.rank}: no reply from the server (rank 0) for {self.timeout:.0f} s; "
+                           f"a peer may have died or hung", on=(0,))
+        except self.MPI.Exception as err:
+            raise self._server_died(err) from None
         if idx == 0:
             hdr = header(self.recv_buf, self.P).copy()
             self._weights = self.recv_buf[:self.P].copy()
@@ -228,10 +309,13 @@ class WorkerIO:
         return self._weights
 
     def _send(self, buf, tag):
-        req = self.comm.Isend(buf, dest=0, tag=tag)
-        poll_until(lambda: req.Test(), self.timeout,
-                   f"rank {self.rank}: the server (rank 0) did not take a message for {self.timeout:.0f} s; "
-                   f"a peer may have died or hung")
+        try:
+            req = self.comm.Isend(buf, dest=0, tag=tag)
+            poll_until(lambda: req.Test(), self.timeout,
+                       f"rank {self.rank}: the server (rank 0) did not take a message for {self.timeout:.0f} s; "
+                       f"a peer may have died or hung")
+        except self.MPI.Exception as err:
+            raise self._server_died(err) from None
 
     def _push(self, step, local_steps, iteration, source):
         np.copyto(self.push_buf[:self.P], source)
@@ -313,7 +397,14 @@ def run(ctx):
     from hopdec.runtime.report import report
     from hopdec.transport.collectives import barrier
 
-    args, comm, rank = ctx.args, ctx.comm, ctx.rank
+    args, rank = ctx.args, ctx.rank
+    ft = bool(getattr(args, "fault_tolerance", False))
+    if ft:
+        from mpi4py import MPI
+        ctx.comm = ctx.comm.Dup()                   # errors return (ULFM)
+        ctx.comm.Set_errhandler(MPI.ERRORS_RETURN)
+    comm = ctx.comm
+    ctx.extra["worker"] = rank                      # ids stay the first communicator's ranks
     policy = ctx.extra.get("ps_policy") or check_args(args, ctx.size)
     workers = policy.workers
     n = len(workers)
@@ -331,7 +422,7 @@ def run(ctx):
         events = _EventLog(ctx.log_dir, header)
         logger = RankLogger(None, 0)
         model = ServerModel(trainer)
-        io = ServerIO(comm, workers, trainer.numel, timeout)
+        io = ServerIO(comm, workers, trainer.numel, timeout, fault_tolerant=ft)
         core = Server(policy, budget)
         obs = RunObserver(ctx, events, "ps-server", workers, ctx.iterations, header, bound=policy.gap_bound(),
                           board_extra=lambda: f"server v{policy.version}, {core.dropped} dropped")
@@ -374,6 +465,7 @@ def run(ctx):
         if args.save_models and ctx.log_dir:
             np.save(f"{ctx.log_dir}/params_rank0.npy", trainer.write_params())
         extra = dict(server_updates=policy.version, dropped=core.dropped, elapsed_server=elapsed)
+        notes = failure_notes(core, n)
     else:
         trainer = ctx.make_trainer(workers.index(rank), n)
         emulator = ctx.make_emulator(rank, workers)
@@ -383,7 +475,7 @@ def run(ctx):
                       settings=settings, gap_bound=policy.gap_bound())
         logger = RankLogger(ctx.log_dir, rank, header=header)
         backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
-        io = WorkerIO(comm, trainer.numel, timeout)
+        io = WorkerIO(comm, trainer.numel, timeout, fault_tolerant=ft)
         core = PSWorker(rank, esync=policy.sync == "esync")
         obs = RunObserver(ctx, logger.event, "ps-worker", workers, ctx.iterations, header,
                           bound=policy.gap_bound())
@@ -402,14 +494,51 @@ def run(ctx):
         logger.close()
         if args.save_models and ctx.log_dir:
             np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
-        extra = {}
+        extra, notes = {}, []
     if rank == 0 and ctx.log_dir:
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
-    out = report(ctx, logger, trainer, emulator, title,
-                 eval_flat=trainer.write_params() if rank == 0 else None,
-                 bound=policy.gap_bound(), extra=extra, workers=set(workers), model_label="server model",
-                 bound_label=f"bound of --sync {policy.sync}")
+
+    def summary():
+        return report(ctx, logger, trainer, emulator, title,
+                      eval_flat=trainer.write_params() if rank == 0 else None,
+                      bound=policy.gap_bound(), extra=extra, workers=set(workers), model_label="server model",
+                      bound_label=f"bound of --sync {policy.sync}", notes=notes)
+    out = summary() if not ft else _summary_of_survivors(ctx, summary)
     if rank == 0:
         print(f"server: {policy.version} updates, {core.dropped} gradients dropped, "
               f"{elapsed:.2f} s", flush=True)
     return out
+
+
+def failure_notes(core, n):
+    """The summary's lines about workers that died (``--fault-tolerance``)."""
+    lines = []
+    for e in core.failures:
+        lines.append(f"failure: worker {e['worker']} died after {e['work']} mini-batches (server at version "
+                     f"{e['version']}); the others went on, the work budget is now {e['budget']}")
+    if core.failed:
+        lines.append(f"{n - len(core.failed)} of {n} workers finished")
+    return lines
+
+
+def _summary_of_survivors(ctx, summary):
+    """Fault tolerant: the summary's collectives run on the survivors (``MPI_Comm_shrink`` agrees who
+    they are; the dead ones' rows are missing); a failure during it shrinks and summarises again."""
+    from mpi4py import MPI
+
+    from hopdec.runtime.decentralized import _is_failure
+    comm = ctx.comm
+    while True:
+        new = comm.Shrink()
+        new.Set_errhandler(MPI.ERRORS_RETURN)
+        ctx.comm = new
+        try:
+            return summary()
+        except Exception as err:
+            if not _is_failure(err):
+                raise
+            try:
+                new.Revoke()
+            except MPI.Exception:
+                pass
+            comm = new

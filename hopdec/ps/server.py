@@ -37,6 +37,10 @@ class Server:
         self.last_staleness = dict.fromkeys(policy.workers)
         self.applied = 0
         self.dropped = 0
+        self.share = self.budget / len(policy.workers)  # each worker's part of the budget (its --iterations)
+        self.work_by = dict.fromkeys(policy.workers, 0)
+        self.failed = []                                # workers that died (--fault-tolerance), in order
+        self.failures = []                              # what each death left: worker, work, budget, version
         self._out = deque()
 
     @property
@@ -56,6 +60,7 @@ class Server:
         """``worker`` pushed a gradient computed on version ``step`` (ESync: a model difference after
         ``local_steps`` local steps, ``step`` = its round)."""
         self.work += max(1, int(local_steps))
+        self.work_by[worker] += max(1, int(local_steps))
         if self.stopping:
             self._stop([worker])
             return
@@ -69,11 +74,34 @@ class Server:
             return
         self._carry(self.policy.on_query(worker, k, c, now))
 
+    def on_worker_failed(self, worker, now):
+        """``worker`` died (``--fault-tolerance``): training goes on with the others. Its gradient not yet
+        applied is discarded, the budget loses its unfinished share (so BSP still runs N steps), and
+        the policy releases whoever waited only for it (:meth:`hopdec.ps.sync.base.Policy.remove_worker`).
+        A worker already stopped, or already failed, changes nothing."""
+        if worker in self.stopped or worker in self.failed:
+            return
+        if worker not in self.policy.pushes:
+            raise RuntimeError(f"no worker {worker} (workers are {list(self.workers)})")
+        unfinished = max(0.0, self.share - self.work_by[worker])
+        self.failed.append(worker)
+        self.stopped.add(worker)                    # never sent anything again
+        self.pending_step.pop(worker, None)
+        self.budget = max(1, int(round(self.budget - unfinished)))
+        self.failures.append({"worker": worker, "work": self.work_by[worker], "budget": self.budget,
+                              "version": self.policy.version})
+        self._out.append(Note("failure", dict(self.failures[-1])))
+        self._carry(self.policy.remove_worker(worker, now))
+        if self.budget_reached and not self.stopping:
+            self.stopping = True                    # the others already did the rest of the work
+            self._out.append(Note("stop", {"work": self.work, "version": self.policy.version}))
+            self._stop(self.policy.waiting)
+
     # ---- actions ----
     def next_action(self):
         if self._out:
             return self._out.popleft()
-        if len(self.stopped) == self.policy.n:
+        if len(self.stopped) == len(self.work_by):
             return Finished()
         return Wait(tuple(w for w in self.workers if w not in self.stopped), "pushes")
 

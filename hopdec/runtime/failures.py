@@ -125,7 +125,21 @@ def abort(comm, err, prog="hopdec train"):
         time.sleep(0.5)        # let the launcher forward the line before MPI_Abort kills everyone
     else:
         time.sleep(1.0)        # the elected rank is about to abort the job
+    record_exit(ABORT_CODE)
     comm.Abort(ABORT_CODE)
+
+
+def record_exit(code):
+    """Write the job's exit code where the launcher reads it (``HOPDEC_EXIT_FILE``, which
+    ``launch/local.sh --fault-tolerance`` sets): Open MPI 5.0's launcher exits 0 when the rank that calls
+    MPI_Abort is the last one alive (e.g. the one survivor that cannot heal), so it cannot say it."""
+    path = os.environ.get("HOPDEC_EXIT_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                f.write(f"{int(code)}\n")
+        except OSError:
+            pass
 
 
 def first_error(errors):

@@ -1,7 +1,8 @@
 """Fault injection for the tests (hidden options ``--die-rank R --die-at K --die-how H --die-phase P``).
 
-Rank R fails in phase P (setup, train at iteration >= K, evaluate, shutdown) the way H says (R and K may
-be comma-separated lists, pairwise: ``--die-rank 3,6 --die-at 10,20`` kills two ranks): ``exit``
+Rank R fails in phase P (setup, train at iteration >= K, evaluate, shutdown) the way H says (R, K and P
+may be comma-separated lists, pairwise: ``--die-rank 3,6 --die-at 10,20`` kills two ranks,
+``--die-rank 3,6 --die-phase train,shutdown`` one while training and one at shutdown): ``exit``
 (the process dies, as a crashed node), ``hang`` (alive but silent, as a hung node) or ``raise`` (an
 exception, as a bug or a failed device).
 """
@@ -10,15 +11,24 @@ import os
 import time
 
 
+PHASES = ("setup", "train", "evaluate", "shutdown")
+
+
 class Faults:
     """What this rank should fail, and where; :meth:`at` is called at each phase's point."""
 
     def __init__(self, args, rank):
         ranks = _ints(getattr(args, "die_rank", None))
         at = _ints(getattr(args, "die_at", None)) or [0]
+        phases = [p.strip() for p in str(getattr(args, "die_phase", None) or "train").split(",")]
+        bad = [p for p in phases if p not in PHASES]
+        if bad:
+            from hopdec.errors import ConfigError
+            raise ConfigError(f"--die-phase {bad[0]}: expected {', '.join(PHASES)} (or a comma-separated list)")
         self.armed = rank in ranks
-        self.phase = getattr(args, "die_phase", "train")
-        self.iteration = at[ranks.index(rank)] if self.armed and ranks.index(rank) < len(at) else at[0]
+        i = ranks.index(rank) if self.armed else 0
+        self.phase = phases[i] if i < len(phases) else phases[0]
+        self.iteration = at[i] if i < len(at) else at[0]
         self.how = getattr(args, "die_how", "exit")
 
     def at(self, phase, iteration=None):

@@ -166,6 +166,7 @@ class PSSim:
         self.blocked = dict.fromkeys(policy.workers, False)
         self.done = dict.fromkeys(policy.workers, False)
         self.end_time = None
+        self.dead = set()
         self._started = False
 
     def _clock(self):
@@ -176,6 +177,8 @@ class PSSim:
         """A message from the server to worker ``w``: ``weights`` (``data``: their snapshot, None in timing
         mode) are a data message, anything else a control message."""
         def deliver(_node):
+            if w in self.dead:
+                return                              # lost with the worker
             if data is not None:
                 self._wio[w].received = data
             feed(self.cores[w])
@@ -190,6 +193,8 @@ class PSSim:
     def to_server(self, w, feed, push=False, data=None):
         """A message from worker ``w`` to the server: pushes are data messages, queries control ones."""
         def deliver(_node):
+            if w in self.dead:
+                return                              # the server learnt of the death first: dropped
             if data is not None:
                 self._sio.buffers[w] = data
             feed(self.server, self.q.now)
@@ -205,8 +210,25 @@ class PSSim:
         if got is not None and not isinstance(got, Wait):  # pragma: no cover - loops yield only Waits here
             raise RuntimeError(f"server loop yielded {got!r}")
 
+    def fail(self, w, at):
+        """Worker ``w`` dies at virtual time ``at`` (``--fault-tolerance``): it stops where it is, what is
+        in flight to or from it is lost, and the server learns of it at once
+        (:meth:`hopdec.ps.server.Server.on_worker_failed`)."""
+        def die():
+            if self.done[w]:
+                return
+            self.dead.add(w)
+            self.done[w] = True
+            self.server.on_worker_failed(w, self.q.now)
+            self._drain_server()
+            if all(self.done.values()):
+                self.end_time = self.q.now
+        self.q.at(at, die)
+
     def _advance(self, w):
         """Run worker ``w``'s loop until it waits for the server or computes (which takes virtual time)."""
+        if w in self.dead:
+            return
         loop = self._loops[w]
         for got in loop:
             if type(got) is Wait:

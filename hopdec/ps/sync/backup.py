@@ -31,6 +31,20 @@ class BackupPolicy(Policy):
     def settings(self):
         return {"backup_workers": self.b, "N": self.N}
 
+    def _removed(self, worker, now):
+        """One fewer spare (b - 1, N unchanged) while there is one; then N - 1."""
+        if self.b > 0:
+            self.b -= 1
+        else:
+            self.N -= 1
+        if worker in self.collected:
+            self.collected.remove(worker)
+        if self.collected and len(self.collected) >= self.N:
+            parts = [(w, 1.0 / len(self.collected)) for w in self.collected]
+            used, self.collected = self.collected, []
+            return [self._apply(parts, staleness=[0] * len(parts)), self._release(used, "step")]
+        return []
+
     def _push(self, p, step, now, local_steps):
         if step < self.version:
             self.dropped += 1

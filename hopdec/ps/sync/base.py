@@ -70,6 +70,23 @@ class Policy:
     def on_query(self, worker, k, c, now):
         raise RuntimeError(f"--sync {self.sync} has no state queries (ESync only)")
 
+    def remove_worker(self, worker, now):
+        """``worker`` died (``--fault-tolerance``): the model goes on with the others. Returns the actions
+        its absence unblocks (a step that waited only for it, a barrier it held, ...)."""
+        self._check_worker(worker)
+        if self.n == 1:
+            raise RuntimeError(f"{self.sync}: the last worker ({worker}) died")
+        self.workers = tuple(w for w in self.workers if w != worker)
+        self.n = len(self.workers)
+        del self.pushes[worker]
+        self.waiting.discard(worker)
+        self.push_weight = 1.0 / self.n
+        return self._removed(worker, float(now))
+
+    def _removed(self, worker, now):
+        """What a model does when ``worker`` is gone (its books are already cleared)."""
+        return []
+
     # ---- helpers ----
     def _push(self, worker, step, now, local_steps):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -16,13 +16,21 @@ class BSPPolicy(Policy):
     def gap_bound(self):
         return 0
 
-    def _push(self, worker, step, now, local_steps):
-        if step != self.version:
-            raise RuntimeError(f"bsp: worker {worker} pushed step {step}, server is at {self.version}")
-        self.collected.append(worker)
-        if len(self.collected) < self.n:
+    def _removed(self, worker, now):
+        if worker in self.collected:
+            self.collected.remove(worker)        # its gradient of this step is not used: a mean of the rest
+        return self._step_if_complete()
+
+    def _step_if_complete(self):
+        if not self.collected or len(self.collected) < self.n:
             return []
         got = set(self.collected)
         parts = [(w, 1.0 / self.n) for w in self.workers if w in got]
         self.collected = []
         return [self._apply(parts, staleness=[0] * self.n), self._release(self.workers, "step")]
+
+    def _push(self, worker, step, now, local_steps):
+        if step != self.version:
+            raise RuntimeError(f"bsp: worker {worker} pushed step {step}, server is at {self.version}")
+        self.collected.append(worker)
+        return self._step_if_complete()

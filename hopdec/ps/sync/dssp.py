@@ -65,6 +65,12 @@ class DSSPPolicy(Policy):
                 best_r, best = r, d
         return best_r
 
+    def _removed(self, worker, now):
+        del self.credit[worker], self.table[worker]
+        slowest = self.slowest_pushes()          # line 17 with the new slowest
+        ready = [w for w in self.workers if w in self.waiting and self.pushes[w] - slowest <= self.s_lower]
+        return [self._release(ready)] if ready else []
+
     def _push(self, p, step, now, local_steps):
         self.table[p] = [now, self.table[p][0]]
         actions = [self._apply([(p, self.push_weight)], staleness=[self.version - step])]

@@ -40,6 +40,21 @@ class ElasticPolicy(Policy):
         self.mark = dict.fromkeys(self.workers, float(now))
         return super().start(now)
 
+    def _removed(self, worker, now):
+        for books in (self.mark, self.last_push, self.interval):
+            books.pop(worker, None)
+        self.seen.discard(worker)
+        if self.targets is None:
+            return []
+        self.targets.pop(worker, None)
+        if all(self.pushes[w] >= self.targets[w] for w in self.workers) and self.waiting:
+            self.barriers += 1                   # everyone else was at the barrier: pass it
+            self.targets = None
+            self.seen = set()
+            self.mark = dict.fromkeys(self.workers, now)
+            return [self._release(self.workers, "barrier")]
+        return []
+
     def _push(self, p, step, now, local_steps):
         self.interval[p] = max(0.0, now - self.mark[p])
         self.last_push[p] = self.mark[p] = now

@@ -82,6 +82,13 @@ class ESyncPolicy(Policy):
             return [AnswerQuery(worker, True)]
         return [AnswerQuery(worker, False)]
 
+    def _removed(self, worker, now):
+        self.rec.pop(worker, None)
+        self.collected.pop(worker, None)
+        if self.collected and len(self.collected) == self.n:
+            return self._aggregate()
+        return []
+
     def _push(self, p, step, now, local_steps):
         if step != self.round:
             raise RuntimeError(f"esync: worker {p} pushed round {step}, server is at {self.round}")
@@ -90,6 +97,9 @@ class ESyncPolicy(Policy):
         self.collected[p] = local_steps
         if len(self.collected) < self.n:
             return []
+        return self._aggregate()
+
+    def _aggregate(self):
         steps = [self.collected[w] for w in self.workers]
         self.local_steps.append(steps)
         parts = [(w, 1.0 / self.n) for w in self.workers]

@@ -26,9 +26,12 @@ class SSPPolicy(Policy):
         return self.s
 
     def _push(self, worker, step, now, local_steps):
-        actions = [self._apply([(worker, self.push_weight)], staleness=[self.version - step])]
+        return [self._apply([(worker, self.push_weight)], staleness=[self.version - step])] + self._ready()
+
+    def _removed(self, worker, now):
+        return self._ready()                     # the slowest may have been the one that died
+
+    def _ready(self):
         slowest = self.slowest_pushes()
         ready = [w for w in self.workers if w in self.waiting and self.pushes[w] - slowest <= self.s]
-        if ready:
-            actions.append(self._release(ready))
-        return actions
+        return [self._release(ready)] if ready else []

@@ -1,0 +1,118 @@
+"""Training goes on when workers die (``--fault-tolerance``, ULFM; issue 11), through ``launch/local.sh``
+as a user runs it. Every job runs under a timeout (a hang fails the test)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from hopdec.ps.sync import SYNC_MODES
+from hopdec.runtime.metrics import max_iteration_gap
+
+FT = ["--fault-tolerance", "--no-progress", "--threads", "1", "--peer-timeout", "30"]
+
+
+def records(log_dir, rank):
+    """(header, iteration records, events) of ``rank{rank}.jsonl``; whatever is there so far."""
+    path = os.path.join(log_dir, f"rank{rank}.jsonl")
+    if not os.path.exists(path):
+        return None, [], []
+    with open(path) as f:
+        lines = [json.loads(ln) for ln in f.read().splitlines() if ln.endswith("}")]
+    if not lines:
+        return None, [], []
+    return lines[0], [r for r in lines[1:] if "iter" in r], [r for r in lines[1:] if "event" in r]
+
+
+def error_lines(out):
+    return [ln for ln in out.stderr.splitlines() if ln.startswith("hopdec train: error:")]
+
+
+def test_two_workers_killed_mid_run_the_survivors_heal_and_finish(mpirun, tmp_path):
+    """kill -9 one worker and then a second one of 8 on a directed graph: the six survivors heal twice,
+    finish every iteration, their loss keeps falling, their logged gaps stay within the healed graph's
+    bound, and the job succeeds with both deaths in its summary."""
+    log, iters = str(tmp_path), 120
+    args = FT + ["--topology", "topologies/exponential_8.json", "--protocol", "tokens", "--iterations", iters,
+                 "--compute-time", "0.03", "--log-dir", log]
+    proc = subprocess.Popen([str(c) for c in mpirun.launch_cmd(8, args)], cwd=mpirun.root,
+                            env=mpirun.launch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    try:
+        for victim, at in ((3, 25), (6, 60)):
+            while len(records(log, victim)[1]) < at:
+                assert proc.poll() is None and time.time() < deadline, "the run ended before the kills"
+                time.sleep(0.02)
+            os.kill(records(log, victim)[0]["run"]["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"failure: rank\(s\) 3 died near iteration \d+; 7 survivors healed", out), out
+    assert re.search(r"failure: rank\(s\) 6 died near iteration \d+; 6 survivors healed", out), out
+    healed = int(re.search(r"the gap bound is (\d+) on the healed graph \(6 workers", out).group(1))
+    survivors = [0, 1, 2, 4, 5, 7]
+    logs = {r: records(log, r) for r in survivors}
+    for r, (_, recs, events) in logs.items():
+        assert [x["iter"] for x in recs] == list(range(iters)), f"rank {r} missed iterations"
+        heals = [e for e in events if e["event"] == "heal"]
+        assert [h["failed"] for h in heals] == [[3], [6]], f"rank {r}: {heals}"
+        loss = np.array([x["loss"] for x in recs])
+        assert loss[-20:].mean() < loss[40:60].mean() < loss[:20].mean(), f"rank {r}: loss did not fall"
+    last_heal = max(h["time"] + h["stall_s"] for _, _, ev in logs.values() for h in ev if h["event"] == "heal")
+    after = [[(x["time"], x["iter"]) for x in recs if x["time"] > last_heal] for _, recs, _ in logs.values()]
+    gap = int(max_iteration_gap(after).max())
+    assert gap <= healed + 1, f"gap {gap} after the heals, healed bound {healed}"   # +1: the rebase
+    assert "6 workers" in out and out.count("\n   ") >= 6
+
+
+def test_deaths_while_training_skipping_and_at_shutdown_and_in_the_summary(mpirun, tmp_path):
+    """Three of six workers die: one while training with backup workers and jumps, one at shutdown,
+    one while the summary is gathered. The three others finish and report."""
+    out = mpirun.launch(6, FT + ["--topology", "complete", "--protocol", "tokens", "--backup-workers", 1,
+                                 "--staleness", 2, "--skip", "max-jump=3", "--iterations", 40,
+                                 "--slowdown", "rank=1,factor=3", "--compute-time", "0.01",
+                                 "--die-rank", "1,3,4", "--die-at", "10,0,0",
+                                 "--die-phase", "train,shutdown,evaluate"], timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"failure: rank\(s\) 1 died", out.stdout), out.stdout
+    assert "3 workers" in out.stdout and "test accuracy" in out.stdout
+    rows = [ln.split() for ln in out.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [0, 2, 5] and all(int(r[1]) == 40 for r in rows), out.stdout
+
+
+def test_too_few_survivors_to_heal_ends_with_one_line(mpirun):
+    out = mpirun.launch(2, FT + ["--protocol", "tokens", "--iterations", 40, "--die-rank", 1, "--die-at", 5],
+                        timeout=120)
+    lines = error_lines(out)
+    assert len(lines) == 1 and "only 1 worker(s) left after the failure of rank(s) 1" in lines[0], out.stderr
+    assert out.returncode != 0
+
+
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_a_dead_ps_worker_is_dropped_and_the_others_finish(mpirun, sync):
+    out = mpirun.launch(4, FT + ["--sync", sync, "--iterations", 30, "--die-rank", 2, "--die-at", 8],
+                        timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"failure: worker 2 died after \d+ mini-batches", out.stdout), out.stdout
+    assert "2 of 3 workers finished" in out.stdout
+    rows = [ln.split() for ln in out.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [1, 3], out.stdout
+    if sync == "bsp":
+        assert all(int(r[1]) == 30 for r in rows) and "server: 30 updates" in out.stdout
+
+
+def test_a_dead_parameter_server_ends_the_job_with_one_line(mpirun):
+    out = mpirun.launch(4, FT + ["--sync", "asp", "--iterations", 400, "--die-rank", 0, "--die-at", 20],
+                        timeout=120)
+    lines = error_lines(out)
+    assert len(lines) == 1 and "the parameter server (rank 0) died" in lines[0], out.stderr
+    assert out.returncode != 0

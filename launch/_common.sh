@@ -44,25 +44,26 @@ is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 
 # ULFM flags for `hopdec train --fault-tolerance` (appended to MPIRUN when an argument asks for it).
 # - A dead rank is found through its TCP connections within milliseconds; over shared memory alone
-#   ULFM never notices, so fault-tolerant runs use TCP (loopback on one host).
+#   ULFM never notices, so fault-tolerant runs use TCP (loopback on one host; HOPDEC_FT_BTL overrides,
+#   e.g. self,sm to measure the heartbeat detector alone: experiments/bench_failover.py).
 # - Every message up to 1 GiB is sent eagerly: with Open MPI 5.0's rendezvous protocol, a failure while a
 #   large message is in flight aborts the whole job ("Recv error after request freed").
 # - A hung rank (alive, silent) is found by heartbeats sent from a thread of their own (without it a rank
 #   busy computing misses its heartbeats and is declared dead), after HOPDEC_FT_TIMEOUT s of silence
-#   (default 10: python start-up on an oversubscribed host is skewed by seconds, and a shorter timeout
-#   declares ranks dead before they are up).
+#   (default 30: on a heavily oversubscribed host -- load 10 on 2 cores -- a 10 s timeout once declared
+#   every other rank dead; 2 s does so at start-up. A crash is found through TCP, not by this timeout).
 # - A job whose survivors finished is a success (each death is in the summary); hopdec's own errors still
 #   end it through MPI_Abort, whose code comes through.
 ft_flags() {
     local a eager=1073741824
     for a in "$@"; do
         if [[ "$a" == "--fault-tolerance" ]]; then
-            MPIRUN+=(--with-ft ulfm --mca btl tcp,self
+            MPIRUN+=(--with-ft ulfm --mca btl "${HOPDEC_FT_BTL:-tcp,self}"
                      --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
                      --mca btl_tcp_max_send_size "$eager"
                      --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
                      --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"
-                     --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-10}"
+                     --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-30}"
                      --prtemca state_base_error_non_zero_exit 0)
             return
         fi

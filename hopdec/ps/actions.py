@@ -91,6 +91,7 @@ class StopWorkers:
     version: int
     cut: int = 0
     keep_from: int = 0
+    discarded: tuple = ()           # of ``workers``, those whose last push came after the stop: unused
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ from hopdec.ps.actions import (ApplyDeltas, ApplyGradients, Checkpoint, DropGrad
 
 DROPPED = -1
 """``staleness`` of a worker whose last gradient was dropped (None: none applied yet)."""
+DISCARDED = -3
+"""``staleness`` in the stop sent to a worker whose last gradient came after the stop and was not used
+(the worker logs it as dropped and does not count it as an iteration done)."""
 
 
 class Server:
@@ -81,7 +84,7 @@ class Server:
         self.work += max(1, int(local_steps))
         self.saved[worker] = self.told[worker]          # it saved that cut before computing this
         if self.stopping:
-            self._stop([worker])
+            self._stop([worker], discarded=True)         # its gradient is not used
             return
         self.pending_step[worker] = int(step)
         self._carry(self.policy.on_push(worker, step, now, local_steps=local_steps))
@@ -200,13 +203,14 @@ class Server:
         if self.holding:
             self._maybe_cut()
 
-    def _stop(self, workers):
+    def _stop(self, workers, discarded=False):
         new = tuple(w for w in self.workers if w in set(workers) and w not in self.stopped)
         if new:
             self.stopped.update(new)
             for w in new:
                 self.told[w] = self.cuts
-            self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from()))
+            self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
+                                         discarded=new if discarded else ()))
             if len(self.stopped) == self.policy.n and self.checkpoints:
                 self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
                                             keep_from=self._keep_from()))

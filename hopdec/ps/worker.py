@@ -21,6 +21,7 @@ it is newer than the last one this worker saved, the worker saves its state firs
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.ps.actions import LoadWeights, PushDelta, PushGradient, QueryState, SaveCheckpoint
+from hopdec.ps.server import DISCARDED, DROPPED
 
 SERVER = 0
 """The server's id in :class:`~hopdec.core.Wait` actions (MPI rank 0)."""
@@ -60,8 +61,11 @@ class PSWorker:
         self._set_reply(("ready" if ready else "not_ready",))
 
     def on_stop(self, staleness=None, cut=0, keep_from=0):
-        """Training is over (the server's work budget was reached); ``staleness`` of my last gradient."""
-        self.staleness = staleness
+        """Training is over (the server's work budget was reached); ``staleness`` of my last gradient,
+        :data:`~hopdec.ps.server.DISCARDED` when it came after the stop and was not used: then it does not
+        count as an iteration done (a resumed run computes that iteration again, with the next batch)."""
+        self._discarded = staleness == DISCARDED
+        self.staleness = DROPPED if self._discarded else staleness
         self._cut = (int(cut), int(keep_from))
         self._set_reply(("stop",))
 
@@ -101,6 +105,8 @@ class PSWorker:
                 reply = yield from self._await("weights")
         if reply[0] != "stop":
             raise RuntimeError(f"worker {self.worker}: unexpected server reply {reply[0]!r}")
+        if getattr(self, "_discarded", False):
+            self.iteration -= self.local_steps if self.esync else 1
         yield from self._checkpoint()
 
     def _esync_round(self):

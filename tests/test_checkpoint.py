@@ -188,3 +188,36 @@ def test_trim_log_keeps_whole_lines_only(tmp_path):
     assert C.trim_log(log, 9) and log.read_text() == '{"a": 1}\n'
     assert not C.trim_log(log, 5)                       # not at a line end: left alone
     assert not C.trim_log(tmp_path / "none.jsonl", 0)
+
+
+# ---- stop requests -----------------------------------------------------------------------------------------
+def test_a_stop_signal_sets_a_flag_instead_of_raising():
+    import signal
+
+    from hopdec.runtime import interrupt
+    saved = {s: signal.getsignal(getattr(signal, s)) for s in interrupt.STOP_SIGNALS}
+    try:
+        interrupt.reset()
+        interrupt.install()
+        os.kill(os.getpid(), signal.SIGINT)                 # no KeyboardInterrupt: a clean stop, not a failure
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert interrupt.requested() == signal.SIGINT        # the first request is the one kept
+        assert interrupt.signal_name(interrupt.requested()) == "SIGINT"
+    finally:
+        interrupt.reset()
+        for s, h in saved.items():
+            signal.signal(getattr(signal, s), h)
+
+
+def test_every_wait_calls_the_watch_between_polls_but_never_inside_it():
+    from hopdec.transport.waiting import poll_until, watching
+    polls, seen = iter(range(6)), []
+
+    def watch():
+        seen.append("watch")
+        poll_until(lambda: True, 1, "inner")                 # a wait inside the watch: no recursion
+    with watching(watch):
+        assert poll_until(lambda: next(polls) >= 3, 5, "outer")
+    assert seen == ["watch"] * 3
+    poll_until(lambda: next(polls) >= 5, 5, "after")        # outside the block: no watch
+    assert seen == ["watch"] * 3

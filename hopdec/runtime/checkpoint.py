@@ -180,13 +180,14 @@ class RankCheckpoints:
     def keys(self):
         return sorted(int(k) for k in self.manifest["complete"])
 
-    def save(self, key, arrays, info=None, also=()):
+    def save(self, key, arrays, info=None, also=(), state=None):
         """Write the arrays as checkpoint ``key`` (and record the same file for the keys ``also``: a rank
-        whose state did not change between cuts), then the manifest. Returns the file's path."""
+        whose state did not change between cuts), then the manifest. ``info`` goes into both (small),
+        ``state`` (JSON) only into the file. Returns the file's path."""
         t0 = time.perf_counter()
         name = ckpt_name(key)
         path = os.path.join(self.dir, name)
-        meta = dict(format=FORMAT, rank=self.rank, key=int(key), **(info or {}))
+        meta = dict(format=FORMAT, rank=self.rank, key=int(key), **(info or {}), state=state)
         write_arrays(path, arrays, meta)
         entry = dict(file=name, time=time.time(), **(info or {}))
         for k in (*also, key):
@@ -245,7 +246,8 @@ def summary(directory, rank):
     if man is None:
         return {"missing": True}
     return {k: man.get(k) for k in ("world", "mode", "settings", "checkpoint_every", "iterations")} | \
-        {"keys": sorted(int(k) for k in man["complete"])}
+        {"keys": sorted(int(k) for k in man["complete"]),
+         "work": {k: e["work"] for k, e in man["complete"].items() if isinstance(e.get("work"), int)}}
 
 
 def choose(directory, summaries, world, settings):
@@ -263,7 +265,7 @@ def choose(directory, summaries, world, settings):
         written = max(worlds)
         raise ConfigError(f"{where}: written by {written} ranks, this run has {world}: resume onto a "
                           f"different number of ranks is out of scope (mpirun -n {written})")
-    first = present[0]
+    first = summaries[0]                                   # rank 0's: the server's, in PS mode
     for s in present[1:]:
         if s["settings"] != first["settings"] or s["mode"] != first["mode"]:
             raise ConfigError(f"{where}: the ranks' checkpoints are of different runs")

@@ -198,7 +198,12 @@ class HopRank:
         """After a stop: every rank has saved (io.close() passed its barriers); rank 0 says so."""
         if self.ctx.rank == 0:
             where = f"at iteration {self.core.budget} of {self.target}"
-            interrupt.announce(_stopped_line(self.ctx, where, self.channel.signum, self.saved_final))
+            saved = self.saved_final or (self.store is not None and self.start > 0)   # or the resumed one
+            if self.core.budget == 0:
+                interrupt.announce(f"stopped before the first iteration "
+                                   f"({interrupt.signal_name(self.channel.signum)}); nothing to resume")
+            else:
+                interrupt.announce(_stopped_line(self.ctx, where, self.channel.signum, saved))
         return None
 
 

@@ -1,4 +1,4 @@
-"""How fast the survivors of a failure notice it and heal (``--fault-tolerance``, issue 11).
+"""How fast the survivors of a failure notice it and heal (``--fault-tolerance``).
 
 Runs ``launch/local.sh -n 8 --fault-tolerance`` (decentralized, ring_based_8, tokens, compute padded to
 ``--compute-time``), and when worker 3 has logged ``--at`` iterations it is killed (SIGKILL: a crashed

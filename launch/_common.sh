@@ -65,7 +65,58 @@ ft_flags() {
                      --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"
                      --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-30}"
                      --prtemca state_base_error_non_zero_exit 0)
+            # Open MPI 5.0 exits 0 when the rank calling MPI_Abort is the last one alive (one survivor
+            # that cannot heal): that rank writes its exit code here and run_job returns it.
+            HOPDEC_EXIT_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-exit.XXXXXX")"
+            export HOPDEC_EXIT_FILE
+            MPIRUN+=(-x HOPDEC_EXIT_FILE)
             return
         fi
     done
+}
+
+# run_job CMD...: run the launcher so that Ctrl-C and SIGTERM stop the run cleanly. mpirun (Open MPI 5's
+# PRRTE) turns SIGINT/SIGTERM into a kill of every rank within 0.5 s, but forwards SIGUSR1 untouched, and
+# hopdec's ranks take SIGUSR1 as "stop cleanly": they agree where, write a final checkpoint (with
+# --checkpoint-dir) and print how to resume. So the launcher runs in its own session (Ctrl-C reaches
+# this script, not mpirun), the first INT/TERM/USR1 becomes SIGUSR1 to mpirun, a second INT/TERM is
+# passed on as it is (the hard kill). Exit status: mpirun's, or 128 + the signal after a clean stop.
+run_job() {
+    local pid rc sig="" stops=0
+    if command -v setsid >/dev/null 2>&1; then
+        setsid "$@" </dev/null &
+    else
+        set -m; "$@" </dev/null & set +m
+    fi
+    pid=$!
+    _hopdec_stop() {
+        stops=$((stops + 1))
+        [[ "$1" == USR1 ]] || sig="$1"
+        if (( stops == 1 )) || [[ "$1" == USR1 ]]; then
+            kill -USR1 "$pid" 2>/dev/null || true
+        else
+            kill -"$1" "$pid" 2>/dev/null || true
+        fi
+    }
+    trap '_hopdec_stop INT' INT
+    trap '_hopdec_stop TERM' TERM
+    trap '_hopdec_stop USR1' USR1
+    while :; do
+        rc=0
+        wait "$pid" || rc=$?
+        kill -0 "$pid" 2>/dev/null || break    # a trapped signal ends `wait` early: wait again
+    done
+    trap - INT TERM USR1
+    if [[ -n "${HOPDEC_EXIT_FILE:-}" && -f "$HOPDEC_EXIT_FILE" ]]; then
+        local code
+        code="$(head -c 16 "$HOPDEC_EXIT_FILE" 2>/dev/null | tr -dc 0-9)"
+        rm -f "$HOPDEC_EXIT_FILE"
+        if [[ "$rc" == 0 && -n "$code" ]]; then
+            rc="$code"                          # an abort that mpirun did not pass on (see ft_flags)
+        fi
+    fi
+    if [[ -n "$sig" && "$rc" == 0 ]]; then
+        rc=$((128 + $(kill -l "$sig")))
+    fi
+    return "$rc"
 }

@@ -49,4 +49,4 @@ MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
 for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
 done
-exec "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"
+run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -39,4 +39,4 @@ worker_cmd
 mpirun_base
 ft_flags "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
-exec "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"
+run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -144,7 +144,7 @@ def test_server_core_stops_everyone_after_the_budget():
                                                 "StopWorkers"]
     assert acts[-1] == StopWorkers((2,), 3) and a == Wait((1,), "pushes")
     s.on_push(1, 2, 3.0)                                   # a push after the stop: no apply, a stop
-    assert s.next_action() == StopWorkers((1,), 3)
+    assert s.next_action() == StopWorkers((1,), 3, discarded=(1,))
     assert isinstance(s.next_action(), Finished) and s.stopped == {1, 2} and s.applied == 3
 
 

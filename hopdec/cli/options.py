@@ -42,6 +42,7 @@ NUMBERS = (
     ("--lookahead", "an integer >= 1", lambda x: _int(x) and x >= 1),
     ("--esync-epsilon", "a finite number of seconds", _finite),
     ("--eval-interval", "a finite number of seconds >= 0", lambda x: _finite(x) and x >= 0),
+    ("--checkpoint-every", "an integer >= 1", lambda x: _int(x) and x >= 1),
 )
 
 

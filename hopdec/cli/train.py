@@ -148,6 +148,16 @@ def add_run_arguments(p, mpi=True):
                             "--with-ft ulfm: launch/local.sh --fault-tolerance adds what it needs)")
         o.add_argument("--peer-timeout", type=float, default=120.0, metavar="SECONDS",
                        help="seconds a worker waits for a neighbour before giving up on the run")
+        c = p.add_argument_group("checkpoints (D must be at the same path for every rank: a shared "
+                                 "filesystem, or each host's disk when the ranks restart where they ran)")
+        c.add_argument("--checkpoint-dir", metavar="D", default=None,
+                       help="write each rank's state to D/rank{r}/ (atomically) at the end, at a stop "
+                            "(Ctrl-C), and every --checkpoint-every iterations")
+        c.add_argument("--checkpoint-every", type=int, metavar="K", default=None,
+                       help="iterations per worker between checkpoints; without it, only at the end or a stop")
+        c.add_argument("--resume", metavar="D", default=None,
+                       help="continue from the latest checkpoint in D that every rank has (same ranks and "
+                            "settings; --iterations may be raised) and go on checkpointing there")
         p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
         p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
         p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)
@@ -184,6 +194,8 @@ def setup(args, comm):
 
     resolve_mode(args)
     check_numbers(args)                             # every number finite and in range, first
+    from hopdec.runtime.resume import check_options
+    check_options(args, comm.Get_rank())            # --checkpoint-dir, --resume (may fill --iterations)
     size = comm.Get_size()
     if args.save_models and not args.log_dir:
         raise ConfigError("--save-models needs --log-dir")
@@ -247,15 +259,16 @@ def setup(args, comm):
     ctx = RunContext(args=args, comm=comm, dataset=dataset, model_name=model, hparams=preset,
                      iterations=iterations, device=device, log_dir=args.log_dir,
                      progress=not args.no_progress)
+    from hopdec.runtime.checkpoint import run_settings
     if graph is not None:
         cfg, views = prepare(args, graph, iterations)
         from hopdec.cli.options import check_buffers
         from hopdec.ml.models import parameter_count
         check_buffers(cfg, views, parameter_count(model, dataset.input_shape, dataset.num_classes,
                                                   getattr(args, "norm", "batch")), local_size)
-        ctx.extra.update(graph=graph, cfg=cfg, views=views)
+        ctx.extra.update(graph=graph, cfg=cfg, views=views, settings=run_settings(ctx, graph=graph, cfg=cfg))
     else:
-        ctx.extra["ps_policy"] = policy
+        ctx.extra.update(ps_policy=policy, settings=run_settings(ctx, policy=policy))
     ctx.faults.at("setup")
     return ctx
 
@@ -271,6 +284,22 @@ def resolve_mode(args):
     return args
 
 
+def check_resume_target(ctx):
+    """A resumed run must have something left to do."""
+    res = ctx.extra["resume"]
+    if ctx.args.mode == "ps":
+        done = res["info"]["work"].get(str(res["key"]))
+        budget = ctx.iterations * (ctx.size - 1)
+        left = done is None or done < budget
+        what = f"{done} mini-batches ({ctx.iterations} iterations per worker)"
+    else:
+        left = res["key"] < ctx.iterations
+        what = f"iteration {res['key']}"
+    if not left:
+        raise ConfigError(f"--resume {res['dir']}: the checkpoint is at {what}, which is --iterations "
+                          f"{ctx.iterations} already; raise --iterations to train longer")
+
+
 def peer_timeout(args):
     """The seconds every wait may last (a sane value even before --peer-timeout is checked)."""
     t = getattr(args, "peer_timeout", None)
@@ -281,15 +310,19 @@ def main(argv):
     """Parse, set up on every rank, exchange setup errors (printed once), then run under a guard that
     turns any failure on any rank into one line and an abort of the whole job."""
     ft = "--fault-tolerance" in argv
+    from hopdec.runtime import interrupt
+    interrupt.install()                     # Ctrl-C / SIGTERM / SIGUSR1: a clean stop, never a traceback
     try:
         args = resolve_mode(build_parser().parse_args(argv))
     except ConfigError as err:              # every rank parses the same argv: say it once
         if launcher_rank() == 0:
             print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return _finish(2, ft)
+    args.argv = list(argv)                  # for the resume command a stopped run prints
     from mpi4py import MPI
 
     from hopdec.runtime.failures import abort, cause, first_error, watch_failures
+    from hopdec.runtime.resume import plan
     from hopdec.transport.collectives import allgather_json
 
     comm = MPI.COMM_WORLD
@@ -304,6 +337,14 @@ def main(argv):
         found = first_error(allgather_json(comm, err, peer_timeout(args), "setup"))
     except Exception as e:
         abort(comm, e, PROG)
+    if found is None and args.resume is not None:  # which checkpoint: the ranks compare their manifests
+        try:
+            ctx.extra["resume"] = plan(ctx, ctx.extra["settings"], peer_timeout(args))
+            check_resume_target(ctx)
+        except HopdecError as e:            # the same on every rank: printed once, below
+            found = (0, cause(e))
+        except Exception as e:
+            abort(comm, e, PROG)
     if found is not None:
         if rank == found[0]:
             print(f"{PROG}: error: {found[1]}", file=sys.stderr, flush=True)

@@ -27,6 +27,7 @@ class ProtocolConfig:
     stale_reduce: str = "weighted"
     skip_max_jump: int = 0          # 0: no iteration skipping
     skip_trigger: int = 2
+    checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
 
 
 def check_max_ig(max_ig, what="--max-ig"):

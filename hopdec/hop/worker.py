@@ -67,6 +67,9 @@ class Worker:
         self._pending_release = []
         self._catch_up = None
         self._last_sent = -1
+        self.budget = cfg.iterations       # the run ends after iteration budget - 1 (see stop_at)
+        self._start = 0
+        self._entered = -1                 # the last iteration entered (or committed to by a jump)
         self._steps = self._run()
 
     # ---- events from the transport ----
@@ -123,6 +126,47 @@ class Worker:
         release (a transport must not reuse either before the core lets them go)."""
         return [e.handle for e in self.policy.queue.entries()] + [e.handle for e in self._pending_release]
 
+    # ---- checkpoints and stops (hopdec.runtime.checkpoint, hopdec.runtime.interrupt) ----
+    def resume_at(self, k):
+        """Start at Enter(k) instead of Enter(0), as if iterations 0..k-1 had run, with every other worker
+        resuming at k too (call before the first :meth:`next_action`).
+
+        At Enter(k), before Send(k), a worker's protocol position is a function of k alone: it has issued
+        k + max_ig tokens to each in-neighbour and taken k from each out-neighbour, which have granted
+        k + max_ig (they entered k as well); with notify-ack every update < k has been sent and consumed
+        and ACKed. Updates of iterations >= k it may have held are not needed: every in-neighbour sends
+        them again from Enter(k). So resuming every worker at the same k continues the run exactly.
+        """
+        if self._entered >= 0 or self._start:
+            raise RuntimeError("resume_at must be called once, before the worker starts")
+        if not 0 <= k < self.budget:
+            raise ValueError(f"resume_at({k}): the run has iterations 0..{self.budget - 1}")
+        self.iteration, self._start, self._entered = k, k, k - 1
+        if self.ledger is not None:
+            led = self.ledger
+            led.issued = {i: k + led.max_ig for i in led.issued}
+            led.taken = {j: k for j in led.taken}
+            led.granted = {j: k + led.max_ig for j in led.granted}
+        if self.acks is not None:
+            self.acks.sent = k
+            self.acks.acked = {j: k for j in self.acks.acked}
+            self.acks.consumed = {i: k for i in self.acks.consumed}
+        self._pending_release += self.policy.set_floor(k)
+
+    @property
+    def position(self):
+        """The last iteration this worker has entered, or committed to enter (a jump's target, whose
+        refresh it has already done); ``start - 1`` before it starts."""
+        return self._entered
+
+    def stop_at(self, n):
+        """End the run after iteration n - 1 instead of ``cfg.iterations - 1`` (n never raises it). Every
+        worker must get the same n > every worker's :attr:`position` (e.g. the largest + 1): then none has
+        passed it, and each finishes iterations up to n - 1 normally, so Enter(n) is a consistent cut."""
+        if n <= self._entered:
+            raise ValueError(f"stop_at({n}): worker {self.rank} is already at iteration {self._entered}")
+        self.budget = min(self.budget, int(n))
+
     @property
     def held_updates(self):
         return self.policy.held
@@ -135,12 +179,16 @@ class Worker:
 
     # ---- the iteration, as a generator of actions ----
     def _run(self):
-        cfg, n = self.cfg, self.cfg.iterations
-        k, prev, jumped_from = 0, 0, None
+        cfg = self.cfg
+        k = prev = self._start
+        jumped_from = None
+        if k >= self.budget:
+            return
         while True:
             # Entering k inserts one token per iteration entered (k - prev on a jump) into every local
             # token queue, at the same step as the iteration changes, so Theorem 2's relation holds.
             grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else None
+            self._entered = k
             yield Enter(k, jumped_from)
             if grants:
                 yield GrantTokens(tuple(grants))
@@ -154,7 +202,7 @@ class Worker:
                 yield ApplyGradient(k)
                 yield from self._send(k)
                 yield from self._recv_reduce(k)
-            if k + 1 >= n:
+            if k + 1 >= self.budget:
                 return
             jumped_from, target = None, k + 1
             if self.ledger is not None:
@@ -162,11 +210,14 @@ class Worker:
                 if jump_to is not None:
                     target, jumped_from = jump_to, k
                     self.jumps.append((k, target))
+                    self._entered = target          # committed: a stop agreed from now on includes it
                     yield Jump(k, target)
                     # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5); the
                     # target was chosen so that this Recv completes at once (see _jump_target).
                     yield from self._recv_reduce(target - 1)
                 while not self.ledger.can_take(target - k):
+                    if target >= self.budget:       # stop_at() while waiting: iteration k was the last
+                        return
                     yield Wait(tuple(j for j in self.view.out_neighbors
                                      if self.ledger.available(j) < target - k), "tokens")
                 self.ledger.take(target - k)
@@ -194,7 +245,11 @@ class Worker:
         lead = self._straggler_lead()
         if lead is None:
             return None
-        for d in range(min(self.cfg.skip_max_jump, lead, self.cfg.iterations - 1 - k), 1, -1):
+        longest = min(self.cfg.skip_max_jump, lead, self.budget - 1 - k)
+        every = self.cfg.checkpoint_every
+        if every:                                   # never jump over a checkpoint iteration
+            longest = min(longest, (k // every + 1) * every - k)
+        for d in range(longest, 1, -1):
             if self.policy.ready(k + d - 1):
                 return k + d
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -254,19 +254,60 @@ def steps_per_epoch(n_indices: int, batch_size: int) -> int:
     return max(1, -(-int(n_indices) // int(batch_size)))
 
 
-def batches(x: torch.Tensor, y: torch.Tensor, indices, batch_size: int,
-            seed: int = 0) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """Yield ``(xb, yb)`` from ``x[indices]`` forever, reshuffled each epoch by a seeded generator.
+class BatchStream:
+    """Mini-batches ``(xb, yb)`` from ``x[indices]`` forever, reshuffled each epoch by a seeded generator,
+    with a position that can be saved and restored exactly (checkpoints, :mod:`hopdec.runtime.checkpoint`).
 
-    Every epoch visits each index once; the last batch of an epoch may be smaller.
+    Every epoch visits each index once; the last batch of an epoch may be smaller. The position is the
+    current epoch's order, the next batch's offset in it, and the generator's state (which the next
+    epoch's shuffle draws from): :meth:`state` gives them as numpy arrays, :meth:`load_state` puts them
+    back, and the stream then yields exactly what it would have.
     """
-    idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
-    if len(idx) == 0:
-        raise ConfigError("batches: empty shard (more workers than samples?)")
-    steps_per_epoch(len(idx), batch_size)  # validates batch_size
-    g = torch.Generator().manual_seed(int(seed))
-    while True:
-        perm = idx[torch.randperm(len(idx), generator=g)]
-        for start in range(0, len(perm), batch_size):
-            sel = perm[start:start + batch_size]
-            yield x[sel], y[sel]
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, indices, batch_size: int, seed: int = 0):
+        idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
+        if len(idx) == 0:
+            raise ConfigError("batches: empty shard (more workers than samples?)")
+        steps_per_epoch(len(idx), batch_size)  # validates batch_size
+        self.x, self.y, self.idx, self.batch_size = x, y, idx, int(batch_size)
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.perm = None                    # this epoch's order (None: draw one at the next batch)
+        self.pos = 0                        # offset of the next batch in it
+        self.batches = 0                    # batches yielded so far
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.perm is None or self.pos >= len(self.perm):
+            self.perm = self.idx[torch.randperm(len(self.idx), generator=self.generator)]
+            self.pos = 0
+        sel = self.perm[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        self.batches += 1
+        return self.x[sel], self.y[sel]
+
+    def state(self) -> dict:
+        """The position as numpy arrays (no Python objects: safe to store and load without pickle)."""
+        perm = self.perm.numpy() if self.perm is not None else np.zeros(0, dtype=np.int64)
+        return {"generator": self.generator.get_state().numpy().copy(), "perm": perm.copy(),
+                "pos": np.array([self.pos, self.batches, self.perm is not None], dtype=np.int64)}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from a position :meth:`state` gave (of a stream over the same shard)."""
+        perm = np.asarray(state["perm"], dtype=np.int64)
+        pos, count, started = (int(v) for v in np.asarray(state["pos"]).reshape(-1)[:3])
+        if started and (len(perm) != len(self.idx)
+                        or not np.array_equal(np.sort(perm), np.sort(self.idx.numpy()))):
+            raise ConfigError("the saved data position is for another shard (different data, "
+                              "--partition or number of workers)")
+        self.generator.set_state(torch.from_numpy(np.asarray(state["generator"], dtype=np.uint8).copy()))
+        self.perm = torch.from_numpy(perm.copy()) if started else None
+        self.pos, self.batches = pos, count
+
+
+def batches(x: torch.Tensor, y: torch.Tensor, indices, batch_size: int,
+            seed: int = 0) -> BatchStream:
+    """A :class:`BatchStream`: ``(xb, yb)`` from ``x[indices]`` forever, reshuffled each epoch by a
+    seeded generator. Every epoch visits each index once; the last batch of an epoch may be smaller."""
+    return BatchStream(x, y, indices, batch_size, seed=seed)

@@ -148,6 +148,38 @@ class FlatSGD:
         weighted_sum_into(self.flat.data, pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
         self._point_at(spare)
 
+    # ---- checkpoints: everything that determines what comes next, as numpy arrays ----
+    def state(self):
+        """Parameters, the optimizer's momentum and the module's buffers (BatchNorm statistics) as host
+        numpy arrays, keyed ``params``, ``momentum``, ``buffer/<name>`` (see :mod:`hopdec.runtime.checkpoint`)."""
+        out = {"params": self.write_params()}
+        mom = self.optimizer.state.get(self.flat, {}).get("momentum_buffer")
+        if mom is not None:
+            out["momentum"] = mom.detach().cpu().numpy().copy()
+        for name, buf in self.model.named_buffers():
+            out[f"buffer/{name}"] = buf.detach().cpu().numpy().copy()
+        return out
+
+    def load_state(self, state):
+        """Put back what :meth:`state` gave (shapes checked: a ConfigError names what does not fit)."""
+        from hopdec.errors import ConfigError
+
+        def arr(key, shape):
+            a = np.asarray(state[key])
+            if tuple(a.shape) != tuple(shape):
+                raise ConfigError(f"the checkpoint's {key} has shape {tuple(a.shape)}, this model needs "
+                                  f"{tuple(shape)} (a different --model or dataset?)")
+            return torch.from_numpy(a.copy())
+        with torch.no_grad():
+            self.flat.data.copy_(arr("params", (self.numel,)).to(self.device))
+            if "momentum" in state:
+                self.optimizer.state[self.flat]["momentum_buffer"] = arr("momentum", (self.numel,)).to(self.device)
+            else:
+                self.optimizer.state.pop(self.flat, None)
+            for name, buf in self.model.named_buffers():
+                if f"buffer/{name}" in state:
+                    buf.copy_(arr(f"buffer/{name}", buf.shape).to(buf.device))
+
     # ---- double buffering, and zero-copy sends from it ----
     def use_send_storage(self, length, on_device=False):
         """Keep the parameters in the first ``numel`` floats of one of two buffers of ``length`` floats
@@ -209,6 +241,24 @@ class LocalTrainer(FlatSGD):
         loss.backward()
         self.loss = float(loss.detach())
         return self.loss
+
+    def state(self):
+        """:meth:`FlatSGD.state` plus the data stream's position (``stream/*``) and the torch RNG states
+        (``rng/torch``, ``rng/cuda``: dropout draws), so a restored trainer continues exactly."""
+        out = super().state()
+        out.update({f"stream/{k}": v for k, v in self.stream.state().items()})
+        out["rng/torch"] = torch.get_rng_state().numpy().copy()
+        if self.device.type == "cuda":
+            out["rng/cuda"] = torch.cuda.get_rng_state(self.device).numpy().copy()
+        return out
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.stream.load_state({k[len("stream/"):]: v for k, v in state.items() if k.startswith("stream/")})
+        torch.set_rng_state(torch.from_numpy(np.asarray(state["rng/torch"], dtype=np.uint8).copy()))
+        if self.device.type == "cuda" and "rng/cuda" in state:
+            torch.cuda.set_rng_state(torch.from_numpy(np.asarray(state["rng/cuda"], dtype=np.uint8).copy()),
+                                     self.device)
 
     def load_params(self, arr):
         with torch.no_grad():

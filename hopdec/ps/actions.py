@@ -9,12 +9,13 @@ local_steps)``, ``on_query(worker, k, c, now)``. Actions:
 * :class:`SendWeights` -- send the current weights to ``workers``; they continue;
 * :class:`AnswerQuery` -- ESync: READY (aggregate now) or NOT-READY (one more local step);
 * :class:`StopWorkers` -- tell ``workers`` that training is over;
-* :class:`Note` -- a decision worth logging (a barrier chosen, a controller's r*, a round's steps).
+* :class:`Note` -- a decision worth logging (a barrier chosen, a controller's r*, a round's steps);
+* :class:`Checkpoint` -- save the server's state: a consistent cut, every worker waiting.
 
 Worker core (:class:`hopdec.ps.worker.PSWorker`). Events: ``on_weights(version, ...)``,
 ``on_answer(ready)``, ``on_stop()``. Actions: :class:`LoadWeights`, :class:`~hopdec.core.ComputeGradient`,
 :class:`~hopdec.core.ApplyGradient` (an ESync local step), :class:`PushGradient`, :class:`PushDelta`,
-:class:`QueryState`, and the shared :class:`~hopdec.core.Wait` / :class:`~hopdec.core.Finished`.
+:class:`QueryState`, :class:`SaveCheckpoint`, and the shared :class:`~hopdec.core.Wait` / :class:`~hopdec.core.Finished`.
 
 Workers are named by their ids everywhere (the MPI rank in ``hopdec train``), never by a position.
 """
@@ -60,13 +61,17 @@ class DropGradient:
 @dataclass(frozen=True)
 class SendWeights:
     """Send the current weights (``version``) to ``workers``. ``gaps[i]``: how many pushes worker i is
-    ahead of the slowest; ``staleness[i]``: of its last gradient (None: none applied yet, -1: dropped)."""
+    ahead of the slowest; ``staleness[i]``: of its last gradient (None: none applied yet, -1: dropped).
+    ``cut``: the latest checkpoint cut (0: none), which a worker that has not saved it saves before
+    going on; ``keep_from``: the oldest cut still needed (older checkpoints may be deleted)."""
 
     workers: tuple
     version: int
     reason: str = ""
     gaps: tuple = ()
     staleness: tuple = ()
+    cut: int = 0
+    keep_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,26 @@ class AnswerQuery:
 
 @dataclass(frozen=True)
 class StopWorkers:
-    """Training is over for ``workers``: the work budget was reached."""
+    """Training is over for ``workers``: the work budget was reached (or a stop was requested).
+    ``cut``, ``keep_from``: as in :class:`SendWeights` (the final cut, when checkpointing)."""
 
     workers: tuple
     version: int
+    cut: int = 0
+    keep_from: int = 0
+    discarded: tuple = ()           # of ``workers``, those whose last push came after the stop: unused
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Save the server's state as checkpoint ``cut``: every worker is waiting (none computes, no push is
+    in flight), a consistent cut. ``final``: the last one of the run (every worker has been stopped)."""
+
+    cut: int
+    version: int
+    work: int
+    final: bool = False
+    keep_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,6 +139,15 @@ class PushDelta:
     round: int
     local_steps: int
     iteration: int
+
+
+@dataclass(frozen=True)
+class SaveCheckpoint:
+    """A worker saves its state (data position, iteration) as the checkpoint of ``cuts`` (the same state
+    for each: it was waiting for the server through all of them); ``keep_from``: older ones may go."""
+
+    cuts: tuple
+    keep_from: int = 0
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from hopdec.ps.server import Server
-from hopdec.runtime.metrics import open_jsonl
+from hopdec.runtime.metrics import log_path, open_jsonl
 from hopdec.ps.worker import PSWorker
 from hopdec.transport.message import header, message_floats
 from hopdec.transport.waiting import poll_until, wait_any
@@ -35,10 +35,10 @@ TAG_QUERY = 202    # worker -> server: ESync state query (int64 header)
 TAG_WEIGHTS = 203  # server -> worker: weights + header
 TAG_CTRL = 204     # server -> worker: READY / NOT_READY / STOP (int64 header)
 
-NF = 6             # int64 header fields
-# worker -> server header: [kind, step, local_steps, c_ns, iteration, 0]
-K_PUSH, K_QUERY = 1, 2
-# server -> worker header: [kind, version, gap, staleness, send_time_ns, 0]
+NF = 8             # int64 header fields
+# worker -> server header: [kind, step, local_steps, c_ns, iteration, signal, 0, 0]
+K_PUSH, K_QUERY, K_STOP = 1, 2, 3  # K_STOP (on the query tag): this worker was asked to stop (Ctrl-C)
+# server -> worker header: [kind, version, gap, staleness, send_time_ns, cut, keep_from, 0]
 R_WEIGHTS, R_STOP, R_READY, R_NOT_READY = 1, 2, 3, 4
 STALE_NONE = -2    # staleness on the wire when none is known yet (-1: dropped, as in hopdec.ps.server)
 
@@ -111,6 +111,7 @@ class ServerIO:
         self.dead = set()                           # workers whose failure MPI reported (ULFM)
         self._graveyard = []                        # their requests: kept referenced, never touched again
         self._new_dead = []                         # found failed, not yet told to the core
+        self.on_stop_notice = None                  # (worker, signal number) -> None: a worker's Ctrl-C
         self.push_bufs = {w: _data_buffer(numel) for w in self.workers}
         self.query_bufs = {w: np.zeros(NF, dtype=np.int64) for w in self.workers}
         self.send_bufs = {w: _data_buffer(numel) for w in self.workers}
@@ -184,8 +185,13 @@ class ServerIO:
         kind, w = self.meta[idx]
         now = time.time()
         if kind == "query":
-            k, c_ns = int(self.query_bufs[w][2]), int(self.query_bufs[w][3])
+            q = self.query_bufs[w].copy()
             self._post(idx)
+            if int(q[0]) == K_STOP:
+                if self.on_stop_notice:
+                    self.on_stop_notice(w, int(q[5]))
+                return
+            k, c_ns = int(q[2]), int(q[3])
             core.on_query(w, k, None if c_ns < 0 else c_ns / 1e9, now)
         else:
             self.reqs[idx] = self.MPI.REQUEST_NULL  # reposted when the worker is sent weights again
@@ -197,6 +203,15 @@ class ServerIO:
 
     def pushed(self, w):
         return self.push_bufs[w][:self.P]
+
+    def restore_pushed(self, w, data):
+        """A resumed server's gradient from ``w`` not applied yet: back into its buffer, whose receive is
+        posted again when ``w`` is next sent weights (as after a push)."""
+        idx = self._slot("push", w)
+        self.reqs[idx].Cancel()
+        self.reqs[idx].Wait()
+        self.reqs[idx] = self.MPI.REQUEST_NULL
+        self.push_bufs[w][:self.P] = data
 
     def _complete_sends(self, w):
         """Wait for the sends to ``w`` (bounded); True when ``w`` is alive (fault tolerant: a failure
@@ -219,7 +234,7 @@ class ServerIO:
             self.send_reqs[w] = []
         return True
 
-    def send_weights(self, w, version, gap, staleness, model, now):
+    def send_weights(self, w, version, gap, staleness, model, now, cut=0, keep_from=0):
         if not self._complete_sends(w):
             return
         idx = self._slot("push", w)
@@ -227,20 +242,21 @@ class ServerIO:
             self._post(idx)                         # its buffer is free again: applied or dropped
         buf = self.send_bufs[w]
         model.write_params(buf[:self.P])
-        header(buf, self.P)[:] = [R_WEIGHTS, version, gap, _stale_out(staleness), int(now * 1e9), 0]
+        header(buf, self.P)[:] = [R_WEIGHTS, version, gap, _stale_out(staleness), int(now * 1e9), cut,
+                                  keep_from, 0]
         self.send_reqs[w] = [self.comm.Isend(buf, dest=w, tag=TAG_WEIGHTS)]
 
-    def _ctrl(self, w, kind, staleness=None):
+    def _ctrl(self, w, kind, staleness=None, cut=0, keep_from=0):
         if not self._complete_sends(w):
             return
-        self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), 0]
+        self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), cut, keep_from, 0]
         self.send_reqs[w] = [self.comm.Isend(self.ctrl_bufs[w], dest=w, tag=TAG_CTRL)]
 
     def answer(self, w, ready):
         self._ctrl(w, R_READY if ready else R_NOT_READY)
 
-    def stop(self, w, staleness):
-        self._ctrl(w, R_STOP, staleness)
+    def stop(self, w, staleness, cut=0, keep_from=0):
+        self._ctrl(w, R_STOP, staleness, cut, keep_from)
 
     def close(self):
         """Finish the sends and cancel the open receives. Fault tolerant, a worker that dies now is only
@@ -295,13 +311,14 @@ class WorkerIO:
             hdr = header(self.recv_buf, self.P).copy()
             self._weights = self.recv_buf[:self.P].copy()
             self.reqs[0] = self.comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS)
-            core.on_weights(int(hdr[1]), gap=int(hdr[2]), staleness=_stale_in(hdr[3]), sent_at=hdr[4] / 1e9)
+            core.on_weights(int(hdr[1]), gap=int(hdr[2]), staleness=_stale_in(hdr[3]), sent_at=hdr[4] / 1e9,
+                            cut=int(hdr[5]), keep_from=int(hdr[6]))
         else:
             hdr = self.ctrl_buf.copy()
             self.reqs[1] = self.comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)
             kind = int(hdr[0])
             if kind == R_STOP:
-                core.on_stop(_stale_in(hdr[3]))
+                core.on_stop(_stale_in(hdr[3]), cut=int(hdr[5]), keep_from=int(hdr[6]))
             else:
                 core.on_answer(kind == R_READY)
 
@@ -319,7 +336,7 @@ class WorkerIO:
 
     def _push(self, step, local_steps, iteration, source):
         np.copyto(self.push_buf[:self.P], source)
-        header(self.push_buf, self.P)[:] = [K_PUSH, step, local_steps, -1, iteration, 0]
+        header(self.push_buf, self.P)[:] = [K_PUSH, step, local_steps, -1, iteration, 0, 0, 0]
         self._send(self.push_buf, TAG_PUSH)
 
     def push_gradient(self, step, iteration, grad):
@@ -329,13 +346,22 @@ class WorkerIO:
         self._push(rnd, local_steps, iteration, delta)
 
     def query(self, rnd, k, c, iteration):
-        self.query_buf[:] = [K_QUERY, rnd, k, -1 if c is None else int(c * 1e9), iteration, 0]
+        self.query_buf[:] = [K_QUERY, rnd, k, -1 if c is None else int(c * 1e9), iteration, 0, 0, 0]
         self._send(self.query_buf, TAG_QUERY)
+
+    def notify_stop(self, signum):
+        """Tell the server this worker was asked to stop (Ctrl-C); the server decides where. Sent without
+        waiting for it: the server may have stopped this worker already and never read it."""
+        self._stop_buf = np.array([K_STOP, 0, 0, -1, 0, signum, 0, 0], dtype=np.int64)
+        self._stop_req = self.comm.Isend(self._stop_buf, dest=0, tag=TAG_QUERY)
 
     def close(self):
         for r in self.reqs:                           # the server sends nothing after STOP
             r.Cancel()
             r.Wait()
+        req = getattr(self, "_stop_req", None)
+        if req is not None:                           # a small eager message: complete, read or not
+            req.Test()
 
 
 class WorkerBackend:
@@ -373,8 +399,13 @@ class WorkerBackend:
 class _EventLog:
     """rank0.jsonl: the run header, then server events (no ``iter`` key, so read_log skips them)."""
 
-    def __init__(self, log_dir, header):
-        self._f = open_jsonl(log_dir, 0, header) if log_dir else None
+    def __init__(self, log_dir, header, append=False):
+        self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
+        self.path = log_path(log_dir, 0) if log_dir else None
+
+    def tell(self):
+        self._f.flush()
+        return self._f.tell()
 
     def __call__(self, event, **data):
         if self._f:
@@ -395,7 +426,9 @@ def run(ctx):
     from hopdec.runtime.ps_loop import server_loop, worker_loop
     from hopdec.observe import RunObserver
     from hopdec.runtime.report import report
+    from hopdec.runtime.resume import PSRank, open_log
     from hopdec.transport.collectives import barrier
+    from hopdec.transport.waiting import watching
 
     args, rank = ctx.args, ctx.rank
     ft = bool(getattr(args, "fault_tolerance", False))
@@ -414,16 +447,18 @@ def run(ctx):
     timeout = ctx.timeout
     if rank == 0:
         trainer = ctx.make_trainer(0, n)
+        keep = PSRank(ctx, trainer, n)                 # checkpoints, resume, Ctrl-C (hopdec.runtime.resume)
         emulator = None
         header = dict(mode="ps", sync=policy.sync, workers=n, worker_ranks=list(workers),
                       iterations=ctx.iterations, budget=budget, model=ctx.model_name, params=trainer.numel,
                       hparams=ctx.hparams, device=str(ctx.device), seed=args.seed, settings=settings,
-                      gap_bound=policy.gap_bound())
-        events = _EventLog(ctx.log_dir, header)
+                      gap_bound=policy.gap_bound(), **keep.header())
+        events = _EventLog(ctx.log_dir, header, append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, 0)))
         logger = RankLogger(None, 0)
         model = ServerModel(trainer)
         io = ServerIO(comm, workers, trainer.numel, timeout, fault_tolerant=ft)
-        core = Server(policy, budget)
+        core = Server(policy, budget, checkpoints=keep.checkpoints, checkpoint_every=keep.every)
+        io.on_stop_notice = lambda w, signum: keep.on_stop_notice(core, signum)
         obs = RunObserver(ctx, events, "ps-server", workers, ctx.iterations, header, bound=policy.gap_bound(),
                           board_extra=lambda: f"server v{policy.version}, {core.dropped} dropped")
 
@@ -446,17 +481,24 @@ def run(ctx):
         if eval_interval > 0:
             evaluate(t0)
         last_eval = time.time()
-        core.start(t0)
-        for wait in server_loop(core, io, model, on_event=on_event):
-            io.wait(core, wait)
-            ctx.faults.at("train", core.work)
-            if eval_interval > 0 and time.time() - last_eval >= eval_interval:
-                evaluate(time.time())
-                last_eval = time.time()
+        if not keep.resume_server(core, io):
+            core.start(t0)
+        with watching(keep.server_watch(core)):
+            for wait in server_loop(core, io, model, on_event=on_event,
+                                    on_checkpoint=lambda a: keep.save_server(core, io, a, events)):
+                io.wait(core, wait)
+                ctx.faults.at("train", core.work)
+                if eval_interval > 0 and time.time() - last_eval >= eval_interval:
+                    evaluate(time.time())
+                    last_eval = time.time()
         ctx.faults.at("shutdown")
         io.close()
         elapsed = time.time() - t0
         obs.close()
+        end = keep.outcome(core)
+        if end["stopped"]:
+            events.close()
+            return keep.report_stop(end)
         evaluate(time.time())
         final = evals[-1]
         events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
@@ -468,15 +510,18 @@ def run(ctx):
         notes = failure_notes(core, n)
     else:
         trainer = ctx.make_trainer(workers.index(rank), n)
+        keep = PSRank(ctx, trainer, n)
         emulator = ctx.make_emulator(rank, workers)
         header = dict(mode="ps", sync=policy.sync, worker=rank, workers=n, iterations=ctx.iterations,
                       model=ctx.model_name, params=trainer.numel, hparams=ctx.hparams,
                       device=str(ctx.device), emulation=emulator.describe(), seed=args.seed,
-                      settings=settings, gap_bound=policy.gap_bound())
-        logger = RankLogger(ctx.log_dir, rank, header=header)
+                      settings=settings, gap_bound=policy.gap_bound(), **keep.header())
+        logger = RankLogger(ctx.log_dir, rank, header=header,
+                            append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
         backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
         io = WorkerIO(comm, trainer.numel, timeout, fault_tolerant=ft)
         core = PSWorker(rank, esync=policy.sync == "esync")
+        keep.resume_worker(core)
         obs = RunObserver(ctx, logger.event, "ps-worker", workers, ctx.iterations, header,
                           bound=policy.gap_bound())
 
@@ -485,13 +530,18 @@ def run(ctx):
             obs.on_record(rec)
         barrier(comm, timeout, "start")
         obs.begin()
-        for wait in worker_loop(core, io, backend, on_record=on_record):
-            io.wait(core, wait)
+        with watching(keep.worker_watch(io)):
+            for wait in worker_loop(core, io, backend, on_record=on_record,
+                                    on_checkpoint=lambda a: keep.save_worker(core, a, logger)):
+                io.wait(core, wait)
         obs.finished(logger.last_iter)
         ctx.faults.at("shutdown")
         io.close()
         obs.close()
         logger.close()
+        end = keep.outcome()
+        if end["stopped"]:
+            return keep.report_stop(end)
         if args.save_models and ctx.log_dir:
             np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
         extra, notes = {}, []

@@ -9,29 +9,47 @@ Drive it like every core (:mod:`hopdec.core`): feed :meth:`Server.start`, :meth:
 Work budget: ``budget`` mini-batch gradients in all (``--iterations N`` is N per worker, so N * workers;
 an ESync push counts its local steps; dropped gradients count too). Once it is reached, the next time the
 policy sends weights every worker it would send them to -- and every waiting worker -- is stopped instead,
-and every later push or query is answered with a stop. BSP then runs exactly N steps.
+and every later push or query is answered with a stop. BSP then runs exactly N steps. :meth:`Server.request_stop`
+(Ctrl-C) lowers the budget to the work done, which stops the run the same way at the next release.
+
+Checkpoints (``checkpoint_every`` mini-batches, ``0``: none): a consistent cut needs every worker waiting
+-- none computing, no push in flight. Once the work reaches the next multiple, the server holds the
+weights the policy releases until every worker is waiting (held, or kept waiting by the policy), then
+emits :class:`~hopdec.ps.actions.Checkpoint` (cut number c) and sends the held weights. Every message a
+worker gets from then on carries c; a worker that has not saved c saves its state before acting on it --
+the state it had at the cut, since a waiting worker does nothing until a message arrives. For BSP (and
+ESync rounds) every step end is such a cut, so nothing is held. When every worker has been stopped
+the final cut is emitted the same way. :meth:`Server.resume` continues from a cut's :meth:`Server.state`:
+it sends weights to the workers the policy had released (the others keep waiting, as they were).
 """
 
 from collections import deque
 from dataclasses import replace
 
 from hopdec.core import Finished, Wait
-from hopdec.ps.actions import ApplyDeltas, ApplyGradients, DropGradient, Note, SendWeights, StopWorkers
+from hopdec.ps.actions import (ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, Note, SendWeights,
+                               StopWorkers)
 
 DROPPED = -1
 """``staleness`` of a worker whose last gradient was dropped (None: none applied yet)."""
+DISCARDED = -3
+"""``staleness`` in the stop sent to a worker whose last gradient came after the stop and was not used
+(the worker logs it as dropped and does not count it as an iteration done)."""
 
 
 class Server:
     """One parameter server: ``policy`` (:mod:`hopdec.ps.sync`) decides, this core keeps the books."""
 
-    def __init__(self, policy, budget):
+    def __init__(self, policy, budget, checkpoints=False, checkpoint_every=0):
+        """``checkpoints``: emit the final cut when every worker has been stopped; ``checkpoint_every``:
+        also a cut every that many mini-batches (0: none)."""
         if budget < 1:
             raise ValueError(f"work budget must be >= 1, got {budget}")
         self.policy = policy
         self.budget = int(budget)
         self.work = 0                                   # mini-batch gradients received so far
         self.stopping = False
+        self.interrupted = False                        # request_stop() ended the run early
         self.stopped = set()
         self.pending_step = {}                          # worker -> version its pushed buffer was computed on
         self.last_staleness = dict.fromkeys(policy.workers)
@@ -42,6 +60,14 @@ class Server:
         self.failed = []                                # workers that died (--fault-tolerance), in order
         self.failures = []                              # what each death left: worker, work, budget, version
         self._out = deque()
+        self.checkpoints = bool(checkpoints or checkpoint_every)
+        self.checkpoint_every = int(checkpoint_every)   # mini-batches between cuts (0: only the final one)
+        self.cuts = 0                                   # cuts emitted so far (the last one's number)
+        self.next_cut = self.checkpoint_every
+        self.holding = False                            # waiting for every worker to wait, for a cut
+        self.held = set()                               # workers whose release is held for the cut
+        self.told = dict.fromkeys(policy.workers, 0)    # cut carried by the last message to each worker
+        self.saved = dict.fromkeys(policy.workers, 0)   # cut each worker is known to have saved
 
     @property
     def workers(self):
@@ -61,14 +87,16 @@ class Server:
         ``local_steps`` local steps, ``step`` = its round)."""
         self.work += max(1, int(local_steps))
         self.work_by[worker] += max(1, int(local_steps))
+        self.saved[worker] = self.told[worker]          # it saved that cut before computing this
         if self.stopping:
-            self._stop([worker])
+            self._stop([worker], discarded=True)         # its gradient is not used
             return
         self.pending_step[worker] = int(step)
         self._carry(self.policy.on_push(worker, step, now, local_steps=local_steps))
 
     def on_query(self, worker, k, c, now):
         """ESync state query: ``k`` local steps done this round; ``c`` the last step's time (None: unknown)."""
+        self.saved[worker] = self.told[worker]
         if self.stopping:
             self._stop([worker])
             return
@@ -87,6 +115,9 @@ class Server:
         self.failed.append(worker)
         self.stopped.add(worker)                    # never sent anything again
         self.pending_step.pop(worker, None)
+        self.held.discard(worker)                   # a cut waits only for the living
+        self.saved.pop(worker, None)
+        self.told.pop(worker, None)
         self.budget = max(1, int(round(self.budget - unfinished)))
         self.failures.append({"worker": worker, "work": self.work_by[worker], "budget": self.budget,
                               "version": self.policy.version})
@@ -94,8 +125,67 @@ class Server:
         self._carry(self.policy.remove_worker(worker, now))
         if self.budget_reached and not self.stopping:
             self.stopping = True                    # the others already did the rest of the work
+            if self.checkpoints:
+                self.cuts += 1                      # the final cut, as in _carry
             self._out.append(Note("stop", {"work": self.work, "version": self.policy.version}))
-            self._stop(self.policy.waiting)
+            self._stop(self.policy.waiting | self.held)
+            self.held, self.holding = set(), False
+
+    def request_stop(self):
+        """End the run early (Ctrl-C): the budget becomes the work done, so the next release stops every
+        worker (after the current BSP step or ESync round) and the final cut follows. Idempotent."""
+        if not self.stopping and self.budget > self.work:
+            self.budget = max(self.work, 1)
+            self.interrupted = True
+
+    # ---- checkpoints ----
+    def state(self):
+        """The books at a cut, JSON-ready (the weights, optimizer and pushed buffers are the driver's)."""
+        return {"work": self.work, "applied": self.applied, "dropped": self.dropped, "cuts": self.cuts,
+                "pending_step": {str(w): s for w, s in self.pending_step.items()},
+                "last_staleness": {str(w): s for w, s in self.last_staleness.items()},
+                "policy": self.policy.state()}
+
+    def resume(self, state, now, shift=0.0):
+        """Continue from :meth:`state` instead of :meth:`start`: weights go to every worker the policy had
+        released (they were held, or stopped, at the cut); the others go on waiting for the policy.
+        ``shift``: seconds to add to the policy's recorded times (the time the run was down)."""
+        self.work, self.applied, self.dropped = int(state["work"]), int(state["applied"]), int(state["dropped"])
+        self.cuts = int(state["cuts"])
+        self.told = dict.fromkeys(self.workers, self.cuts)
+        self.saved = dict.fromkeys(self.workers, self.cuts)
+        self.pending_step = {int(w): int(s) for w, s in state["pending_step"].items()}
+        self.last_staleness = {int(w): s for w, s in state["last_staleness"].items()}
+        self.policy.load_state(state["policy"], shift=shift)
+        if self.checkpoint_every:
+            self.next_cut = (self.work // self.checkpoint_every + 1) * self.checkpoint_every
+        go = tuple(w for w in self.workers if w not in self.policy.waiting)
+        if not go:
+            raise RuntimeError("resume: the policy released no worker at this cut")
+        self._carry([SendWeights(go, self.policy.version, "resume")])
+
+    def _keep_from(self):
+        return min(self.saved.values(), default=self.cuts)
+
+    def _maybe_cut(self):
+        """Emit the cut once every worker waits: held by us, or kept waiting by the policy."""
+        if not self.holding or len(self.held | self.policy.waiting) < self.policy.n:
+            return
+        self.cuts += 1
+        self.next_cut = (self.work // self.checkpoint_every + 1) * self.checkpoint_every
+        self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, keep_from=self._keep_from()))
+        go = tuple(w for w in self.workers if w in self.held)
+        self.held, self.holding = set(), False
+        if go:
+            self._send(SendWeights(go, self.policy.version, "checkpoint"))
+
+    def _send(self, a):
+        a = replace(a, gaps=tuple(self.gap_of(w) for w in a.workers),
+                    staleness=tuple(self.last_staleness[w] for w in a.workers),
+                    cut=self.cuts, keep_from=self._keep_from())
+        for w in a.workers:
+            self.told[w] = self.cuts
+        self._out.append(a)
 
     # ---- actions ----
     def next_action(self):
@@ -129,16 +219,32 @@ class Server:
             elif isinstance(a, SendWeights):
                 if self.budget_reached and not self.stopping:
                     self.stopping = True
+                    if self.checkpoints:
+                        self.cuts += 1                  # the final cut: every stop message carries it
                     self._out.append(Note("stop", {"work": self.work, "version": pol.version}))
                 if self.stopping:
-                    self._stop(set(a.workers) | pol.waiting)
+                    self._stop(set(a.workers) | pol.waiting | self.held)
+                    self.held, self.holding = set(), False
                     continue
-                a = replace(a, gaps=tuple(self.gap_of(w) for w in a.workers),
-                            staleness=tuple(self.last_staleness[w] for w in a.workers))
+                if self.checkpoint_every and self.work >= self.next_cut:
+                    self.holding = True
+                if self.holding:
+                    self.held.update(a.workers)
+                    continue
+                self._send(a)
+                continue
             self._out.append(a)
+        if self.holding:
+            self._maybe_cut()
 
-    def _stop(self, workers):
+    def _stop(self, workers, discarded=False):
         new = tuple(w for w in self.workers if w in set(workers) and w not in self.stopped)
         if new:
             self.stopped.update(new)
-            self._out.append(StopWorkers(new, self.policy.version))
+            for w in new:
+                self.told[w] = self.cuts
+            self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
+                                         discarded=new if discarded else ()))
+            if len(self.stopped) == len(self.work_by) and self.checkpoints:   # failed ones included
+                self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
+                                            keep_from=self._keep_from()))

@@ -13,10 +13,15 @@ weights (kept, to form the difference later), then asks before each local step w
 
 The paper's RUN-BATCH-DATA-TEST is not run: until a device reports its first step time the server counts
 it as the slowest (see :class:`hopdec.ps.sync.esync.ESyncPolicy`). A stop from the server ends either loop.
+
+Checkpoints: a message from the server carries the latest cut (see :class:`hopdec.ps.server.Server`); when
+it is newer than the last one this worker saved, the worker saves its state first (:class:`SaveCheckpoint`)
+-- it has been waiting since the cut, so that is its state at the cut.
 """
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.ps.actions import LoadWeights, PushDelta, PushGradient, QueryState
+from hopdec.ps.actions import LoadWeights, PushDelta, PushGradient, QueryState, SaveCheckpoint
+from hopdec.ps.server import DISCARDED, DROPPED
 
 SERVER = 0
 """The server's id in :class:`~hopdec.core.Wait` actions (MPI rank 0)."""
@@ -34,22 +39,34 @@ class PSWorker:
         self.gap = self.staleness = None    # what the server said with those weights
         self.sent_at = None                 # when the server sent them (its clock; data, not read here)
         self.local_steps = 0                # ESync: local steps in the current round
+        self.saved_cut = 0                  # the last checkpoint cut this worker saved
+        self._cut = (0, 0)                  # (cut, keep_from) the last server message carried
         self._reply = None
         self._steps = self._run()
 
+    def resume(self, iteration, cut):
+        """Continue from checkpoint ``cut``, with ``iteration`` mini-batches done (before the first action)."""
+        self.iteration, self.saved_cut = int(iteration), int(cut)
+
     # ---- events ----
-    def on_weights(self, version, gap=0, staleness=None, sent_at=None):
+    def on_weights(self, version, gap=0, staleness=None, sent_at=None, cut=0, keep_from=0):
         """The server sent weights of ``version`` at ``sent_at`` (its clock): I am ``gap`` pushes ahead of
-        the slowest worker, my last gradient had ``staleness`` (None: none applied yet, -1: dropped)."""
+        the slowest worker, my last gradient had ``staleness`` (None: none applied yet, -1: dropped);
+        ``cut``: the server's latest checkpoint cut, ``keep_from``: the oldest one still needed."""
+        self._cut = (int(cut), int(keep_from))
         self._set_reply(("weights", int(version), gap, staleness, sent_at))
 
     def on_answer(self, ready):
         """ESync: the state server's answer to my last query."""
         self._set_reply(("ready" if ready else "not_ready",))
 
-    def on_stop(self, staleness=None):
-        """Training is over (the server's work budget was reached); ``staleness`` of my last gradient."""
-        self.staleness = staleness
+    def on_stop(self, staleness=None, cut=0, keep_from=0):
+        """Training is over (the server's work budget was reached); ``staleness`` of my last gradient,
+        :data:`~hopdec.ps.server.DISCARDED` when it came after the stop and was not used: then it does not
+        count as an iteration done (a resumed run computes that iteration again, with the next batch)."""
+        self._discarded = staleness == DISCARDED
+        self.staleness = DROPPED if self._discarded else staleness
+        self._cut = (int(cut), int(keep_from))
         self._set_reply(("stop",))
 
     def next_action(self):
@@ -67,10 +84,17 @@ class PSWorker:
         reply, self._reply = self._reply, None
         return reply
 
+    def _checkpoint(self):
+        cut, keep_from = self._cut
+        if cut > self.saved_cut:
+            yield SaveCheckpoint(tuple(range(self.saved_cut + 1, cut + 1)), keep_from)
+            self.saved_cut = cut
+
     def _run(self):
         reply = yield from self._await("weights")
         while reply[0] == "weights":
             _, self.version, self.gap, self.staleness, self.sent_at = reply
+            yield from self._checkpoint()
             yield LoadWeights(self.version, keep=self.esync)
             if self.esync:
                 reply = yield from self._esync_round()
@@ -81,6 +105,9 @@ class PSWorker:
                 reply = yield from self._await("weights")
         if reply[0] != "stop":
             raise RuntimeError(f"worker {self.worker}: unexpected server reply {reply[0]!r}")
+        if getattr(self, "_discarded", False):
+            self.iteration -= self.local_steps if self.esync else 1
+        yield from self._checkpoint()
 
     def _esync_round(self):
         self.local_steps = 0

@@ -19,7 +19,8 @@ def prepare(args, graph, iterations):
     cfg = ProtocolConfig(iterations=iterations, protocol=args.protocol, max_ig=args.max_ig,
                          compute_graph=args.compute_graph, backup_workers=args.backup_workers or 0,
                          staleness=args.staleness, stale_reduce=args.stale_reduce,
-                         skip_max_jump=max_jump, skip_trigger=trigger)
+                         skip_max_jump=max_jump, skip_trigger=trigger,
+                         checkpoint_every=getattr(args, "checkpoint_every", None) or 0)
     views = node_views(graph)
     check_config(cfg, views)
     return cfg, views
@@ -44,11 +45,13 @@ def run(ctx, graph, cfg, views):
     survivors heal (:class:`hopdec.runtime.heal.Healer`) and go on; ``ctx.extra["healed"]`` then lists
     the heals (the caller must not call MPI_Finalize afterwards: it would wait for the dead).
     """
+    from hopdec.core import Wait
+    from hopdec.observe import RunObserver
     from hopdec.runtime.backend import TorchBackend
     from hopdec.runtime.hop_loop import worker_loop
-    from hopdec.runtime.metrics import RankLogger
-    from hopdec.observe import RunObserver
+    from hopdec.runtime.metrics import RankLogger, log_path
     from hopdec.runtime.report import report
+    from hopdec.runtime.resume import HopRank, open_log
     from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
 
@@ -70,6 +73,7 @@ def run(ctx, graph, cfg, views):
     # CUDA-aware MPI; a GPU model without one is staged once each way through pinned host buffers.
     trainer.use_send_storage(io.message_floats(), on_device=io.device_buffers is not None)
     bound = gap_bound(graph, cfg)
+    keep = HopRank(ctx, core, trainer, bound)      # checkpoints, resume, Ctrl-C (hopdec.runtime.resume)
     header = dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
                   setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,
                   backup_workers=cfg.backup_workers, skip=args.skip, compute_graph=cfg.compute_graph,
@@ -77,8 +81,10 @@ def run(ctx, graph, cfg, views):
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
                   gap_bound=bound, seed=args.seed, message_bytes=4 * io.message_floats(),
-                  consensus_every=getattr(args, "consensus_every", None), fault_tolerance=ft)
-    logger = RankLogger(ctx.log_dir, rank, header=header)
+                  consensus_every=getattr(args, "consensus_every", None), fault_tolerance=ft,
+                  **keep.header())
+    logger = RankLogger(ctx.log_dir, rank, header=header,
+                        append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
     obs = RunObserver(ctx, logger.event, "worker", range(ctx.size), cfg.iterations, header, bound=bound,
                       write_params=trainer.write_params, numel=trainer.numel,
                       evaluate=lambda: ctx.make_trainer(rank, ctx.size).evaluate)
@@ -100,15 +106,20 @@ def run(ctx, graph, cfg, views):
     def heal():
         event = healer.heal()
         ctx.comm = healer.comm
+        keep.rehome(healer.comm)                    # a stop is agreed among the survivors from now on
         logger.event("heal", **{k: v for k, v in event.items() if k != "event"})
         obs.on_failure(event)
         ctx.extra["healed"] = healer.events
         return event
 
     def drive(loop):
-        for wait in loop:
+        for a in loop:
+            if not isinstance(a, Wait):
+                keep.after(a, logger)               # Enter(K): the periodic checkpoint; a stop request
+                continue
             try:
-                io.wait(core, wait)
+                with keep.wakeable():               # a stop agreed meanwhile ends the wait
+                    io.wait(core, a)
             except PeerFailed:
                 if healer is None:
                     raise
@@ -116,19 +127,25 @@ def run(ctx, graph, cfg, views):
 
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
     obs.begin()
-    drive(worker_loop(core, io, backend, on_record=on_record, spans=obs.spans))
-    obs.finished(core.iteration)
-    ctx.faults.at("shutdown")
-    while True:                                     # a failure at shutdown: heal, send what was lost, again
-        try:
-            io.close()
-            break
-        except PeerFailed:
-            if healer is None:
-                raise
-            heal()
-            drive(worker_loop(core, io, backend))
+    with keep.running():                            # every wait notices a stop request (Ctrl-C)
+        drive(worker_loop(core, io, backend, on_record=on_record, spans=obs.spans, step=True))
+        keep.finish(logger)                         # the final checkpoint
+        obs.finished(core.iteration)
+        ctx.faults.at("shutdown")
+        while True:                                 # a failure at shutdown: heal, send what was lost, again
+            try:
+                io.close()
+                break
+            except PeerFailed:
+                if healer is None:
+                    raise
+                heal()
+                drive(worker_loop(core, io, backend, step=True))
+    keep.close()
     obs.close()
+    if keep.stopped:                                # Ctrl-C: no summary; rank 0 says how to resume
+        logger.close()
+        return keep.report_stop()
     if ctx.rank == 0 and ctx.log_dir:
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     if args.save_models and ctx.log_dir:

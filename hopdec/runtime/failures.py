@@ -73,10 +73,33 @@ class FailureChannel:
             self._req = self.comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)
 
     def _test(self):
+        if self._req is None:
+            return False
         try:
             return self._req.Test()
-        except Exception:                           # a dead peer (ULFM) fails an any-source receive
+        except Exception as err:                    # a dead peer (ULFM) fails an any-source receive
+            self._after_failure(err)
             return False
+
+    def _after_failure(self, err):
+        """ULFM: an any-source receive stays pending but fails every test (ERR_PROC_FAILED_PENDING) until
+        the failure is acknowledged; acknowledge it so the survivors' notices still arrive (otherwise each
+        survivor hears nobody and every one of them reports). A receive that failed outright is posted
+        again; if even that fails, the channel goes deaf (this rank then reports on its own)."""
+        from hopdec.transport.mpi import FAILURE_CLASSES
+        cls = err.Get_error_class() if hasattr(err, "Get_error_class") else None
+        if cls not in FAILURE_CLASSES:
+            self._req = None
+            return
+        try:
+            self.comm.Ack_failed()
+        except Exception:
+            pass
+        if cls != 76:                               # not ERR_PROC_FAILED_PENDING: the receive is over
+            try:
+                self._req = self.comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)
+            except Exception:
+                self._req = None
 
     def elect(self, priority, since, on=()):
         """Announce this rank's notice, listen for the others'; True when this rank should report."""
@@ -84,8 +107,13 @@ class FailureChannel:
         on = tuple(int(r) for r in on)[:MAX_ON]
         note = self.np.zeros(4 + MAX_ON, dtype=self.np.int64)
         note[:4 + len(on)] = [int(priority), int(since * 1e6), rank, len(on), *on]
-        self._sent = [(note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE))
-                      for r in range(self.comm.Get_size()) if r != rank]
+        self._sent = []
+        for r in range(self.comm.Get_size()):
+            if r != rank:
+                try:
+                    self._sent.append((note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE)))
+                except Exception:                   # a dead rank (ULFM): it does not vote
+                    pass
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
             self._collect()

@@ -29,12 +29,13 @@ def check_log_dir(log_dir, rank):
         raise ConfigError(f"--log-dir {log_dir}: cannot write {path} ({err.strerror or err})") from None
 
 
-def open_jsonl(log_dir, rank, header):
+def open_jsonl(log_dir, rank, header, append=False):
     """``DIR/rank{r}.jsonl``, line-buffered (every record reaches the file as it is written, so a killed
     rank loses at most the record being written), with the run header first (plus this process's pid
-    and host, so a user can tell which process is which rank)."""
+    and host, so a user can tell which process is which rank). ``append``: a resumed run continues the
+    log (its header line marks where)."""
     os.makedirs(log_dir, exist_ok=True)
-    f = open(log_path(log_dir, rank), "w", buffering=1)
+    f = open(log_path(log_dir, rank), "a" if append else "w", buffering=1)
     f.write(json.dumps({"rank": rank, "run": {**(header or {}), "pid": os.getpid(),
                                               "host": socket.gethostname()}}) + "\n")
     return f
@@ -43,13 +44,13 @@ def open_jsonl(log_dir, rank, header):
 class RankLogger:
     """Writes one rank's iteration records and keeps what the summary needs."""
 
-    def __init__(self, log_dir, rank, header=None):
+    def __init__(self, log_dir, rank, header=None, append=False):
         self.rank = rank
         self.path = None
         self._f = None
         if log_dir:
             self.path = log_path(log_dir, rank)
-            self._f = open_jsonl(log_dir, rank, header)
+            self._f = open_jsonl(log_dir, rank, header, append=append)
         self.entries = []          # (time, iter) of every iteration entered
         self.iterations = 0
         self.wait_s = 0.0
@@ -87,6 +88,11 @@ class RankLogger:
         if self.iterations < 2 or self.last_time == self.first_time:
             return None
         return (self.last_iter - self.first_iter) / (self.last_time - self.first_time)
+
+    def tell(self):
+        """Bytes written so far (every record complete: the file is line-buffered)."""
+        self._f.flush()
+        return self._f.tell()
 
     def close(self):
         if self._f:

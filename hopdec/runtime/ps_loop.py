@@ -19,15 +19,19 @@ has ``compute(iteration) -> dict``, ``apply(iteration)``, ``load_params(buf)``, 
 import time
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, DropGradient, LoadWeights, Note,
-                               PushDelta, PushGradient, QueryState, SendWeights, StopWorkers)
+from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, LoadWeights,
+                               Note, PushDelta, PushGradient, QueryState, SaveCheckpoint, SendWeights,
+                               StopWorkers)
+from hopdec.ps.server import DISCARDED
 
 
-def server_loop(core, io, model, on_event=None, clock=time.time, step=False):
+def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_checkpoint=None):
     """Run the server core to the end (call ``core.start`` first); yields each Wait.
 
     ``on_event(name, **data)`` gets the server's log events: ``apply``, ``drop``, ``release``, ``stop``,
-    ``note`` (with the time each was carried out)."""
+    ``note`` (with the time each was carried out); ``on_checkpoint(action)`` saves the server's state at a
+    :class:`~hopdec.ps.actions.Checkpoint`. Weights and stops carry the latest cut to ``io`` as keyword
+    arguments ``cut``/``keep_from`` (only when there is one)."""
     log = on_event or (lambda *a, **k: None)
     while True:
         a = core.next_action()
@@ -49,15 +53,21 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False):
         elif isinstance(a, DropGradient):
             log("drop", time=now, worker=a.worker, step=a.step, version=a.version)
         elif isinstance(a, SendWeights):
+            marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
             for w, g, s in zip(a.workers, a.gaps, a.staleness):
-                io.send_weights(w, a.version, g, s, model, now)
+                io.send_weights(w, a.version, g, s, model, now, **marks)
             log("release", time=now, workers=list(a.workers), version=a.version, gaps=list(a.gaps),
                 reason=a.reason)
         elif isinstance(a, AnswerQuery):
             io.answer(a.worker, a.ready)
         elif isinstance(a, StopWorkers):
-            for w in a.workers:
-                io.stop(w, core.last_staleness[w])
+            marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
+            for w in a.workers:                    # DISCARDED: its last gradient came after the stop
+                io.stop(w, DISCARDED if w in a.discarded else core.last_staleness[w], **marks)
+        elif isinstance(a, Checkpoint):
+            log("checkpoint", time=now, cut=a.cut, version=a.version, work=a.work, final=a.final)
+            if on_checkpoint:
+                on_checkpoint(a)
         elif isinstance(a, Note):
             log("stop" if a.event == "stop" else "note", time=now,
                 **({} if a.event == "stop" else {"what": a.event}), **a.data)
@@ -67,8 +77,10 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False):
             yield a
 
 
-def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
-    """Run a PS worker core to the end; yields each Wait. ``on_record(rec)`` gets one dict per mini-batch:
+def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, on_checkpoint=None):
+    """Run a PS worker core to the end; yields each Wait. ``on_checkpoint(action)`` saves the worker's
+    state at a :class:`~hopdec.ps.actions.SaveCheckpoint` (its last record is written first).
+    ``on_record(rec)`` gets one dict per mini-batch:
     ``iter``, ``time`` (SGD: the server's send time of the weights it computed on, so the observed gap is
     the one the server enforced; ESync: when the local step began), ``loss``, ``compute_s``, ``wait_s``,
     ``version``, ``gap``, ``staleness`` (of its gradient when applied; -1: dropped), ...
@@ -129,6 +141,10 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False):
         elif isinstance(a, PushDelta):
             rec["round_steps"] = a.local_steps
             io.push_delta(a.round, a.local_steps, a.iteration, backend.delta())
+        elif isinstance(a, SaveCheckpoint):
+            close()                                 # the log the checkpoint records ends with it
+            if on_checkpoint:
+                on_checkpoint(a)
         else:  # pragma: no cover
             raise TypeError(f"unknown worker action {a!r}")
         if step:

@@ -7,8 +7,12 @@ seconds so a dead or hung peer never hangs the job.
 
 While it waits, it runs the *idle hooks* (:func:`add_idle_hook`) between polls: what observes a run
 (live progress, the consensus-distance reductions, :mod:`hopdec.observe`) gets its MPI progress there,
-in time the rank would have slept anyway. Hooks must be quick and must not wait themselves.
+in time the rank would have slept anyway. Hooks must be quick and must not wait themselves -- except
+one: a stop request (Ctrl-C) is noticed there too, through :func:`watching`, and the agreement on where
+to stop waits, briefly, for the other ranks (:mod:`hopdec.runtime.interrupt`); no hook runs meanwhile.
 """
+
+import contextlib
 
 import time
 
@@ -41,6 +45,16 @@ def run_idle_hooks():
             fn()
     finally:
         _in_hook = False
+
+
+@contextlib.contextmanager
+def watching(fn):
+    """``fn`` is an idle hook inside the block (the stop check of :mod:`hopdec.runtime.interrupt`)."""
+    add_idle_hook(fn)
+    try:
+        yield
+    finally:
+        remove_idle_hook(fn)
 
 
 class PeerTimeout(RuntimeError):

@@ -87,6 +87,23 @@ class Policy:
         """What a model does when ``worker`` is gone (its books are already cleared)."""
         return []
 
+    # ---- checkpoints ----
+    def state(self):
+        """Everything the policy has decided and recorded, JSON-ready (see :func:`encode`), so a policy
+        built with the same settings continues from it (:meth:`load_state`)."""
+        return encode(vars(self))
+
+    def load_state(self, state, shift=0.0):
+        """Put back what :meth:`state` gave; ``shift`` seconds are added to recorded times (a resumed run
+        was down that long: intervals measured across the gap would count the downtime)."""
+        for key, value in decode(state).items():
+            setattr(self, key, value)
+        if shift:
+            self._shift_times(float(shift))
+
+    def _shift_times(self, dt):
+        """Add ``dt`` to every time the policy recorded (policies that record times override this)."""
+
     # ---- helpers ----
     def _push(self, worker, step, now, local_steps):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -111,3 +128,46 @@ class Policy:
     def gap(self):
         """Iteration gap: pushes of the fastest minus pushes of the slowest worker."""
         return max(self.pushes.values()) - self.slowest_pushes()
+
+
+def encode(obj):
+    """A policy's attributes as JSON: dicts (int keys kept), sets, tuples, lists, numbers, strings and
+    dataclass records, each tagged so :func:`decode` rebuilds the same types; nothing is pickled."""
+    import dataclasses
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, dict):
+        return {"dict": [[encode(k), encode(v)] for k, v in obj.items()]}
+    if isinstance(obj, (set, frozenset)):
+        return {"set": [encode(v) for v in sorted(obj, key=repr)]}
+    if isinstance(obj, tuple):
+        return {"tuple": [encode(v) for v in obj]}
+    if isinstance(obj, list):
+        return [encode(v) for v in obj]
+    if dataclasses.is_dataclass(obj):
+        return {"record": type(obj).__name__,
+                "fields": {f.name: encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+    if hasattr(obj, "item"):                        # a numpy scalar
+        return obj.item()
+    raise TypeError(f"cannot save a {type(obj).__name__} in a checkpoint")
+
+
+def decode(data):
+    """The inverse of :func:`encode`. Records are rebuilt only as the sync models' own record classes."""
+    if isinstance(data, list):
+        return [decode(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if "dict" in data:
+        return {decode(k): decode(v) for k, v in data["dict"]}
+    if "set" in data:
+        return {decode(v) for v in data["set"]}
+    if "tuple" in data:
+        return tuple(decode(v) for v in data["tuple"])
+    if "record" in data:
+        from hopdec.ps.sync.esync import _DeviceRecord
+        records = {"_DeviceRecord": _DeviceRecord}
+        if data["record"] not in records:
+            raise ValueError(f"unknown record {data['record']!r} in a checkpoint")
+        return records[data["record"]](**{k: decode(v) for k, v in data["fields"].items()})
+    raise ValueError(f"unknown value {sorted(data)!r} in a checkpoint")

@@ -44,6 +44,9 @@ class DSSPPolicy(Policy):
     def gap_bound(self):
         return self.s_upper
 
+    def _shift_times(self, dt):
+        self.table = {w: [None if t is None else t + dt for t in ts] for w, ts in self.table.items()}
+
     def slowest(self):
         low = self.slowest_pushes()
         return next(w for w in self.workers if self.pushes[w] == low)

@@ -36,6 +36,10 @@ class ElasticPolicy(Policy):
     def settings(self):
         return {"lookahead": self.R}
 
+    def _shift_times(self, dt):
+        self.mark = {w: t + dt for w, t in self.mark.items()}
+        self.last_push = {w: t + dt for w, t in self.last_push.items()}
+
     def start(self, now):
         self.mark = dict.fromkeys(self.workers, float(now))
         return super().start(now)

@@ -44,6 +44,10 @@ class ESyncPolicy(Policy):
     def settings(self):
         return {"epsilon": self.epsilon}
 
+    def _shift_times(self, dt):
+        for r in self.rec.values():
+            r.t_e += dt
+
     def slowest(self):
         def cap(w):
             c = self.rec[w].c

@@ -1,0 +1,376 @@
+"""Checkpoints on disk: each rank's state at a consistent cut, written atomically, and resuming from the
+latest cut every rank has (``--checkpoint-dir D --checkpoint-every K``, ``--resume D``).
+
+Layout: ``D/rank{r}/`` holds rank r's files only -- ``ckpt-{key:08d}.npz`` (numpy arrays: parameters,
+momentum, data position, RNG states; a PS server also the pushed gradients it has not applied yet) and
+``manifest.json`` (which keys are complete, the run's settings, where each rank's log was). A *key* names
+a cut: the iteration K in decentralized mode (every rank at Enter(K), see
+:mod:`hopdec.runtime.decentralized`), the server's cut number in parameter-server mode (see
+:class:`hopdec.ps.server.Server`). Each rank reads only its own directory, so D may be a shared
+filesystem or the same path on every host's local disk (as long as each rank runs where its files are).
+
+Writes are atomic: a temporary file in the same directory, ``fsync``, ``rename``, then the manifest the
+same way -- a rank killed mid-write leaves the previous checkpoints intact. Loading never unpickles:
+``np.load(allow_pickle=False)`` refuses object arrays, and manifests are JSON.
+"""
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+
+import numpy as np
+
+from hopdec.errors import ConfigError
+
+FORMAT = "hopdec-checkpoint/1"
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 * 2 ** 20
+
+# Options that decide what a run computes: a resumed run must have the same values (as resolved from
+# the options and presets). Anything else (--iterations, --epochs, output, --threads, --peer-timeout,
+# --device, emulated slowdowns) may change.
+SETTINGS = ("mode", "sync", "topology", "protocol", "max_ig", "compute_graph", "backup_workers",
+            "staleness", "stale_reduce", "skip", "staleness_range", "lookahead", "esync_epsilon",
+            "dataset", "partition", "model", "norm", "lr", "momentum", "weight_decay", "batch_size", "seed")
+
+
+def option_name(key):
+    return "--" + key.replace("_", "-")
+
+
+def rank_dir(directory, rank):
+    return os.path.join(directory, f"rank{rank}")
+
+
+def ckpt_name(key):
+    return f"ckpt-{int(key):08d}.npz"
+
+
+# ---- atomic files --------------------------------------------------------------------------------
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write):
+    """Write ``path`` through ``write(file)`` into a temporary file beside it, fsync, rename: readers see
+    the old file or the complete new one, never a part."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def write_arrays(path, arrays, meta):
+    """``arrays`` (name -> numpy array, never objects) and a JSON ``meta`` into one ``.npz``, atomically."""
+    payload = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    for k, v in payload.items():
+        if v.dtype == object:
+            raise TypeError(f"checkpoint array {k} holds Python objects")
+    payload["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    atomic_write(path, lambda f: np.savez(f, **payload))
+
+
+def read_arrays(path):
+    """``(arrays, meta)`` of a checkpoint file; ConfigError (one line) if it is missing, damaged, or
+    holds anything but plain arrays (nothing is unpickled: ``allow_pickle=False``)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ValueError("not a hopdec checkpoint")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: checkpoint file missing") from None
+    except (ValueError, KeyError, OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ConfigError(f"{path}: refused: not a readable hopdec checkpoint ({msg})") from None
+    return arrays, meta
+
+
+# ---- manifests ---------------------------------------------------------------------------------------
+def read_manifest(directory, rank):
+    """Rank ``rank``'s manifest in ``directory`` (a dict), or None when it has none."""
+    path = os.path.join(rank_dir(directory, rank), MANIFEST)
+    try:
+        if os.path.getsize(path) > MAX_MANIFEST_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB, not a hopdec manifest")
+        with open(path, "rb") as f:
+            man = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable checkpoint manifest ({' '.join(str(err).split())[:200]})") \
+            from None
+    if not isinstance(man, dict) or man.get("format") != FORMAT or not isinstance(man.get("complete"), dict):
+        raise ConfigError(f"{path}: not a hopdec checkpoint manifest")
+    return man
+
+
+def check_fresh(directory, rank):
+    """Setup check of ``--checkpoint-dir`` for a new run: writable, and not holding another run's
+    checkpoints (they would be mixed up with this run's at a later ``--resume``)."""
+    where = rank_dir(directory, rank)
+    try:
+        os.makedirs(where, exist_ok=True)
+        probe = os.path.join(where, f".probe{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"--checkpoint-dir {directory}: cannot write {where} ({err.strerror or err})") \
+            from None
+    man = read_manifest(directory, rank)
+    if man is not None and man["complete"]:
+        last = max(int(k) for k in man["complete"])
+        raise ConfigError(f"--checkpoint-dir {directory}: holds the checkpoints of another run (up to "
+                          f"{_describe_key(man, last)}); continue it with --resume {directory}, or choose an "
+                          f"empty directory")
+
+
+def _describe_key(man, key):
+    e = man["complete"].get(str(key), {})
+    if man.get("mode") == "ps":
+        return f"checkpoint {key}, {e.get('work', '?')} mini-batches"
+    return f"iteration {key}"
+
+
+class RankCheckpoints:
+    """The checkpoints of one rank: writes them atomically, keeps the manifest, deletes old ones."""
+
+    def __init__(self, directory, rank, world, mode, settings, every, target, extra=None, previous=None):
+        """``previous``: the manifest of the run this one resumes (its complete keys are kept)."""
+        self.dir = rank_dir(directory, rank)
+        self.root, self.rank = directory, rank
+        os.makedirs(self.dir, exist_ok=True)
+        for name in os.listdir(self.dir):                      # a rank killed mid-write leaves these
+            if name.startswith(".") and ".tmp" in name:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass
+        self.manifest = dict(format=FORMAT, rank=rank, world=world, mode=mode, settings=settings,
+                             checkpoint_every=every, iterations=target, **(extra or {}),
+                             complete=dict(previous["complete"]) if previous else {})
+        self.saved_s = 0.0
+
+    @property
+    def keys(self):
+        return sorted(int(k) for k in self.manifest["complete"])
+
+    def save(self, key, arrays, info=None, also=(), state=None):
+        """Write the arrays as checkpoint ``key`` (and record the same file for the keys ``also``: a rank
+        whose state did not change between cuts), then the manifest. ``info`` goes into both (small),
+        ``state`` (JSON) only into the file. Returns the file's path."""
+        t0 = time.perf_counter()
+        name = ckpt_name(key)
+        path = os.path.join(self.dir, name)
+        meta = dict(format=FORMAT, rank=self.rank, key=int(key), **(info or {}), state=state)
+        write_arrays(path, arrays, meta)
+        entry = dict(file=name, time=time.time(), **(info or {}))
+        for k in (*also, key):
+            self.manifest["complete"][str(int(k))] = entry
+        self._write_manifest()
+        self.saved_s += time.perf_counter() - t0
+        return path
+
+    def set_target(self, iterations):
+        self.manifest["iterations"] = iterations
+
+    def _write_manifest(self):
+        text = json.dumps(self.manifest, indent=1, sort_keys=True).encode("utf-8")
+        atomic_write(os.path.join(self.dir, MANIFEST), lambda f: f.write(text))
+
+    def forget_before(self, key):
+        """Delete the checkpoints older than ``key`` (no longer needed by any resume): the manifest first,
+        then the files no key refers to any more."""
+        old = [k for k in self.manifest["complete"] if int(k) < key]
+        if not old:
+            return
+        for k in old:
+            del self.manifest["complete"][k]
+        self._write_manifest()
+        used = {e["file"] for e in self.manifest["complete"].values()}
+        for name in os.listdir(self.dir):
+            if name.startswith("ckpt-") and name.endswith(".npz") and name not in used:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass
+
+    def load(self, key):
+        return load(self.root, self.rank, self.manifest, key)
+
+
+def load(directory, rank, manifest, key):
+    """The arrays of rank ``rank``'s checkpoint ``key`` (its manifest given), checked to be that one."""
+    entry = manifest["complete"].get(str(int(key)))
+    if entry is None:
+        raise ConfigError(f"--resume {directory}: rank {rank} has no checkpoint {key}")
+    path = os.path.join(rank_dir(directory, rank), os.path.basename(str(entry.get("file", ""))))
+    arrays, meta = read_arrays(path)
+    if meta.get("rank") != rank:
+        raise ConfigError(f"{path}: written by rank {meta.get('rank')}, not rank {rank}")
+    return arrays, meta
+
+
+# ---- which checkpoint a resume starts from --------------------------------------------------------------
+def summary(directory, rank):
+    """What rank ``rank`` tells the others at ``--resume``: its manifest's keys and settings, or an error."""
+    try:
+        man = read_manifest(directory, rank)
+    except ConfigError as err:
+        return {"error": str(err)}
+    if man is None:
+        return {"missing": True}
+    return {k: man.get(k) for k in ("world", "mode", "settings", "checkpoint_every", "iterations")} | \
+        {"keys": sorted(int(k) for k in man["complete"]),
+         "work": {k: e["work"] for k, e in man["complete"].items() if isinstance(e.get("work"), int)}}
+
+
+def choose(directory, summaries, world, settings):
+    """The key every rank has, latest first, from every rank's :func:`summary` (the same answer on every
+    rank, so a problem is one ConfigError raised everywhere). Checks the number of ranks and settings."""
+    where = f"--resume {directory}"
+    for r, s in enumerate(summaries):
+        if s.get("error"):
+            raise ConfigError(f"{s['error']} (rank {r})")
+    present = [s for s in summaries if not s.get("missing")]
+    if not present:
+        raise ConfigError(f"{where}: no checkpoint there (expected {directory}/rank0/{MANIFEST})")
+    worlds = {s["world"] for s in present}
+    if worlds != {world} or len(present) != len(summaries):
+        written = max(worlds)
+        raise ConfigError(f"{where}: written by {written} ranks, this run has {world}: resume onto a "
+                          f"different number of ranks is out of scope (mpirun -n {written})")
+    first = summaries[0]                                   # rank 0's: the server's, in PS mode
+    for s in present[1:]:
+        if s["settings"] != first["settings"] or s["mode"] != first["mode"]:
+            raise ConfigError(f"{where}: the ranks' checkpoints are of different runs")
+    mismatch = compare_settings(first["settings"], settings)
+    if mismatch:
+        raise ConfigError(f"{where}: {mismatch}")
+    common = set(first["keys"])
+    for s in present[1:]:
+        common &= set(s["keys"])
+    if not common:
+        raise ConfigError(f"{where}: no checkpoint is complete on every rank (a run killed before its "
+                          f"first checkpoint)")
+    return max(common), first
+
+
+def compare_settings(saved, current):
+    """None when a run with ``current`` settings may resume a checkpoint written with ``saved``; else one
+    line naming the first option that differs."""
+    for key in SETTINGS:
+        a, b = saved.get(key), current.get(key)
+        if a != b:
+            return (f"the checkpoint was written with {option_name(key)} {_show(a)}, this run has "
+                    f"{option_name(key)} {_show(b)}; resume with the same settings (only --iterations, "
+                    f"--epochs, output and emulation options may change)")
+    return None
+
+
+def _show(v):
+    if v is None:
+        return "(not set)"
+    if isinstance(v, dict):
+        return v.get("describe", json.dumps(v, sort_keys=True))
+    return str(v)
+
+
+def topology_fingerprint(graph):
+    """The topology as it will be used (edges, mixing weights, per-node backup workers), hashed: two runs
+    with the same fingerprint run the same graph whatever the files were called."""
+    edges = sorted((int(u), int(v), round(float(d.get("weight", 1.0)), 12)) for u, v, d in graph.edges(data=True))
+    nodes = sorted((int(n), d.get("backup_workers")) for n, d in graph.nodes(data=True))
+    h = hashlib.sha256(json.dumps([nodes, edges]).encode()).hexdigest()[:16]
+    source = graph.graph.get("source") or "topology"
+    return {"sha256": h, "describe": f"{source} ({graph.number_of_nodes()} nodes, "
+                                     f"{graph.number_of_edges()} edges, sha256 {h})"}
+
+
+def run_settings(ctx, graph=None, cfg=None, policy=None):
+    """What the run computes, from its resolved options (:data:`SETTINGS`); JSON-ready."""
+    a = ctx.args
+    ds = ctx.dataset
+    out = dict(mode=a.mode, dataset=f"{ds.name} ({len(ds.train_y)} training samples, input "
+                                      f"{'x'.join(map(str, ds.input_shape))})",
+               partition=a.partition, model=ctx.model_name, norm=getattr(a, "norm", "batch"),
+               seed=a.seed, **{k: ctx.hparams[k] for k in ("lr", "momentum", "weight_decay", "batch_size")})
+    if graph is not None:
+        topo = topology_fingerprint(graph)
+        out.update(topology=topo["sha256"], protocol=cfg.protocol, compute_graph=cfg.compute_graph,
+                   max_ig=cfg.max_ig, backup_workers=cfg.backup_workers, staleness=cfg.staleness,
+                   stale_reduce=cfg.stale_reduce,
+                   skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None)
+    if policy is not None:
+        out.update(sync=policy.sync, **{k: (list(v) if isinstance(v, tuple) else v)
+                                        for k, v in policy.settings().items() if k in SETTINGS})
+    return json.loads(json.dumps(out))
+
+
+# ---- logs and messages ---------------------------------------------------------------------------------
+def trim_log(path, offset):
+    """Cut ``path`` back to ``offset`` bytes (what it held at the checkpoint a run resumes), so the resumed
+    run appends after it; True when it did (False: no such file, or shorter: the log starts afresh)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    if offset is None or size < offset:
+        return False
+    with open(path, "r+b") as f:
+        f.truncate(offset)
+        if offset:
+            f.seek(offset - 1)
+            if f.read(1) != b"\n":          # never leave a partial line
+                return False
+    return True
+
+
+def resume_command(argv, ranks, directory, launcher="mpirun"):
+    """The command that resumes this run: the same ``hopdec train`` arguments, ``--resume D`` instead of
+    any earlier ``--resume``, without the tests' fault injection."""
+    out, skip = [], False
+    drop = {"--resume", "--die-rank", "--die-at", "--die-how", "--die-phase"}
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in drop:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return shlex.join([launcher, "-n", str(ranks), "hopdec", "train", *out, "--resume", directory])
+
+
+def train_argv():
+    """The ``hopdec train`` arguments of this process (after ``train``), as the user typed them."""
+    argv = list(sys.argv[1:])
+    if argv and argv[0] == "train":
+        argv = argv[1:]
+    return argv

@@ -1,0 +1,303 @@
+"""Checkpoint, resume and clean stop for the two runners: what ``runtime/decentralized.py`` and ``ps/mpi.py``
+call (the files are :mod:`hopdec.runtime.checkpoint`, the stop :mod:`hopdec.runtime.interrupt`).
+
+* :func:`check_options` / :func:`plan` -- ``--checkpoint-dir``, ``--checkpoint-every``, ``--resume`` checked
+  during setup; at ``--resume D`` the ranks exchange their manifests and agree on the latest cut every
+  rank has (one line and exit 2 otherwise, like any setup error).
+* :class:`HopRank` -- one decentralized rank: resumes its core at Enter(K) with its trainer's state,
+  checkpoints at Enter(K) for K a multiple of ``--checkpoint-every`` (before Send(K): a cut with nothing
+  in flight, see :meth:`hopdec.hop.worker.Worker.resume_at`) and at the end, and takes part in a stop.
+* :class:`PSRank` -- the parameter server or one PS worker: saves at the cuts the server core decides.
+"""
+
+import contextlib
+import math
+import os
+import time
+
+from hopdec.errors import ConfigError
+from hopdec.runtime import checkpoint as C
+from hopdec.runtime import interrupt
+
+
+# ---- options and the resume plan -------------------------------------------------------------------------
+def check_options(args, rank):
+    """The cheap checks (no torch): fills ``args.checkpoint_dir`` from ``--resume``, and on a resume takes
+    ``--iterations`` and ``--checkpoint-every`` from the checkpoint when not given."""
+    d, res = getattr(args, "checkpoint_dir", None), getattr(args, "resume", None)
+    if res is not None:
+        if d is not None and os.path.abspath(d) != os.path.abspath(res):
+            raise ConfigError(f"--checkpoint-dir {d} with --resume {res}: a resumed run goes on checkpointing "
+                              f"into {res} (drop --checkpoint-dir)")
+        args.checkpoint_dir = d = res
+        man = C.read_manifest(res, rank)
+        if man is not None:
+            if args.iterations is None and args.epochs is None and isinstance(man.get("iterations"), int):
+                args.iterations = man["iterations"]
+            if args.checkpoint_every is None and isinstance(man.get("checkpoint_every"), int):
+                args.checkpoint_every = man["checkpoint_every"] or None
+    elif d is not None:
+        C.check_fresh(d, rank)
+    if args.checkpoint_every is not None and d is None:
+        raise ConfigError("--checkpoint-every needs --checkpoint-dir D (where the checkpoints go)")
+
+
+def plan(ctx, settings, timeout):
+    """At ``--resume D``: the cut to start from, the same on every rank (collective; ConfigError, the same
+    on every rank, when there is none to use). Without ``--resume``: None."""
+    from hopdec.transport.collectives import allgather_json
+    d = ctx.args.resume
+    if d is None:
+        return None
+    mine = C.summary(d, ctx.rank)
+    everyone = allgather_json(ctx.comm, mine, timeout, "reading the checkpoints' manifests")
+    key, info = C.choose(d, everyone, ctx.size, settings)
+    man = C.read_manifest(d, ctx.rank)
+    return dict(dir=d, key=key, manifest=man, entry=man["complete"][str(key)], info=info)
+
+
+def _store(ctx, settings, target, extra=None):
+    d = ctx.args.checkpoint_dir
+    if d is None:
+        return None
+    res = ctx.extra.get("resume")
+    return C.RankCheckpoints(d, ctx.rank, ctx.size, ctx.args.mode, settings, ctx.args.checkpoint_every or 0,
+                             target, extra=extra, previous=res["manifest"] if res else None)
+
+
+def open_log(ctx, path):
+    """Before a resumed run opens its log: cut it back to where it was at the cut, so records continue
+    (True: append to it). Another --log-dir, or no log then: a new log (False)."""
+    res = ctx.extra.get("resume")
+    if res is None or path is None:
+        return False
+    entry = res["entry"]
+    if entry.get("log") != os.path.abspath(path):
+        return False
+    return C.trim_log(path, entry.get("log_offset"))
+
+
+def _log_info(logger):
+    if logger is None or getattr(logger, "path", None) is None:
+        return {}
+    return {"log": os.path.abspath(logger.path), "log_offset": logger.tell()}
+
+
+def _stopped_line(ctx, where, signum, saved):
+    cause = f" ({interrupt.signal_name(signum)})" if signum else ""
+    if saved:
+        return (f"stopped {where}{cause}; checkpoint in {ctx.args.checkpoint_dir}; resume with: "
+                f"{C.resume_command(ctx.args.argv, ctx.size, ctx.args.checkpoint_dir)}")
+    return f"stopped {where}{cause}; no checkpoint to resume from (--checkpoint-dir D writes one)"
+
+
+# ---- decentralized ----------------------------------------------------------------------------------------
+class HopRank:
+    """Checkpoint, resume and stop for one rank of the decentralized runner."""
+
+    def __init__(self, ctx, core, trainer, gap_bound):
+        self.ctx, self.core, self.trainer = ctx, core, trainer
+        self.every = ctx.args.checkpoint_every or 0
+        self.gap = gap_bound if gap_bound is not None and math.isfinite(gap_bound) else None
+        self.target = ctx.iterations
+        settings = ctx.extra.get("settings")
+        self.store = _store(ctx, settings, self.target)
+        res = ctx.extra.get("resume")
+        self.start = 0
+        if res is not None:
+            self.start = res["key"]
+            arrays, _ = C.load(res["dir"], ctx.rank, res["manifest"], self.start)
+            trainer.load_state(arrays)
+            core.resume_at(self.start)
+        self.channel = interrupt.StopChannel(ctx.comm, ctx.timeout)
+        self._in_wait = False
+        self.saved_final = False
+
+    def header(self):
+        return {"resumed_from": self.start} if self.start else {}
+
+    # ---- during training ----
+    @contextlib.contextmanager
+    def running(self):
+        """Inside: every wait looks for a stop request."""
+        from hopdec.transport.waiting import watching
+        with watching(self._watch):
+            yield
+
+    @contextlib.contextmanager
+    def wakeable(self):
+        """Around the core's wait: a stop agreed meanwhile ends the wait (the core is asked again)."""
+        self._in_wait = True
+        try:
+            yield
+        except interrupt.Woken:
+            pass
+        finally:
+            self._in_wait = False
+
+    def _watch(self):
+        self._check(peers=True)
+
+    def _check(self, peers):
+        if self.channel.stop_at is not None or (not peers and interrupt.requested() is None):
+            return
+        stop_at = self.channel.check(self.core.position, finished=self.finished)
+        if stop_at is not None and not self.finished:
+            self.core.stop_at(stop_at)
+            if self._in_wait:
+                raise interrupt.Woken()
+
+    def after(self, action, logger):
+        """Called after each action the core's loop carried out (``step=True``)."""
+        from hopdec.hop.actions import Enter
+        if isinstance(action, Enter):
+            k = action.iteration
+            if self.store is not None and self.every and k % self.every == 0 and self.start < k < self.core.budget:
+                self._save(k, logger, "periodic")
+            self._check(peers=True)
+        else:
+            self._check(peers=False)
+
+    finished = False
+
+    def finish(self, logger):
+        """The core is finished: the final checkpoint at Enter(budget) (what ran is complete)."""
+        self.finished = True
+        k = self.core.budget
+        if self.store is not None and k > self.start:
+            self._save(k, logger, "stop" if self.stopped else "end")
+            self.saved_final = True
+
+    def _save(self, k, logger, cause):
+        self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger)))
+        if self.gap is None:                    # gaps without a bound: another rank may need any of them
+            return
+        # Every rank is within ``gap`` iterations of this one (Hop Table 1), so each has entered k - gap
+        # and saved the multiple of ``every`` below it: older checkpoints are nobody's latest common one.
+        # The previous checkpoint always stays (a rank may die before saving this one).
+        keep = int((k - self.gap) // self.every) * self.every if self.every else k
+        older = [x for x in self.store.keys if x < k]
+        self.store.forget_before(min(keep, older[-1]) if older else keep)
+
+    def rehome(self, comm):
+        """After a heal (``--fault-tolerance``): the stop agreement goes on among the survivors, and no
+        checkpoint is deleted any more -- the ranks that died have none newer, so a resume goes back to
+        the latest one every rank of the original run has."""
+        self.channel = self.channel.moved_to(comm)
+        self.gap = None
+
+    @property
+    def stopped(self):
+        """A stop ended the run before its last iteration."""
+        return self.channel.stop_at is not None and self.core.budget < self.target
+
+    def close(self):
+        self.channel.close()
+
+    def report_stop(self):
+        """After a stop: every rank has saved (io.close() passed its barriers); rank 0 says so."""
+        if self.ctx.rank == 0:
+            where = f"at iteration {self.core.budget} of {self.target}"
+            saved = self.saved_final or (self.store is not None and self.start > 0)   # or the resumed one
+            if self.core.budget == 0:
+                interrupt.announce(f"stopped before the first iteration "
+                                   f"({interrupt.signal_name(self.channel.signum)}); nothing to resume")
+            else:
+                interrupt.announce(_stopped_line(self.ctx, where, self.channel.signum, saved))
+        return None
+
+
+# ---- parameter server ---------------------------------------------------------------------------------------
+class PSRank:
+    """Checkpoint, resume and stop for the parameter server (rank 0) or one of its workers."""
+
+    def __init__(self, ctx, trainer, n_workers):
+        self.ctx, self.trainer = ctx, trainer
+        self.every = (ctx.args.checkpoint_every or 0) * n_workers         # cuts count mini-batches
+        self.target = ctx.iterations
+        self.store = _store(ctx, ctx.extra.get("settings"), self.target)
+        self.resume = ctx.extra.get("resume")
+        self.state = None
+        if self.resume is not None:
+            arrays, meta = C.load(self.resume["dir"], ctx.rank, self.resume["manifest"], self.resume["key"])
+            trainer.load_state(arrays)
+            self.arrays, self.state = arrays, meta
+        self.notified = False
+        self.signum = None
+
+    @property
+    def checkpoints(self):
+        return self.store is not None
+
+    def header(self):
+        return {"resumed_from_cut": self.resume["key"]} if self.resume else {}
+
+    # ---- server ----
+    def resume_server(self, core, io):
+        """Restore the server core's books and the pushed gradients it had not used yet; sends go out."""
+        if self.state is None:
+            return False
+        state = self.state["state"]
+        for w in sorted(int(w) for w in state["core"]["pending_step"]):
+            io.restore_pushed(w, self.arrays[f"pending/{w}"])
+        core.resume(state["core"], time.time(), shift=time.time() - float(state["saved_at"]))
+        return True
+
+    def save_server(self, core, io, action, logger):
+        arrays = self.trainer.state()
+        for w in core.pending_step:
+            arrays[f"pending/{w}"] = io.pushed(w).copy()
+        self.store.save(action.cut, arrays, dict(cut=action.cut, version=action.version, work=action.work,
+                                                 final=action.final, **_log_info(logger)),
+                        state=dict(core=core.state(), saved_at=time.time()))
+        self.store.forget_before(action.keep_from)
+
+    def server_watch(self, core):
+        def watch():
+            s = interrupt.requested()
+            if s is not None and not core.stopping:
+                self.signum = self.signum or s
+                core.request_stop()
+        return watch
+
+    def on_stop_notice(self, core, signum):
+        """A worker was asked to stop (its signal number)."""
+        self.signum = self.signum or signum or None
+        core.request_stop()
+
+    # ---- worker ----
+    def resume_worker(self, core):
+        if self.state is not None:
+            core.resume(self.state["iteration"], self.resume["key"])
+
+    def save_worker(self, core, action, logger):
+        last = action.cuts[-1]
+        self.store.save(last, self.trainer.state(), dict(cut=last, iteration=core.iteration,
+                                                         **_log_info(logger)), also=action.cuts[:-1])
+        self.store.forget_before(action.keep_from)
+
+    def worker_watch(self, io):
+        def watch():
+            s = interrupt.requested()
+            if s is not None and not self.notified:
+                self.notified = True
+                io.notify_stop(s)
+        return watch
+
+    # ---- the end ----
+    def outcome(self, core=None):
+        """Rank 0's view of how the run ended, shared with every rank (collective)."""
+        from hopdec.transport.collectives import allgather_json
+        mine = None
+        if core is not None:
+            mine = dict(stopped=bool(core.interrupted), work=core.work, version=core.policy.version,
+                        budget=self.target * core.policy.n, signum=self.signum, saved=self.checkpoints,
+                        cut=core.cuts)
+        return allgather_json(self.ctx.comm, mine, self.ctx.timeout, "how the run ended")[0]
+
+    def report_stop(self, end):
+        if self.ctx.rank == 0:
+            where = (f"after {end['work']} of {end['budget']} mini-batches (server version {end['version']})")
+            interrupt.announce(_stopped_line(self.ctx, where, end["signum"], end["saved"]))
+        return None
+

@@ -158,3 +158,35 @@ def test_no_deadlock_and_invariants_when_workers_die_on_random_graphs(case):
     net, inv, healed = run_with_failures(G, cfg, seed, kills, speeds=speeds)
     for r in healed.nodes:
         assert net.done[r] and net.cores[r].iteration == cfg.iterations - 1, net.describe()
+
+
+# ---- which MPI errors mean "a peer died" -------------------------------------------------------------
+class _Err(Exception):
+    def __init__(self, cls):
+        self.cls = cls
+
+    def Get_error_class(self):
+        return self.cls
+
+
+class _Comm:
+    def __init__(self, failed):
+        self.failed = failed
+
+    def Get_failed(self):
+        return type("G", (), {"Get_size": lambda _: self.failed})()
+
+
+def test_a_failure_inside_a_nonblocking_collective_counts_as_a_peer_failure(monkeypatch):
+    """Open MPI 5.0 reports a peer's death inside Iallgather & co as MPI_ERR_OTHER: the communicator's
+    failed group decides (a summary gathered while a rank died ended the job before this)."""
+    from mpi4py import MPI
+
+    import hopdec.transport.mpi as T
+    monkeypatch.setattr(T, "FAILED_GROUP_WAIT_S", 0.0)
+    assert T.is_peer_failure(_Err(MPI.ERR_PROC_FAILED))
+    assert T.is_peer_failure(_Err(MPI.ERR_OTHER), _Comm(failed=1))
+    assert not T.is_peer_failure(_Err(MPI.ERR_OTHER), _Comm(failed=0))
+    assert not T.is_peer_failure(_Err(MPI.ERR_OTHER))            # no communicator to ask
+    assert not T.is_peer_failure(_Err(MPI.ERR_TRUNCATE), _Comm(failed=1))
+    assert not T.is_peer_failure(ValueError("x"))

@@ -495,7 +495,7 @@ def run(ctx):
         io.close()
         elapsed = time.time() - t0
         obs.close()
-        end = keep.outcome(core)
+        end = keep.outcome(core) if not ft else _on_survivors(ctx, lambda: keep.outcome(core))
         if end["stopped"]:
             events.close()
             return keep.report_stop(end)
@@ -539,7 +539,7 @@ def run(ctx):
         io.close()
         obs.close()
         logger.close()
-        end = keep.outcome()
+        end = keep.outcome() if not ft else _on_survivors(ctx, keep.outcome)
         if end["stopped"]:
             return keep.report_stop(end)
         if args.save_models and ctx.log_dir:
@@ -553,7 +553,7 @@ def run(ctx):
                       eval_flat=trainer.write_params() if rank == 0 else None,
                       bound=policy.gap_bound(), extra=extra, workers=set(workers), model_label="server model",
                       bound_label=f"bound of --sync {policy.sync}", notes=notes)
-    out = summary() if not ft else _summary_of_survivors(ctx, summary)
+    out = summary() if not ft else _on_survivors(ctx, summary)
     if rank == 0:
         print(f"server: {policy.version} updates, {core.dropped} gradients dropped, "
               f"{elapsed:.2f} s", flush=True)
@@ -571,21 +571,22 @@ def failure_notes(core, n):
     return lines
 
 
-def _summary_of_survivors(ctx, summary):
-    """Fault tolerant: the summary's collectives run on the survivors (``MPI_Comm_shrink`` agrees who
-    they are; the dead ones' rows are missing); a failure during it shrinks and summarises again."""
+def _on_survivors(ctx, collective):
+    """Fault tolerant: run ``collective`` (how the run ended, the summary) on the survivors:
+    ``MPI_Comm_shrink`` agrees who they are (the dead ones' rows are missing); a failure during it
+    shrinks and runs it again."""
     from mpi4py import MPI
 
-    from hopdec.runtime.decentralized import _is_failure
+    from hopdec.transport.mpi import is_peer_failure
     comm = ctx.comm
     while True:
         new = comm.Shrink()
         new.Set_errhandler(MPI.ERRORS_RETURN)
         ctx.comm = new
         try:
-            return summary()
+            return collective()
         except Exception as err:
-            if not _is_failure(err):
+            if not is_peer_failure(err, new):
                 raise
             try:
                 new.Revoke()

@@ -160,7 +160,7 @@ def run(ctx, graph, cfg, views):
                          notes=heal_notes(healer, bound, cfg, graph))
             break
         except Exception as err:
-            if healer is None or not _is_failure(err):
+            if healer is None or not _is_failure(err, healer.comm):
                 raise
             heal()
     if out is not None:                 # the reporting rank: the run's outcome goes into its log too
@@ -187,9 +187,6 @@ def heal_notes(healer, bound, cfg, graph):
     return lines
 
 
-def _is_failure(err):
-    from hopdec.transport.mpi import FAILURE_CLASSES
-    if isinstance(err, PeerFailed):
-        return True
-    get = getattr(err, "Get_error_class", None)
-    return get is not None and get() in FAILURE_CLASSES
+def _is_failure(err, comm=None):
+    from hopdec.transport.mpi import is_peer_failure
+    return is_peer_failure(err, comm)

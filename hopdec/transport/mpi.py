@@ -20,6 +20,8 @@ Waiting polls ``Testsome`` through :func:`hopdec.transport.waiting.poll_until` (
 a :class:`~hopdec.transport.waiting.PeerTimeout` naming the ranks it waited for after ``peer_timeout``).
 """
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -45,6 +47,36 @@ def cuda_aware_mpi():
 FAILURE_CLASSES = (18, 75, 76, 77)
 """MPI error classes that mean a peer failed (ULFM): ERR_IN_STATUS (a completion among several failed),
 ERR_PROC_FAILED, ERR_PROC_FAILED_PENDING, ERR_REVOKED (another survivor began the recovery)."""
+
+
+def is_peer_failure(err, comm=None):
+    """True when ``err`` means a peer failed (ULFM). Open MPI 5.0 reports a failure inside a nonblocking
+    collective as MPI_ERR_OTHER ("NBC_Progress: an error 75 was found during schedule"); then ``comm``'s
+    group of failed processes says whether it was one (polled for up to ``FAILED_GROUP_WAIT_S``: the
+    schedule may have been aborted by a peer's error before this rank's detector knows who died)."""
+    if isinstance(err, PeerFailed):
+        return True
+    get = getattr(err, "Get_error_class", None)
+    if get is None:
+        return False
+    cls = get()
+    if cls in FAILURE_CLASSES:
+        return True
+    if cls == MPI.ERR_OTHER and comm is not None:
+        deadline = time.monotonic() + FAILED_GROUP_WAIT_S
+        while True:
+            try:
+                if comm.Get_failed().Get_size() > 0:
+                    return True
+            except Exception:
+                return False
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+    return False
+
+
+FAILED_GROUP_WAIT_S = 2.0
 
 
 class MPITransport:

@@ -5,6 +5,7 @@ Every test that starts MPI processes uses the :func:`mpirun` fixture (and so car
 process group and the test fails with what it printed: a hang is a failure, never a stuck CI.
 """
 
+import functools
 import json
 import os
 import signal
@@ -12,8 +13,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# In-process torch work (references, the simulator's --math) on one thread, as the ranks run
+# (--threads 1): on 2 shared cores, two spinning intra-op threads made a backward pass 4x slower.
+torch.set_num_threads(1)
 
 
 def mpi_env(**extra):
@@ -53,6 +59,27 @@ class MPIRun:
                sys.executable] + [str(a) for a in argv]
         return run_bounded(cmd, timeout, env=env)
 
+    def batch(self, n, runs, timeout=300, env=None):
+        """Several ``hopdec train`` runs (each an argv without ``train``) one after the other in ONE
+        ``mpirun -n N`` job: the ranks start (import torch, MPI_Init) once instead of once per run.
+        Returns one ``CompletedProcess`` per run with rank 0's output of that run and the code ``main``
+        returned (a run refused at setup returns 2 on every rank and the next run starts); a run that
+        aborts ends the job: the batch fails with what it printed."""
+        proc = self.python(n, ["-c", BATCH_DRIVER, json.dumps([[str(a) for a in r] for r in runs])],
+                           timeout=timeout, env=env)
+        outs, errs = proc.stdout.split(BATCH_MARK)[1:], proc.stderr.split(BATCH_MARK)[1:]
+        results = []
+        for i, out in enumerate(outs):
+            out, _, rc = out.partition(BATCH_RC)
+            if not rc:
+                break
+            err = errs[i] if i < len(errs) else ""
+            results.append(subprocess.CompletedProcess(runs[i], int(rc.split("@@")[0]), out, err))
+        assert len(results) == len(runs) and proc.returncode == 0, (
+            f"batch ended in run {len(results)} of {len(runs)} (rc {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return results
+
     def launch(self, n, args, timeout=180, env=None):
         """``launch/local.sh -n N ARGS`` (what a user types; it adds the flags --fault-tolerance needs)."""
         return run_bounded(self.launch_cmd(n, args), timeout, env=env or self.launch_env())
@@ -69,8 +96,10 @@ class MPIRun:
         return mpi_env(**extra)
 
     @staticmethod
+    @functools.lru_cache(maxsize=None)
     def topo_bounds(path, max_ig=None, staleness=None):
-        """``hopdec topo analyze --json``'s Table 1 bounds for a file (what the user would read)."""
+        """``hopdec topo analyze --json``'s Table 1 bounds for a file (what the user would read; asked
+        once per file and settings)."""
         cmd = [sys.executable, "-m", "hopdec.cli", "topo", "analyze", str(path), "--json"]
         if max_ig is not None:
             cmd += ["--max-ig", str(max_ig)]
@@ -79,6 +108,30 @@ class MPIRun:
         out = run_bounded(cmd, 60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)["gap_bounds"]
+
+
+BATCH_MARK = "@@hopdec-batch-run@@\n"
+BATCH_RC = "@@rc="
+BATCH_DRIVER = f"""
+import json, sys, time
+from mpi4py import MPI
+from hopdec.cli.train import main
+rank = MPI.COMM_WORLD.Get_rank()
+for argv in json.loads(sys.argv[1]):
+    if rank == 0:
+        time.sleep(0.2)     # the other ranks' output of the last run is forwarded before the mark
+        print({BATCH_MARK!r}, end="", flush=True)
+        print({BATCH_MARK!r}, end="", file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Barrier()
+    rc = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Barrier()
+    if rank == 0:
+        print(f"{BATCH_RC}{{rc}}@@", flush=True)
+"""
+"""What each rank of :meth:`MPIRun.batch` runs: ``hopdec train`` once per argv; rank 0 marks where each
+run's output begins and what ``main`` returned."""
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
 
 from hopdec.ml.data import load_dataset, partition
@@ -120,3 +121,23 @@ def test_format_table_aligns_columns():
     text = format_table(["a", "bb"], [[1, 2.5], [10, None]])
     lines = text.splitlines()
     assert lines[0] == " a   bb" and lines[2] == " 1  2.5" and lines[3] == "10    -"
+
+
+@pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 0.0), (0.9, 5e-4), (0.0, 1e-3)])
+def test_the_flat_sgd_steps_exactly_as_torch_sgd(momentum, wd):
+    """``hopdec train``'s optimizer (no torch._dynamo import at start-up) gives torch.optim.SGD's
+    parameters bit for bit, step after step, and keeps the momentum where checkpoints read it."""
+    from hopdec.ml.trainer import FlatMomentumSGD
+    g = torch.Generator().manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(1000, generator=g))
+    b = torch.nn.Parameter(a.detach().clone())
+    ours = FlatMomentumSGD([a], lr=0.05, momentum=momentum, weight_decay=wd)
+    ref = torch.optim.SGD([b], lr=0.05, momentum=momentum, weight_decay=wd)
+    for _ in range(5):
+        grad = torch.randn(1000, generator=g)
+        a.grad, b.grad = grad.clone(), grad.clone()
+        ours.step()
+        ref.step()
+        assert torch.equal(a, b)
+    if momentum:
+        assert torch.equal(ours.state[a]["momentum_buffer"], ref.state[b]["momentum_buffer"])

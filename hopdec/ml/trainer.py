@@ -7,6 +7,8 @@ and the optimizer step are single-tensor operations, with no per-parameter messa
 t.apply()``. :class:`hopdec.optim.HopSGD` wraps a user's own model in a :class:`FlatSGD`. No MPI here.
 """
 
+import collections
+
 import numpy as np
 import torch
 
@@ -103,6 +105,35 @@ def _as_tensor(buf):
     return buf if torch.is_tensor(buf) else torch.from_numpy(buf)
 
 
+class FlatMomentumSGD:
+    """``torch.optim.SGD`` (momentum, weight decay; no dampening, no Nesterov) on one flat tensor, with the
+    same arithmetic in the same order and the same ``state[param]["momentum_buffer"]`` and
+    ``param_groups``, minus the optimizer machinery ``hopdec train`` does not need."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+        self.param_groups = [dict(params=list(params), lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                  dampening=0, nesterov=False)]
+        self.state = collections.defaultdict(dict)      # as torch's: state[p] exists once asked for
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d_p = p.grad if wd == 0 else p.grad.add(p, alpha=wd)
+                if momentum != 0:
+                    st = self.state[p]
+                    buf = st.get("momentum_buffer")
+                    if buf is None:
+                        buf = st["momentum_buffer"] = torch.clone(d_p).detach()
+                    else:
+                        buf.mul_(momentum).add_(d_p)
+                    d_p = buf
+                p.add_(d_p, alpha=-lr)
+
+
 class FlatSGD:
     """A module whose trainable parameters live in one flat buffer, and SGD on that buffer: the part of a
     worker that is sent, averaged and stepped. Used by :class:`LocalTrainer` and by
@@ -114,7 +145,11 @@ class FlatSGD:
     :meth:`send_storage` -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy.
     """
 
-    def __init__(self, module, lr, momentum=0.0, weight_decay=0.0):
+    def __init__(self, module, lr, momentum=0.0, weight_decay=0.0, torch_optimizer=True):
+        """``torch_optimizer``: step with ``torch.optim.SGD`` (what :class:`hopdec.optim.HopSGD` hands its
+        users, e.g. for a learning-rate scheduler); else with :class:`FlatMomentumSGD`, the same update
+        without importing ``torch._dynamo`` (its first ``Optimizer.__init__`` costs ~1.5 s of CPU per
+        process -- every rank of every run pays it)."""
         self.model = module
         self.flat = flatten_parameters(module)
         self.device = self.flat.device
@@ -123,7 +158,8 @@ class FlatSGD:
         self._stores = None                         # the two parameter buffers, once double-buffered
         self._cur = 0
         self._stage = None                          # device staging for received host buffers (GPU)
-        self.optimizer = torch.optim.SGD([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+        sgd = torch.optim.SGD if torch_optimizer else FlatMomentumSGD
+        self.optimizer = sgd([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
 
     @property
     def nbytes(self):
@@ -224,7 +260,7 @@ class LocalTrainer(FlatSGD):
         self.model_name = model_name
         model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
         model.to(torch.device(device))
-        super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay, torch_optimizer=False)
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,

@@ -1,7 +1,7 @@
 """Synchronous SGD with backup workers (Chen et al., *Revisiting Distributed Synchronous SGD*) reproduced in
 the simulator: time per step and (estimated) time to converge against the number of backups b, N + b = 100.
 
-    python3 experiments/repro_backup.py                  # ~1.5 min of wall time on 2 shared cores
+    python3 experiments/repro_backup.py                  # ~1 min of wall time on 2 shared cores
     python3 experiments/repro_backup.py --quick          # fewer b, short runs (seconds; rough figures)
     python3 experiments/repro_backup.py --report-only    # the tables again, from the cache
     python3 experiments/repro_backup.py --print-commands

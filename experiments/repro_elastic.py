@@ -100,7 +100,7 @@ def main(argv=None, out=None):
             rows.append([m, C.fmt(f["grads_per_s"]), C.ratio(f["grads_per_s"], bsp), C.fmt(f["updates"]),
                          f["gap"], C.fmt(f["virtual_s"] / cfg.it_timing)])
         rep.table(f"timing_{ci}", ["mode", "gradients/s", "throughput vs BSP", "server updates",
-                                   "largest push gap", "virtual s per mini-batch and worker"], rows)
+                                   "largest push-count gap", "virtual s per mini-batch and worker"], rows)
         it_s = figs["BSP"]["virtual_s"] / cfg.it_timing
         if ci == 0:
             rep.p(f"\nCheck: a BSP iteration takes {it_s:.2f} s, so 19 epochs would take "

@@ -1,8 +1,8 @@
 """Hop (Luo et al.) sec. 7 reproduced in the simulator: Figs. 12-21 on the paper's cluster, simulated.
 
-    python3 experiments/repro_hop.py                   # every part, ~6 min of wall time on 2 shared cores
+    python3 experiments/repro_hop.py                   # every part, ~2.5 min of wall time on 2 shared cores
     python3 experiments/repro_hop.py --only fig18      # one part: fig12 fig13 fig16 fig18 fig20 sens
-    python3 experiments/repro_hop.py --quick           # one seed, short runs (~1 min; rough figures)
+    python3 experiments/repro_hop.py --quick           # one seed, short runs (~30 s; rough figures)
     python3 experiments/repro_hop.py --report-only     # the tables again, from the cache
     python3 experiments/repro_hop.py --print-commands  # + every hopdec sim command line
 

@@ -1,7 +1,7 @@
 """The decentralized mechanisms at scale (no paper has it): standard, backup workers, bounded staleness and
 skipping on 16 to 1024 workers, timing only -- which settings win as n grows?
 
-    python3 experiments/repro_scale.py                  # ~5 min of wall time on 2 shared cores
+    python3 experiments/repro_scale.py                  # ~4.5 min of wall time on 2 shared cores
     python3 experiments/repro_scale.py --quick          # 16 and 64 workers, short runs (seconds)
     python3 experiments/repro_scale.py --report-only    # the tables again, from the cache
     python3 experiments/repro_scale.py --print-commands
@@ -21,11 +21,13 @@ Mechanisms: standard, backup 1, staleness 5, backup 1 + skip (max-jump=10, trigg
 random slowdowns, 10 with the straggler (as ``repro_hop.py``). Figures: the job's iterations per virtual
 second (150 iterations / the virtual time until the last worker finished them; what a user waits for),
 and the median worker's steady-state rate (iterations 15-150; skipped iterations count as progress). They
-differ where the median worker runs far ahead of a slow one for a while: the token queues let a worker at
-distance d from the straggler be up to d x max_ig iterations ahead, and ring-based 1024 has a diameter of
-~256, far more than the run -- in the long run everyone is paced by the slowest (Theorem 1). Fidelity: timing only -- iteration speed, not convergence: backup
-workers and staleness make an iteration worth less (Hop Fig. 15), so a speed-up here is an upper bound
-on the gain in time to accuracy.
+differ where the median worker runs far ahead of a slow one for a while: a worker at distance d from
+the straggler may be up to d x max_ig iterations ahead of it, and ring-based 1024 has a diameter of 256,
+far more than the run -- in the long run everyone is paced by the slowest (Theorem 1).
+
+Fidelity: timing only -- iteration speed, not convergence: backup workers and staleness make an
+iteration worth less (Hop Fig. 15), so a speed-up here is an upper bound on the gain in time to
+accuracy. One seed (1) per setting.
 """
 
 import argparse

@@ -1,0 +1,251 @@
+"""Shared helpers of the paper reproductions (``experiments/repro_*.py``): run ``hopdec sim`` in-process,
+reduce a run to the figures the tables need, cache them, print markdown tables.
+
+Every run is one ``hopdec sim`` command line (``argv``); :func:`run` executes it with
+:func:`hopdec.sim.run.simulate` (the same code as the CLI) and returns a dict of figures, cached in a
+JSON file keyed by the command line, so ``--report-only`` re-prints the tables without simulating and a
+changed command line is always simulated again. ``hopdec sim ARGV`` on the command line gives the same
+run (deterministic for its seed).
+
+Figures (all in virtual seconds):
+
+* ``rate``: steady-state iterations/s per worker -- (iteration at the end - iteration at the first record
+  at or after ``warm`` of the run's iterations) / (time between them), so the start-up transient is not
+  counted; ``rate_med`` / ``rate_min`` / ``rate_mean``: median / slowest / mean over workers;
+  ``iter_s``: the mean over workers of 1 / rate (mean iteration duration). Skipped iterations count as
+  progress (a jump of J counts J).
+* ``gap``: the largest iteration gap observed (the summary's figure).
+* ``virtual_s``: the virtual time of the whole run; PS runs also give ``updates`` (server model
+  updates), ``dropped``, ``grads_per_s`` (gradients pushed per virtual second by all workers),
+  ``work`` (mini-batches computed; ESync: local steps) and ``work_per_s``;
+  ``data_messages`` / ``data_bytes``: what the network carried (parameters, gradients, weights);
+  ``step_s``: the time between consecutive server updates (PS runs of at most 5000 updates).
+* ``evals``: ``[(time, test_acc, test_loss, iteration)]`` of ``--math`` runs (decentralized: the average model;
+  PS: the server's model; iteration: the workers' mean iteration, or the server's version);
+  :func:`time_to` reads the first time a target accuracy is reached.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+WARM = 0.1
+"""Fraction of a run's iterations skipped before rates are measured (start-up transient)."""
+
+
+class Runner:
+    """Runs simulations one at a time (never in parallel: the machine is shared), with a JSON cache."""
+
+    def __init__(self, cache_path, report_only=False, fresh=False, verbose=True):
+        self.path = cache_path
+        self.report_only = report_only
+        self.verbose = verbose
+        self.cache = {}
+        if cache_path and os.path.exists(cache_path) and not fresh:
+            with open(cache_path) as f:
+                self.cache = json.load(f)
+        self.wall = 0.0          # wall seconds simulated by this process
+        self.ran = 0
+
+    def key(self, argv):
+        return shlex.join(str(a) for a in argv)
+
+    def run(self, argv, patch=None, tag=None):
+        """Figures of ``hopdec sim ARGV`` (cached). ``patch``: a context manager factory wrapped around
+        the simulation (experiment-local policy variants); ``tag`` then names it in the cache key."""
+        k = self.key(argv) + (f"  [{tag}]" if tag else "")
+        if k in self.cache:
+            return self.cache[k]
+        if self.report_only:
+            raise SystemExit(f"--report-only: no cached result for: hopdec sim {k}")
+        t0 = time.perf_counter()
+        if self.verbose:
+            print(f"  sim: hopdec sim {k}", file=sys.stderr, flush=True)
+        with (patch() if patch else contextlib.nullcontext()):
+            fig = simulate(argv)
+        fig["wall_s"] = time.perf_counter() - t0
+        self.wall += fig["wall_s"]
+        self.ran += 1
+        self.cache[k] = fig
+        self.save()
+        return fig
+
+    def save(self):
+        if not self.path:
+            return
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.cache, f)
+        os.replace(tmp, self.path)
+
+
+def simulate(argv):
+    """Run ``hopdec sim argv`` in this process and reduce it to the figures (see module doc)."""
+    from hopdec.cli.sim import build_parser
+    from hopdec.sim.run import simulate as sim_run
+    args = build_parser().parse_args([str(a) for a in argv])
+    out = io.StringIO()
+    res = sim_run(args, out=out)
+    stats = res["stats"]
+    rates = {}
+    for r, s in stats.items():
+        ent = s.entries
+        if len(ent) < 3:
+            continue
+        last_it = ent[-1][1]
+        start = WARM * last_it
+        i0 = next((i for i, (_, k) in enumerate(ent) if k >= start), 0)
+        t0, k0 = ent[i0]
+        t1, k1 = ent[-1]
+        if t1 > t0 and k1 > k0:
+            rates[str(r)] = (k1 - k0) / (t1 - t0)
+    vals = list(rates.values())
+    fig = dict(virtual_s=res["virtual_s"], gap=res["max_gap"], bound=res.get("bound"),
+               rate_med=statistics.median(vals) if vals else None,
+               rate_min=min(vals) if vals else None, rate_max=max(vals) if vals else None,
+               rate_mean=sum(vals) / len(vals) if vals else None,
+               iter_s=sum(1 / v for v in vals) / len(vals) if vals else None,
+               jumps=sum(s.jumps for s in stats.values()),
+               iterations=sum(s.iterations for s in stats.values()),
+               avg_acc=res.get("avg_acc"), avg_loss=res.get("avg_loss"),
+               events=res["events"], sim_wall_s=res["wall_s"],
+               data_messages=res["sim"].net.transfers, data_bytes=res["sim"].net.bytes)
+    pol = res.get("policy")
+    if pol is not None:
+        srv = res["sim"].server
+        fig.update(updates=pol.version, dropped=srv.dropped, pushes=sum(pol.pushes.values()),
+                   grads_per_s=sum(pol.pushes.values()) / res["virtual_s"] if res["virtual_s"] else None,
+                   work=srv.work, work_per_s=srv.work / res["virtual_s"] if res["virtual_s"] else None)
+        applies = [d["time"] for d in res["sim"].logged("apply")]
+        if 2 <= len(applies) <= 5000:
+            fig["step_s"] = [round(b - a, 6) for a, b in zip(applies, applies[1:])]
+        if getattr(pol, "local_steps", None):
+            ls = pol.local_steps
+            fig["esync_local_steps"] = [sum(x) / len(ls) for x in zip(*ls)]
+            fig["esync_local_steps_median"] = [statistics.median(x) for x in zip(*ls)]
+            fig["esync_rounds"] = len(ls)
+    evals = res.get("evals") or []
+    fig["evals"] = [(e["time"], e["test_acc"], e["test_loss"], e.get("iter_mean", e.get("version")))
+                    for e in evals]
+    return fig
+
+
+def time_to(fig, target):
+    """First virtual time the evaluated model reached test accuracy ``target`` (None: never)."""
+    for t, acc, *_ in fig.get("evals") or []:
+        if acc >= target - 1e-12:
+            return t
+    return None
+
+
+def iters_to(fig, target):
+    """Mean worker iteration (decentralized) or server version (PS) when ``target`` was first reached."""
+    for t, acc, _, it in fig.get("evals") or []:
+        if acc >= target - 1e-12:
+            return it
+    return None
+
+
+def median_time_to(figs, target):
+    """Median over seeds of :func:`time_to`; a seed that never reached it counts as infinite."""
+    ts = [time_to(f, target) for f in figs]
+    ts = [float("inf") if t is None else t for t in ts]
+    m = statistics.median(ts)
+    return None if m == float("inf") else m
+
+
+def fmt(x, nd=3, none="-"):
+    if x is None:
+        return none
+    if isinstance(x, str):
+        return x
+    if x == float("inf"):
+        return none
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{nd}g}" if abs(x) < 1 else f"{x:.{nd}g}" if abs(x) < 10 ** nd else f"{x:.0f}"
+
+
+def ratio(a, b, nd=2):
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.{nd}f}x"
+
+
+def table(headers, rows):
+    """A markdown table as a string."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def cmd(argv):
+    """The command line a reader can paste."""
+    return "hopdec sim " + shlex.join(str(a) for a in argv)
+
+
+def num(cell):
+    """The number in a table cell ("1.41x", "1,724", "0.983"); None for "-"."""
+    c = str(cell).strip().rstrip("x").replace(",", "")
+    try:
+        return float(c)
+    except ValueError:
+        return None
+
+
+class Report:
+    """Prints the markdown a script produces and keeps every table (``tables[name] = (headers, rows)``,
+    cells as printed) so that tests can read the figures without parsing text."""
+
+    def __init__(self, out=None):
+        self.out = out
+        self.tables = {}
+
+    def _print(self, text):
+        print(text, file=self.out or sys.stdout, flush=True)
+
+    def h(self, text):
+        self._print(f"\n### {text}\n")
+
+    def p(self, text=""):
+        self._print(text)
+
+    def table(self, name, headers, rows):
+        rows = [[str(c) for c in r] for r in rows]
+        self.tables[name] = (list(headers), rows)
+        self._print(table(headers, rows))
+
+    def cell(self, name, row_label, column):
+        """The cell of table ``name`` in the first row whose first cell is ``row_label``."""
+        headers, rows = self.tables[name]
+        j = headers.index(column)
+        for r in rows:
+            if r[0] == row_label:
+                return r[j]
+        raise KeyError(f"{name}: no row {row_label!r}")
+
+
+def common_args(ap, name):
+    ap.add_argument("--quick", action="store_true",
+                    help="one seed and short runs (a smoke test of the whole pipeline; the figures are "
+                         "rough); cached apart from the full runs")
+    ap.add_argument("--cache", default=f"/tmp/hopdec_repro/{name}.json",
+                    help="JSON cache of the figures, keyed by command line")
+    ap.add_argument("--report-only", action="store_true", help="print the tables from the cache only")
+    ap.add_argument("--fresh", action="store_true", help="ignore the cache (simulate everything again)")
+    ap.add_argument("--print-commands", action="store_true", help="print every hopdec sim command line")
+    return ap
+
+
+def footer(runner):
+    return (f"({runner.ran} simulations run now, {runner.wall:.0f} s of wall time; "
+            f"{len(runner.cache)} in the cache {runner.path})")

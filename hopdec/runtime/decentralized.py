@@ -152,7 +152,7 @@ def run(ctx, graph, cfg, views):
         import numpy as np
         np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
     title = (f"decentralized {describe(cfg, graph)} on {graph.graph.get('source')} "
-             f"({ctx.size} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})")
+             f"({graph.number_of_nodes()} workers, protocol {cfg.protocol}, max_ig {cfg.max_ig})")
     extra = dict(dropped=core.policy.dropped, used=core.policy.used, sends_skipped=core.sends_skipped)
     while True:                                     # a failure during the summary: heal, summarise again
         try:

@@ -1,6 +1,6 @@
 """Parameter-exchange cost of hopdec against a bare mpi4py exchange of the same bytes.
 
-    mpirun -n 8 --oversubscribe python3 experiments/bench_exchange.py [--plan MB:WARMUP:TIMED:REPS,...] [--no-busy]
+    mpirun -n 8 --oversubscribe python3 experiments/bench_exchange.py [--plan MB:WARMUP:TIMED:REPS,...] [--no-busy] [--json]
 
 Both sides run on the same graph (``topologies/ring_based_8.json``) in the same MPI job, in interleaved
 rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noise hits all of them.
@@ -29,10 +29,14 @@ Isend/Irecv posting, Testsome calls outside wait, where Open MPI moves the data 
 ``CPU ms/rank``: process CPU time per iteration and rank (mean over ranks, median over reps) of hopdec
 and of bare: with 8 ranks on 2 cores the exchange is CPU-bound, so ms/iter ~ CPU ms/rank * 8 / cores.
 Receive and send buffers are touched before timing (no first-touch page faults in the timed part).
-Rank 0 prints.
+Rank 0 prints; with ``--json`` it prints one JSON object instead of the table (the per-repetition lines
+go to stderr), to compare commits: per size the medians and minima in ms/iter of each side, the ratios,
+the hopdec breakdown and the CPU ms per rank and iteration of both sides (``extra_cpu_ms`` = the
+difference), plus the load average before and after the run.
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -263,6 +267,37 @@ def ablation(comm, view, mb, reps, warmup, timed, max_ig):
             print(f"  {v:<30} {m * 1e3:8.2f} ms/iter  {m / base:5.2f}x bare")
 
 
+def _commit():
+    """The checkout's commit (with ``+dirty`` for local changes), or None outside git."""
+    import subprocess
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True,
+                                        timeout=10).stdout.strip()
+        return (run("rev-parse", "--short", "HEAD") or None) and (
+            run("rev-parse", "--short", "HEAD") + ("+dirty" if run("status", "--porcelain", "-uno") else ""))
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def as_json(rows, variants, args, size, total_s, load_before):
+    """The table as one JSON-able dict (ms per iteration; ratios of medians and of minima)."""
+    out = []
+    for mb, med, bd, low, plan in rows:
+        row = dict(mb=mb, plan=plan, hopdec_ms=med["hopdec"], bare_ms=med["bare"],
+                   hopdec_min_ms=low["hopdec"], bare_min_ms=low["bare"],
+                   ratio=med["hopdec"] / med["bare"], ratio_min=low["hopdec"] / low["bare"],
+                   copy_ms=bd["fill"], reduce_ms=bd["reduce"], wait_ms=bd["wait"],
+                   rest_ms=med["hopdec"] - bd["fill"] - bd["reduce"] - bd["wait"],
+                   cpu_ms_hopdec=bd["cpu"], cpu_ms_bare=bd["bare_cpu"], extra_cpu_ms=bd["cpu"] - bd["bare_cpu"])
+        if "hopdec-busy" in variants:
+            row.update(busy_ms=med["hopdec-busy"], busy_min_ms=low["hopdec-busy"],
+                       busy_ratio=med["hopdec-busy"] / med["bare"])
+        out.append({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+    return dict(commit=_commit(), topology=os.path.basename(args.topology), ranks=size, max_ig=args.max_ig,
+                cores=os.cpu_count(), total_s=round(total_s, 1), load_before=load_before,
+                load_after=os.getloadavg(), rows=out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topology", default=os.path.join(HERE, "..", "topologies", "ring_based_8.json"))
@@ -271,6 +306,7 @@ def main():
                         "run near 2-3 minutes on 2 cores")
     p.add_argument("--max-ig", type=int, default=2)
     p.add_argument("--no-busy", action="store_true", help="leave out the busy-poll hopdec variant")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object (rank 0)")
     p.add_argument("--ablation", type=float, default=None, metavar="MB",
                    help="instead of the table: split hopdec's overhead at this size (bare + send copy, "
                         "bare + rotating receive slots, hopdec without grants, without pre-action polls)")
@@ -291,6 +327,7 @@ def main():
     variants = ["hopdec", "bare"] + ([] if args.no_busy else ["hopdec-busy"])
     rows = []
     t_all = clock()
+    load_before = os.getloadavg()
     for item in args.plan.split(","):
         mb, warmup, timed, reps = item.split(":")
         mb, warmup, timed, reps = float(mb), max(int(warmup), 1), int(timed), int(reps)
@@ -325,9 +362,12 @@ def main():
             low = {v: min(res[v]) * 1e3 for v in variants}
             rows.append((mb, med, bd, low, f"{warmup}+{timed}x{reps}"))
             print(f"  [{mb:g} MB: " + ", ".join(f"{v} {res[v] and [round(x * 1e3, 1) for x in res[v]]}"
-                                                for v in variants) + " ms/iter per rep]", flush=True)
+                                                for v in variants) + " ms/iter per rep]", flush=True,
+                  file=sys.stderr if args.json else sys.stdout)
         del rbufs, params, acc, tmp
-    if rank == 0:
+    if rank == 0 and args.json:
+        print(json.dumps(as_json(rows, variants, args, size, clock() - t_all, load_before)))
+    elif rank == 0:
         print(f"\nexchange on {os.path.basename(args.topology)}, {size} ranks, hopdec tokens max_ig "
               f"{args.max_ig}; ms/iter = mean over ranks, median over interleaved reps (min over reps "
               f"in brackets); both sides include the same numpy reduce; total {clock() - t_all:.0f} s")

@@ -23,9 +23,10 @@ class Invariants(HopInvariants):
         self.check(net.cores, flying, net.updates_sent_to)
 
 
-def run(graph, cfg, seed, speeds=None, until_done=True, stall=None):
+def run(graph, cfg, seed, speeds=None, until_done=True, stall=None, carry_grants=False):
     inv = Invariants(graph, cfg)
-    net = InProcNetwork(node_views(graph), cfg, seed=seed, speeds=speeds, check=inv, stall=stall)
+    net = InProcNetwork(node_views(graph), cfg, seed=seed, speeds=speeds, check=inv, stall=stall,
+                        carry_grants=carry_grants)
     net.run(until_done=until_done)
     return net, inv
 
@@ -66,11 +67,15 @@ def test_invariants_hold_at_every_step(cfg, graph_name, slowdown):
     for seed in range(2):
         speeds = slowdown(graph.number_of_nodes(), seed) if slowdown is random_slowdown else \
             slowdown(graph.number_of_nodes(), rank=seed)
-        net, inv = run(graph, cfg, seed, speeds=speeds)
+        # the second seed carries token grants in the updates, as the MPI transport does
+        net, inv = run(graph, cfg, seed, speeds=speeds, carry_grants=seed == 1)
         assert all(net.done)
         assert net.iterations() == [cfg.iterations - 1] * graph.number_of_nodes()
         assert inv.checks > 100
         check_records(net, cfg)
+        # (on the serial graph compute comes between the grant and the send: nothing rides)
+        assert (net.grants_carried > 0) == (seed == 1 and cfg.protocol == "tokens"
+                                            and cfg.compute_graph == "parallel")
 
 
 def check_records(net, cfg):
@@ -340,3 +345,78 @@ def test_analysed_queue_capacities_are_what_the_runtime_allocates(graph):
     # queue-only gives every sender the slots of the farthest one (Theorem 1's path bound + 1): at least
     # the analysed need, the sum over senders of len(Path i->j) + 1 (sec. 4.1)
     assert runtime(protocol="queue-only") >= s["update_queue_capacity_no_tokens"] - 1   # analysis counts self
+
+
+class _ScriptedCore:
+    """A core that hands out a fixed list of actions (for what the loop does with each)."""
+
+    rank, ledger, held_updates = 0, None, 0
+
+    def __init__(self, actions):
+        self.actions = iter(actions)
+
+    def next_action(self):
+        return next(self.actions)
+
+
+class _RecordingIO:
+    carries_grants = True
+
+    def __init__(self):
+        self.calls = []
+
+    def poll(self, core):
+        self.calls.append(("poll",))
+
+    def send_update(self, iteration, dests, fill, grants=None):
+        self.calls.append(("update", iteration, dests, grants))
+
+    def send_grants(self, grants):
+        self.calls.append(("grants", grants))
+
+
+class _NoBackend:
+    def compute(self, iteration):
+        self.calls.append(("compute", iteration))
+        return {"loss": 0.0, "compute_s": 0.0}
+
+    def apply(self, iteration):
+        pass
+
+    def write_params(self, out=None):
+        return out
+
+
+def _drive(actions):
+    from hopdec.runtime.hop_loop import worker_loop
+    io, backend = _RecordingIO(), _NoBackend()
+    backend.calls = io.calls
+    for _ in worker_loop(_ScriptedCore(actions), io, backend, step=True):
+        pass
+    return [c for c in io.calls if c[0] != "poll"], io.calls
+
+
+def test_the_loop_hands_grants_to_the_send_right_behind_them_and_never_holds_them_longer():
+    from hopdec.core import ApplyGradient, ComputeGradient, Finished
+    from hopdec.hop.actions import Enter, GrantTokens, SendParams
+    g = ((1, 3), (2, 3))
+    # parallel graph: the grants go with the update, no grant message
+    calls, _ = _drive([Enter(1), GrantTokens(g), SendParams(1, (1, 2)), ComputeGradient(1), Finished()])
+    assert calls == [("update", 1, (1, 2), g), ("compute", 1)]
+    # serial graph: compute comes first, so the grants go as messages before it
+    calls, _ = _drive([Enter(1), GrantTokens(g), ComputeGradient(1), ApplyGradient(1),
+                       SendParams(1, (1, 2)), Finished()])
+    assert calls == [("grants", g), ("compute", 1), ("update", 1, (1, 2), None)]
+    # every out-neighbour skipped: no update to ride on, the grants go as messages
+    calls, _ = _drive([Enter(1), GrantTokens(g), SendParams(1, (), (1, 2)), ComputeGradient(1), Finished()])
+    assert calls == [("grants", g), ("compute", 1)]
+
+
+def test_the_loop_polls_after_actions_that_take_time_not_after_bookkeeping():
+    from hopdec.core import ApplyGradient, ComputeGradient, Finished
+    from hopdec.hop.actions import Enter, GrantTokens, SendParams
+    _, calls = _drive([Enter(1), GrantTokens(((1, 3),)), SendParams(1, (1,)), ComputeGradient(1),
+                       ApplyGradient(1), Finished()])
+    kinds = [c[0] for c in calls]
+    # a poll before the first action, then after the send, the compute and the apply only
+    assert kinds == ["poll", "update", "poll", "compute", "poll", "poll"]

@@ -54,6 +54,18 @@ def test_default_run_trains_and_summarises(four_rank_runs):
         first = np.mean([r["loss"] for r in recs[:10]])
         last = np.mean([r["loss"] for r in recs[-10:]])
         assert last < 0.5 * first                      # training loss falls
+    # token grants ride in the updates: on this symmetric graph a grant goes as a message of its own
+    # only to an out-neighbour the send skipped (known to be past the update); every grant is accounted
+    from hopdec.hop.worker import node_views
+    from hopdec.topology import default_topology
+    for r, view in enumerate(node_views(default_topology(4))):
+        with open(tmp_path / f"rank{r}.jsonl") as f:
+            sent = [e for e in map(__import__("json").loads, f) if e.get("event") == "messages"]
+        assert len(sent) == 1, sent
+        m, skipped = sent[0], sum(x["send_skipped"] for x in logs(tmp_path)[r])
+        assert m["grants_carried"] + m["grant_messages"] == 119 * len(view.in_neighbors)
+        assert m["grant_messages"] == skipped and m["grants_carried"] > 100
+        assert m["updates"] == 120 * len(view.out_neighbors) - skipped
 
 
 @pytest.mark.parametrize("buffers", ["no", "yes"])

@@ -143,6 +143,7 @@ def run(ctx, graph, cfg, views):
                 drive(worker_loop(core, io, backend, step=True))
     keep.close()
     obs.close()
+    logger.event("messages", **io.counters())      # what this rank sent (grants: carried or not)
     if keep.stopped:                                # Ctrl-C: no summary; rank 0 says how to resume
         logger.close()
         return keep.report_stop()

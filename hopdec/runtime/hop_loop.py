@@ -5,12 +5,16 @@ answers each yield by blocking on its transport; the in-process scheduler answer
 worker. Either way the same loop and the same core run, so nothing of the protocol is forked per
 transport.
 
-A *transport* has an optional ``poll(core)`` (deliver what has arrived; called before every action),
-``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)``
-and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's send buffer (the one
-copy a send needs), or, for backends that keep their parameters in message-sized storage
-(``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
-``wait_sent(storage)`` with no copy at all. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
+A *transport* has an optional ``poll(core)`` (deliver what has arrived; called at the start and after
+every action that takes time -- send, compute, reduce, apply -- not after bookkeeping actions nor after a
+wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_grants(grants)``,
+``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
+send buffer (the one copy a send needs), or, for backends that keep their parameters in message-sized
+storage (``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
+``wait_sent(storage)`` with no copy at all. A transport with ``carries_grants = True`` takes the
+``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
+that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
+it can, sending the others as grant messages; a grant is never held past the next action. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
 ``compute(iteration) -> dict`` (at least ``loss`` and ``compute_s``), ``reduce(pairs)`` with
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
 """
@@ -51,18 +55,32 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     """
     rec = None
     poll = getattr(io, "poll", None)
+    carry = getattr(io, "carries_grants", False)
+    deferred = None             # grants to carry on the SendParams that follows them (``carries_grants``)
+    fresh = False               # nothing can have arrived since the last poll worth another one
     while True:
-        if poll is not None:
+        if poll is not None and not fresh:
             poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
         a = core.next_action()
-        if isinstance(a, Wait):
+        kind = type(a)
+        if deferred is not None and kind is not SendParams:
+            io.send_grants(deferred)
+            deferred = None
+        # after bookkeeping actions (microseconds) and after a wait (the driver's wait delivered what
+        # arrived) another poll would find nothing new: only actions that take time are followed by one
+        fresh = kind in _BOOKKEEPING
+        if kind is Wait:
             t0 = clock()
             yield a
+            fresh = True
             if rec is not None:
                 _waited(rec, a, t0, clock() - t0, spans)
             continue
+        if kind is GrantTokens and carry:
+            deferred = a.grants     # sent with the update right behind it (or before the next action)
+            continue
         t0 = clock() if rec is not None else None
-        if isinstance(a, Enter):
+        if kind is Enter:
             if rec is not None and on_record:
                 on_record(_close(rec, core))
             rec = IterationRecord(rank=core.rank, iter=a.iteration, time=clock(), loss=None,
@@ -75,29 +93,33 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             if core.ledger is not None:
                 rec["tokens"] = min((core.ledger.available(j) for j in core.view.out_neighbors),
                                     default=None)
-        elif isinstance(a, SendParams):
+        elif kind is SendParams:
             if a.dests:
                 store = getattr(backend, "send_storage", None)
                 store = store() if store is not None else None
+                more = {} if deferred is None else {"grants": deferred}
                 if store is not None:           # zero-copy: send from the parameters' own storage
-                    io.send_from(a.iteration, a.dests, store)
+                    io.send_from(a.iteration, a.dests, store, **more)
                 else:
-                    io.send_update(a.iteration, a.dests, backend.write_params)
+                    io.send_update(a.iteration, a.dests, backend.write_params, **more)
+            elif deferred is not None:
+                io.send_grants(deferred)
+            deferred = None
             if rec is not None:                 # (a catch-up send after a heal may come after the end)
                 rec["sent"] += len(a.dests)
                 if a.dests:
                     rec.setdefault("sent_to", []).extend(a.dests)
                 rec["send_skipped"] += len(a.skipped)
                 _timed(rec, "send", t0, clock(), spans, list(a.dests))
-        elif isinstance(a, GrantTokens):
+        elif kind is GrantTokens:
             io.send_grants(a.grants)
-        elif isinstance(a, SendAcks):
+        elif kind is SendAcks:
             io.send_grants(a.acks)          # the same cumulative-count message, other meaning
-        elif isinstance(a, ComputeGradient):
+        elif kind is ComputeGradient:
             rec.update(backend.compute(a.iteration))
             if spans:
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
-        elif isinstance(a, Reduce):
+        elif kind is Reduce:
             spare = getattr(backend, "spare_storage", None)
             spare = spare() if spare is not None else None
             if spare is not None:
@@ -113,16 +135,16 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             rec.setdefault("reduced", []).append(
                 [[t.sender, t.iteration, round(t.weight, 6)] for t in a.terms])
             _timed(rec, "reduce", t0, clock(), spans, a.iteration)
-        elif isinstance(a, ApplyGradient):
+        elif kind is ApplyGradient:
             backend.apply(a.iteration)
             _timed(rec, "apply", t0, clock(), spans)
-        elif isinstance(a, ReleaseUpdates):
+        elif kind is ReleaseUpdates:
             io.release(a.handles)
-        elif isinstance(a, Jump):
+        elif kind is Jump:
             rec["jump"] = [a.frm, a.to]
             if spans:
                 rec["spans"].append(["jump", t0 - rec["time"], 0.0, [a.frm, a.to]])
-        elif isinstance(a, Finished):
+        elif kind is Finished:
             if rec is not None and on_record:
                 on_record(_close(rec, core))
             return
@@ -130,6 +152,10 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             raise TypeError(f"unknown action {a!r}")
         if step:
             yield a
+
+
+_BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
+"""Actions that take no time worth polling after (the next action runs microseconds later)."""
 
 
 def _timed(rec, kind, t0, t1, spans, detail=None):

@@ -13,6 +13,7 @@ import numpy as np
 from hopdec.core import Wait
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
+from hopdec.transport.message import NO_GRANT, split_grants
 
 
 class Deadlock(RuntimeError):
@@ -20,19 +21,30 @@ class Deadlock(RuntimeError):
 
 
 class InProcIO:
-    """One worker's end of the in-process network. Handles are ints naming held payloads."""
+    """One worker's end of the in-process network. Handles are ints naming held payloads. With
+    ``carries_grants`` it carries token grants in updates as the MPI transport does
+    (:func:`hopdec.transport.message.split_grants`): delivered with the update, just before it."""
 
-    def __init__(self, net, rank):
+    def __init__(self, net, rank, carries_grants=False):
         self.net, self.rank = net, rank
         self.held = {}
         self.freed = set()
         self._next = 0
+        self.carries_grants = carries_grants
 
-    def send_update(self, iteration, dests, fill):
+    def send_update(self, iteration, dests, fill, grants=None):
         data = fill(None)                             # the snapshot a real Isend buffer would hold
+        carried, rest = NO_GRANT, ()
+        if grants:
+            grantees = set(self.net.cores[self.rank].view.in_neighbors)
+            carried, rest = split_grants(dests, grants, grantees)
+            if carried != NO_GRANT:
+                self.net.grants_carried += len(grants) - len(rest)
         for d in dests:
-            self.net.in_flight.append((d, "update", (self.rank, iteration, data)))
+            self.net.in_flight.append((d, "update", (self.rank, iteration, data, carried)))
             self.net.updates_sent_to[d] += 1
+        if rest:
+            self.send_grants(rest)
 
     def send_grants(self, grants):
         for d, count in grants:
@@ -92,13 +104,14 @@ class ToyBackend:
 class InProcNetwork:
     """Runs one :class:`hopdec.hop.worker.Worker` per view under a seeded random scheduler."""
 
-    def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None):
+    def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None,
+                 carry_grants=False):
         """``speeds``: relative scheduling weights, a list or a function ``(rank, iteration) -> weight``
         (so a slowdown can be drawn per iteration, like Hop sec. 7.3.1); ``stall={rank: k}``: that
         worker sends its update of iteration k, computes, and then never moves again (a stuck
-        worker, Hop Figure 3)."""
+        worker, Hop Figure 3); ``carry_grants``: grants ride in updates where they can (as over MPI)."""
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [InProcIO(self, v.rank) for v in views]
+        self.ios = [InProcIO(self, v.rank, carry_grants) for v in views]
         make = backend_factory or (lambda r: ToyBackend(r, seed=seed))
         self.backends = [make(v.rank) for v in views]
         self.records = [[] for _ in views]
@@ -118,6 +131,7 @@ class InProcNetwork:
         self.check = check
         self.stall = dict(stall or {})
         self.steps = 0
+        self.grants_carried = 0             # grants that rode in updates (``carry_grants``)
         self.dead = set()
         self.heals = []                     # (step, failed ranks, healed graph)
 
@@ -149,7 +163,9 @@ class InProcNetwork:
         dst, kind, payload = self.in_flight.pop(idx)
         core = self.cores[dst]
         if kind == "update":
-            sender, iteration, data = payload
+            sender, iteration, data, carried = payload
+            if carried != NO_GRANT:
+                core.on_grant(sender, carried)
             core.on_update(sender, iteration, self.ios[dst].deliver_update(sender, iteration, data))
         else:
             core.on_grant(*payload)

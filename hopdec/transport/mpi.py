@@ -4,7 +4,10 @@ Receive side: for every in-neighbour, ``slots`` buffers with a receive posted on
 ``Irecv`` on numpy buffers: no pickling, one message per update). A buffer holds the parameters followed
 by an int64 header with the iteration, so tags stay constant (MPI only promises tags up to 32767) and
 iteration numbers are unbounded. A buffer handed to the core as a handle is re-posted once the core frees
-it (Reduce or Release). Tokens are tiny int64 messages carrying cumulative counts (see hopdec.tokens).
+it (Reduce or Release). Token grants are cumulative counts (:mod:`hopdec.hop.token_queue`): the second
+header field of an update carries the sender's grant to its receiver when the worker grants and sends at
+once (entering an iteration on the parallel graph; ``-1``: none), and a grant that rides on no update is
+a tiny int64 message of its own.
 
 Send side, zero-copy (:meth:`MPITransport.send_from`): a backend that keeps its parameters in a
 message-sized array (see ``LocalTrainer.use_send_storage``) has it sent as it is, and waits
@@ -25,11 +28,15 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from hopdec.transport.message import header, message_floats
+from hopdec.transport.message import NO_GRANT, header, message_floats, split_grants
 from hopdec.transport.waiting import PeerFailed, PeerTimeout, poll_until  # noqa: F401  (re-exported)
+
+Testsome = MPI.Request.Testsome
 
 TAG_UPDATE = 101
 TAG_GRANT = 102
+HEADER_FIELDS = 2
+"""int64 fields after the parameters of an update: its iteration, the carried grant (NO_GRANT: none)."""
 
 
 def cuda_aware_mpi():
@@ -110,7 +117,7 @@ class MPITransport:
         self.rank = view.rank                       # this worker's id
         self.peers = {r: r for r in range(comm.Get_size())}
         self.numel = numel
-        self.length = message_floats(numel)         # parameters, padding, int64 iteration header
+        self.length = message_floats(numel, HEADER_FIELDS)   # parameters, padding, int64 header
         self.peer_timeout = peer_timeout
         self.fault_tolerant = fault_tolerant
         self.failed = False                         # a peer failure was seen; the next wait raises
@@ -118,6 +125,7 @@ class MPITransport:
         self.reqs, self.meta = [], []
         self.bufs = {}
         self.gone = set()                           # senders that failed: their slots are never reposted
+        self.grantees = set(view.in_neighbors)      # workers this one grants tokens to
         for j in view.in_neighbors:
             self._add_sender(j)
         self.grant_bufs = {}
@@ -131,6 +139,9 @@ class MPITransport:
         self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
         self._graveyard = []                        # requests of communicators left behind by heals
         self.bytes_sent = 0
+        self.updates_sent = 0                       # update messages (one per destination)
+        self.grant_messages = 0                     # grants sent as messages of their own
+        self.grants_carried = 0                     # grants that rode in an update's header
 
     # ---- failures (ULFM) ----
     def _mpi(self, fn, default=None):
@@ -144,10 +155,14 @@ class MPITransport:
         try:
             return fn()
         except MPI.Exception as err:
-            if not self.fault_tolerant or err.Get_error_class() not in FAILURE_CLASSES:
-                raise
-            self.failed = True
+            self._failure(err)
             return default
+
+    def _failure(self, err):
+        """Record a peer failure (fault tolerant), or raise any other MPI error."""
+        if not self.fault_tolerant or err.Get_error_class() not in FAILURE_CLASSES:
+            raise err
+        self.failed = True
 
     def _bury(self, reqs):
         """Keep requests that may still be active referenced (see :meth:`reconfigure`)."""
@@ -180,16 +195,24 @@ class MPITransport:
         return req
 
     def poll(self, core=None):
-        """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many."""
-        done = self._mpi(lambda: MPI.Request.Testsome(self.reqs))
+        """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many.
+        An update's carried grant is delivered before the update."""
+        if self.failed:
+            return 0
+        try:                                        # (the hot path: no closure, as _mpi would need)
+            done = Testsome(self.reqs)
+        except MPI.Exception as err:
+            self._failure(err)
+            return 0
         if not done:
             return 0
         for idx in done:
             kind, j, s = self.meta[idx]
             if kind == "u":
-                buf = self.bufs[(j, s)]
-                iteration = int(header(buf, self.numel)[0])
                 if core is not None:
+                    iteration, grant = header(self.bufs[(j, s)], self.numel).tolist()
+                    if grant != NO_GRANT:
+                        core.on_grant(j, grant)
                     core.on_update(j, iteration, idx)   # the handle is the request slot
                 else:
                     self._post(self.meta[idx], idx)
@@ -233,8 +256,28 @@ class MPITransport:
         poll_until(done, self.peer_timeout, f"rank {self.rank}: {what} for {self.peer_timeout:.0f} s; "
                                             f"a peer may have died or hung")
 
-    def send_update(self, iteration, dests, fill):
-        """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``."""
+    carries_grants = True
+    """Grants that come with a send ride in the update's header (see :func:`hopdec.runtime.hop_loop.worker_loop`)."""
+
+    def _carry(self, dests, grants):
+        """(count the header carries, grants left to send as messages): :func:`split_grants`."""
+        carried, rest = split_grants(dests, grants, self.grantees)
+        if carried != NO_GRANT:
+            self.grants_carried += len(grants) - len(rest)
+        return carried, rest
+
+    def _stamp(self, buf, iteration, dests, grants):
+        """Write the header (iteration, carried grant); send the grants it cannot carry as messages."""
+        carried, rest = self._carry(dests, grants)
+        hdr = header(buf, self.numel)
+        hdr[0] = iteration
+        hdr[1] = carried
+        if rest:
+            self.send_grants(rest)
+
+    def send_update(self, iteration, dests, fill, grants=None):
+        """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``;
+        ``grants`` as for :meth:`send_from`."""
         slot = self.ring[self._ring_pos]
         self._ring_pos = (self._ring_pos + 1) % len(self.ring)
         buf, pending = slot
@@ -243,22 +286,25 @@ class MPITransport:
             if self.failed:
                 self._bury(pending)
         fill(buf[:self.numel])
-        header(buf, self.numel)[0] = iteration
+        self._stamp(buf, iteration, dests, grants)
         self._sync()                                # the device copy must land before MPI reads it
         slot[1] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
         self.bytes_sent += 4 * self.length * len(dests)
+        self.updates_sent += len(dests)
 
     def message_floats(self):
         """Length of a message buffer in float32s: the parameters, padding, the int64 header."""
         return self.length
 
-    def send_from(self, iteration, dests, buf):
+    def send_from(self, iteration, dests, buf, grants=None):
         """Isend ``buf`` (a caller's array of :meth:`message_floats` floats, parameters first) as it is:
-        no copy. The caller must not change it before :meth:`wait_sent` returns."""
+        no copy. The caller must not change it before :meth:`wait_sent` returns. ``grants``: token grants
+        ``[(worker, cumulative)]`` due now, carried in the header where possible (:meth:`_carry`)."""
         self.wait_sent(buf)
-        header(buf, self.numel)[0] = iteration
+        self._stamp(buf, iteration, dests, grants)
         self._sent_from[id(buf)] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
         self.bytes_sent += 4 * self.length * len(dests)
+        self.updates_sent += len(dests)
 
     def wait_sent(self, buf):
         """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""
@@ -276,6 +322,12 @@ class MPITransport:
         for dest, count in grants:
             b = np.array([count], dtype=np.int64)
             self._grant_out.append((b, self._isend(b, dest, TAG_GRANT)))
+        self.grant_messages += len(grants)
+
+    def counters(self):
+        """Messages sent so far: ``updates``, ``grant_messages``, ``grants_carried``, ``bytes``."""
+        return dict(updates=self.updates_sent, grant_messages=self.grant_messages,
+                    grants_carried=self.grants_carried, bytes=self.bytes_sent)
 
     # ---- after a heal ----
     def reconfigure(self, comm, view, held, peers):
@@ -289,6 +341,7 @@ class MPITransport:
                                 self._sent_from))
         self.comm, self.peers, self.failed = comm, dict(peers), False
         senders = set(view.in_neighbors)
+        self.grantees = set(senders)
         held = set(held)
         known = {j for (j, _) in self.bufs}
         self.gone |= known - senders

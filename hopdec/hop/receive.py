@@ -37,9 +37,19 @@ class Term:
 def _normalise(terms):
     """Weights summing to 1, terms in sender order (self included): every worker of a complete graph
     then adds the same numbers in the same order and holds bit-identical parameters."""
-    total = sum(t.weight for t in terms)
-    return tuple(Term(t.sender, t.iteration, t.handle, t.weight / total)
-                 for t in sorted(terms, key=lambda t: t.sender))
+    return _normalised([(t.sender, t.iteration, t.handle, t.weight) for t in terms])
+
+
+def _normalised(raw):
+    """:func:`_normalise` of ``raw`` = ``[(sender, iteration, handle, weight)]`` (the self term first;
+    sorted in place): the policies build plain tuples and make each :class:`Term` once."""
+    total = sum([r[3] for r in raw])                # the order (and the sum) of the Term version
+    raw.sort(key=_sender)
+    return tuple([Term(s, it, h, w / total) for s, it, h, w in raw])
+
+
+def _sender(raw_term):
+    return raw_term[0]
 
 
 class _Policy:
@@ -52,8 +62,11 @@ class _Policy:
         self.dropped = 0                            # late or superseded updates thrown away
 
     def required(self, k):
-        """The senders Recv(k) waits for. After a heal or a resume a sender's updates older than the
-        iteration it was at are used if they are here, never waited for (they will not come)."""
+        """The senders Recv(k) waits for (do not modify the list). After a heal or a resume a sender's
+        updates older than the iteration it was at are used if they are here, never waited for (they will
+        not come)."""
+        if not self.required_from:
+            return self.senders
         return [s for s in self.senders if self.required_from.get(s, 0) <= k]
 
     def reconfigure(self, in_weights, required_from, backup=0):
@@ -70,7 +83,7 @@ class _Policy:
         return gone
 
     def _self_term(self, k, factor=1.0):
-        return Term(self.rank, k, SELF, self.in_weights[self.rank] * factor)
+        return (self.rank, k, SELF, self.in_weights[self.rank] * factor)
 
     @property
     def held(self):
@@ -103,8 +116,13 @@ class Standard(_Policy):
         return late
 
     def waiting_for(self, k):
-        have = set(self.queue.senders(k))
-        return [s for s in self.required(k) if s not in have]
+        slot = self.queue.slot(k)
+        out = []
+        for s in self.required(k):
+            e = slot.get(s)
+            if e is None or e.iteration != k:
+                out.append(s)
+        return out
 
     def ready(self, k):
         """Whether Recv(k) could complete now, with the updates already held (nothing is taken): every
@@ -112,7 +130,12 @@ class Standard(_Policy):
         if k < self.floor:
             return False
         if not self.backup:
-            return not self.waiting_for(k)
+            slot = self.queue.slot(k)
+            for s in self.required(k):
+                e = slot.get(s)
+                if e is None or e.iteration != k:
+                    return False
+            return True
         return self.queue.count(k) >= len(self.required(k)) - self.backup
 
     def plan(self, k):
@@ -121,8 +144,11 @@ class Standard(_Policy):
             return None
         got = self.queue.take(k)
         self.used += len(got)
-        terms = [self._self_term(k)] + [Term(e.sender, k, e.handle, self.in_weights[e.sender]) for e in got]
-        return _normalise(terms)
+        w = self.in_weights
+        raw = [self._self_term(k)]
+        for e in got:
+            raw.append((e.sender, k, e.handle, w[e.sender]))
+        return _normalised(raw)
 
 
 class Backup(Standard):
@@ -187,8 +213,8 @@ class Stale(_Policy):
             if e is not None and e.iteration >= min_iter:
                 self.queue.take(j)
                 self.used += 1
-                terms.append(Term(j, e.iteration, e.handle, self.in_weights[j] * self._factor(e.iteration, k)))
-        return _normalise(terms)
+                terms.append((j, e.iteration, e.handle, self.in_weights[j] * self._factor(e.iteration, k)))
+        return _normalised(terms)
 
     def _factor(self, it, k):
         """Eq. (2): an update of iteration ``it`` weighs it - (k - s) + 1; ``plain`` weighs all alike."""

@@ -40,14 +40,19 @@ class TokenLedger:
         return self.granted[j] - self.taken[j]
 
     def can_take(self, n=1):
-        return all(self.available(j) >= n for j in self.taken)
+        granted = self.granted
+        for j, t in self.taken.items():
+            if granted[j] - t < n:
+                return False
+        return True
 
     def take(self, n=1):
-        for j in self.taken:
-            if self.available(j) < n:
-                raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
-        for j in self.taken:
-            self.taken[j] += n
+        if not self.can_take(n):
+            j = next(j for j in self.taken if self.available(j) < n)
+            raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
+        taken = self.taken
+        for j in taken:
+            taken[j] += n
 
     def issue(self, n=1):
         """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send."""

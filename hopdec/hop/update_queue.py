@@ -45,6 +45,7 @@ class IterationSlots:
         self.slots = slots
         self._slot = [dict() for _ in range(slots)]  # sender -> Entry
         self.size = 0
+        self._low = -1                               # no entry held is older than this
 
     def put(self, entry):
         slot = self._slot[entry.iteration % self.slots]
@@ -55,6 +56,12 @@ class IterationSlots:
                 f"{old.iteration} in a queue of {self.slots} slots")
         slot[entry.sender] = entry
         self.size += 1
+        if entry.iteration < self._low:
+            self._low = entry.iteration
+
+    def slot(self, iteration):
+        """The slot of ``iteration``: sender -> Entry (an entry may be of another iteration; read only)."""
+        return self._slot[iteration % self.slots]
 
     def count(self, iteration):
         """Number of updates of ``iteration`` held."""
@@ -66,7 +73,9 @@ class IterationSlots:
     def take(self, iteration):
         """Remove and return every update of ``iteration`` (sorted by sender)."""
         slot = self._slot[iteration % self.slots]
-        got = sorted((e for e in slot.values() if e.iteration == iteration), key=lambda e: e.sender)
+        got = [e for e in slot.values() if e.iteration == iteration]
+        if len(got) > 1:
+            got.sort(key=_by_sender)
         for e in got:
             del slot[e.sender]
         self.size -= len(got)
@@ -74,11 +83,17 @@ class IterationSlots:
 
     def drop_older(self, iteration):
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
+        if iteration <= self._low or not self.size:  # nothing held is older (no scan)
+            if not self.size:
+                self._low = max(self._low, iteration)
+            return []
         out = []
         for slot in self._slot:
-            for s in [s for s, e in slot.items() if e.iteration < iteration]:
-                out.append(slot.pop(s))
+            if slot:
+                for s in [s for s, e in slot.items() if e.iteration < iteration]:
+                    out.append(slot.pop(s))
         self.size -= len(out)
+        self._low = iteration
         return out
 
     def entries(self):
@@ -92,6 +107,10 @@ class IterationSlots:
                 out.append(slot.pop(s))
         self.size -= len(out)
         return out
+
+
+def _by_sender(entry):
+    return entry.sender
 
 
 class NewestPerSender:

@@ -261,17 +261,18 @@ class Worker:
             while not self.acks.may_send(k):
                 yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
             self.acks.sent = k + 1
-        dests, skipped = [], []
-        for j in self.view.out_neighbors:
-            if self.ledger is not None and self._useless_to(j, k):
-                skipped.append(j)
-            else:
-                dests.append(j)
-        self.sends_skipped += len(skipped)
+        outs = self.view.out_neighbors
+        useless = [j for j in outs if self._useless_to(j, k)] if self.ledger is not None else ()
+        if useless:
+            self.sends_skipped += len(useless)
+            dests = tuple(j for j in outs if j not in useless)
+        else:
+            dests = outs
         self._last_sent = k
-        yield SendParams(k, tuple(dests), tuple(skipped))
+        yield SendParams(k, tuple(dests), tuple(useless))
 
     def _useless_to(self, j, k):
+        """Out-neighbour j is known to be past every iteration that could use update k."""
         known = self.ledger.known_iteration(j, self.iteration)
         oldest_usable = known - (self.cfg.staleness or 0)
         return k < oldest_usable

@@ -57,6 +57,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     poll = getattr(io, "poll", None)
     carry = getattr(io, "carries_grants", False)
     deferred = None             # grants to carry on the SendParams that follows them (``carries_grants``)
+    send_storage = getattr(backend, "send_storage", None)
+    spare_storage = getattr(backend, "spare_storage", None)
     fresh = False               # nothing can have arrived since the last poll worth another one
     while True:
         if poll is not None and not fresh:
@@ -90,13 +92,13 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"] = []
             if a.jumped_from is not None:
                 rec["jumped_from"] = a.jumped_from
-            if core.ledger is not None:
-                rec["tokens"] = min((core.ledger.available(j) for j in core.view.out_neighbors),
+            led = core.ledger
+            if led is not None:
+                rec["tokens"] = min([led.granted[j] - led.taken[j] for j in core.view.out_neighbors],
                                     default=None)
         elif kind is SendParams:
             if a.dests:
-                store = getattr(backend, "send_storage", None)
-                store = store() if store is not None else None
+                store = send_storage() if send_storage is not None else None
                 more = {} if deferred is None else {"grants": deferred}
                 if store is not None:           # zero-copy: send from the parameters' own storage
                     io.send_from(a.iteration, a.dests, store, **more)
@@ -110,7 +112,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 if a.dests:
                     rec.setdefault("sent_to", []).extend(a.dests)
                 rec["send_skipped"] += len(a.skipped)
-                _timed(rec, "send", t0, clock(), spans, list(a.dests))
+                _timed(rec, "send", t0, clock(), spans, a.dests)
         elif kind is GrantTokens:
             io.send_grants(a.grants)
         elif kind is SendAcks:
@@ -120,8 +122,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             if spans:
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
         elif kind is Reduce:
-            spare = getattr(backend, "spare_storage", None)
-            spare = spare() if spare is not None else None
+            spare = spare_storage() if spare_storage is not None else None
             if spare is not None:
                 io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
                 t1 = clock()
@@ -161,7 +162,8 @@ _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 def _timed(rec, kind, t0, t1, spans, detail=None):
     rec[kind + "_s"] += t1 - t0
     if spans:
-        rec["spans"].append([kind, t0 - rec["time"], t1 - t0, detail])
+        rec["spans"].append([kind, t0 - rec["time"], t1 - t0,
+                             list(detail) if isinstance(detail, tuple) else detail])
 
 
 def _waited(rec, a, t0, dt, spans):

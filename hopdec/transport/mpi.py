@@ -124,6 +124,7 @@ class MPITransport:
         self.slots = slots
         self.reqs, self.meta = [], []
         self.bufs = {}
+        self._headers = {}                          # id(buffer) -> (buffer, its header view)
         self.gone = set()                           # senders that failed: their slots are never reposted
         self.grantees = set(view.in_neighbors)      # workers this one grants tokens to
         for j in view.in_neighbors:
@@ -181,12 +182,15 @@ class MPITransport:
 
     def _post(self, meta, index=None):
         kind, j, s = meta
-        if kind == "u":
-            req = self._mpi(lambda: self.comm.Irecv(self.bufs[(j, s)], source=self.peers[j], tag=TAG_UPDATE),
-                            MPI.REQUEST_NULL)
-        else:
-            req = self._mpi(lambda: self.comm.Irecv(self.grant_bufs[j], source=self.peers[j], tag=TAG_GRANT),
-                            MPI.REQUEST_NULL)
+        req = MPI.REQUEST_NULL
+        if not self.failed:
+            try:
+                if kind == "u":
+                    req = self.comm.Irecv(self.bufs[(j, s)], source=self.peers[j], tag=TAG_UPDATE)
+                else:
+                    req = self.comm.Irecv(self.grant_bufs[j], source=self.peers[j], tag=TAG_GRANT)
+            except MPI.Exception as err:
+                self._failure(err)
         if index is None:
             self.reqs.append(req)
             self.meta.append(meta)
@@ -210,7 +214,7 @@ class MPITransport:
             kind, j, s = self.meta[idx]
             if kind == "u":
                 if core is not None:
-                    iteration, grant = header(self.bufs[(j, s)], self.numel).tolist()
+                    iteration, grant = self._header(self.bufs[(j, s)]).tolist()
                     if grant != NO_GRANT:
                         core.on_grant(j, grant)
                     core.on_update(j, iteration, idx)   # the handle is the request slot
@@ -246,15 +250,30 @@ class MPITransport:
 
     # ---- send side ----
     def _isend(self, buf, dest, tag):
-        return self._mpi(lambda: self.comm.Isend(buf, dest=self.peers[dest], tag=tag), MPI.REQUEST_NULL)
+        if self.failed:
+            return MPI.REQUEST_NULL
+        try:
+            return self.comm.Isend(buf, dest=self.peers[dest], tag=tag)
+        except MPI.Exception as err:
+            self._failure(err)
+            return MPI.REQUEST_NULL
+
+    def _header(self, buf):
+        """The header view of a message buffer (cached: buffers live as long as the transport)."""
+        h = self._headers.get(id(buf))
+        if h is None or h[0] is not buf:
+            if len(self._headers) > 4 * len(self.bufs) + 16:    # callers' buffers that came and went
+                self._headers.clear()
+            h = self._headers[id(buf)] = (buf, header(buf, self.numel))
+        return h[1]
 
     def _complete(self, reqs, what):
         """Wait for ``reqs`` with the peer timeout; a failure (fault tolerant) abandons them."""
         def done():
             got = self._mpi(lambda: MPI.Request.Testall(reqs), True)
             return got or self.failed
-        poll_until(done, self.peer_timeout, f"rank {self.rank}: {what} for {self.peer_timeout:.0f} s; "
-                                            f"a peer may have died or hung")
+        poll_until(done, self.peer_timeout, lambda: f"rank {self.rank}: {what} for {self.peer_timeout:.0f} s; "
+                                                    f"a peer may have died or hung")
 
     carries_grants = True
     """Grants that come with a send ride in the update's header (see :func:`hopdec.runtime.hop_loop.worker_loop`)."""
@@ -269,7 +288,7 @@ class MPITransport:
     def _stamp(self, buf, iteration, dests, grants):
         """Write the header (iteration, carried grant); send the grants it cannot carry as messages."""
         carried, rest = self._carry(dests, grants)
-        hdr = header(buf, self.numel)
+        hdr = self._header(buf)
         hdr[0] = iteration
         hdr[1] = carried
         if rest:

@@ -17,6 +17,7 @@ No MPI, no torch: parameters are opaque handles.
 """
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from hopdec.hop.config import check_backup
 from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender
@@ -44,12 +45,11 @@ def _normalised(raw):
     """:func:`_normalise` of ``raw`` = ``[(sender, iteration, handle, weight)]`` (the self term first;
     sorted in place): the policies build plain tuples and make each :class:`Term` once."""
     total = sum([r[3] for r in raw])                # the order (and the sum) of the Term version
-    raw.sort(key=_sender)
+    raw.sort(key=_first)
     return tuple([Term(s, it, h, w / total) for s, it, h, w in raw])
 
 
-def _sender(raw_term):
-    return raw_term[0]
+_first = itemgetter(0)
 
 
 class _Policy:

@@ -13,6 +13,7 @@ sender run further ahead than the queue was sized for, which is a bug the tests 
 """
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 
 class QueueOverflow(RuntimeError):
@@ -109,8 +110,7 @@ class IterationSlots:
         return out
 
 
-def _by_sender(entry):
-    return entry.sender
+_by_sender = attrgetter("sender")
 
 
 class NewestPerSender:

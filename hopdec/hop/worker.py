@@ -75,7 +75,9 @@ class Worker:
     # ---- events from the transport ----
     def on_update(self, sender, iteration, handle):
         """An update arrived. Its buffer is the worker's until a Reduce or a Release frees it."""
-        self._pending_release += self.policy.on_update(Entry(sender, iteration, handle))
+        late = self.policy.on_update(Entry(sender, iteration, handle))
+        if late:
+            self._pending_release += late
 
     def on_grant(self, sender, cumulative):
         """A cumulative count from out-neighbour ``sender``: the tokens it has put into my queue in total
@@ -262,7 +264,15 @@ class Worker:
                 yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
             self.acks.sent = k + 1
         outs = self.view.out_neighbors
-        useless = [j for j in outs if self._useless_to(j, k)] if self.ledger is not None else ()
+        led = self.ledger
+        useless = ()
+        if led is not None:
+            # out-neighbour j is known to be at least at my iteration + its lead (TokenLedger.
+            # known_iteration); it is past every iteration that could use update k when
+            # k < known - staleness
+            base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
+            granted, taken = led.granted, led.taken
+            useless = [j for j in outs if k < base + granted[j] - taken[j]]
         if useless:
             self.sends_skipped += len(useless)
             dests = tuple(j for j in outs if j not in useless)
@@ -270,12 +280,6 @@ class Worker:
             dests = outs
         self._last_sent = k
         yield SendParams(k, tuple(dests), tuple(useless))
-
-    def _useless_to(self, j, k):
-        """Out-neighbour j is known to be past every iteration that could use update k."""
-        known = self.ledger.known_iteration(j, self.iteration)
-        oldest_usable = known - (self.cfg.staleness or 0)
-        return k < oldest_usable
 
     def _recv_reduce(self, k):
         self._pending_release += self.policy.set_floor(k)

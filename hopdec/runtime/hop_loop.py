@@ -132,7 +132,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 t0 = t1
             backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
                             for t in a.terms])
-            io.release(tuple(t.handle for t in a.terms if t.handle is not SELF))
+            io.release([t.handle for t in a.terms if t.handle is not SELF])
             rec.setdefault("reduced", []).append(
                 [[t.sender, t.iteration, round(t.weight, 6)] for t in a.terms])
             _timed(rec, "reduce", t0, clock(), spans, a.iteration)

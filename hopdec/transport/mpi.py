@@ -31,7 +31,7 @@ from mpi4py import MPI
 from hopdec.transport.message import NO_GRANT, header, message_floats, split_grants
 from hopdec.transport.waiting import PeerFailed, PeerTimeout, poll_until  # noqa: F401  (re-exported)
 
-Testsome = MPI.Request.Testsome
+Testsome, Testall = MPI.Request.Testsome, MPI.Request.Testall
 
 TAG_UPDATE = 101
 TAG_GRANT = 102
@@ -123,6 +123,7 @@ class MPITransport:
         self.failed = False                         # a peer failure was seen; the next wait raises
         self.slots = slots
         self.reqs, self.meta = [], []
+        self._slot_views = []                       # per request slot: (parameters, header) of an update
         self.bufs = {}
         self._headers = {}                          # id(buffer) -> (buffer, its header view)
         self.gone = set()                           # senders that failed: their slots are never reposted
@@ -194,6 +195,8 @@ class MPITransport:
         if index is None:
             self.reqs.append(req)
             self.meta.append(meta)
+            buf = self.bufs[(j, s)] if kind == "u" else None
+            self._slot_views.append(None if buf is None else (buf[:self.numel], header(buf, self.numel)))
         else:
             self.reqs[index] = req
         return req
@@ -210,16 +213,17 @@ class MPITransport:
             return 0
         if not done:
             return 0
+        meta = self.meta
         for idx in done:
-            kind, j, s = self.meta[idx]
+            kind, j, _ = meta[idx]
             if kind == "u":
                 if core is not None:
-                    iteration, grant = self._header(self.bufs[(j, s)]).tolist()
+                    iteration, grant = self._slot_views[idx][1].tolist()
                     if grant != NO_GRANT:
                         core.on_grant(j, grant)
                     core.on_update(j, iteration, idx)   # the handle is the request slot
                 else:
-                    self._post(self.meta[idx], idx)
+                    self._post(meta[idx], idx)
             else:
                 if core is not None:
                     core.on_grant(j, int(self.grant_bufs[j][0]))
@@ -240,13 +244,14 @@ class MPITransport:
 
     def payload(self, handle):
         """The parameters in a received buffer (a view, valid until the handle is released)."""
-        _, j, s = self.meta[handle]
-        return self.bufs[(j, s)][:self.numel]
+        return self._slot_views[handle][0]
 
     def release(self, handles):
+        meta, gone = self.meta, self.gone
         for idx in handles:
-            if self.meta[idx][1] not in self.gone:
-                self._post(self.meta[idx], idx)
+            m = meta[idx]
+            if not gone or m[1] not in gone:
+                self._post(m, idx)
 
     # ---- send side ----
     def _isend(self, buf, dest, tag):
@@ -269,6 +274,15 @@ class MPITransport:
 
     def _complete(self, reqs, what):
         """Wait for ``reqs`` with the peer timeout; a failure (fault tolerant) abandons them."""
+        if self.failed:
+            return
+        try:                                        # normally long done: one test, no closures
+            if Testall(reqs):
+                return
+        except MPI.Exception as err:
+            self._failure(err)
+            return
+
         def done():
             got = self._mpi(lambda: MPI.Request.Testall(reqs), True)
             return got or self.failed

@@ -268,10 +268,14 @@ def ablation(comm, view, mb, reps, warmup, timed, max_ig):
 
 
 def _commit():
-    """The checkout's commit (with ``+dirty`` for local changes), or None outside git."""
+    """The commit of the checkout ``hopdec`` was imported from (with ``+dirty`` for local changes), or
+    None outside git."""
     import subprocess
+
+    import hopdec
+    where = os.path.dirname(os.path.abspath(hopdec.__file__))
     try:
-        run = lambda *a: subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True,
+        run = lambda *a: subprocess.run(["git", "-C", where, *a], capture_output=True, text=True,
                                         timeout=10).stdout.strip()
         return (run("rev-parse", "--short", "HEAD") or None) and (
             run("rev-parse", "--short", "HEAD") + ("+dirty" if run("status", "--porcelain", "-uno") else ""))

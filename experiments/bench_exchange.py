@@ -7,7 +7,7 @@ rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noi
 
 * **hopdec**: the real :class:`hopdec.hop.worker.Worker` (tokens protocol, ``--max-ig``, parallel compute
   graph) driven by :func:`hopdec.runtime.hop_loop.worker_loop` over :class:`hopdec.transport.mpi.MPITransport`
-  (waiting with its own ``wait``: Testsome + sleeps of 50 us growing to 1 ms). The backend does no
+  (waiting with its own ``wait``: Testsome + sleeps of 10 us doubling to 1 ms). The backend does no
   compute (``compute`` returns at once); ``reduce`` does the real weighted sum with numpy.
 * **bare**: per iteration every rank Irecvs from its in-neighbours into preallocated buffers, Isends its
   parameter buffer to its out-neighbours, ``Waitall``, then the *same* numpy weighted sum. No barrier

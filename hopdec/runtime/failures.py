@@ -47,6 +47,8 @@ def one_line(rank, err):
     return text if text.startswith(f"rank {rank}:") else f"rank {rank}: {text}"
 
 
+LATE = 100
+"""Added to the priority of a notice from a rank that is not a candidate to report (see :meth:`FailureChannel.elect`)."""
 MAX_ON = 15
 """Ranks a notice names as waited for (more are cut: the election only needs a few)."""
 
@@ -102,11 +104,19 @@ class FailureChannel:
                 self._req = None
 
     def elect(self, priority, since, on=()):
-        """Announce this rank's notice, listen for the others'; True when this rank should report."""
+        """Announce this rank's notice, listen for the others'; True when this rank should report.
+
+        A rank that heard a candidate's notice of the same or a better kind before its own failure
+        surfaced comes late: that rank may have reported already (it heard nobody), so this one only
+        announces itself as a non-candidate (priority + :data:`LATE`) and never reports -- else two
+        timeouts a few hundred ms apart on a loaded machine printed two lines, the later one having
+        waited longer. An exception heard of only timeouts is still a candidate: its cause says more."""
         rank = self.comm.Get_rank()
+        self._collect()
+        late = any(p <= priority for p, _, _ in self.heard.values())
         on = tuple(int(r) for r in on)[:MAX_ON]
         note = self.np.zeros(4 + MAX_ON, dtype=self.np.int64)
-        note[:4 + len(on)] = [int(priority), int(since * 1e6), rank, len(on), *on]
+        note[:4 + len(on)] = [int(priority) + (LATE if late else 0), int(since * 1e6), rank, len(on), *on]
         self._sent = []
         for r in range(self.comm.Get_size()):
             if r != rank:
@@ -119,6 +129,8 @@ class FailureChannel:
             self._collect()
             time.sleep(0.005)
         self._collect()
+        if late:
+            return False
         notices = dict(self.heard)
         notices[rank] = (int(priority), int(since * 1e6), on)
         silent = {r for _, _, waits in notices.values() for r in waits} - set(notices)
@@ -126,7 +138,7 @@ class FailureChannel:
         def key(r):
             p, t, waits = notices[r]
             return (p, 0 if silent & set(waits) else 1, t, r)
-        return min(notices, key=key) == rank
+        return min((r for r in notices if notices[r][0] < LATE), key=key) == rank
 
 
 _channel = None

@@ -1,0 +1,87 @@
+"""Who reports a failure that several ranks notice (:class:`hopdec.runtime.failures.FailureChannel`),
+in one process over an in-memory stand-in for MPI's point-to-point messages."""
+
+import threading
+
+import numpy as np
+
+from hopdec.runtime import failures as F
+
+
+class _Net:
+    def __init__(self, size):
+        self.size, self.queues, self.lock = size, {r: [] for r in range(size)}, threading.Lock()
+
+
+class _Req:
+    def __init__(self, net, rank, buf):
+        self.net, self.rank, self.buf = net, rank, buf
+
+    def Test(self):
+        with self.net.lock:
+            q = self.net.queues[self.rank]
+            if not q:
+                return False
+            self.buf[:] = q.pop(0)
+            return True
+
+
+class _Comm:
+    def __init__(self, net, rank):
+        self.net, self.rank = net, rank
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.net.size
+
+    def Irecv(self, buf, source, tag):
+        return _Req(self.net, self.rank, buf)
+
+    def Isend(self, buf, dest, tag):
+        with self.net.lock:
+            self.net.queues[dest].append(np.array(buf))
+        return None
+
+
+def test_a_rank_whose_failure_surfaces_after_another_rank_reported_stays_silent(monkeypatch):
+    """Two workers time out waiting for a stopped server, 0.3 s apart on a loaded machine; the later one
+    had started waiting earlier. The first heard nobody and reported; the later one must not report too
+    (it did: two lines)."""
+    monkeypatch.setattr(F, "GRACE_S", 0.02)
+    net = _Net(3)
+    first, later = F.FailureChannel(_Comm(net, 1)), F.FailureChannel(_Comm(net, 2))
+    assert first.elect(1, since=10.0, on=(0,))
+    assert not later.elect(1, since=9.0, on=(0,))
+
+
+def _elect_together(net, ranks, priority, delay=None):
+    """Each rank of ``ranks`` elects in its own thread (``delay[r]`` s after the others start)."""
+    chans = {r: F.FailureChannel(_Comm(net, r)) for r in ranks}
+    results, barrier = {}, threading.Barrier(len(ranks))
+
+    def run(r):
+        barrier.wait()
+        if delay and r in delay:
+            threading.Event().wait(delay[r])
+        results[r] = chans[r].elect(priority[r], since=5.0 + r, on=(0,))
+    threads = [threading.Thread(target=run, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in ranks if results[r]]
+
+
+def test_ranks_that_notice_together_elect_exactly_one(monkeypatch):
+    monkeypatch.setattr(F, "GRACE_S", 0.2)
+    for _ in range(3):
+        assert len(_elect_together(_Net(4), (1, 2, 3), {1: 1, 2: 1, 3: 1})) == 1
+
+
+def test_an_exception_noticed_within_the_grace_beats_an_earlier_timeout(monkeypatch):
+    """Rank 1 times out first; rank 2's exception surfaces 50 ms later, while rank 1 still listens:
+    the exception's cause is the one line."""
+    monkeypatch.setattr(F, "GRACE_S", 0.3)
+    assert _elect_together(_Net(3), (1, 2), {1: 1, 2: 0}, delay={2: 0.05}) == [2]

@@ -54,10 +54,12 @@ def test_a_diverging_run_stops_with_an_error_instead_of_reporting_success(mpirun
 
 
 def test_a_killed_rank_keeps_every_logged_record(mpirun, tmp_path):
-    """Records are written line by line: a rank killed after iteration 6 leaves 7 parseable records."""
+    """Records are written line by line: a rank killed after iteration 6 leaves 7 parseable records;
+    the job ends (non-zero) naming the rank."""
     out = mpirun(3, COMMON + ["--iterations", 40, "--log-dir", tmp_path, "--die-rank", 2, "--die-at", 7],
                  timeout=90)
     assert out.returncode != 0
+    assert "exited with non-zero status" in out.stdout + out.stderr or "rank 2" in out.stderr
     lines = (tmp_path / "rank2.jsonl").read_text().splitlines()
     recs = [json.loads(ln) for ln in lines]                   # every line parses
     assert recs[0]["run"]["pid"] > 0

@@ -128,11 +128,11 @@ def ring6_runs(mpirun, ring6, tmp_path_factory):
     runs = {}
     for setting, (extra, _) in SETTINGS.items():
         for slowdown in SLOWDOWNS:
-            runs[(setting, slowdown)] = ["--topology", ring6, "--iterations", 30, "--max-ig", 2,
-                                         "--compute-time", "0.02", "--slowdown", slowdown] + extra
+            runs[(setting, slowdown)] = ["--topology", ring6, "--iterations", 20, "--max-ig", 2,
+                                         "--compute-time", "0.01", "--slowdown", slowdown] + extra
     for protocol in PROTOCOLS:
         how = ["--compute-graph", "serial"] if protocol == "serial" else ["--protocol", protocol]
-        runs[protocol] = ["--topology", ring6, "--iterations", 30] + how + [
+        runs[protocol] = ["--topology", ring6, "--iterations", 20] + how + [
             "--compute-time", "0.01", "--slowdown", "random:factor=6,prob=1/n"]
     dirs = {k: base / f"run{i}" for i, k in enumerate(runs)}
     argvs = [COMMON[1:] + argv + ["--log-dir", dirs[k]] for k, argv in runs.items()]
@@ -157,19 +157,20 @@ def test_measured_gap_never_exceeds_the_analyzed_bound(mpirun, ring6, ring6_runs
 def test_the_straggler_jumps_on_a_directed_graph_without_deadlock(mpirun, tmp_path):
     """Issue 8's reproduction: exponential(7) has disjoint in- and out-neighbours; before the fix the 20x
     straggler sat in Recv(target - 1) while its in-neighbours waited for its tokens (about one run in
-    two of 100 iterations ended in a peer timeout). Only the straggler jumps, and the gap stays bounded."""
-    out = mpirun(7, COMMON + ["--topology", "exponential", "--iterations", 80, "--max-ig", 2,
+    two of 100 iterations ended in a peer timeout; the in-process property tests of
+    test_protocol_directed.py find it on every such graph). Only the straggler jumps, and the gap stays bounded."""
+    out = mpirun(7, COMMON + ["--topology", "exponential", "--iterations", 50, "--max-ig", 2,
                               "--backup-workers", 2, "--skip", "max-jump=20,trigger=1",
                               "--slowdown", "rank=0,factor=20", "--compute-time", "0.01",
                               "--peer-timeout", 15, "--log-dir", tmp_path], timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     recs = logs(tmp_path)
     jumps = [r for r in recs[0] if "jumped_from" in r]
-    assert len(jumps) > 10 and all(2 <= r["iter"] - r["jumped_from"] <= 20 for r in jumps)
+    assert len(jumps) > 5 and all(2 <= r["iter"] - r["jumped_from"] <= 20 for r in jumps)
     others = [r for rs in recs[1:] for r in rs if "jumped_from" in r]
     assert len(others) * 3 < len(jumps)              # the straggler jumps (others only when the load
     #                                                  of a shared machine makes one fall behind)
-    assert all(rs[-1]["iter"] == 79 for rs in recs)
+    assert all(rs[-1]["iter"] == 49 for rs in recs)
     assert measured_gap(tmp_path) <= float(out.stdout.split("bound from the topology: ")[1].split(")")[0])
 
 
@@ -179,12 +180,6 @@ def test_other_protocols_run_within_their_bounds(mpirun, ring6, ring6_runs, prot
     assert out.returncode == 0, out.stdout + out.stderr
     key = {"notify-ack": "notify-ack", "queue-only": "standard"}.get(protocol, "standard+tokens")
     assert measured_gap(log_dir) <= mpirun.topo_bounds(ring6)[key]
-
-
-def test_a_dead_rank_stops_the_run_with_a_message(mpirun):
-    out = mpirun(4, COMMON + ["--iterations", 200, "--die-rank", 2, "--die-at", 5], timeout=120)
-    assert out.returncode != 0
-    assert "exited with non-zero status" in out.stdout + out.stderr or "rank 2" in out.stderr
 
 
 def test_a_hung_rank_times_out_its_neighbours(mpirun):

@@ -20,8 +20,10 @@ from hopdec.transport.waiting import PeerTimeout
 
 ABORT_CODE = 3
 TAG_FAILURE = 301
-GRACE_S = 0.2
-"""How long a rank that noticed a failure listens for other ranks' notices before deciding who reports."""
+GRACE_S = 0.5
+"""How long a rank that noticed a failure listens for other ranks' notices before deciding who reports (0.2 s
+left little margin on a loaded machine: a rank descheduled for longer misses the others' notices and
+reports too)."""
 
 
 class RunError(HopdecError):

@@ -6,7 +6,7 @@
   ``hopdec train: error: rank R: cause`` by that rank, which then calls ``MPI_Abort``: Open MPI ends
   every rank at once (and adds its own notice). A hung peer is found by the peer timeout of every wait.
 * When several ranks notice the same failure (the neighbours of a hung rank all time out), they agree
-  in a fraction of a second who reports (:class:`FailureChannel`): the user reads one line.
+  within half a second who reports (:class:`FailureChannel`): the user reads one line.
 * ``HOPDEC_DEBUG=1`` adds the Python traceback of an unexpected exception.
 """
 

@@ -30,7 +30,6 @@ digits ``mlp`` (9,610 parameters, lr 0.05, momentum 0.9, batch 8 per worker so t
 below the 1437 training images), measured with ``--math`` BSP runs at N workers (seeds 1-3, median).
 """
 
-import argparse
 import statistics
 from dataclasses import dataclass
 
@@ -86,19 +85,10 @@ def interpolate(xs, ys, x):
 
 def main(argv=None, out=None):
     """Run the reproduction; returns the :class:`repro_common.Report` (its tables as printed)."""
-    ap = C.common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "backup")
-    args = ap.parse_args(argv)
+    S = C.Session(__doc__, "backup", argv, out, "fewer b, one seed, short runs")
+    args, rep = S.args, S.rep
     cfg = QUICK if args.quick else FULL
-    R = C.Runner(args.cache, report_only=args.report_only, fresh=args.fresh)
-    rep = C.Report(out)
-    cmds = []
-
-    def run(a):
-        cmds.append(C.cmd(a))
-        return R.run(a)
-
-    if args.quick:
-        rep.p("(--quick: fewer b, one seed, short runs; rough figures)")
+    run = S.run
     steps = {}
     under2 = {}
     for b in cfg.bs:
@@ -145,10 +135,7 @@ def main(argv=None, out=None):
     rep.table("iters", ["N", "iterations to 0.95", "relative to N=" + str(ns[-1]), "1/N model"],
               [[n, C.fmt(v), C.ratio(v, its[-1]) if its[-1] != float("inf") else "-", C.ratio(ns[-1], n)]
                for n, v in zip(ns, its)])
-    if args.print_commands:
-        rep.p("\n" + "\n".join("    " + c for c in cmds))
-    rep.p("\n" + C.footer(R))
-    return rep
+    return S.finish()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Figures (all in virtual seconds):
   :func:`time_to` reads the first time a target accuracy is reached.
 """
 
+import argparse
 import contextlib
 import io
 import json
@@ -249,3 +250,30 @@ def common_args(ap, name):
 def footer(runner):
     return (f"({runner.ran} simulations run now, {runner.wall:.0f} s of wall time; "
             f"{len(runner.cache)} in the cache {runner.path})")
+
+
+class Session:
+    """One script's run: its options (:func:`common_args` plus ``extra(ap)``), the cached :class:`Runner`,
+    the :class:`Report` and the command lines it ran (``--print-commands``)."""
+
+    def __init__(self, doc, name, argv, out, quick_note, extra=None):
+        ap = common_args(argparse.ArgumentParser(description=doc.splitlines()[0]), name)
+        if extra:
+            extra(ap)
+        self.args = ap.parse_args(argv)
+        self.R = Runner(self.args.cache, report_only=self.args.report_only, fresh=self.args.fresh)
+        self.rep = Report(out)
+        self.cmds = []
+        if self.args.quick:
+            self.rep.p(f"(--quick: {quick_note}; rough figures)")
+
+    def run(self, argv, note="", **kw):
+        """:meth:`Runner.run`, remembering the command line (``note`` is appended to it)."""
+        self.cmds.append(cmd(argv) + note)
+        return self.R.run(argv, **kw)
+
+    def finish(self):
+        if self.args.print_commands:
+            self.rep.p("\n" + "\n".join("    " + c for c in self.cmds))
+        self.rep.p("\n" + footer(self.R))
+        return self.rep

@@ -32,7 +32,6 @@ median. The paper's Table I is a time to
 accuracy on ResNet-110; we compare ratios, not seconds.
 """
 
-import argparse
 import contextlib
 import statistics
 from dataclasses import dataclass
@@ -202,28 +201,19 @@ def math_table(rep, run, cfg):
 
 def main(argv=None, out=None):
     """Run the reproduction; returns the :class:`repro_common.Report` (its tables as printed)."""
-    ap = C.common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "dssp")
-    ap.add_argument("--no-math", action="store_true", help="timing-only tables only")
-    args = ap.parse_args(argv)
+    S = C.Session(__doc__, "dssp", argv, out, "one seed, short runs", extra=lambda ap: ap.add_argument("--no-math", action="store_true", help="timing-only tables only"))
+    args, rep = S.args, S.rep
     cfg = QUICK if args.quick else FULL
-    R = C.Runner(args.cache, report_only=args.report_only, fresh=args.fresh)
-    rep = C.Report(out)
-    cmds = []
 
     def run(a, variant):
-        cmds.append(C.cmd(a) + (f"   # + experiment-local DSSP variant {variant!r}" if variant else ""))
-        return R.run(a, patch=VARIANTS[variant] if variant else None, tag=variant)
+        return S.run(a, note=f"   # + experiment-local DSSP variant {variant!r}" if variant else "",
+                     patch=VARIANTS[variant] if variant else None, tag=variant)
 
-    if args.quick:
-        rep.p("(--quick: one seed, short runs; rough figures)")
     timing_table(rep, run, cfg, SLOW, "rho = 2.6 (0.10 / 0.26 s)", "timing_rho2.6")
     timing_table(rep, run, cfg, 0.28, "rho = 2.8 (0.10 / 0.28 s)", "timing_rho2.8")
     if not args.no_math:
         math_table(rep, run, cfg)
-    if args.print_commands:
-        rep.p("\n" + "\n".join("    " + c for c in cmds))
-    rep.p("\n" + C.footer(R))
-    return rep
+    return S.finish()
 
 
 if __name__ == "__main__":

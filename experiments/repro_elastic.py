@@ -34,7 +34,6 @@ median. The ZipLine search itself takes no virtual time in the simulator (the pa
 with R).
 """
 
-import argparse
 import statistics
 from dataclasses import dataclass
 
@@ -76,19 +75,10 @@ def base(cluster, iterations, seed):
 
 def main(argv=None, out=None):
     """Run the reproduction; returns the :class:`repro_common.Report` (its tables as printed)."""
-    ap = C.common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "elastic")
-    args = ap.parse_args(argv)
+    S = C.Session(__doc__, "elastic", argv, out, "one seed, short runs")
+    args, R, rep = S.args, S.R, S.rep
     cfg = QUICK if args.quick else FULL
-    R = C.Runner(args.cache, report_only=args.report_only, fresh=args.fresh)
-    rep = C.Report(out)
-    cmds = []
-
-    def run(a):
-        cmds.append(C.cmd(a))
-        return R.run(a)
-
-    if args.quick:
-        rep.p("(--quick: one seed, short runs; rough figures)")
+    run = S.run
     for ci, (label, cluster) in enumerate(CLUSTERS):
         rep.h(f"ZipLine Fig. 14, timing only: 4 workers, {label}, VGG-16 message 527.8 MiB, {GBPS} Gb/s, "
               f"{cfg.it_timing} mini-batches per worker")
@@ -123,10 +113,7 @@ def main(argv=None, out=None):
     rep.p("\nPaper (Fig. 14, VGG-16): ElasticBSP converges 1.77x faster than BSP, with 12.6% higher final "
           "accuracy; SSP s=3 and ASP finish the 19 epochs first but fail to learn; DSSP is better than SSP, "
           "worse than ElasticBSP; R barely matters.")
-    if args.print_commands:
-        rep.p("\n" + "\n".join("    " + c for c in cmds))
-    rep.p("\n" + C.footer(R))
-    return rep
+    return S.finish()
 
 
 if __name__ == "__main__":

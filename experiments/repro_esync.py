@@ -30,7 +30,6 @@ parameters) really trained on every device, with the costs above, (a) with the p
 the paper-optimiser table adds ASGD with 6 x the learning rate (each gradient at lr 0.001 x 1).
 """
 
-import argparse
 import statistics
 from dataclasses import dataclass
 
@@ -67,19 +66,10 @@ def base(iterations, seed=1):
 
 def main(argv=None, out=None):
     """Run the reproduction; returns the :class:`repro_common.Report` (its tables as printed)."""
-    ap = C.common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "esync")
-    args = ap.parse_args(argv)
+    S = C.Session(__doc__, "esync", argv, out, "short runs, the paper's optimiser skipped")
+    args, rep = S.args, S.rep
     cfg = QUICK if args.quick else FULL
-    R = C.Runner(args.cache, report_only=args.report_only, fresh=args.fresh)
-    rep = C.Report(out)
-    cmds = []
-
-    def run(a):
-        cmds.append(C.cmd(a))
-        return R.run(a)
-
-    if args.quick:
-        rep.p("(--quick: short runs, the paper's optimiser skipped; rough figures)")
+    run = S.run
     rep.h(f"ESync, timing only: 4 GPUs ({GPU_S} s) + 2 CPUs ({CPU_S} s), ResNet-18 message 42.6 MiB, 10 Gb/s")
     figs = {m: run(base(cfg.it_timing) + extra) for m, extra in MODES}
     ssgd, asgd = figs["SSGD (BSP)"], figs["ASGD (ASP)"]
@@ -126,10 +116,7 @@ def main(argv=None, out=None):
                                  "run (virtual s)"], rows)
     rep.p("\nPaper (Table 1, Fig. 3): time to 0.8, ESync vs SSGD: 7x (ResNet-18), 27x (AlexNet), 4-6x "
           "(ResNet-50); ESync about as fast as ASGD on i.i.d. data.")
-    if args.print_commands:
-        rep.p("\n" + "\n".join("    " + c for c in cmds))
-    rep.p("\n" + C.footer(R))
-    return rep
+    return S.finish()
 
 
 if __name__ == "__main__":

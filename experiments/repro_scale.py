@@ -30,7 +30,6 @@ iteration worth less (Hop Fig. 15), so a speed-up here is an upper bound on the 
 accuracy. One seed (1) per setting.
 """
 
-import argparse
 from dataclasses import dataclass
 
 import repro_common as C
@@ -76,19 +75,10 @@ def winner(row_rates):
 
 def main(argv_=None, out=None):
     """Run the study; returns the :class:`repro_common.Report` (its tables as printed)."""
-    ap = C.common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "scale")
-    args = ap.parse_args(argv_)
+    S = C.Session(__doc__, "scale", argv_, out, "16 and 64 workers, short runs")
+    args, rep = S.args, S.rep
     cfg = QUICK if args.quick else FULL
-    R = C.Runner(args.cache, report_only=args.report_only, fresh=args.fresh)
-    rep = C.Report(out)
-    cmds = []
-
-    def run(a):
-        cmds.append(C.cmd(a))
-        return R.run(a)
-
-    if args.quick:
-        rep.p("(--quick: 16 and 64 workers, short runs; rough figures)")
+    run = S.run
     none = {n: run(argv(n, cfg.iterations, [], 4)) for n in cfg.ns}
     summary = []
     for hi, (hlabel, hetero, max_ig) in enumerate(HETERO):
@@ -110,10 +100,7 @@ def main(argv_=None, out=None):
                   ["fastest job", "fastest vs no slowdown", "largest gap"], rows)
     rep.h("Scale: the fastest mechanism per setting")
     rep.table("winners", ["heterogeneity", "n", "fastest job", "its speed-up vs standard"], summary)
-    if args.print_commands:
-        rep.p("\n" + "\n".join("    " + c for c in cmds))
-    rep.p("\n" + C.footer(R))
-    return rep
+    return S.finish()
 
 
 if __name__ == "__main__":

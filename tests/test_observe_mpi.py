@@ -82,7 +82,7 @@ def job(mpirun, tmp_path_factory):
                       "--consensus-every", str(EVERY), "--eval-interval", "0.5", "--save-models",
                       "--trace", str(hop / "trace.json"),
                       "--tensorboard", str(hop / "tb")],
-            common + ["--sync", "ssp", "--staleness", "1", "--iterations", "40", "--slowdown", "rank=1,factor=2",
+            common + ["--sync", "ssp", "--staleness", "1", "--iterations", "60", "--slowdown", "rank=1,factor=2",
                       "--eval-interval", "0.5", "--log-dir", str(ps), "--trace", str(ps / "trace.json")]]
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(N), sys.executable, str(driver),
            json.dumps(runs)]

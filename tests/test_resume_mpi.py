@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from hopdec.runtime import checkpoint as C
+from reference import synchronous_averaging
 
 HOP_ITERS, PS_ITERS = 16, 12
 RANKS = 2                                   # decentralized; the PS runs have a server and 2 workers
@@ -110,21 +111,10 @@ def _context(argv, iters):
 def hop_reference():
     """The uninterrupted run, computed in one process: on the complete graph every Reduce is the plain
     mean, summed in rank order as the ranks do (so the MPI runs match it to float rounding)."""
-    import torch
     n = RANKS
     ctx = _context(HOP, HOP_ITERS)
     ref = [ctx.make_trainer(r, n) for r in range(n)]
-    for _ in range(HOP_ITERS):
-        for t in ref:
-            t.compute()
-        with torch.no_grad():
-            mean = torch.zeros_like(ref[0].flat)
-            for t in ref:
-                mean.add_(t.flat, alpha=1.0 / n)
-            for t in ref:
-                t.flat.copy_(mean)
-        for t in ref:
-            t.apply()
+    synchronous_averaging(ref, HOP_ITERS)
     return [t.write_params() for t in ref]
 
 

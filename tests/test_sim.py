@@ -23,6 +23,7 @@ from hopdec.sim.hop import HopSim
 from hopdec.sim.network import LinkModel, Network
 from hopdec.sim.ps import PSSim
 from hopdec.sim.run import largest_gap, simulate
+from reference import synchronous_averaging
 
 MB = 1e6
 
@@ -374,17 +375,7 @@ def test_math_trains_and_equals_synchronous_averaging_on_a_complete_graph(tmp_pa
     ref = [LocalTrainer("cnn", ds, partition(ds.train_y, n, r, "iid", seed), lr=h["lr"], momentum=h["momentum"],
                         weight_decay=h["weight_decay"], batch_size=h["batch_size"], seed=seed,
                         data_seed=seed * 7919 + r) for r in range(n)]
-    for _ in range(iters):
-        for t in ref:
-            t.compute()
-        with torch.no_grad():
-            mean = torch.zeros_like(ref[0].flat)
-            for t in ref:
-                mean.add_(t.flat, alpha=1.0 / n)
-            for t in ref:
-                t.flat.copy_(mean)
-        for t in ref:
-            t.apply()
+    synchronous_averaging(ref, iters)
     for r in range(n):
         np.testing.assert_allclose(np.load(tmp_path / f"params_rank{r}.npy"), ref[r].flat.detach().numpy(),
                                    atol=1e-6, rtol=0)

@@ -7,12 +7,12 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from hopdec.ml.data import load_dataset, partition
 from hopdec.runtime.metrics import max_iteration_gap, read_log
 from hopdec.ml.models import PRESETS
 from hopdec.ml.trainer import LocalTrainer
+from reference import synchronous_averaging
 
 
 COMMON = ["train", "--no-progress", "--threads", "1"]
@@ -81,17 +81,7 @@ def test_complete_graph_equals_synchronous_averaging(four_rank_runs, buffers):
     ref = [LocalTrainer("cnn", ds, partition(ds.train_y, n, r, "iid", seed), lr=h["lr"],
                         momentum=h["momentum"], weight_decay=h["weight_decay"], batch_size=h["batch_size"],
                         seed=seed, data_seed=seed * 7919 + r) for r in range(n)]
-    for _ in range(iters):
-        for t in ref:
-            t.compute()
-        with torch.no_grad():
-            mean = torch.zeros_like(ref[0].flat)
-            for t in ref:
-                mean.add_(t.flat, alpha=1.0 / n)
-            for t in ref:
-                t.flat.copy_(mean)
-        for t in ref:
-            t.apply()
+    synchronous_averaging(ref, iters)
     for r in range(n):
         got = np.load(tmp_path / f"params_rank{r}.npy")
         np.testing.assert_allclose(got, ref[r].flat.detach().numpy(), atol=1e-6, rtol=0)

@@ -168,34 +168,12 @@ class Run:
                 for w, recs in self.records.items()}
 
     def gap_over_time(self):
-        """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started:
-        replays the entries in time order (events at the same time together)."""
-        n = len(self.records)
-        events = sorted((r["time"], w, r["iter"]) for w, recs in self.records.items() for r in recs)
-        cur, at, started, high, low = {}, {}, 0, -1, None
-        ts, gaps = [], []
-        i, t0 = 0, self.t0
-        while i < len(events):
-            t = events[i][0]
-            while i < len(events) and events[i][0] == t:
-                _, w, k = events[i]
-                i += 1
-                if k <= cur.get(w, -1):
-                    continue
-                if w in cur:
-                    at[cur[w]] -= 1
-                else:
-                    started += 1
-                cur[w] = k
-                at[k] = at.get(k, 0) + 1
-                high = max(high, k)
-            if started == n:
-                low = min(k for k, c in at.items() if c) if low is None else low
-                while not at.get(low):
-                    low += 1
-                ts.append(t - t0)
-                gaps.append(high - low)
-        return np.array(ts), np.array(gaps)
+        """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started
+        (:func:`hopdec.runtime.metrics.gap_sweep`)."""
+        from hopdec.runtime.metrics import gap_sweep
+        entries = [[(r["time"], r["iter"]) for r in recs] for recs in self.records.values()]
+        sweep = list(gap_sweep(entries))
+        return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
 
     def gap_matrix(self, limit=64):
         """Largest observed Iter(i) - Iter(j) for every ordered pair of workers (None above ``limit``)."""

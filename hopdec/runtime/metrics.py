@@ -129,6 +129,37 @@ def max_iteration_gap(entries):
     return best
 
 
+def gap_sweep(entries):
+    """``(t, largest Iter(i) - Iter(j) at t)`` after each instant some worker entered an iteration, once every
+    worker has started, from ``entries[r] = [(time, iter)]`` (events at the same time together; a record
+    not past the worker's current iteration is ignored). O(E log E): its maximum is that of
+    :func:`max_iteration_gap` without the n x n matrix (what the simulator and ``hopdec plot`` use)."""
+    n = len(entries)
+    events = sorted((t, r, k) for r, ev in enumerate(entries) for t, k in ev)
+    cur = [-1] * n
+    at, started, low, high = {}, 0, None, -1     # at[k]: workers now at k; low only rises
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        while i < len(events) and events[i][0] == t:
+            _, r, k = events[i]
+            i += 1
+            if k <= cur[r]:
+                continue
+            if cur[r] >= 0:
+                at[cur[r]] -= 1
+            else:
+                started += 1
+            cur[r] = k
+            at[k] = at.get(k, 0) + 1
+            high = max(high, k)
+        if started == n:
+            low = min(k for k, c in at.items() if c) if low is None else low
+            while not at.get(low):
+                low += 1
+            yield t, high - low
+
+
 def format_table(headers, rows):
     """A plain text table with right-aligned columns."""
     cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]

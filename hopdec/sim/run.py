@@ -179,34 +179,9 @@ class _Logs:
 
 
 def largest_gap(entries):
-    """The largest Iter(i) - Iter(j) over all pairs, replaying ``entries[r] = [(time, iter)]`` in time order
-    with events at the same time together: the maximum of :func:`hopdec.runtime.metrics.max_iteration_gap`,
-    in O(E log E) instead of O(E n^2)."""
-    n = len(entries)
-    events = sorted((t, r, k) for r, ev in enumerate(entries) for t, k in ev)
-    cur = [-1] * n
-    at, started, low, high, best = {}, 0, None, -1, 0
-    i = 0
-    while i < len(events):
-        t = events[i][0]
-        while i < len(events) and events[i][0] == t:
-            _, r, k = events[i]
-            i += 1
-            if k <= cur[r]:
-                continue
-            if cur[r] >= 0:
-                at[cur[r]] -= 1
-            else:
-                started += 1
-            cur[r] = k
-            at[k] = at.get(k, 0) + 1
-            high = max(high, k)
-        if started == n:
-            low = min(k for k, c in at.items() if c) if low is None else low
-            while not at.get(low):
-                low += 1
-            best = max(best, high - low)
-    return best
+    """The largest Iter(i) - Iter(j) over all pairs (:func:`hopdec.runtime.metrics.gap_sweep`)."""
+    from hopdec.runtime.metrics import gap_sweep
+    return max((g for _, g in gap_sweep(entries)), default=0)
 
 
 def _rows(stats, evaluate_each=None):

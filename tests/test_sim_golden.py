@@ -1,0 +1,158 @@
+"""The simulator's results pinned bit for bit: speeding it up must not change what it simulates.
+
+Each case is a small ``hopdec sim`` run chosen to reach a different path of the cost model and the
+drivers: transfers that share NICs (contention, the general rule and its re-rating), links and NICs
+of their own from a topology file, half duplex, stragglers with backup workers and skipping, bounded
+staleness, notify-ack, the serial graph, update queues only, and every parameter-server sync model
+through the server's hub NIC. The golden values were recorded from the simulator before its speed-up
+(commit 976c398): every log record's virtual times and protocol fields (hashed), the virtual time, the
+largest gap, and the numbers of events, data messages and control messages.
+
+A deliberate change of the cost model changes them: re-record with
+``python tests/test_sim_golden.py --record`` and say why in the commit.
+"""
+
+import hashlib
+import io
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from hopdec.cli.sim import build_parser  # noqa: E402
+from hopdec.sim.run import simulate  # noqa: E402
+
+CONTENDED = ["--message-mb", "4", "--bandwidth", "1", "--compute-time", "normal:mean=0.03,std=0.01"]
+CASES = {
+    "ring-based-contended": ["--topology", "ring-based", "-n", "16", "--iterations", "30", *CONTENDED],
+    "exponential-straggler-backup-skip": [
+        "--topology", "exponential", "-n", "16", "--iterations", "40", "--latency", "0.001",
+        "--slowdown", "random:factor=6,prob=1/n", "--backup-workers", "1", "--skip", "max-jump=4,trigger=2",
+        "--compute-time", "normal:mean=0.1,std=0.02", "--message-mb", "2"],
+    "torus-hybrid-half-duplex": [
+        "--topology", "torus", "-n", "16", "--iterations", "30", "--staleness", "2", "--backup-workers", "1",
+        "--nic-duplex", "half", "--slowdown", "rank=5,factor=3", *CONTENDED],
+    "ring-notify-ack-serial": [
+        "--topology", "ring", "-n", "8", "--iterations", "30", "--protocol", "notify-ack",
+        "--compute-graph", "serial", *CONTENDED],
+    "double-ring-queue-only": [
+        "--topology", "double-ring", "-n", "16", "--iterations", "30", "--protocol", "queue-only",
+        "--max-ig", "3", "--bandwidth", "3@0.2", "--latency", "0", *CONTENDED],
+    "links-from-file": None,            # filled in by _links_file
+    "ring-based-mixed-no-latency": ["--topology", "ring-based", "-n", "16", "--iterations", "30", "--message-mb",
+                                    "1", "--bandwidth", "2", "--latency", "0", "--compute-time",
+                                    "normal:mean=0.03,std=0.01", "--slowdown", "rank=3,factor=2"],
+    "exponential-free-network": ["--topology", "exponential", "-n", "32", "--iterations", "20", "--bandwidth", "inf",
+                                 "--compute-time", "uniform:low=0.05,high=0.15"],
+    "ring-based-128": ["--topology", "ring-based", "-n", "128", "--iterations", "12",
+                       "--compute-time", "normal:mean=0.25,std=0.02"],
+    "ps-bsp": ["--mode", "ps", "--sync", "bsp", "-n", "12", "--iterations", "15", *CONTENDED],
+    "ps-asp-fast-server": ["--mode", "ps", "--sync", "asp", "-n", "12", "--iterations", "15",
+                           "--bandwidth", "0@4", *CONTENDED],
+    "ps-ssp": ["--mode", "ps", "--sync", "ssp", "-n", "8", "--iterations", "15", "--slowdown", "rank=2,factor=4",
+               *CONTENDED],
+    "ps-dssp": ["--mode", "ps", "--sync", "dssp", "-n", "8", "--iterations", "15", *CONTENDED],
+    "ps-elastic": ["--mode", "ps", "--sync", "elastic", "-n", "8", "--iterations", "15", *CONTENDED],
+    "ps-backup": ["--mode", "ps", "--sync", "backup", "-n", "8", "--iterations", "15", "--latency", "0.002",
+                  *CONTENDED],
+    "ps-esync-half-duplex": ["--mode", "ps", "--sync", "esync", "-n", "8", "--iterations", "15",
+                             "--nic-duplex", "half", *CONTENDED],
+}
+
+KEYS = ("rank", "iter", "time", "compute_s", "slowdown", "wait_s", "wait_updates_s", "wait_tokens_s",
+        "wait_acks_s", "waited_on", "jumped_from", "jump", "sent", "sent_to", "send_skipped", "tokens",
+        "reduced", "held", "used_total", "dropped_total", "version", "gap", "t_recv", "t_push", "push_s",
+        "staleness", "event", "workers", "weights", "steps", "gaps", "reason", "kind", "applied", "dropped",
+        "work", "elapsed")
+"""The record fields hashed: times and protocol decisions (a field added later is not, so another change
+that only adds fields to the logs leaves the golden values as they are)."""
+
+
+def _links_file(tmp):
+    """A hierarchical-style graph with per-node NICs and per-edge bandwidth and latency."""
+    from hopdec import topology as T
+    g = T.GENERATORS["ring-based"](8)
+    for v in (0, 4):
+        g.nodes[v]["bandwidth"] = 0.5
+    for u, v in list(g.edges()):
+        if u != v and (u < 4) != (v < 4):
+            g.edges[u, v]["bandwidth"] = 0.25
+            g.edges[u, v]["latency"] = 0.003
+    path = os.path.join(tmp, "links.json")
+    T.save(g, path)
+    return ["--topology", path, "--iterations", "30", *CONTENDED]
+
+
+def run_case(name, tmp):
+    argv = CASES[name] if CASES[name] is not None else _links_file(tmp)
+    log_dir = os.path.join(tmp, name)
+    args = build_parser().parse_args(argv + ["--invariants", "off", "--log-dir", log_dir])
+    res = simulate(args, out=io.StringIO())
+    h = hashlib.sha256()
+    for f in sorted(os.listdir(log_dir), key=lambda s: (len(s), s)):
+        if not f.startswith("rank"):
+            continue
+        with open(os.path.join(log_dir, f)) as fh:
+            for line in fh:
+                rec = json.loads(line)
+                if "run" in rec:
+                    continue
+                h.update(json.dumps({k: rec[k] for k in KEYS if k in rec}, sort_keys=True).encode())
+    net = res["sim"].net
+    return dict(virtual_s=repr(float(res["virtual_s"])), max_gap=int(res["max_gap"]), events=res["events"],
+                transfers=net.transfers, controls=net.controls, logs=h.hexdigest()[:20])
+
+
+GOLDEN = {
+    'double-ring-queue-only': dict(virtual_s='20.13265920000001', max_gap=2, events=644,
+        transfers=1920, controls=0, logs='4fba02f0bfa6632e1305'),
+    'exponential-free-network': dict(virtual_s='2.329411260728595', max_gap=3, events=1888,
+        transfers=3200, controls=3040, logs='4cf4bfda08c499a6bf85'),
+    'exponential-straggler-backup-skip': dict(virtual_s='9.028490026646967', max_gap=4, events=2817,
+        transfers=2228, controls=2424, logs='ee7fc984c45d313d62a9'),
+    'links-from-file': dict(virtual_s='6.129797760000002', max_gap=1, events=1277,
+        transfers=720, controls=696, logs='bfd791ab7264392cfbd9'),
+    'ps-asp-fast-server': dict(virtual_s='2.1127049919464485', max_gap=2, events=3297,
+        transfers=382, controls=12, logs='e73560f6b8c7022eb1d1'),
+    'ps-backup': dict(virtual_s='8.777288874437376', max_gap=1, events=671,
+        transfers=254, controls=8, logs='38b09925019b4d9ae0b7'),
+    'ps-bsp': dict(virtual_s='12.255160657596772', max_gap=0, events=912,
+        transfers=360, controls=12, logs='e8756c8e4d0240ba3979'),
+    'ps-dssp': dict(virtual_s='5.814499350991006', max_gap=2, events=838,
+        transfers=254, controls=8, logs='5e272260b0ea56fc7753'),
+    'ps-elastic': dict(virtual_s='7.114284086822864', max_gap=3, events=778,
+        transfers=254, controls=8, logs='fed5d29678db924f00a6'),
+    'ps-esync-half-duplex': dict(virtual_s='6.762353247395336', max_gap=5, events=968,
+        transfers=192, controls=456, logs='2b34ce73160b35a00603'),
+    'ps-ssp': dict(virtual_s='5.691733176927483', max_gap=3, events=810,
+        transfers=250, controls=8, logs='5875712aa0a04e6e6e33'),
+    'ring-based-128': dict(virtual_s='3.1734795326013456', max_gap=2, events=4692,
+        transfers=4608, controls=4224, logs='81cc05a7eb6ff1acff2c'),
+    'ring-based-contended': dict(virtual_s='3.02139888', max_gap=0, events=1221,
+        transfers=1440, controls=1392, logs='5fafa2b522bea44a0c6c'),
+    'ring-based-mixed-no-latency': dict(virtual_s='1.7234605140739652', max_gap=4, events=1231,
+        transfers=1440, controls=1392, logs='8bb84e4aef1c75bc5abe'),
+    'ring-notify-ack-serial': dict(virtual_s='3.1894767117652445', max_gap=1, events=1166,
+        transfers=480, controls=480, logs='1cffa7b6da9681030826'),
+    'torus-hybrid-half-duplex': dict(virtual_s='8.053113679999997', max_gap=2, events=1009,
+        transfers=1920, controls=1856, logs='fb7f6843c0e7f2fa4762'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simulated_runs_are_unchanged(name, tmp_path):
+    assert run_case(name, str(tmp_path)) == GOLDEN[name]
+
+
+if __name__ == "__main__" and "--record" in sys.argv:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        print("GOLDEN = {")
+        for name in sorted(CASES):
+            r = run_case(name, tmp)
+            print(f"    {name!r}: dict(virtual_s={r['virtual_s']!r}, max_gap={r['max_gap']}, events={r['events']},\n"
+                  f"{' ' * 8}transfers={r['transfers']}, controls={r['controls']}, logs={r['logs']!r}),")
+        print("}")

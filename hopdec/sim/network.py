@@ -70,8 +70,9 @@ class LinkModel:
 # A transfer is a small list (faster than an object here): its fields by index. _END: when its last byte
 # leaves (set when rated); _ALONE: the transfers of its send when they were rated alone on their NICs and
 # end with one event at _END + latency (see Network._rate), False once taken off the NICs, else None.
-# _HUB: the hub resource whose shared clock moves it (see Network's hubs), else None.
-_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE, _HUB = range(12)
+# _HUB: the hub resource whose shared clock moves it (see Network's hubs), else None. _DELIVER(_DST) delivers
+# it; _PAIR: src * nodes + dst, the key of its pair's queue.
+_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE, _HUB, _DST = range(13)
 
 
 class _Hub:
@@ -119,8 +120,11 @@ class Network:
         for node in hubs:
             for r in {node, self._down + node}:
                 self._hub[r] = _Hub()
-        self._routes = {}
-        self._pairs = {}                   # (src, dst) -> its messages: [in transit, waiting...]
+        self._fans = {}                    # src -> its last send's fan (see _fan): a worker sends to the
+                                           # same out-neighbours every time
+        self._solo = [None] * len(self.cap)  # resource -> the send rated alone there and not yet put on
+                                             # the NICs (see _materialize), else None
+        self._pairs = {}                   # src * nodes + dst -> its messages: [in transit, waiting...]
         self._dirty = {}
         self._flush_pending = False
         self._ids = 0
@@ -133,26 +137,40 @@ class Network:
     def send(self, src, dsts, nbytes, deliver):
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
         now = self.q.now
-        active, routes, pairs, hubs = self.active, self._routes, self._pairs, self._hub
-        self.transfers += len(dsts)
-        self.bytes += nbytes * len(dsts)
+        k = len(dsts)
+        self.transfers += k
+        self.bytes += nbytes * k
+        fan = self._fans.get(src)
+        if fan is None or (fan[0] is not dsts and fan[0] != dsts):
+            fan = self._fans[src] = self._fan(src, dsts)
+        _, routes, touched, may_solo = fan
+        solo, active = self._solo, self.active
+        for r in touched:
+            if solo[r] is not None:
+                self._materialize(solo[r])
+        if may_solo and nbytes > 0 and not self._flush_pending:
+            for r in touched:
+                if active[r]:
+                    break
+            else:                               # alone on every NIC and link it uses: rate it now
+                if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver):
+                    return
+        pairs, hubs = self._pairs, self._hub
         free = None
         started = []
-        if active[src]:
-            self._expire(active[src], now)
-        for dst in dsts:
-            pair = (src, dst)
-            route = routes.get(pair)
-            if route is None:
-                route = routes[pair] = self._route(src, dst)
-            res, lat, no_time = route
+        out = active[src]
+        if out:
+            self._expire(out, now)
+        size = float(nbytes)
+        fid = self._ids
+        for dst, res, lat, no_time, pair, _ in routes:
             if no_time or nbytes <= 0:
                 if free is None:
                     free = []
-                free.append((lat, partial(deliver, dst)))
+                free.append((lat, deliver, dst))
                 continue
-            self._ids += 1
-            f = [self._ids, float(nbytes), 0.0, now, 0, res, partial(deliver, dst), lat, pair, 0.0, None, None]
+            fid += 1
+            f = [fid, size, 0.0, now, 0, res, deliver, lat, pair, 0.0, None, None, dst]
             queue = pairs.get(pair)
             if queue is not None:
                 head = queue[0]
@@ -166,16 +184,17 @@ class Network:
                 continue
             pairs[pair] = [f]
             if hubs:
+                self._ids = fid
                 if self._start(f, now):
                     started.append(f)
                 continue
-            fid = f[_ID]
-            for r in res:                       # _start without hubs, inline: the hot path
+            for r in res:                       # _start without hubs, inline
                 on = active[r]
                 if on and r != src:
                     self._expire(on, now)
                 on[fid] = f
             started.append(f)
+        self._ids = fid
         if free is not None:
             self._deliver_later(free)
         if not started:
@@ -191,11 +210,66 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
+    def _fan(self, src, dsts):
+        """What a send from ``src`` to ``dsts`` needs, computed once: ``(dsts, routes, touched, may_solo)``
+        -- the route of each destination (:meth:`_route`), every resource the send uses (its NIC first),
+        and whether it can be rated alone without entering the NICs' books (no hub, distinct destinations,
+        every transfer with a latency and taking time)."""
+        routes = [self._route(src, d) for d in dsts]
+        touched = [src]
+        for route in routes:
+            touched += [r for r in route[1] if r not in touched]
+        may_solo = (not self._hub and len(set(dsts)) == len(dsts)
+                    and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
+        return dsts, routes, tuple(touched), may_solo
+
+    def _solo_send(self, src, k, routes, touched, now, size, deliver):
+        """A send alone on every resource it uses (the usual case when transfers are short), rated as
+        :meth:`_rate` would. When all its transfers arrive at once -- one arrival event -- it stays off the
+        NICs' books: nothing else can use them before that event without first putting it on them
+        (:meth:`_materialize`, called by whatever touches one of its resources), so the books and events
+        are those of the general rule, without the work while nothing else comes near. Returns False
+        (nothing done) when its transfers would arrive at different times."""
+        out = self.cap[src] / k
+        fid = self._ids
+        flows = []
+        end0 = None
+        lat0 = routes[0][2]
+        for dst, res, lat, _, pair, restcap in routes:
+            rate = restcap if restcap < out else out
+            end = now + size / rate
+            if end0 is None:
+                end0 = end
+            elif end != end0 or lat != lat0:
+                return False
+            fid += 1
+            flows.append([fid, size, rate, now, 1, res, deliver, lat, pair, end, flows, None, dst])
+        self._ids = fid
+        solo = self._solo
+        for r in touched:
+            solo[r] = flows
+        self.q.at(end0 + lat0, partial(self._arrive, [(f, 1) for f in flows]))
+        return True
+
+    def _materialize(self, flows):
+        """Put a send rated alone (:meth:`_solo_send`) on its NICs' and pairs' books, as the general rule
+        keeps them, before anything else looks at those."""
+        active, pairs, solo = self.active, self._pairs, self._solo
+        for f in flows:
+            pairs[f[_PAIR]] = [f]
+            fid = f[_ID]
+            for r in f[_RES]:
+                active[r][fid] = f
+                solo[r] = None
+
     def _start(self, f, now):
         """Put a transfer on its NICs: on a hub's clock when it can, else under the general rule (returns
         True: the caller rates it)."""
-        active, hubs = self.active, self._hub
+        active, hubs, solo = self.active, self._hub, self._solo
         res = f[_RES]
+        for r in res:
+            if solo[r] is not None:
+                self._materialize(solo[r])
         for r in res:
             on = active[r]
             if on:
@@ -257,7 +331,7 @@ class Network:
             for r in f[_RES]:
                 del active[r][f[_ID]]
             f[_HUB] = None
-            arrived.append((f[_LAT], f[_DELIVER]))
+            arrived.append((f[_LAT], f[_DELIVER], f[_DST]))
             queue = self._pairs[f[_PAIR]]
             queue.pop(0)
             if queue:
@@ -307,7 +381,8 @@ class Network:
                 self._take_off(g)
 
     def _route(self, src, dst):
-        """(resources, latency, takes no time) of a transfer src -> dst."""
+        """(dst, resources, latency, takes no time, pair key, the least capacity after the sender's NIC) of a
+        transfer src -> dst."""
         res = (src, self._down + dst)
         lat = self.model.latency
         link = self._link.get((src, dst))
@@ -315,7 +390,8 @@ class Network:
             r, lat = link
             if r is not None:
                 res = res + (r,)
-        return res, lat, all(self.cap[r] == INF for r in res)
+        return (dst, res, lat, all(self.cap[r] == INF for r in res), src * self.nodes + dst,
+                min(self.cap[r] for r in res[1:]))
 
     def _alone(self, src, started):
         """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
@@ -393,6 +469,16 @@ class Network:
     def _arrive(self, flows):
         """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing
         has taken them off yet)."""
+        group = flows[0][0][_ALONE]
+        if group and self._solo[group[0][_RES][0]] is group:
+            solo = self._solo                   # never put on the books (_solo_send): all arrive now
+            for f in group:
+                f[_ALONE] = None
+                for r in f[_RES]:
+                    solo[r] = None
+            for f in group:
+                f[_DELIVER](f[_DST])
+            return
         calls = []
         for f, token in flows:
             if token != f[_TOKEN]:
@@ -403,9 +489,9 @@ class Network:
                     del active[r][f[_ID]]
                 del self._pairs[f[_PAIR]]
                 f[_ALONE] = None
-            calls.append(f[_DELIVER])
-        for c in calls:
-            c()
+            calls.append(f)
+        for f in calls:
+            f[_DELIVER](f[_DST])
 
     def _flush(self):
         """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant; the
@@ -472,7 +558,7 @@ class Network:
             for r in f[_RES]:
                 del active[r][fid]
             left.append(f[_RES])
-            arrived.append((f[_LAT], f[_DELIVER]))
+            arrived.append((f[_LAT], f[_DELIVER], f[_DST]))
             queue = pairs[f[_PAIR]]
             queue.pop(0)
             if queue:                       # the pair's next message starts now
@@ -494,26 +580,27 @@ class Network:
             self._deliver_later(arrived, may_call_now=True)
 
     def _deliver_later(self, arrived, may_call_now=False):
-        """``arrived = [(latency, deliver)]``: one event per distinct latency; with ``may_call_now`` (inside
-        an event, never inside a send) the ones of latency 0 are delivered at once, in order."""
+        """``arrived = [(latency, deliver, dst)]``: ``deliver(dst)`` after the latency, one event per distinct
+        latency; with ``may_call_now`` (inside an event, never inside a send) the ones of latency 0 are
+        delivered at once, in order."""
         lat = arrived[0][0]
         for x in arrived:
             if x[0] != lat:
                 break
         else:                               # one latency (the usual case)
             if lat == 0 and may_call_now:
-                for _, d in arrived:
-                    d()
+                for _, d, dst in arrived:
+                    d(dst)
             else:
-                self.q.at(self.q.now + lat, partial(_call_all, [d for _, d in arrived]))
+                self.q.at(self.q.now + lat, partial(_call_all, arrived))
             return
         by = {}
-        for lat, d in arrived:
-            by.setdefault(lat, []).append(d)
+        for x in arrived:
+            by.setdefault(x[0], []).append(x)
         for lat, calls in by.items():
             if lat == 0 and may_call_now:
-                for c in calls:
-                    c()
+                for _, d, dst in calls:
+                    d(dst)
             else:
                 self.q.at(self.q.now + lat, partial(_call_all, calls))
 
@@ -540,5 +627,5 @@ def _each(deliver, dsts):
 
 
 def _call_all(calls):
-    for c in calls:
-        c()
+    for _, deliver, dst in calls:
+        deliver(dst)

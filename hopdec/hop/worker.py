@@ -121,7 +121,7 @@ class Worker:
         if self._catch_up is not None:
             a, self._catch_up = self._catch_up, None
             return a
-        return next(self._steps, Finished())
+        return next(self._steps, _FINISHED)
 
     def held_handles(self):
         """Handles of the buffers this worker still owns: updates it holds and those it is about to
@@ -289,6 +289,9 @@ class Worker:
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))
+
+
+_FINISHED = Finished()
 
 
 def node_views(graph, backup_attr="backup_workers"):

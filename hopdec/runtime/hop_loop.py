@@ -99,7 +99,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
-                more = {} if deferred is None else {"grants": deferred}
+                more = _NO_GRANTS if deferred is None else {"grants": deferred}
                 if store is not None:           # zero-copy: send from the parameters' own storage
                     io.send_from(a.iteration, a.dests, store, **more)
                 else:
@@ -134,7 +134,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                             for t in a.terms])
             io.release([t.handle for t in a.terms if t.handle is not SELF])
             rec.setdefault("reduced", []).append(
-                [[t.sender, t.iteration, round(t.weight, 6)] for t in a.terms])
+                [[t.sender, t.iteration, _ROUND6[t.weight]] for t in a.terms])
             _timed(rec, "reduce", t0, clock(), spans, a.iteration)
         elif kind is ApplyGradient:
             backend.apply(a.iteration)
@@ -157,6 +157,26 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
+
+_NO_GRANTS = {}
+"""The keywords of a send that carries no grants (read only)."""
+
+
+class _Rounded(dict):
+    """``round(w, 6)`` of Reduce weights for the log, remembered: a worker's weights repeat every iteration,
+    and ``round`` to digits formats the number (microseconds, 4 terms per iteration). Zero is not kept (0.0
+    and -0.0 are one key but print differently); at most 4096 weights are."""
+
+    def __missing__(self, w):
+        r = round(w, 6)
+        if w:
+            if len(self) >= 4096:
+                self.clear()
+            self[w] = r
+        return r
+
+
+_ROUND6 = _Rounded()
 
 
 def _timed(rec, kind, t0, t1, spans, detail=None):

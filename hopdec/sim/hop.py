@@ -201,8 +201,12 @@ class HopSim:
             self._started += 1
         self._cur[r] = k
         at[k] = at.get(k, 0) + 1
+        # The gap can only reach a new maximum at an instant where the highest iteration rose (the lowest
+        # never falls), or where the last worker started: evaluate it at the end of those instants only.
         if k > self._high:
             self._high = k
+        elif old >= 0 or self._started < self.n:
+            return
         if not self._gap_pending:
             self._gap_pending = True
             self.q.at_instant_end(self._gap_now)

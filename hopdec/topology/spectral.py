@@ -2,10 +2,10 @@
 
 Up to :data:`DENSE_MAX_N` nodes every eigenvalue is computed (dense). Beyond, only the two that
 matter, with sparse ARPACK solvers: when W is similar to a symmetric matrix (symmetric W, and Hop
-eq. (1) weights on a symmetric graph) by Lanczos iteration, and where that does not converge within
-:data:`LANCZOS_RESTARTS` by shift-invert around 1, which converges even when the gap is tiny (a ring of
-100,000) -- see :func:`_top_two`; otherwise by plain Arnoldi iteration, which may not converge (then
-None).
+eq. (1) weights on a symmetric graph) by shift-invert around 1, which converges even when the gap is
+tiny (a ring of 100,000), on graphs narrow enough for its factorisation to stay sparse, and by Lanczos
+iteration on the others (:func:`_top_two`); otherwise by plain Arnoldi iteration, which may not
+converge (then None).
 
 >>> from hopdec.topology.generators import ring
 >>> round(spectral_gap(ring(8)), 4)
@@ -22,6 +22,9 @@ DENSE_MAX_N = 500
 
 LANCZOS_RESTARTS = 100
 """Restarts of plain Lanczos before shift-invert takes over (about 0.25 s at 10,000 nodes when it fails)."""
+
+NARROW = 16
+"""A graph whose reverse Cuthill-McKee bandwidth b has b^2 <= NARROW * n goes straight to shift-invert."""
 
 _SHIFT = 1 + 1e-10
 """Shift-invert target just above the top eigenvalue 1 (``W - I`` itself is singular): eigenvalue
@@ -155,20 +158,39 @@ def _top_real(P):
 def _top_two(S):
     """The two largest eigenvalues of symmetric sparse S (all <= 1, the largest 1), largest first.
 
-    Plain Lanczos needs only products S x, O(edges) each, and converges in a few restarts unless the
-    gap is tiny; shift-invert converges for any gap but factorises S - sigma I, which stays sparse for
-    rings and grids and fills in to O(n^2) on expander-like graphs (a random 4-regular graph of 10,000
-    nodes: 30 s per factorisation, and ``analyze`` needs three). So Lanczos first, for at most
-    :data:`LANCZOS_RESTARTS` restarts from a fixed start vector (the same figures on every call), and
-    shift-invert only where it did not converge. Both give the eigenvalues to about 1e-14.
+    Shift-invert converges for any gap (a ring of 100,000: 1.3e-9) but factorises S - sigma I: cheap
+    when the nodes can be ordered so that every edge joins near ones (rings, ladders, grids: the
+    factors stay within that band), O(n^2) fill-in on expander-like graphs (a random 4-regular graph of
+    10,000 nodes: 30 s per factorisation, and ``analyze`` needs three). Plain Lanczos needs only
+    products S x, O(edges) each, and converges in a few restarts unless the gap is tiny, which such
+    graphs do not have. So: shift-invert where the graph is narrow (:func:`_narrow`), else Lanczos for
+    at most :data:`LANCZOS_RESTARTS` restarts from a fixed start vector, and shift-invert only where
+    that did not converge. Both give the eigenvalues to about 1e-14.
     """
     import scipy.sparse.linalg as sla
+    if _narrow(S):
+        return np.sort(_shift_invert_top_two(S))[::-1]
     v0 = np.random.default_rng(0).standard_normal(S.shape[0])
     try:
         vals = sla.eigsh(S, k=2, which="LA", v0=v0, maxiter=LANCZOS_RESTARTS, return_eigenvectors=False)
     except sla.ArpackNoConvergence:
         vals = _shift_invert_top_two(S)
     return np.sort(vals)[::-1]
+
+
+def _narrow(S):
+    """Whether S's nodes can be ordered (reverse Cuthill-McKee, O(edges)) with every edge joining nodes at
+    most b apart, b^2 <= :data:`NARROW` n: a banded factorisation then costs O(n b^2) <= O(NARROW n^2)
+    at worst and far less in practice (ring b = 2, ring-based 5, double ring 10, torus 2 sqrt(n); a
+    random regular graph of 10,000 nodes has b ~ 4,000)."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+    n = S.shape[0]
+    order = reverse_cuthill_mckee(S.tocsr(), symmetric_mode=True)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    coo = S.tocoo()
+    b = int(np.abs(pos[coo.row] - pos[coo.col]).max(initial=0))
+    return b * b <= NARROW * n
 
 
 def _shift_invert_top_two(S):

@@ -1,0 +1,133 @@
+"""``hopdec topo analyze`` on large graphs: the sparse eigen-solvers agree with dense ones, whatever the shape.
+
+Beyond :data:`hopdec.topology.spectral.DENSE_MAX_N` nodes the spectral gaps come from ARPACK:
+shift-invert (a sparse LU factorisation) on narrow graphs (rings, ladders, grids), Lanczos on the others
+and shift-invert where Lanczos does not converge. Here graphs just above that size -- the shipped
+generators and random ones (regular, small-world, Erdos-Renyi, two expanders joined by an edge or by a
+long path) -- get the same three gaps as the dense eigenvalues of the same matrices, and expander-like
+graphs are analysed without any factorisation (which fills in to O(n^2) there: a random 4-regular graph
+of 10,000 nodes took 30 s per gap, ``experiments/bench_analyze.py``).
+"""
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from hopdec import topology as T
+from hopdec.topology import analysis
+from hopdec.topology import spectral as S
+from hopdec.topology import weights as Wt
+from hopdec.topology.generators import _from_edges
+
+N = 600          # just above DENSE_MAX_N: the sparse solvers run
+
+
+def _undirected(n, edges, name):
+    return _from_edges(n, list(edges), name, bidirectional=True)
+
+
+def random_regular(n, d, seed):
+    return _undirected(n, nx.random_regular_graph(d, n, seed=seed).edges(), f"rr{d}")
+
+
+def bridged_expanders(n, seed):
+    h = n // 2
+    a = nx.random_regular_graph(4, h, seed=seed)
+    b = nx.random_regular_graph(4, h, seed=seed + 1)
+    edges = list(a.edges()) + [(u + h, v + h) for u, v in b.edges()] + [(0, h)]
+    return _undirected(n, edges, "bridge")
+
+
+def expanders_and_a_path(e, length, seed):
+    """Two random 4-regular graphs of e nodes joined by a path: no narrow ordering, and a tiny gap."""
+    a = nx.random_regular_graph(4, e, seed=seed)
+    b = nx.random_regular_graph(4, e, seed=seed + 1)
+    path = list(range(2 * e, 2 * e + length))
+    edges = (list(a.edges()) + [(u + e, v + e) for u, v in b.edges()] + [(0, path[0]), (path[-1], e)]
+             + list(zip(path, path[1:])))
+    return _undirected(2 * e + length, edges, "barbell")
+
+
+GRAPHS = {
+    "random 3-regular": lambda: random_regular(N, 3, 1),
+    "random 4-regular": lambda: random_regular(N + 40, 4, 2),
+    "random 8-regular": lambda: random_regular(N, 8, 3),
+    "small world": lambda: _undirected(N, nx.connected_watts_strogatz_graph(N, 4, 0.1, seed=4).edges(), "ws"),
+    "erdos-renyi": lambda: _undirected(N, nx.gnp_random_graph(N, 0.02, seed=5).edges(), "er"),
+    "two expanders, one bridge": lambda: bridged_expanders(N, 6),
+    "two expanders, a long path": lambda: expanders_and_a_path(300, 100, 8),
+    "ring": lambda: T.GENERATORS["ring"](N),
+    "ring-based": lambda: T.GENERATORS["ring-based"](N),
+    "double-ring": lambda: T.GENERATORS["double-ring"](N),
+    "torus": lambda: T.GENERATORS["torus"](N),
+    "hierarchical-a": lambda: T.GENERATORS["hierarchical-a"](N),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    """Dense eigen-solves of 600 x 600 take 10x longer with BLAS threads fighting on a loaded machine."""
+    with threadpool_limits(1):
+        yield
+
+
+def dense_gaps(G):
+    """The three gaps ``summarize`` reports, from every eigenvalue of the dense matrices."""
+    W = Wt.mixing_matrix(G)
+    moduli = np.sort(np.abs(np.linalg.eigvals(W)))[::-1]
+    P = W.copy()
+    np.fill_diagonal(P, 0.0)
+    P = P / P.sum(axis=0, keepdims=True)
+    re = np.sort(np.linalg.eigvals(P).real)[::-1]
+    M = Wt.mixing_matrix(Wt.metropolis_weights(G))
+    mh = np.sort(np.abs(np.linalg.eigvalsh(M)))[::-1]
+    return dict(spectral_gap=moduli[0] - moduli[1], normalized_laplacian_gap=re[0] - re[1],
+                metropolis_spectral_gap=mh[0] - mh[1])
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_sparse_gaps_equal_the_dense_ones(name):
+    G = GRAPHS[name]()
+    assert G.number_of_nodes() > S.DENSE_MAX_N and nx.is_strongly_connected(G)
+    got = analysis.summarize(G)
+    for key, want in dense_gaps(G).items():
+        assert got[key] == pytest.approx(want, abs=2e-12), (key, got[key], want)
+
+
+@pytest.mark.parametrize("name", ["random 4-regular", "small world", "two expanders, one bridge"])
+def test_expander_like_graphs_need_no_factorisation(name, monkeypatch):
+    def refuse(S_):
+        raise AssertionError("shift-invert (a sparse LU) was used")
+    monkeypatch.setattr(S, "_shift_invert_top_two", refuse)
+    s = analysis.summarize(GRAPHS[name]())
+    assert s["spectral_gap"] > 0 and s["normalized_laplacian_gap"] > 0 and s["skipped"] is None
+
+
+def test_where_lanczos_does_not_converge_shift_invert_does(monkeypatch):
+    calls = []
+    real = S._shift_invert_top_two
+
+    def counted(M):
+        calls.append(M.shape)
+        return real(M)
+    monkeypatch.setattr(S, "_shift_invert_top_two", counted)
+    G = expanders_and_a_path(400, 200, 9)
+    W = Wt.sparse_mixing_matrix(G)
+    assert not S._narrow(S._symmetric_twin(W))                 # Lanczos is tried first ...
+    gap = S.spectral_gap(W)
+    assert calls                                                # ... and gives up: the gap is 5e-6
+    assert gap == pytest.approx(dense_gaps(G)["spectral_gap"], abs=2e-12)
+
+
+def test_rings_ladders_and_grids_are_narrow_random_graphs_are_not():
+    def narrow(G):
+        return S._narrow(S._symmetric_twin(Wt.sparse_mixing_matrix(G)))
+    assert all(narrow(T.GENERATORS[k](2000)) for k in ("ring", "ring-based", "double-ring", "torus"))
+    assert not any(narrow(GRAPHS[k]()) for k in ("random 3-regular", "small world", "erdos-renyi"))
+
+
+def test_the_same_figures_on_every_call():
+    W = sp.csr_matrix(Wt.mixing_matrix(random_regular(N, 4, 7)))
+    assert len({S.spectral_gap(W) for _ in range(3)}) == 1

@@ -1,20 +1,30 @@
-"""Speed of the simulator, timing only: events/s, and wall and CPU time of large runs.
+"""Speed of the simulator, timing only: wall and CPU time, µs per worker-iteration, events/s and memory.
 
-    python3 experiments/bench_sim.py [--only NAME,...] [--repeat 1] [--profile NAME]
+    python3 experiments/bench_sim.py [--only NAME,...|scale|all] [--iterations K] [--repeat 1]
+                                     [--profile NAME]
 
-Each case is one ``hopdec sim`` run in this process (``hopdec.sim.run.simulate``, the same code as the
-command, with ``--invariants off``: the per-event check is O(n^2)). Times exclude Python start-up and
-imports but include building the topology, the cores and the summary. Prints one line per case:
-workers x iterations, virtual seconds simulated, events, wall s, CPU s, events/s (per CPU second),
-worker-iterations per CPU second. Targets: ``ring1024`` under 60 s, ``ring10k`` completes.
+Each case is one ``hopdec sim`` run (``hopdec.sim.run.simulate``, the same code as the command, with
+``--invariants off``: the per-event check is O(n^2)), in a fresh Python process of its own so that its
+peak memory is its own and no case warms another's caches. Times exclude Python start-up and imports but
+include building the topology, the cores and the summary. Per case it prints: workers x iterations,
+virtual seconds simulated, events, wall s (the whole run), of which the event loop's s, CPU s,
+µs of CPU per worker-iteration, events per CPU second, and the process's peak resident memory.
 
-``--profile NAME`` runs that case under cProfile and prints the 30 functions with the most own time
-(to see how much is the simulator and how much the protocol cores and loops).
+``scale`` (the default) is the ring-based graph at 128, 1024, 4096 and 10,000 workers, 1000 iterations
+each (``--iterations`` shortens them): the goals are 1024 x 1000 under 30 s and 10,000 x 1000 under
+5 minutes on this 2-core machine, and a cost per worker-iteration that does not grow with n. The load
+average is printed before and after (the machine is shared; compare runs only at similar loads).
+
+``--profile NAME`` runs that case under cProfile in this process and prints the 30 functions with the most
+own time (how much is the simulator, how much the protocol cores and loops).
 """
 
 import argparse
 import io
+import json
 import os
+import resource
+import subprocess
 import sys
 import time
 
@@ -22,63 +32,97 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 NORMAL = "normal:mean=0.25,std=0.02"
+
+
+def _ring(n):
+    return ["--topology", "ring-based", "-n", str(n)]
+
+
 CASES = {
-    # name: (argv, workers, iterations)
-    "ring1024": (["--topology", "ring-based", "-n", "1024", "--iterations", "1000", "--compute-time", NORMAL], 1024, 1000),
-    "ring1024-slow": (["--topology", "ring-based", "-n", "1024", "--iterations", "1000", "--compute-time", NORMAL,
-                       "--slowdown", "random:factor=6,prob=1/n", "--backup-workers", "1"], 1024, 1000),
-    "ring10k": (["--topology", "ring-based", "-n", "10000", "--iterations", "100", "--compute-time", NORMAL],
-                10000, 100),
-    "ps-bsp256": (["--mode", "ps", "--sync", "bsp", "-n", "256", "--iterations", "200", "--compute-time", NORMAL],
-                  256, 200),
-    "ps-asp1024": (["--mode", "ps", "--sync", "asp", "-n", "1024", "--iterations", "50", "--compute-time", NORMAL],
-                   1024, 50),
+    # name: (argv without --iterations and --compute-time, workers, default iterations)
+    "ring128": (_ring(128), 128, 1000),
+    "ring1024": (_ring(1024), 1024, 1000),
+    "ring4096": (_ring(4096), 4096, 1000),
+    "ring10k": (_ring(10000), 10000, 1000),
+    "ring1024-slow": (_ring(1024) + ["--slowdown", "random:factor=6,prob=1/n", "--backup-workers", "1"],
+                      1024, 1000),
+    "ps-bsp256": (["--mode", "ps", "--sync", "bsp", "-n", "256"], 256, 200),
+    "ps-asp1024": (["--mode", "ps", "--sync", "asp", "-n", "1024"], 1024, 50),
 }
-DEFAULT = ("ring1024", "ring10k")
+SCALE = ("ring128", "ring1024", "ring4096", "ring10k")
 
 
-def run_case(name, profile=False):
+def argv_of(name, iterations=None):
+    argv, n, iters = CASES[name]
+    iters = iterations or iters
+    return argv + ["--iterations", str(iters), "--compute-time", NORMAL, "--invariants", "off"], n, iters
+
+
+def run_case(name, iterations=None, profile=False):
+    """One case in this process: its figures as a dict."""
     from hopdec.cli.sim import build_parser
     from hopdec.sim.run import simulate
-    argv, n, iters = CASES[name]
-    args = build_parser().parse_args(argv + ["--invariants", "off"])
-    out = io.StringIO()
+    argv, n, iters = argv_of(name, iterations)
+    args = build_parser().parse_args(argv)
     prof = None
     if profile:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
     w0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(args, out=out)
+    res = simulate(args, out=io.StringIO())
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if prof is not None:
         import pstats
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-    return dict(name=name, n=n, iters=iters, virtual=res["virtual_s"], events=res["events"], wall=wall, cpu=cpu,
-                sim_wall=res["wall_s"])
+    return dict(name=name, n=n, iters=iters, virtual=res["virtual_s"], events=res["events"], wall=wall,
+                cpu=cpu, loop_wall=res["wall_s"],
+                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def run_child(name, iterations):
+    """One case in a fresh process (its own peak memory, cold caches)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
+    if iterations:
+        cmd += ["--iterations", str(iterations)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        raise SystemExit(f"case {name} failed: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=",".join(DEFAULT), help=f"cases (of {', '.join(CASES)}), or all")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per case (the fastest is reported)")
+    ap.add_argument("--only", default="scale", help=f"cases (of {', '.join(CASES)}), scale or all")
+    ap.add_argument("--iterations", type=int, default=None, help="iterations of every case (default: its own)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per case (the one with the least CPU is shown)")
     ap.add_argument("--profile", default=None, metavar="NAME", help="profile one case and exit")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    import networkx  # noqa: F401  imports outside the timings
-    import torch  # noqa: F401
-    import hopdec.sim.run  # noqa: F401
-    if args.profile:
-        run_case(args.profile, profile=True)
+    if args.child or args.profile:
+        import networkx  # noqa: F401  imports outside the timings
+        import torch  # noqa: F401
+        import hopdec.sim.run  # noqa: F401
+        if args.profile:
+            run_case(args.profile, args.iterations, profile=True)
+            return
+        print(json.dumps(run_case(args.child, args.iterations)))
         return
-    names = list(CASES) if args.only == "all" else [s.strip() for s in args.only.split(",")]
-    print(f"{'case':>14} {'workers x iters':>16} {'virtual s':>10} {'events':>10} {'wall s':>8} {'CPU s':>8} "
-          f"{'events/s':>10} {'worker-iters/s':>14}", flush=True)
+    names = {"all": list(CASES), "scale": list(SCALE)}.get(args.only) or [s.strip() for s in args.only.split(",")]
     for name in names:
-        best = min((run_case(name) for _ in range(args.repeat)), key=lambda r: r["cpu"])
+        if name not in CASES:
+            raise SystemExit(f"--only: unknown case {name!r} (cases: {', '.join(CASES)})")
+    print(f"load average {os.getloadavg()[0]:.1f}; timing only, --invariants off", flush=True)
+    print(f"{'case':>14} {'workers x iters':>16} {'virtual s':>10} {'events':>10} {'wall s':>8} {'loop s':>8} "
+          f"{'CPU s':>8} {'µs/w-it':>8} {'events/s':>10} {'peak MB':>8}", flush=True)
+    for name in names:
+        best = min((run_child(name, args.iterations) for _ in range(args.repeat)), key=lambda r: r["cpu"])
+        wi = best["n"] * best["iters"]
         print(f"{name:>14} {best['n']:>7} x {best['iters']:<6} {best['virtual']:>10.1f} {best['events']:>10} "
-              f"{best['wall']:>8.1f} {best['cpu']:>8.1f} {best['events'] / best['cpu']:>10,.0f} "
-              f"{best['n'] * best['iters'] / best['cpu']:>14,.0f}", flush=True)
+              f"{best['wall']:>8.1f} {best['loop_wall']:>8.1f} {best['cpu']:>8.1f} {1e6 * best['cpu'] / wi:>8.1f} "
+              f"{best['events'] / best['cpu']:>10,.0f} {best['peak_mb']:>8.0f}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":

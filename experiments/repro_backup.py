@@ -98,12 +98,14 @@ def main(argv=None, out=None):
         under2[b] = sum(x < 2.0 for x in s) / len(s)
     # iterations to converge against N: the paper's 1/N, and the digits mlp measured
     ns = sorted(cfg.ns_math)
-    its = []
+    its, its_lo = [], []            # the median iteration at 0.95, and the evaluation's before it
     for n in ns:
         figs = [run(iters_argv(n, cfg.it_math, s)) for s in cfg.seeds]
         vals = [C.iters_to(f, 0.95) for f in figs]
         vals = [float("inf") if v is None else v for v in vals]
         its.append(statistics.median(vals))
+        rng = C.median_range([C.iters_to_range(f, 0.95) for f in figs])
+        its_lo.append(rng[0] if rng else float("inf"))
     rep.h(f"Backup workers: time per step against b, N + b = {TOTAL} (timing only, {cfg.steps} steps)")
     rep.p(f"Check of the straggler model against the paper's Fig. 4: steps under 2 s with b = 0 (the "
           f"100th gradient) {under2.get(0, float('nan')):.0%} (paper: 30% of final gradients under 2 s); with "
@@ -114,16 +116,18 @@ def main(argv=None, out=None):
     for b in cfg.bs:
         n = TOTAL - b
         paper_est = estimate(steps[b], TOTAL / n)           # iterations relative to N = 100
-        mlp_it = interpolate(ns, its, n) if all(v != float("inf") for v in its) else None
+        reached = all(v != float("inf") for v in its)
+        mlp_it = interpolate(ns, its, n) if reached else None
         mlp_est = estimate(steps[b], mlp_it)
-        base = base or (paper_est, mlp_est)
+        mlp_rng = (estimate(steps[b], interpolate(ns, its_lo, n)), mlp_est) if reached else None
+        base = base or (paper_est, mlp_rng)
         best.setdefault("paper", (paper_est, b))
         best["paper"] = min(best["paper"], (paper_est, b))
         if mlp_est is not None:
             best.setdefault("mlp", (mlp_est, b))
             best["mlp"] = min(best["mlp"], (mlp_est, b))
         rows.append([f"N={n}, b={b}", C.fmt(steps[b]), f"{under2[b]:.0%}", C.fmt(paper_est),
-                     C.ratio(base[0], paper_est), C.fmt(mlp_est), C.ratio(base[1], mlp_est)])
+                     C.ratio(base[0], paper_est), C.fmt(mlp_est), C.range_ratio(base[1], mlp_rng)])
     rep.table("steps", ["split", "mean step (s)", "steps under 2 s",
                         "time to converge, iterations ~ 1/N (s per N=100 iteration)", "speed-up vs b=0",
                         "time to 0.95, digits mlp iterations (s)", "speed-up vs b=0 (mlp)"], rows)
@@ -133,8 +137,11 @@ def main(argv=None, out=None):
     rep.h(f"Iterations to 0.95 test accuracy against N (--math, digits {MATH_MODEL}, BSP, batch 8 per worker, "
           f"seeds {','.join(map(str, cfg.seeds))}, median)")
     rep.table("iters", ["N", "iterations to 0.95", "relative to N=" + str(ns[-1]), "1/N model"],
-              [[n, C.fmt(v), C.ratio(v, its[-1]) if its[-1] != float("inf") else "-", C.ratio(ns[-1], n)]
-               for n, v in zip(ns, its)])
+              [[n, C.fmt(v), C.range_ratio((lo, v), (its_lo[-1], its[-1])), C.ratio(ns[-1], n)]
+               for n, v, lo in zip(ns, its, its_lo)])
+    rep.p("\nIterations to 0.95 are the server version at the first evaluation at or above it (every virtual "
+          "second: about one step); the accuracy was crossed since the evaluation before, and the ratios and "
+          "the mlp estimates' speed-ups show the range that allows.")
     return S.finish()
 
 

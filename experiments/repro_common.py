@@ -23,12 +23,19 @@ Figures (all in virtual seconds):
 * ``evals``: ``[(time, test_acc, test_loss, iteration)]`` of ``--math`` runs (decentralized: the average model;
   PS: the server's model; iteration: the workers' mean iteration, or the server's version);
   :func:`time_to` reads the first time a target accuracy is reached.
+
+Times to an accuracy are read off the evaluation grid (``--eval-interval``): the first evaluation at or
+above the target, so the model crossed it at some time since the evaluation before. :func:`time_to_range`
+keeps both ends, and :func:`range_ratio` prints a ratio of two such times with the range the two grids
+allow and no more digits than that range supports ("6.4x (6.28-7.50)", not "6.43x"). Ratios of rates
+measured over whole runs are not quantized that way and keep two decimals (:func:`ratio`).
 """
 
 import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import shlex
 import statistics
@@ -156,6 +163,68 @@ def iters_to(fig, target):
     return None
 
 
+def time_to_range(fig, target):
+    """``(lo, hi)``: the model first reached ``target`` after evaluation time ``lo`` and by ``hi`` (the
+    first evaluation at or above it; ``lo`` the evaluation before, or ``hi`` itself when the first one
+    already reached it). Never reached: ``(time of the last evaluation, inf)``; no evaluation: ``(0, inf)``
+    (as :func:`median_time_to` counts it: never)."""
+    return _first_range(fig, target, 0)
+
+
+def iters_to_range(fig, target):
+    """:func:`time_to_range` in iterations (the mean worker iteration or the server version then)."""
+    return _first_range(fig, target, 3)
+
+
+def _first_range(fig, target, field):
+    evals = fig.get("evals") or []
+    prev = None
+    for e in evals:
+        if e[1] >= target - 1e-12:
+            return (e[field] if prev is None else prev[field], e[field])
+        prev = e
+    return (0.0 if prev is None else prev[field]), float("inf")
+
+
+def median_range(ranges):
+    """The median of several seeds' values, each known to lie in ``(lo, hi]``: the median lies in
+    ``(median of the lo, median of the hi]`` (a median only grows when any of its values does)."""
+    ranges = list(ranges)
+    if not ranges:
+        return None
+    return statistics.median(r[0] for r in ranges), statistics.median(r[1] for r in ranges)
+
+
+def median_time_to_range(figs, target):
+    return median_range([time_to_range(f, target) for f in figs])
+
+
+def range_ratio(a, b):
+    """``a[1] / b[1]`` for two values known only as ranges ``(lo, hi]`` (times read off evaluation grids),
+    printed with the range of ``a / b`` they allow: ``"6.4x (6.28-7.50)"`` -- the point value with no more
+    decimals than half that range supports, the range one digit finer and rounded outwards. Exact values (lo == hi) print as
+    :func:`ratio` does. ``"-"`` when either is missing or never reached."""
+    if a is None or b is None or not b[1] or b[1] == float("inf") or a[1] == float("inf"):
+        return "-"
+    r = a[1] / b[1]
+    lo = a[0] / b[1]
+    hi = a[1] / b[0] if b[0] > 0 else float("inf")
+    if hi - lo <= 0.01 * r:
+        return f"{r:.2f}x"
+    if hi == float("inf"):
+        return f">{lo:.2g}x"
+    nd = max(0, min(2, -math.floor(math.log10((hi - lo) / 2))))
+    q = 10 ** (nd + 1)                      # the range one digit finer, rounded outwards
+    return f"{r:.{nd}f}x ({math.floor(lo * q) / q:.{nd + 1}f}-{math.ceil(hi * q) / q:.{nd + 1}f})"
+
+
+def grid_note(every, what="Times to an accuracy", ratios=True):
+    """The sentence under a table whose times come off an evaluation grid every ``every`` virtual s."""
+    return (f"{what} are read at the first evaluation at or above it, every {fmt(every)} virtual s: the "
+            f"model crossed it up to {fmt(every)} s earlier" + ("; ratios of them show the range that allows."
+                                                                 if ratios else "."))
+
+
 def median_time_to(figs, target):
     """Median over seeds of :func:`time_to`; a seed that never reached it counts as infinite."""
     ts = [time_to(f, target) for f in figs]
@@ -195,8 +264,8 @@ def cmd(argv):
 
 
 def num(cell):
-    """The number in a table cell ("1.41x", "1,724", "0.983"); None for "-"."""
-    c = str(cell).strip().rstrip("x").replace(",", "")
+    """The number in a table cell ("1.41x", "6.4x (6.3-7.5)", "1,724", "0.983"); None for "-"."""
+    c = str(cell).strip().split(" ")[0].rstrip("x").replace(",", "")
     try:
         return float(c)
     except ValueError:

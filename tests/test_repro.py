@@ -48,6 +48,20 @@ def test_common_helpers(mods):
     assert C.time_to(fig, 0.9) == 20 and C.iters_to(fig, 0.8) == 5 and C.time_to(fig, 0.99) is None
     assert C.median_time_to([fig, fig, {"evals": []}], 0.9) == 20        # one never-reached: still median 20
     assert C.median_time_to([fig, {"evals": []}, {"evals": []}], 0.9) is None
+    # times read off an evaluation grid: known as (evaluation before, first evaluation at or above)
+    assert C.time_to_range(fig, 0.9) == (10, 20) and C.iters_to_range(fig, 0.8) == (0, 5)
+    assert C.time_to_range(fig, 0.05) == (0, 0) and C.time_to_range(fig, 0.99) == (20, float("inf"))
+    assert C.median_time_to_range([fig, fig, {"evals": []}], 0.9) == (10, 20)
+    assert C.median_time_to_range([fig, {"evals": []}, {"evals": []}], 0.9)[1] == float("inf")
+    # 450 on a 30 s grid over 70 on a 10 s grid: 6.43 is somewhere in 420/70 .. 450/60
+    assert C.range_ratio((420, 450), (60, 70)) == "6.4x (6.00-7.50)"
+    assert C.range_ratio((140, 150), (60, 70)) == "2.1x (2.00-2.50)"
+    assert C.range_ratio((999, 1000), (499, 500)) == "2.00x"           # a fine grid: two decimals hold
+    assert C.range_ratio((990, 1000), (499, 500)) == "2.00x (1.980-2.005)"
+    assert C.range_ratio((100, 100), (50, 50)) == "2.00x"
+    assert C.range_ratio((10, float("inf")), (60, 70)) == "-" and C.range_ratio(None, (1, 2)) == "-"
+    assert C.num("6.4x (6.00-7.50)") == 6.4
+    assert "every 10 virtual s" in C.grid_note(10)
     rep = C.Report(io.StringIO())
     rep.table("t", ["mode", "x"], [["a", "1.00x"], ["b", 2]])
     assert rep.cell("t", "b", "x") == "2" and "| a | 1.00x |" in rep.out.getvalue()

@@ -9,12 +9,11 @@ then a token from every out-neighbour before Enter(k+1). :class:`~hopdec.core.Co
 shared with the parameter-server cores (:mod:`hopdec.core`).
 """
 
-from dataclasses import dataclass
-
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait  # noqa: F401  (re-exported)
+from hopdec.core import action
 
 
-@dataclass(frozen=True)
+@action
 class Enter:
     """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5)."""
 
@@ -22,7 +21,7 @@ class Enter:
     jumped_from: int = None
 
 
-@dataclass(frozen=True)
+@action
 class SendParams:
     """Send my current parameters, tagged with ``iteration``, to ``dests`` (non-blocking). ``skipped``:
     out-neighbours left out because they are known to be past any iteration that could use it (sec. 6.2 b)."""
@@ -32,7 +31,7 @@ class SendParams:
     skipped: tuple = ()
 
 
-@dataclass(frozen=True)
+@action
 class GrantTokens:
     """Tell each in-neighbour how many tokens I have put into its token queue in total (sec. 4.2):
     ``grants = ((in-neighbour, cumulative count), ...)``; counts only grow, so grants may coalesce."""
@@ -40,7 +39,7 @@ class GrantTokens:
     grants: tuple
 
 
-@dataclass(frozen=True)
+@action
 class SendAcks:
     """Notify-ack (sec. 3.3): tell each in-neighbour how many of its updates I have consumed in total,
     right after Reduce: ``acks = ((in-neighbour, cumulative count), ...)``."""
@@ -48,7 +47,7 @@ class SendAcks:
     acks: tuple
 
 
-@dataclass(frozen=True)
+@action
 class Reduce:
     """Replace my parameters by ``sum(term.weight * params(term))``; then free the terms' handles."""
 
@@ -56,14 +55,14 @@ class Reduce:
     terms: tuple
 
 
-@dataclass(frozen=True)
+@action
 class ReleaseUpdates:
     """Free the buffers of received updates that will never be used (late or superseded, sec. 6.2 a)."""
 
     handles: tuple
 
 
-@dataclass(frozen=True)
+@action
 class Jump:
     """Iteration skipping (sec. 5): from ``frm`` straight to ``to``."""
 

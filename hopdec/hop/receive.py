@@ -16,16 +16,16 @@ available and always part of Reduce. A policy never blocks: ``plan(k)`` returns 
 No MPI, no torch: parameters are opaque handles.
 """
 
-from dataclasses import dataclass
 from operator import itemgetter
 
+from hopdec.core import action
 from hopdec.hop.config import check_backup
 from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender
 
 SELF = None  # handle of the worker's own parameters in a Reduce term
 
 
-@dataclass(frozen=True)
+@action
 class Term:
     """One summand of Reduce: ``weight`` times the parameters of ``sender`` at ``iteration``."""
 

@@ -12,15 +12,16 @@ Both raise :class:`QueueOverflow` instead of silently overwriting: an overflow m
 sender run further ahead than the queue was sized for, which is a bug the tests must see.
 """
 
-from dataclasses import dataclass
 from operator import attrgetter
+
+from hopdec.core import action
 
 
 class QueueOverflow(RuntimeError):
     """An update arrived for which the queue has no room (the protocol's bound was broken)."""
 
 
-@dataclass(frozen=True)
+@action
 class Entry:
     """One received update: parameters of ``sender`` at ``iteration``, stored under ``handle``."""
 

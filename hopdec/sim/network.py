@@ -248,7 +248,7 @@ class Network:
         solo = self._solo
         for r in touched:
             solo[r] = flows
-        self.q.at(end0 + lat0, partial(self._arrive, [(f, 1) for f in flows]))
+        self.q.at(end0 + lat0, partial(self._arrive_solo, flows))
         return True
 
     def _materialize(self, flows):
@@ -466,19 +466,22 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
+    def _arrive_solo(self, flows):
+        """The arrival event of a send rated alone by :meth:`_solo_send` (its transfers' token is 1)."""
+        solo = self._solo
+        if solo[flows[0][_RES][0]] is not flows:
+            self._arrive([(f, 1) for f in flows])   # put on the books since: as any transfer rated alone
+            return
+        for f in flows:                             # never on the books: all arrive now
+            f[_ALONE] = None
+            for r in f[_RES]:
+                solo[r] = None
+        for f in flows:
+            f[_DELIVER](f[_DST])
+
     def _arrive(self, flows):
         """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing
         has taken them off yet)."""
-        group = flows[0][0][_ALONE]
-        if group and self._solo[group[0][_RES][0]] is group:
-            solo = self._solo                   # never put on the books (_solo_send): all arrive now
-            for f in group:
-                f[_ALONE] = None
-                for r in f[_RES]:
-                    solo[r] = None
-            for f in group:
-                f[_DELIVER](f[_DST])
-            return
         calls = []
         for f, token in flows:
             if token != f[_TOKEN]:

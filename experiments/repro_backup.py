@@ -136,9 +136,10 @@ def main(argv=None, out=None):
           + ". Paper (Fig. 6): N = 96, b = 4.")
     rep.h(f"Iterations to 0.95 test accuracy against N (--math, digits {MATH_MODEL}, BSP, batch 8 per worker, "
           f"seeds {','.join(map(str, cfg.seeds))}, median)")
+    rngs = list(zip(its_lo, its))
     rep.table("iters", ["N", "iterations to 0.95", "relative to N=" + str(ns[-1]), "1/N model"],
-              [[n, C.fmt(v), C.range_ratio((lo, v), (its_lo[-1], its[-1])), C.ratio(ns[-1], n)]
-               for n, v, lo in zip(ns, its, its_lo)])
+              [[n, C.fmt(r[1]), C.range_ratio(r, rngs[-1]), C.ratio(ns[-1], n)]
+               for n, r in zip(ns, rngs)])
     rep.p("\nIterations to 0.95 are the server version at the first evaluation at or above it (every virtual "
           "second: about one step); the accuracy was crossed since the evaluation before, and the ratios and "
           "the mlp estimates' speed-ups show the range that allows.")

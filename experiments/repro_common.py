@@ -203,9 +203,12 @@ def range_ratio(a, b):
     """``a[1] / b[1]`` for two values known only as ranges ``(lo, hi]`` (times read off evaluation grids),
     printed with the range of ``a / b`` they allow: ``"6.4x (6.28-7.50)"`` -- the point value with no more
     decimals than half that range supports, the range one digit finer and rounded outwards. Exact values (lo == hi) print as
-    :func:`ratio` does. ``"-"`` when either is missing or never reached."""
+    :func:`ratio` does, and so does a range against itself (``a is b``: a baseline row, exactly 1). ``"-"``
+    when either is missing or never reached."""
     if a is None or b is None or not b[1] or b[1] == float("inf") or a[1] == float("inf"):
         return "-"
+    if a is b:
+        return "1.00x"                      # a row against itself (the baseline): exactly 1
     r = a[1] / b[1]
     lo = a[0] / b[1]
     hi = a[1] / b[0] if b[0] > 0 else float("inf")

@@ -185,14 +185,14 @@ def math_table(rep, run, cfg):
     res = {m: [run(base(FAST, SLOW, cfg.it_math, s) + extra + ["--math", "--model", MATH_MODEL,
                                                               "--eval-interval", cfg.eval_every], v)
                for s in cfg.seeds] for m, extra, v in MODES}
-    ssp = {t: C.median_time_to_range(res["SSP s=3"], t) for t in (0.9, 0.95)}
+    rng = {(m, t): C.median_time_to_range(figs, t) for m, figs in res.items() for t in (0.9, 0.95)}
     rows = []
     for m, extra, v in MODES:
         figs = res[m]
         t90, t95 = C.median_time_to(figs, 0.9), C.median_time_to(figs, 0.95)
-        r90, r95 = C.median_time_to_range(figs, 0.9), C.median_time_to_range(figs, 0.95)
         p = PAPER.get(m.split(",")[0] if v else m)
-        rows.append([m, C.fmt(t90), C.range_ratio(ssp[0.9], r90), C.fmt(t95), C.range_ratio(ssp[0.95], r95),
+        rows.append([m, C.fmt(t90), C.range_ratio(rng["SSP s=3", 0.9], rng[m, 0.9]), C.fmt(t95),
+                     C.range_ratio(rng["SSP s=3", 0.95], rng[m, 0.95]),
                      C.fmt(statistics.median(f["avg_acc"] for f in figs)), f"{p[0]:g}" if p else "-",
                      C.ratio(PAPER["SSP s=3"][0], p[0]) if p else "-"])
     rep.table("math", ["mode", "time to 0.90 (s)", "speed-up vs SSP s=3 (0.90)", "time to 0.95 (s)",

@@ -59,6 +59,8 @@ def test_common_helpers(mods):
     assert C.range_ratio((999, 1000), (499, 500)) == "2.00x"           # a fine grid: two decimals hold
     assert C.range_ratio((990, 1000), (499, 500)) == "2.00x (1.980-2.005)"
     assert C.range_ratio((100, 100), (50, 50)) == "2.00x"
+    base = (60, 70)
+    assert C.range_ratio(base, base) == "1.00x" and C.range_ratio(base, tuple([60, 70])) == "1.0x (0.85-1.17)"
     assert C.range_ratio((10, float("inf")), (60, 70)) == "-" and C.range_ratio(None, (1, 2)) == "-"
     assert C.num("6.4x (6.00-7.50)") == 6.4
     assert "every 10 virtual s" in C.grid_note(10)

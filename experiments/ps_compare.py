@@ -181,6 +181,12 @@ def time_to(curve, target):
     return None
 
 
+def time_to_range(curve, target):
+    """(evaluation before, first evaluation at or above ``target``): when the model crossed it."""
+    from repro_common import time_to_range as ranged
+    return ranged({"evals": [(t, acc) for t, acc in curve]}, target)
+
+
 def fmt(x, spec="{:.1f}"):
     return "-" if x is None else spec.format(x)
 
@@ -215,7 +221,9 @@ def main(argv=None):
             print(f"  {name}: time to {targets[-1]}: {fmt(time_to(res['curve'], targets[-1]))} s, "
                   f"final acc {fmt(res['final_acc'], '{:.3f}')}, train {res['train_time']:.1f} s "
                   f"(mpirun {res['wall']:.0f} s)", flush=True)
-    bases = [next((time_to(r["curve"], tg) for n, r in results if n == "BSP" and r), None) for tg in targets]
+    from repro_common import range_ratio
+    ranges = {(n, tg): time_to_range(r["curve"], tg) for n, r in results if r for tg in targets}
+    bases = [ranges.get(("BSP", tg)) for tg in targets]
     head = ["mode"]
     for tg in targets:
         head += [f"time to acc {tg} (s)", "vs BSP"]
@@ -228,7 +236,7 @@ def main(argv=None):
         row = [name]
         for tg, base in zip(targets, bases):
             t = time_to(r["curve"], tg)
-            row += [fmt(t), fmt(base / t if base and t else None, "{:.2f}x")]
+            row += [fmt(t), range_ratio(base, ranges[name, tg]) if t is not None else "-"]
         row += [fmt(r["final_acc"], "{:.3f}"), fmt(r["train_time"]),
                 "-" if r["updates"] is None else str(r["updates"]),
                 "-" if r["dropped"] is None else str(r["dropped"])]

@@ -135,7 +135,7 @@ def test_bsp_equals_synchronous_averaging(all_modes):
 
 def _check_gap_from_logs(d, bound):
     """Every iteration a worker entered, the slowest was at most ``bound`` iterations behind."""
-    from hopdec.runtime.metrics import max_iteration_gap
+    from hopdec.report.gaps import max_iteration_gap
     logs = _worker_logs(d)
     gap = max_iteration_gap([[(x["time"], x["iter"]) for x in v] for v in logs.values()])
     assert int(gap.max()) <= bound, gap

@@ -16,13 +16,15 @@ from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.invariants import InvariantError, Invariants
 from hopdec.hop.worker import node_views
 from hopdec.ps.sync import SYNC_MODES, make_policy
-from hopdec.runtime.metrics import max_iteration_gap, read_log
+from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime.metrics import read_log
 from hopdec.sim.costs import ComputeModel, parse_dist
 from hopdec.sim.events import EventQueue
 from hopdec.sim.hop import HopSim
 from hopdec.sim.network import LinkModel, Network
 from hopdec.sim.ps import PSSim
-from hopdec.sim.run import largest_gap, simulate
+from hopdec.report.gaps import largest_gap
+from hopdec.sim.run import simulate
 from reference import synchronous_averaging
 
 MB = 1e6

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hopdec.ml.data import load_dataset, partition
-from hopdec.runtime.metrics import format_table, max_iteration_gap
+from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime.metrics import format_table
 from hopdec.ml.trainer import LocalTrainer
 from hopdec.runtime.context import pick_device
 

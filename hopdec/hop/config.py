@@ -5,10 +5,10 @@ with a :class:`~hopdec.errors.ConfigError` naming the option. The checks every l
 backup workers per node) live here once and are used by the core's constructors too.
 """
 
-import numbers
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
+from hopdec.topology.bounds import check_max_ig  # noqa: F401  (the one max_ig check; hop.token_queue uses it)
 
 PROTOCOLS = ("tokens", "queue-only", "notify-ack")
 COMPUTE_GRAPHS = ("parallel", "serial")
@@ -28,14 +28,6 @@ class ProtocolConfig:
     skip_max_jump: int = 0          # 0: no iteration skipping
     skip_trigger: int = 2
     checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
-
-
-def check_max_ig(max_ig, what="--max-ig"):
-    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens). The one
-    check of it: the core, the token ledger and the Table 1 bounds all call this."""
-    if isinstance(max_ig, bool) or not isinstance(max_ig, numbers.Integral) or max_ig < 1:
-        raise ConfigError(f"{what} {max_ig!r}: must be an integer >= 1")
-    return int(max_ig)
 
 
 def check_backup(backup, node, in_neighbors):

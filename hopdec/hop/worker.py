@@ -268,7 +268,7 @@ class Worker:
         useless = ()
         if led is not None:
             # out-neighbour j is known to be at least at my iteration + its lead (TokenLedger.
-            # known_iteration); it is past every iteration that could use update k when
+            # lead_of); it is past every iteration that could use update k when
             # k < known - staleness
             base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
             granted, taken = led.granted, led.taken

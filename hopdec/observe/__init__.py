@@ -180,7 +180,6 @@ class RunObserver:
         """Workers died and the survivors healed (``--fault-tolerance``). The progress and consensus
         messages travel on duplicates of the old communicator, which holds the dead: they stop (a line
         says so), their requests are left alone; the failure goes to the trace and TensorBoard."""
-        from hopdec.transport.waiting import remove_idle_hook
         self.event("failure", **{k: v for k, v in event.items() if k != "event"})
         self._stop_cross_rank()
         if self.rank == 0 or event.get("survivors", [None])[0] == self.rank:
@@ -225,7 +224,7 @@ class RunObserver:
                                self.ctx.timeout, "gathering the trace")
         if self.rank != 0:
             return
-        from hopdec.observe.trace import write_trace
+        from hopdec.report.trace import write_trace
         from hopdec.report.data import Run
         run = Run.from_parts(self.header, {p["rank"]: p["records"] for p in everyone},
                              {0: self.events or []}, label=self.trace_path)

@@ -293,7 +293,7 @@ class WorkerIO:
 
     def _server_died(self, err):
         """Fault tolerant: the server's failure ends the run (it holds the only model), in one line."""
-        from hopdec.runtime.failures import RunError
+        from hopdec.errors import RunError
         from hopdec.transport.mpi import FAILURE_CLASSES
         if self.fault_tolerant and err.Get_error_class() in FAILURE_CLASSES:
             return RunError(f"rank {self.rank}: the parameter server (rank 0) died; the parameter-server "

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from hopdec.runtime.failures import RunError
+from hopdec.errors import RunError
 
 
 class TorchBackend:

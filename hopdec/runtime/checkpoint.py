@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shlex
-import sys
 import time
 
 import numpy as np
@@ -196,9 +195,6 @@ class RankCheckpoints:
         self.saved_s += time.perf_counter() - t0
         return path
 
-    def set_target(self, iterations):
-        self.manifest["iterations"] = iterations
-
     def _write_manifest(self):
         text = json.dumps(self.manifest, indent=1, sort_keys=True).encode("utf-8")
         atomic_write(os.path.join(self.dir, MANIFEST), lambda f: f.write(text))
@@ -367,10 +363,3 @@ def resume_command(argv, ranks, directory, launcher="mpirun"):
         out.append(arg)
     return shlex.join([launcher, "-n", str(ranks), "hopdec", "train", *out, "--resume", directory])
 
-
-def train_argv():
-    """The ``hopdec train`` arguments of this process (after ``train``), as the user typed them."""
-    argv = list(sys.argv[1:])
-    if argv and argv[0] == "train":
-        argv = argv[1:]
-    return argv

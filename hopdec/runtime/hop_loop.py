@@ -51,7 +51,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
     complete -- a slow receiver shows up here. With ``spans=True`` it also
     has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
-    (:mod:`hopdec.observe.trace`).
+    (:mod:`hopdec.report.trace`).
     """
     rec = None
     poll = getattr(io, "poll", None)

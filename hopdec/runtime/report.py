@@ -13,7 +13,7 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
     must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
     """
-    from hopdec.runtime.metrics import max_iteration_gap
+    from hopdec.report.gaps import max_iteration_gap
     from hopdec.transport.collectives import allreduce_sum, gather_json
 
     comm = ctx.comm

@@ -21,17 +21,13 @@ sender's parameters, Reduce averages real arrays).
 
 from functools import partial
 
-from hopdec.core import ComputeGradient, Wait
+from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
-
-
-class Deadlock(RuntimeError):
-    """The event queue ran dry while some worker had not finished."""
 
 
 class TimingBackend:

@@ -10,14 +10,10 @@ import random
 
 import numpy as np
 
-from hopdec.core import Wait
+from hopdec.core import Deadlock, Wait
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.transport.message import NO_GRANT, split_grants
-
-
-class Deadlock(RuntimeError):
-    """No worker can move and no message is in flight."""
 
 
 class InProcIO:

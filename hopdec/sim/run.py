@@ -178,12 +178,6 @@ class _Logs:
         self._count = 0
 
 
-def largest_gap(entries):
-    """The largest Iter(i) - Iter(j) over all pairs (:func:`hopdec.runtime.metrics.gap_sweep`)."""
-    from hopdec.runtime.metrics import gap_sweep
-    return max((g for _, g in gap_sweep(entries)), default=0)
-
-
 def _rows(stats, evaluate_each=None):
     rows = []
     for r, s in stats.items():
@@ -447,6 +441,7 @@ def _run_ps(ctx, policy):
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
+    from hopdec.report.gaps import largest_gap
     gap = largest_gap([s.entries for s in logs.stats.values()])
     rows, note = _condensed(_rows(logs.stats, each), bool(args.log_dir))
     title = f"{fidelity(args)}: parameter server {policy.describe()} (1 server + {n} workers)"

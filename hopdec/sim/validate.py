@@ -58,7 +58,7 @@ def sim_argv(case, iterations, log_dir=None, latency=None):
 
 def metrics(log_dir):
     """``rate`` (median iterations/s over workers, from iteration SKIP on) and ``gap`` of a run's logs."""
-    from hopdec.sim.run import largest_gap
+    from hopdec.report.gaps import largest_gap
     logs = []
     for path in sorted(glob.glob(os.path.join(str(log_dir), "rank*.jsonl"))):
         recs = read_log(path)

@@ -15,7 +15,7 @@ from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.invariants import InvariantError, Invariants
 from hopdec.hop.worker import node_views
-from hopdec.ps.sync import SYNC_MODES, make_policy
+from hopdec.ps.sync import SYNC_MODES, sync_policy
 from hopdec.report.gaps import max_iteration_gap
 from hopdec.runtime.metrics import read_log
 from hopdec.sim.costs import ComputeModel, parse_dist
@@ -109,7 +109,7 @@ def test_bsp_server_is_bandwidth_bound(n):
     """BSP with n workers, negligible compute, 1 MB messages over 1 MB/s NICs: each step pushes n gradients
     through the server's receiving NIC (n s) and sends n weights through its sending NIC (n s)."""
     steps = 5
-    s = PSSim(make_policy("bsp", range(1, n + 1)), lambda w, i: 1e-6, budget=steps * n,
+    s = PSSim(sync_policy("bsp", range(1, n + 1)), lambda w, i: 1e-6, budget=steps * n,
               network=LinkModel(bandwidth=MB), message_bytes=MB).run()
     assert s.policy.version == steps
     # the first weights, then per step n pushes in and (but after the last) n weights out

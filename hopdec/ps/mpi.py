@@ -26,7 +26,6 @@ import numpy as np
 
 from hopdec.ps.server import Server
 from hopdec.runtime.metrics import log_path, open_jsonl
-from hopdec.ps.worker import PSWorker
 from hopdec.transport.message import header, message_floats
 from hopdec.transport.waiting import poll_until, wait_any
 
@@ -520,7 +519,7 @@ def run(ctx):
                             append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
         backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
         io = WorkerIO(comm, trainer.numel, timeout, fault_tolerant=ft)
-        core = PSWorker(rank, esync=policy.sync == "esync")
+        core = policy.worker_core(rank)
         keep.resume_worker(core)
         obs = RunObserver(ctx, logger.event, "ps-worker", workers, ctx.iterations, header,
                           bound=policy.gap_bound())

@@ -1,17 +1,14 @@
 """The command-line options of ``hopdec train --mode ps`` and their checks (before torch is imported)."""
 
 from hopdec.errors import ConfigError
-from hopdec.ps.sync import SYNC_MODES, make_policy
+from hopdec.ps.sync import POLICIES, sync_policy, sync_usage
 
 
 def add_arguments(parser):
     """The PS-only options (``hopdec train`` adds them; ``--staleness``, ``--backup-workers`` are shared)."""
     g = parser.add_argument_group("parameter server (--mode ps: rank 0 serves, ranks 1.. are workers)")
-    g.add_argument("--sync", default=None, metavar="{" + ",".join(SYNC_MODES) + "}",
-                   help="synchronization model (implies --mode ps; default bsp): bsp, asp, ssp "
-                        "(--staleness s, default 3), dssp "
-                        "(--staleness-range), elastic (--lookahead), backup (--backup-workers b, default 1: "
-                        "N = workers - b gradients per step), esync")
+    g.add_argument("--sync", default=None, metavar="{" + ",".join(POLICIES) + "}",
+                   help=f"synchronization model (implies --mode ps; default bsp): {sync_usage()}")
     g.add_argument("--staleness-range", default=None, metavar="sL,sU",
                    help="dssp: staleness threshold range (default 3,15: DSSP Table I's s_L=3, r=12)")
     g.add_argument("--lookahead", type=int, default=None, metavar="R",
@@ -30,7 +27,7 @@ def add_arguments(parser):
 
 def policy_from(args, workers):
     """The sync policy the options ask for, over worker ids ``workers`` (ConfigError names the option)."""
-    return make_policy(getattr(args, "sync", None) or "bsp", workers,
+    return sync_policy(getattr(args, "sync", None) or "bsp", workers,
                        staleness=getattr(args, "staleness", None),
                        staleness_range=getattr(args, "staleness_range", None),
                        lookahead=getattr(args, "lookahead", None),

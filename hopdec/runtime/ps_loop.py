@@ -22,7 +22,6 @@ from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, LoadWeights,
                                Note, PushDelta, PushGradient, QueryState, SaveCheckpoint, SendWeights,
                                StopWorkers)
-from hopdec.ps.server import DISCARDED
 
 
 def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_checkpoint=None):
@@ -62,8 +61,8 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
             io.answer(a.worker, a.ready)
         elif isinstance(a, StopWorkers):
             marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
-            for w in a.workers:                    # DISCARDED: its last gradient came after the stop
-                io.stop(w, DISCARDED if w in a.discarded else core.last_staleness[w], **marks)
+            for w, s in zip(a.workers, a.staleness):   # DISCARDED: its last gradient came after the stop
+                io.stop(w, s, **marks)
         elif isinstance(a, Checkpoint):
             log("checkpoint", time=now, cut=a.cut, version=a.version, work=a.work, final=a.final)
             if on_checkpoint:

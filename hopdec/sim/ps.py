@@ -21,7 +21,6 @@ import numpy as np
 
 from hopdec.core import ComputeGradient, Wait
 from hopdec.ps.server import Server
-from hopdec.ps.worker import PSWorker
 from hopdec.runtime.ps_loop import server_loop, worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
@@ -141,7 +140,7 @@ class PSSim:
         self.numel = numel
         self.server = Server(policy, budget or 2 ** 62)
         self.events = []
-        self.cores = {w: PSWorker(w, esync=policy.sync == "esync") for w in policy.workers}
+        self.cores = {w: policy.worker_core(w) for w in policy.workers}
         self.records = {w: [] for w in policy.workers}
         self._sio = _ServerIO(self)
         self._wio = {w: _WorkerIO(self, w) for w in policy.workers}

@@ -16,6 +16,7 @@ import os
 import time
 
 from hopdec.errors import ConfigError
+from hopdec.hop.cuts import checkpoint_due, oldest_needed
 from hopdec.runtime import checkpoint as C
 from hopdec.runtime import interrupt
 
@@ -152,7 +153,7 @@ class HopRank:
         from hopdec.hop.actions import Enter
         if isinstance(action, Enter):
             k = action.iteration
-            if self.store is not None and self.every and k % self.every == 0 and self.start < k < self.core.budget:
+            if self.store is not None and checkpoint_due(k, self.every, self.start, self.core.budget):
                 self._save(k, logger, "periodic")
             self._check(peers=True)
         else:
@@ -170,14 +171,7 @@ class HopRank:
 
     def _save(self, k, logger, cause):
         self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger)))
-        if self.gap is None:                    # gaps without a bound: another rank may need any of them
-            return
-        # Every rank is within ``gap`` iterations of this one (Hop Table 1), so each has entered k - gap
-        # and saved the multiple of ``every`` below it: older checkpoints are nobody's latest common one.
-        # The previous checkpoint always stays (a rank may die before saving this one).
-        keep = int((k - self.gap) // self.every) * self.every if self.every else k
-        older = [x for x in self.store.keys if x < k]
-        self.store.forget_before(min(keep, older[-1]) if older else keep)
+        self.store.forget_before(oldest_needed(k, self.every, self.gap, self.store.keys))
 
     def rehome(self, comm):
         """After a heal (``--fault-tolerance``): the stop agreement goes on among the survivors, and no

@@ -53,13 +53,13 @@ def real_runs(out, repeats, iterations, timeout, send_path="copy"):
 
 
 def sim_runs(out, repeats, iterations, latency):
-    from hopdec.cli.sim import build_parser
+    from hopdec.cli.sim import parse
     from hopdec.sim.run import simulate
     for rep in range(repeats):
         for case in V.CASES:
             d = os.path.join(out, f"sim{rep}_{case}")
             argv = with_seed(V.sim_argv(case, iterations, d, latency=latency), 1 + rep)
-            simulate(build_parser().parse_args(argv), out=io.StringIO())
+            simulate(parse(argv), out=io.StringIO())
 
 
 def main(argv=None):

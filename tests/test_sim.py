@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hopdec import topology as T
-from hopdec.cli.sim import build_parser, main
+from hopdec.cli.sim import main, parse
 from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.invariants import InvariantError, Invariants
@@ -33,7 +33,7 @@ MB = 1e6
 def sim(argv):
     """Run ``hopdec sim ARGV`` in-process; returns (figures, printed text)."""
     out = io.StringIO()
-    res = simulate(build_parser().parse_args([str(a) for a in argv]), out=out)
+    res = simulate(parse([str(a) for a in argv]), out=out)
     return res, out.getvalue()
 
 
@@ -144,7 +144,7 @@ def test_draws_depend_only_on_seed_worker_and_iteration():
 
 
 def test_slowdowns_are_the_real_emulators():
-    from hopdec.runtime.heterogeneity import Emulator
+    from hopdec.heterogeneity import Emulator
     m = ComputeModel(["0.1"], workers=range(1, 9), seed=3, slowdowns=["random:factor=6,prob=1/n", "rank=2,factor=3"])
     for w in (1, 2, 5):
         e = Emulator(["random:factor=6,prob=1/n", "rank=2,factor=3"], w, range(1, 9), seed=3)

@@ -30,7 +30,7 @@ import json
 
 import pytest
 
-from hopdec.cli.sim import build_parser
+from hopdec.cli.sim import parse
 from hopdec.runtime.metrics import read_log
 from hopdec.sim import validate as V
 from hopdec.sim.run import simulate
@@ -63,7 +63,7 @@ def real_and_sim(mpirun, tmp_path_factory):
     driver = base / "driver.py"
     driver.write_text(V.DRIVER)
     for c in V.CASES:
-        simulate(build_parser().parse_args(V.sim_argv(c, ITERATIONS, base / f"sim_{c}", latency=SIM_LATENCY)),
+        simulate(parse(V.sim_argv(c, ITERATIONS, base / f"sim_{c}", latency=SIM_LATENCY)),
                  out=io.StringIO())
     sim = {c: V.metrics(base / f"sim_{c}") for c in V.CASES}
     tries = []

@@ -21,9 +21,10 @@ EXAMPLES = """examples:
 
 
 def build_parser():
-    from hopdec.cli.train import _Parser, add_run_arguments
+    from hopdec.cli.options import add_run_arguments
+    from hopdec.cli.train import _Parser
+    from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
-    from hopdec.sim.run import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
 
     p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,10 +63,17 @@ def build_parser():
     return p
 
 
+def parse(argv):
+    """The settings of ``hopdec sim ARGV`` (:class:`hopdec.settings.RunSettings` with a cost model);
+    ConfigError (one line naming the option) for anything the options alone show is wrong."""
+    from hopdec.cli.options import settings_from
+    return settings_from(build_parser().parse_args(argv), argv, simulated=True)
+
+
 def main(argv):
     from hopdec.sim.run import simulate
     try:
-        simulate(build_parser().parse_args(argv))
+        simulate(parse(argv))
     except HopdecError as err:
         print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
         return 2

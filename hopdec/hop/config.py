@@ -1,8 +1,9 @@
 """The Hop protocol's settings: which row of Table 1 a run is, its mechanisms, and their validation.
 
 :class:`ProtocolConfig` is plain data; :func:`check_config` rejects settings that cannot work on a graph
-with a :class:`~hopdec.errors.ConfigError` naming the option. The checks every layer needs (``max_ig``,
-backup workers per node) live here once and are used by the core's constructors too.
+with a :class:`~hopdec.errors.ConfigError` naming the option -- every constraint between the protocol and
+its mechanisms is there, once -- and returns the notes worth telling the user. The checks every layer
+needs (``max_ig``, backup workers per node) live here once and are used by the core's constructors too.
 """
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class ProtocolConfig:
     skip_max_jump: int = 0          # 0: no iteration skipping
     skip_trigger: int = 2
     checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
+    fault_tolerant: bool = False    # survivors of a failure heal the graph and go on (Worker.reconfigure)
 
 
 def check_backup(backup, node, in_neighbors):
@@ -44,7 +46,8 @@ def effective_backup(cfg, view):
 
 
 def check_config(cfg, views):
-    """Raise ConfigError naming the option when a setting cannot work on this graph."""
+    """Raise ConfigError naming the option when a setting cannot work on this graph; return the notes (lines)
+    about settings that work but not as a user may expect."""
     if cfg.protocol not in PROTOCOLS:
         raise ConfigError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     if cfg.compute_graph not in COMPUTE_GRAPHS:
@@ -64,13 +67,22 @@ def check_config(cfg, views):
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.fault_tolerant and cfg.protocol != "tokens":
+        raise ConfigError(f"--fault-tolerance needs --protocol tokens (healing re-establishes the token "
+                          f"queues), got --protocol {cfg.protocol}")
+    notes = []
     if cfg.skip_max_jump:
         if cfg.protocol != "tokens":
             raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
         if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
+        if cfg.skip_max_jump > cfg.max_ig:
+            notes.append(f"--skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes "
+                         f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "
+                         f"sends to this worker, so jumps are at most {cfg.max_ig} on symmetric graphs")
     for v in views:
         check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+    return notes
 
 
 def parse_skip(spec):

@@ -32,15 +32,9 @@ K_SAMPLE, K_DONE = 1.0, 2.0
 TAG = 301
 
 
-def under_launcher():
-    """True when an MPI launcher or batch system started this process."""
-    import os
-    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK",
-                                         "SLURM_NTASKS", "MPI_LOCALNRANKS"))
-
-
 def line_mode(stream=None):
     """Progress as lines (under a launcher, or output not a terminal) rather than a redrawn bar."""
+    from hopdec.launcher import under_launcher
     stream = stream or sys.stderr
     return under_launcher() or not getattr(stream, "isatty", lambda: False)()
 

@@ -98,6 +98,29 @@ class RankLogger:
             self._f = None
 
 
+class EventLog:
+    """The parameter server's ``rank0.jsonl``: the run header, then its events (``apply``, ``drop``,
+    ``release``, ``stop``, ``note``, ``eval``, ``summary``; no ``iter`` key, so :func:`read_log` skips them).
+    Called as ``events(name, **data)``."""
+
+    def __init__(self, log_dir, header, append=False):
+        self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
+        self.path = log_path(log_dir, 0) if log_dir else None
+
+    def tell(self):
+        self._f.flush()
+        return self._f.tell()
+
+    def __call__(self, event, **data):
+        if self._f:
+            self._f.write(json.dumps(dict(event=event, **data)) + "\n")
+
+    def close(self):
+        if self._f:
+            self._f.close()
+            self._f = None
+
+
 def read_log(path):
     """The iteration records of one ``rank{r}.jsonl`` (the header line is skipped)."""
     with open(path) as f:

@@ -2,7 +2,7 @@
 
 Like :mod:`hopdec.runtime.hop_loop` for Hop, each loop is a generator that yields every
 :class:`~hopdec.core.Wait` of its core; the driver answers by waiting for a message and feeding it to the
-core (the MPI driver :mod:`hopdec.ps.mpi` blocks on MPI, the in-process driver :mod:`hopdec.sim.ps` runs
+core (the MPI runner :mod:`hopdec.runtime.ps_mpi` blocks on MPI, the in-process driver :mod:`hopdec.sim.ps` runs
 other cores). With ``step=True`` a loop also yields every other action after carrying it out, so a
 virtual-time driver can charge time for it. No protocol decision is taken here.
 

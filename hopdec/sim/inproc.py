@@ -138,8 +138,7 @@ class InProcNetwork:
         """Workers ``ranks`` die now. As under MPI with fault tolerance: every message in flight is lost
         (the communicator is revoked), the survivors heal ``graph`` (:func:`hopdec.topology.heal.heal_graph`)
         and reconfigure their cores from their current iterations. Returns the healed graph."""
-        from hopdec.hop.worker import node_views
-        from hopdec.topology.heal import heal_graph
+        from hopdec.hop.heal import heal
         self.dead.update(ranks)
         for r in ranks:
             self.done[r] = True
@@ -147,11 +146,10 @@ class InProcNetwork:
             if kind == "update":
                 self.updates_sent_to[dst] -= 1
         self.in_flight = []
-        healed, _ = heal_graph(graph, ranks)
-        iterations = {r: self.cores[r].iteration for r in healed.nodes}
-        for v in node_views(healed):
-            self.cores[v.rank].reconfigure(v, iterations)
-            self.blocked[v.rank] = False
+        alive = self.alive_cores()
+        healed, _ = heal(graph, ranks, alive, {r: c.iteration for r, c in alive.items()})
+        for r in healed.nodes:
+            self.blocked[r] = False
         self.heals.append((self.steps, sorted(ranks), healed))
         return healed
 

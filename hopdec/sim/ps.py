@@ -10,8 +10,8 @@ The server node is 0, worker ``w`` is node 1 + its position in ``policy.workers`
 workers are ranks 1..n). Applying an update and answering take no virtual time.
 
 Timing only by default (no tensors: it runs the protocols, not the optimisation). With
-``backend_factory`` (each worker's backend, e.g. :class:`hopdec.ps.mpi.WorkerBackend` over a real
-trainer) and ``server_model`` (e.g. :class:`hopdec.ps.mpi.ServerModel`) every message carries real
+``backend_factory`` (each worker's backend, e.g. :class:`hopdec.runtime.backend.WorkerBackend` over a real
+trainer) and ``server_model`` (e.g. :class:`hopdec.runtime.backend.ServerModel`) every message carries real
 arrays and the server really applies them.
 """
 

@@ -1,31 +1,21 @@
-"""The parameter-server mode over MPI: rank 0 runs the server core, ranks 1..n the worker cores.
+"""The parameter-server mode's messages over MPI: the wire format and each side's end of it.
 
-A thin driver: it receives a message, feeds it to the core, and carries out the core's actions with
-:func:`hopdec.runtime.ps_loop.server_loop` / :func:`~hopdec.runtime.ps_loop.worker_loop`. Every decision
-(who waits, what is applied, when to stop) is the cores' (:mod:`hopdec.ps.server`, :mod:`hopdec.ps.worker`).
+One message per push and one per weights send. A data message is a float32 buffer of the P flat values
+followed by an int64 header (:mod:`hopdec.transport.message`), so tags stay constant (MPI only promises
+tags up to 32767) and step numbers are unbounded. Control messages (ESync queries, READY / NOT-READY,
+STOP) are small int64 arrays. No pickling, no per-parameter messages. Every wait -- receives and sends --
+polls with the peer timeout (:func:`hopdec.transport.waiting.poll_until`), so a dead or hung peer ends the
+job with one line naming it.
 
-Wire format: one message per push and one per weights send. A data message is a float32 buffer of the P
-flat values followed by an int64 header (:mod:`hopdec.transport.message`), so tags stay constant (MPI
-only promises tags up to 32767) and step numbers are unbounded. Control messages (ESync queries,
-READY / NOT-READY, STOP) are small int64 arrays. No pickling, no per-parameter messages. Every wait --
-receives and sends -- polls with ``--peer-timeout`` (:func:`hopdec.transport.waiting.poll_until`), so a
-dead or hung peer ends the job with one line naming it.
-
-Logs (``--log-dir``): workers write ``rank{r}.jsonl`` with one record per mini-batch (``rank``, ``iter``,
-``time``, ``loss``, ``compute_s``, ``wait_s``, the weights ``version`` it computed on, the ``staleness``
-of its gradient when applied (-1: dropped), the ``gap`` it had when sent the weights, ...). ``time`` is
-the server's send time of the weights the iteration computed on (one machine clock, ``time.time()``), so
-the summary's observed gap is the one the server enforced. The server writes ``rank0.jsonl``: a header,
-then events (``apply``, ``drop``, ``release``, ``stop``, ``note``, ``eval``) without an ``iter`` key.
+:class:`ServerIO` (rank 0) and :class:`WorkerIO` (ranks 1..n) are the transports the PS loops
+(:mod:`hopdec.runtime.ps_loop`) carry the cores' actions out with; each hands what arrives to its core.
 """
 
-import json
 import time
 
 import numpy as np
 
-from hopdec.ps.server import Server
-from hopdec.runtime.metrics import log_path, open_jsonl
+from hopdec.errors import RunError
 from hopdec.transport.message import header, message_floats
 from hopdec.transport.waiting import poll_until, wait_any
 
@@ -53,50 +43,6 @@ def _stale_out(s):
 
 def _stale_in(v):
     return None if int(v) == STALE_NONE else int(v)
-
-
-def combine(pairs, out, scratch):
-    """out <- sum(weight * buffer) over ``pairs = [(buffer, weight)]``, in the order given (float32)."""
-    (b0, a0), rest = pairs[0], pairs[1:]
-    np.copyto(out, b0)
-    if a0 != 1.0:
-        out *= np.float32(a0)
-    for b, a in rest:
-        if a == 1.0:
-            out += b
-        else:
-            np.multiply(b, np.float32(a), out=scratch)
-            out += scratch
-    return out
-
-
-# ---- the server ---------------------------------------------------------------------------------
-class ServerModel:
-    """The server's weights and optimizer: a :class:`~hopdec.ml.trainer.LocalTrainer` (SGD with momentum
-    and weight decay on one flat tensor) that applies combined gradients or adds model differences."""
-
-    def __init__(self, trainer):
-        import torch
-        self.torch, self.t = torch, trainer
-        self.P = trainer.numel
-        self.cpu = trainer.device.type == "cpu"
-        self.grad = trainer.flat.grad.numpy() if self.cpu else np.zeros(self.P, dtype=np.float32)
-        self.scratch = np.zeros(self.P, dtype=np.float32)
-        self.delta = np.zeros(self.P, dtype=np.float32)
-
-    def apply_gradients(self, pairs):
-        combine(pairs, self.grad, self.scratch)
-        if not self.cpu:
-            self.t.flat.grad.copy_(self.torch.from_numpy(self.grad).to(self.t.device))
-        self.t.apply()
-
-    def add_deltas(self, pairs):                  # ESync: w += sum(1/p * delta), global learning rate 1
-        combine(pairs, self.delta, self.scratch)
-        with self.torch.no_grad():
-            self.t.flat.add_(self.torch.from_numpy(self.delta).to(self.t.device))
-
-    def write_params(self, out):
-        self.t.write_params(out)
 
 
 class ServerIO:
@@ -273,7 +219,6 @@ class ServerIO:
                 self.reqs[i] = self.MPI.REQUEST_NULL
 
 
-# ---- a worker -----------------------------------------------------------------------------------
 class WorkerIO:
     """A worker's messages: receives posted for weights and control replies; pushes and queries sent
     with Isend and waited for with the peer timeout (a hung server never hangs a worker)."""
@@ -292,7 +237,6 @@ class WorkerIO:
 
     def _server_died(self, err):
         """Fault tolerant: the server's failure ends the run (it holds the only model), in one line."""
-        from hopdec.errors import RunError
         from hopdec.transport.mpi import FAILURE_CLASSES
         if self.fault_tolerant and err.Get_error_class() in FAILURE_CLASSES:
             return RunError(f"rank {self.rank}: the parameter server (rank 0) died; the parameter-server "
@@ -361,234 +305,3 @@ class WorkerIO:
         req = getattr(self, "_stop_req", None)
         if req is not None:                           # a small eager message: complete, read or not
             req.Test()
-
-
-class WorkerBackend:
-    """A PS worker's torch side: the shared :class:`~hopdec.runtime.backend.TorchBackend` (compute with
-    emulation, SGD step) plus loading weights and forming ESync's model difference."""
-
-    def __init__(self, backend):
-        self.b, self.t = backend, backend.t
-        self.cpu = self.t.device.type == "cpu"
-        self.kept = np.zeros(self.t.numel, dtype=np.float32)
-        self.diff = np.zeros(self.t.numel, dtype=np.float32)
-
-    def compute(self, iteration):
-        return self.b.compute(iteration)
-
-    def apply(self, iteration):
-        self.b.apply(iteration)
-
-    def load_params(self, buf):
-        self.t.load_params(buf)
-
-    def keep_params(self):
-        self.t.write_params(self.kept)
-
-    def gradient(self):
-        g = self.t.flat.grad
-        return g.numpy() if self.cpu else g.detach().cpu().numpy()
-
-    def delta(self):
-        self.t.write_params(self.diff)
-        self.diff -= self.kept
-        return self.diff
-
-
-class _EventLog:
-    """rank0.jsonl: the run header, then server events (no ``iter`` key, so read_log skips them)."""
-
-    def __init__(self, log_dir, header, append=False):
-        self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
-        self.path = log_path(log_dir, 0) if log_dir else None
-
-    def tell(self):
-        self._f.flush()
-        return self._f.tell()
-
-    def __call__(self, event, **data):
-        if self._f:
-            self._f.write(json.dumps(dict(event=event, **data)) + "\n")
-
-    def close(self):
-        if self._f:
-            self._f.close()
-            self._f = None
-
-
-# ---- entry point --------------------------------------------------------------------------------
-def run(ctx):
-    """Run the PS mode on this rank (collective); rank 0 prints the summary and returns it."""
-    from hopdec.ps.options import check_args
-    from hopdec.runtime.backend import TorchBackend
-    from hopdec.runtime.metrics import RankLogger
-    from hopdec.runtime.ps_loop import server_loop, worker_loop
-    from hopdec.observe import RunObserver
-    from hopdec.runtime.report import report
-    from hopdec.runtime.resume import PSRank, open_log
-    from hopdec.transport.collectives import barrier
-    from hopdec.transport.waiting import watching
-
-    args, rank = ctx.args, ctx.rank
-    ft = bool(getattr(args, "fault_tolerance", False))
-    if ft:
-        from mpi4py import MPI
-        ctx.comm = ctx.comm.Dup()                   # errors return (ULFM)
-        ctx.comm.Set_errhandler(MPI.ERRORS_RETURN)
-    comm = ctx.comm
-    ctx.extra["worker"] = rank                      # ids stay the first communicator's ranks
-    policy = ctx.extra.get("ps_policy") or check_args(args, ctx.size)
-    workers = policy.workers
-    n = len(workers)
-    budget = int(ctx.iterations) * n
-    settings = policy.settings()
-    title = f"parameter server {policy.describe()} (1 server + {n} workers)"
-    timeout = ctx.timeout
-    if rank == 0:
-        trainer = ctx.make_trainer(0, n)
-        keep = PSRank(ctx, trainer, n)                 # checkpoints, resume, Ctrl-C (hopdec.runtime.resume)
-        emulator = None
-        header = dict(mode="ps", sync=policy.sync, workers=n, worker_ranks=list(workers),
-                      iterations=ctx.iterations, budget=budget, model=ctx.model_name, params=trainer.numel,
-                      hparams=ctx.hparams, device=str(ctx.device), seed=args.seed, settings=settings,
-                      gap_bound=policy.gap_bound(), **keep.header())
-        events = _EventLog(ctx.log_dir, header, append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, 0)))
-        logger = RankLogger(None, 0)
-        model = ServerModel(trainer)
-        io = ServerIO(comm, workers, trainer.numel, timeout, fault_tolerant=ft)
-        core = Server(policy, budget, checkpoints=keep.checkpoints, checkpoint_every=keep.every)
-        io.on_stop_notice = lambda w, signum: keep.on_stop_notice(core, signum)
-        obs = RunObserver(ctx, events, "ps-server", workers, ctx.iterations, header, bound=policy.gap_bound(),
-                          board_extra=lambda: f"server v{policy.version}, {core.dropped} dropped")
-
-        def on_event(name, **data):
-            events(name, **data)
-            obs.event(name, **data)
-        eval_interval = float(getattr(args, "eval_interval", 0.0) or 0.0)
-        evals = []
-
-        def evaluate(now):
-            loss, acc = trainer.evaluate()
-            rec = dict(time=now, elapsed=now - t0, version=policy.version, work=core.work,
-                       test_loss=loss, test_acc=acc)
-            evals.append(rec)
-            events("eval", **rec)
-
-        barrier(comm, timeout, "start")
-        t0 = time.time()
-        obs.begin(t0)
-        if eval_interval > 0:
-            evaluate(t0)
-        last_eval = time.time()
-        if not keep.resume_server(core, io):
-            core.start(t0)
-        with watching(keep.server_watch(core)):
-            for wait in server_loop(core, io, model, on_event=on_event,
-                                    on_checkpoint=lambda a: keep.save_server(core, io, a, events)):
-                io.wait(core, wait)
-                ctx.faults.at("train", core.work)
-                if eval_interval > 0 and time.time() - last_eval >= eval_interval:
-                    evaluate(time.time())
-                    last_eval = time.time()
-        ctx.faults.at("shutdown")
-        io.close()
-        elapsed = time.time() - t0
-        obs.close()
-        end = keep.outcome(core) if not ft else _on_survivors(ctx, lambda: keep.outcome(core))
-        if end["stopped"]:
-            events.close()
-            return keep.report_stop(end)
-        evaluate(time.time())
-        final = evals[-1]
-        events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
-               dropped=core.dropped, work=core.work, test_loss=final["test_loss"], test_acc=final["test_acc"])
-        events.close()
-        if args.save_models and ctx.log_dir:
-            np.save(f"{ctx.log_dir}/params_rank0.npy", trainer.write_params())
-        extra = dict(server_updates=policy.version, dropped=core.dropped, elapsed_server=elapsed)
-        notes = failure_notes(core, n)
-    else:
-        trainer = ctx.make_trainer(workers.index(rank), n)
-        keep = PSRank(ctx, trainer, n)
-        emulator = ctx.make_emulator(rank, workers)
-        header = dict(mode="ps", sync=policy.sync, worker=rank, workers=n, iterations=ctx.iterations,
-                      model=ctx.model_name, params=trainer.numel, hparams=ctx.hparams,
-                      device=str(ctx.device), emulation=emulator.describe(), seed=args.seed,
-                      settings=settings, gap_bound=policy.gap_bound(), **keep.header())
-        logger = RankLogger(ctx.log_dir, rank, header=header,
-                            append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
-        backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
-        io = WorkerIO(comm, trainer.numel, timeout, fault_tolerant=ft)
-        core = policy.worker_core(rank)
-        keep.resume_worker(core)
-        obs = RunObserver(ctx, logger.event, "ps-worker", workers, ctx.iterations, header,
-                          bound=policy.gap_bound())
-
-        def on_record(rec):
-            logger.log(rec)
-            obs.on_record(rec)
-        barrier(comm, timeout, "start")
-        obs.begin()
-        with watching(keep.worker_watch(io)):
-            for wait in worker_loop(core, io, backend, on_record=on_record,
-                                    on_checkpoint=lambda a: keep.save_worker(core, a, logger)):
-                io.wait(core, wait)
-        obs.finished(logger.last_iter)
-        ctx.faults.at("shutdown")
-        io.close()
-        obs.close()
-        logger.close()
-        end = keep.outcome() if not ft else _on_survivors(ctx, keep.outcome)
-        if end["stopped"]:
-            return keep.report_stop(end)
-        if args.save_models and ctx.log_dir:
-            np.save(f"{ctx.log_dir}/params_rank{rank}.npy", trainer.write_params())
-        extra, notes = {}, []
-    if rank == 0 and ctx.log_dir:
-        print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
-
-    def summary():
-        return report(ctx, logger, trainer, emulator, title,
-                      eval_flat=trainer.write_params() if rank == 0 else None,
-                      bound=policy.gap_bound(), extra=extra, workers=set(workers), model_label="server model",
-                      bound_label=f"bound of --sync {policy.sync}", notes=notes)
-    out = summary() if not ft else _on_survivors(ctx, summary)
-    if rank == 0:
-        print(f"server: {policy.version} updates, {core.dropped} gradients dropped, "
-              f"{elapsed:.2f} s", flush=True)
-    return out
-
-
-def failure_notes(core, n):
-    """The summary's lines about workers that died (``--fault-tolerance``)."""
-    lines = []
-    for e in core.failures:
-        lines.append(f"failure: worker {e['worker']} died after {e['work']} mini-batches (server at version "
-                     f"{e['version']}); the others went on, the work budget is now {e['budget']}")
-    if core.failed:
-        lines.append(f"{n - len(core.failed)} of {n} workers finished")
-    return lines
-
-
-def _on_survivors(ctx, collective):
-    """Fault tolerant: run ``collective`` (how the run ended, the summary) on the survivors:
-    ``MPI_Comm_shrink`` agrees who they are (the dead ones' rows are missing); a failure during it
-    shrinks and runs it again."""
-    from mpi4py import MPI
-
-    from hopdec.transport.mpi import is_peer_failure
-    comm = ctx.comm
-    while True:
-        new = comm.Shrink()
-        new.Set_errhandler(MPI.ERRORS_RETURN)
-        ctx.comm = new
-        try:
-            return collective()
-        except Exception as err:
-            if not is_peer_failure(err, new):
-                raise
-            try:
-                new.Revoke()
-            except MPI.Exception:
-                pass
-            comm = new

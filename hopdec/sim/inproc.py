@@ -1,4 +1,5 @@
-"""The Hop worker cores in one process, interleaved by a seeded random scheduler (for property tests).
+"""The Hop worker cores in one process, interleaved by a seeded random scheduler (for property tests); the
+third executor of a run assembly (:meth:`InProcNetwork.of`), beside MPI ranks and the simulator.
 
 Deterministic for a seed, so every interleaving a test finds can be replayed. Messages are delivered in an
 order the scheduler picks (it may reorder messages between the same pair, which MPI never does, so the
@@ -130,6 +131,17 @@ class InProcNetwork:
         self.grants_carried = 0             # grants that rode in updates (``carry_grants``)
         self.dead = set()
         self.heals = []                     # (step, failed ranks, healed graph)
+
+    @classmethod
+    def of(cls, run, seed=0, speeds=None, check=None):
+        """Execute a run assembly (:class:`hopdec.modes.HopRun` with its workload) under this scheduler:
+        its cores, and its real trainers as backends (compute takes no time here, only turns)."""
+        from hopdec.sim.backends import MathBackend
+        trainers = {r: run.trainer(r) for r in run.workers}
+        net = cls(run.views, run.cfg, seed=seed, speeds=speeds, check=check,
+                  backend_factory=lambda r: MathBackend(trainers[r], r, lambda w, i: 0.0))
+        net.trainers = trainers
+        return net
 
     def alive_cores(self):
         return {c.rank: c for c in self.cores if c.rank not in self.dead}

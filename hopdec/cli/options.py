@@ -9,7 +9,8 @@ sees the parser.
 
 import argparse
 
-from hopdec.hop.config import COMPUTE_GRAPHS, PROTOCOLS
+from hopdec.hop.config import COMPUTE_GRAPHS
+from hopdec.hop.protocols import PROTOCOLS, protocol_usage
 from hopdec.ps.sync import POLICIES, sync_usage
 from hopdec.settings import (PS, Checkpoints, Cost, Emulation, Faults, Observe, Protocol, RunSettings, Work)
 from hopdec.settings.faults import ints
@@ -29,8 +30,7 @@ def add_run_arguments(p, mpi=True):
                    "(ring, ring-based, double-ring, exponential, torus, complete, ...) built over all "
                    "ranks; default: ring-based")
     g.add_argument("--protocol", choices=list(PROTOCOLS), default="tokens",
-                   help="how workers bound their gap: token queues (Hop sec. 4.2, with --max-ig), update "
-                        "queues only (sec. 4.1), or notify-ack (sec. 3.3)")
+                   help=f"how workers bound their gap: {protocol_usage()}")
     g.add_argument("--max-ig", type=int, default=2, metavar="K",
                    help="largest iteration gap between neighbours (token queues)")
     g.add_argument("--compute-graph", choices=list(COMPUTE_GRAPHS), default="parallel",

@@ -9,9 +9,9 @@ needs (``max_ig``, backup workers per node) live here once and are used by the c
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
+from hopdec.hop.protocols import PROTOCOLS
 from hopdec.topology.bounds import check_max_ig  # noqa: F401  (the one max_ig check; hop.token_queue uses it)
 
-PROTOCOLS = ("tokens", "queue-only", "notify-ack")
 COMPUTE_GRAPHS = ("parallel", "serial")
 
 
@@ -50,6 +50,7 @@ def check_config(cfg, views):
     about settings that work but not as a user may expect."""
     if cfg.protocol not in PROTOCOLS:
         raise ConfigError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    tokens = PROTOCOLS[cfg.protocol].token_queues
     if cfg.compute_graph not in COMPUTE_GRAPHS:
         raise ConfigError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
     if cfg.iterations < 1:
@@ -62,17 +63,17 @@ def check_config(cfg, views):
     if cfg.backup_workers < 0:
         raise ConfigError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
     backup = uses_backup(cfg, views)
-    if cfg.protocol != "tokens" and (backup or cfg.staleness is not None):
+    if not tokens and (backup or cfg.staleness is not None):
         what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
-    if cfg.fault_tolerant and cfg.protocol != "tokens":
+    if cfg.fault_tolerant and not tokens:
         raise ConfigError(f"--fault-tolerance needs --protocol tokens (healing re-establishes the token "
                           f"queues), got --protocol {cfg.protocol}")
     notes = []
     if cfg.skip_max_jump:
-        if cfg.protocol != "tokens":
+        if not tokens:
             raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
         if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
@@ -115,8 +116,9 @@ def uses_backup(cfg, graph=None):
 def setting_name(cfg, graph=None):
     """The row of Hop Table 1 this configuration is, as named by :func:`hopdec.topology.gap_bounds`;
     ``graph`` (the topology or its node views) counts per-node backup workers too."""
-    if cfg.protocol == "notify-ack":
-        return "notify-ack"
+    row = PROTOCOLS[cfg.protocol].row if cfg.protocol in PROTOCOLS else None
+    if row is not None:
+        return row
     backup = uses_backup(cfg, graph)
     if cfg.staleness is not None:
         return "hybrid" if backup else "staleness"
@@ -132,5 +134,5 @@ def describe(cfg, graph=None):
 def gap_bound(graph, cfg):
     """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
     from hopdec.topology.bounds import max_gap_bound
-    max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
+    max_ig = cfg.max_ig if PROTOCOLS[cfg.protocol].token_queues else None
     return max_gap_bound(graph, setting_name(cfg, graph), max_ig=max_ig, staleness=cfg.staleness)

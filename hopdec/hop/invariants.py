@@ -17,6 +17,7 @@ its Recv may still enter (then the ahead workers wait).
 import numpy as np
 
 from hopdec.hop.config import setting_name
+from hopdec.hop.protocols import PROTOCOLS
 
 
 class InvariantError(AssertionError):
@@ -25,11 +26,7 @@ class InvariantError(AssertionError):
 
 def table1_setting(cfg, graph=None):
     """(setting, max_ig) of Hop Table 1 that bounds a run of ``cfg`` on ``graph`` (queue-only: no tokens)."""
-    if cfg.protocol == "queue-only":
-        return "standard", None
-    if cfg.protocol == "notify-ack":
-        return "notify-ack", None
-    return setting_name(cfg, graph), cfg.max_ig
+    return PROTOCOLS[cfg.protocol].table1(cfg, setting_name(cfg, graph))
 
 
 class Invariants:

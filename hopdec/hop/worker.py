@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.config import effective_backup
+from hopdec.hop.protocols import PROTOCOLS
 from hopdec.hop.receive import make_policy
-from hopdec.hop.token_queue import AckLedger, TokenLedger
 from hopdec.hop.update_queue import Entry
 
 
@@ -48,15 +48,8 @@ class Worker:
         self.cfg = cfg
         self.rank = view.rank
         backup = effective_backup(cfg, view)
-        self.ledger = self.acks = None
-        if cfg.protocol == "tokens":
-            max_ig, slots = cfg.max_ig, cfg.max_ig + 1
-            self.ledger = TokenLedger(view.in_neighbors, view.out_neighbors, max_ig)
-        elif cfg.protocol == "notify-ack":
-            max_ig, slots = None, 1        # one outstanding update per sender (sec. 3.3)
-            self.acks = AckLedger(view.in_neighbors, view.out_neighbors)
-        else:
-            max_ig, slots = None, view.ahead_bound + 1
+        # the protocol's gap control (hopdec.hop.protocols): token queues, ACKs, or update queues alone
+        self.ledger, self.acks, max_ig, slots = PROTOCOLS[cfg.protocol].ledgers(view, cfg)
         self.max_ig = max_ig
         self.slots = slots
         self.policy = make_policy(self.rank, view.in_weights, slots, backup=backup,
@@ -99,7 +92,7 @@ class Worker:
         worker's current parameters, tagged with its iteration, to every out-neighbour, which replaces
         what was lost in flight. Runs on, from the current iteration: nothing is restarted.
         """
-        if self.cfg.protocol != "tokens":
+        if self.ledger is None:
             raise ValueError("reconfiguring a worker needs --protocol tokens")
         self.view = view
         self._pending_release += self.policy.reconfigure(

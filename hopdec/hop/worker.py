@@ -166,6 +166,20 @@ class Worker:
     def held_updates(self):
         return self.policy.held
 
+    def tokens(self):
+        """The tokens this worker may take from its scarcest out-neighbour (None without token queues):
+        what a log records of the token queues."""
+        led = self.ledger
+        if led is None:
+            return None
+        return min([led.available(j) for j in self.view.out_neighbors], default=None)
+
+    def counts(self):
+        """What a log or a summary records of this worker's updates: held now, used and dropped in all,
+        sends left out because the receiver was past them."""
+        p = self.policy
+        return {"held": p.held, "used": p.used, "dropped": p.dropped, "sends_skipped": self.sends_skipped}
+
     def capacity(self):
         """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| with token queues (Hop
         sec. 4.2), |N_in(i)| with notify-ack (one outstanding update per sender), Theorem 1's path bound

@@ -92,10 +92,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"] = []
             if a.jumped_from is not None:
                 rec["jumped_from"] = a.jumped_from
-            led = core.ledger
-            if led is not None:
-                rec["tokens"] = min([led.granted[j] - led.taken[j] for j in core.view.out_neighbors],
-                                    default=None)
+            if core.ledger is not None:
+                rec["tokens"] = core.tokens()
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
@@ -192,7 +190,6 @@ def _waited(rec, a, t0, dt, spans):
 
 
 def _close(rec, core):
-    rec["held"] = core.held_updates
-    rec["used_total"] = core.policy.used
-    rec["dropped_total"] = core.policy.dropped
+    c = core.counts()
+    rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
     return rec

@@ -131,7 +131,8 @@ def run(ctx):
         print(f"logs: {ctx.log_dir}/rank*.jsonl", flush=True)
     if hop.saves(rank):
         save_params(ctx.log_dir, rank, trainer.write_params())
-    extra = dict(dropped=core.policy.dropped, used=core.policy.used, sends_skipped=core.sends_skipped)
+    c = core.counts()
+    extra = dict(dropped=c["dropped"], used=c["used"], sends_skipped=c["sends_skipped"])
     while True:                                     # a failure during the summary: heal, summarise again
         try:
             out = gather_summary(ctx, logger, trainer, emulator, hop.title(), bound=bound, extra=extra,

@@ -4,6 +4,7 @@
 line naming the option (:func:`hopdec.limits.check_alloc`).
 """
 
+from hopdec.hop.protocols import PROTOCOLS
 from hopdec.limits import check_alloc
 
 
@@ -22,7 +23,7 @@ def check_buffers(cfg, views, numel, ranks_here=1):
 
     ``ranks_here``: ranks sharing this host, each allocating its own buffers.
     """
-    if cfg.protocol != "tokens":
+    if not PROTOCOLS[cfg.protocol].token_queues:
         return
     widest = max((len(v.in_neighbors) for v in views), default=0)
     ranks = max(ranks_here, 1)

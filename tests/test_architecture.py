@@ -151,3 +151,24 @@ def test_nothing_below_the_command_line_reads_a_namespace():
 
 def test_the_simulator_imports_nothing_from_the_command_line():
     assert not [e for e in _edges() if e[2] == "hopdec.sim" and e[3] == "hopdec.cli"]
+
+
+def test_every_option_lands_in_a_settings_group():
+    """Each option of ``hopdec train`` and ``hopdec sim`` is a field of the settings group that holds it
+    (what a mode's groups, :data:`hopdec.settings.MODES`, say it reads), or one of the few the command
+    line resolves itself."""
+    from hopdec.cli import sim, train
+    from hopdec.settings import MODES, Cost, RunSettings
+    fields = {g: set(getattr(RunSettings(), g).options().values()) for g in
+              ("work", "protocol", "ps", "emulation", "observe", "checkpoints", "faults")}
+    fields["cost"] = set(Cost.options().values())
+    itself = {"-h", "--help", "--mode"}
+    for parser in (train.build_parser(), sim.build_parser()):
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in itself or flag == "--workers":          # (-n's long name)
+                    continue
+                assert any(flag in opts for opts in fields.values()), f"{parser.prog} {flag}: in no group"
+    for mode, groups in MODES.items():
+        assert set(groups) <= set(fields) and "work" in groups, mode
+        assert set(RunSettings(mode=mode).groups) == set(groups)

@@ -5,11 +5,8 @@ workload every mode shares (:mod:`.work`: model, presets, data, iterations, trai
 carry the same assembly out: real MPI processes (:mod:`hopdec.runtime`), the virtual-time simulator
 (:mod:`hopdec.sim.run`) and the seeded in-process scheduler (:mod:`hopdec.sim.inproc`), as SimPy runs the
 same process description in several environments. A mode's settings groups are
-:data:`hopdec.settings.MODES`; a new mode is a module here, its entry in :data:`RUNS` and its executors.
+:data:`hopdec.settings.MODES`; a new mode is a module here plus a runner per executor.
 """
 
-from hopdec.modes.decentralized import HopRun
-from hopdec.modes.ps import PSRun
-
-RUNS = {"decentralized": HopRun, "ps": PSRun}
-"""Mode name -> its run assembly."""
+from hopdec.modes.decentralized import HopRun  # noqa: F401
+from hopdec.modes.ps import PSRun  # noqa: F401

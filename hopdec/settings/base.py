@@ -72,8 +72,3 @@ class Group:
     def options(cls):
         """``{field: option}`` of every option this group takes."""
         return {f.name: f.metadata["option"] for f in fields(cls) if f.metadata.get("option")}
-
-    def given(self):
-        """``{option: value}`` of the options set to something other than their default."""
-        return {f.metadata["option"]: getattr(self, f.name) for f in fields(self)
-                if f.metadata.get("option") and getattr(self, f.name) != f.default}

@@ -193,7 +193,7 @@ class Simulation:
             import torch
             torch.set_num_threads(settings.work.threads or 1)
 
-    def header(self, rank, bound=None):
+    def header(self):
         """What the executor adds to the run's header: the fidelity, the device, the cost model."""
         return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model)
 
@@ -235,7 +235,7 @@ def _run_hop(S):
     workers, n = hop.workers, hop.n
     log_dir = ob.log_dir
     bound = hop.bound() if n <= BOUND_UP_TO else None
-    header = hop.header(S.numel, S.compute.describe(), bound, **S.header(None))
+    header = hop.header(S.numel, S.compute.describe(), bound, **S.header())
     logs = _Logs(log_dir, workers, lambda r: header)
     factory, trainers = None, None
     if cost.math:
@@ -312,8 +312,8 @@ def _run_ps(S):
     ps, cost, ob = S.run, S.cost, S.settings.observe
     policy, workers, n = ps.policy, ps.workers, ps.n
     log_dir = ob.log_dir
-    events = EventLog(log_dir, ps.header(0, S.numel, **S.header(0)))
-    logs = _Logs(log_dir, workers, lambda w: ps.header(w, S.numel, S.compute.describe(), **S.header(w)))
+    events = EventLog(log_dir, ps.header(0, S.numel, **S.header()))
+    logs = _Logs(log_dir, workers, lambda w: ps.header(w, S.numel, S.compute.describe(), **S.header()))
     factory = server_model = trainers = server_trainer = None
     if cost.math:
         trainers = S.trainers(workers)

@@ -12,7 +12,6 @@ needs in one pass over blocks of breadth-first searches, in O(n) memory per bloc
 import math
 import numbers
 
-import networkx as nx
 import numpy as np
 
 from hopdec.errors import ConfigError

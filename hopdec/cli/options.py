@@ -12,7 +12,8 @@ import argparse
 from hopdec.hop.config import COMPUTE_GRAPHS
 from hopdec.hop.protocols import PROTOCOLS, protocol_usage
 from hopdec.ps.sync import POLICIES, sync_usage
-from hopdec.settings import (PS, Checkpoints, Cost, Emulation, Faults, Observe, Protocol, RunSettings, Work)
+from hopdec.settings import (MODES, PS, Checkpoints, Cost, Emulation, Faults, Observe, Protocol, RunSettings,
+                             Work)
 from hopdec.settings.faults import ints
 
 
@@ -21,7 +22,7 @@ def add_run_arguments(p, mpi=True):
     by name. ``mpi=False`` leaves out what only a real run has: the device and CUDA-aware MPI, the peer
     timeout, fault tolerance and injection, the observers that talk between ranks, and ``--compute-time``
     (the simulator's takes distributions)."""
-    p.add_argument("--mode", choices=["decentralized", "ps"], default=None,
+    p.add_argument("--mode", choices=list(MODES), default=None,
                    help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
                         "default: decentralized)")
     g = p.add_argument_group("topology and protocol (decentralized mode)")

@@ -60,11 +60,11 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ready = False
         inner, model = _inner_optimizer(params, optimizer_class, model, defaults)
         self.model = model
-        # torch's Optimizer machinery (step hooks, the step patch schedulers rely on), over the inner
-        # optimizer's own param_groups / state / defaults (shared, not copied: a scheduler's lr reaches it)
+        # torch's Optimizer machinery (step hooks, the step patch schedulers rely on); param_groups, state
+        # and defaults are the inner optimizer's own (properties: a scheduler's lr reaches it, and they
+        # follow it through load_state_dict, which replaces them)
         torch.optim.Optimizer.__init__(self, [{"params": []}], {})
         self.optimizer = inner
-        self.param_groups, self.state, self.defaults = inner.param_groups, inner.state, inner.defaults
 
         # ---- the tensors that are averaged: parameters (and buffers), in one flat float32 buffer ----
         tracked = _unique([p for g in inner.param_groups for p in g["params"]])
@@ -156,6 +156,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
         self._closure_loss = None
         self._consensus_calls = 0
+        self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
         self._exit_hook = _register_exit(self)
         self._ready = True
@@ -218,6 +219,25 @@ class HopOptimizer(torch.optim.Optimizer):
                                   f"loads its own checkpoint)")
             self._resume_at = int(hop["position"])
 
+    def _inner_attr(name):
+        """``param_groups``, ``state``, ``defaults``: the wrapped optimizer's (torch's ``__init__`` sets
+        placeholders before it exists)."""
+        def get(self):
+            inner = self.__dict__.get("optimizer")
+            return getattr(inner, name) if inner is not None else self.__dict__.get("_init_" + name)
+
+        def put(self, value):
+            if self.__dict__.get("_ready"):
+                raise AttributeError(f"HopOptimizer: cannot set opt.{name}: it is the wrapped optimizer's "
+                                     f"(fixed when the optimizer is built)")
+            self.__dict__["_init_" + name] = value
+        return property(get, put)
+
+    param_groups = _inner_attr("param_groups")
+    state = _inner_attr("state")
+    defaults = _inner_attr("defaults")
+    del _inner_attr
+
     def __setattr__(self, name, value):
         if getattr(self, "_ready", False) and name in _FIXED | self._hyperparameters():
             what = ("set it in opt.param_groups[i][" + repr(name) + "] (as with any torch optimizer) or use a "
@@ -258,14 +278,14 @@ class HopOptimizer(torch.optim.Optimizer):
             return
         if self._loop is None:
             self._start()
-        self._serving = True
         self.end.announce_done(self._consensus_calls)
         self.observer.finished(self.core.iteration)
-        while not self.end.all_done():           # 2. serve, wake up when everyone is done
-            self._advance(wake=self.end.all_done)
+        self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
         stop = self.end.agree(self.core.iteration, self._poll)   # 3.
+        serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
             self._advance()
+        self._serving = serving
         self._close()
 
     close = finish
@@ -334,33 +354,45 @@ class HopOptimizer(torch.optim.Optimizer):
         return twin
 
     def _wait_collective(self, req, what):
-        """Wait for ``req`` while the protocol goes on: messages are received, and while a neighbour is
-        ahead this rank advances without a gradient so that the neighbour can reach its own call."""
-        serving = self._serving
-        self._serving = True
+        """Wait for ``req`` while the protocol goes on (see :meth:`_serve`); a rank that finished before
+        making this call is an error at once (it never will)."""
+        call = self._consensus_calls
 
-        def check():
-            self._poll()
-            done = self.end.finished_ranks()
-            if done and not self.finished:
-                r, calls = sorted(done.items())[0]
-                raise RuntimeError(f"HopOptimizer: rank {r} called finish() after {calls} {what} call(s) while "
-                                   f"rank {self.rank} waits in call {self._consensus_calls}: every rank must make "
-                                   f"the same collective calls")
+        def done():
+            missing = {r: c for r, c in self.end.finished_ranks().items() if c < call}
+            if missing and not self.finished:
+                r, c = sorted(missing.items())[0]
+                raise RuntimeError(f"HopOptimizer: rank {r} called finish() after {c} {what} call(s) while rank "
+                                   f"{self.rank} waits in call {call}: every rank must make the same collective "
+                                   f"calls")
             return req.Test()
+        self._serve(done, what)
+
+    def _may_serve(self):
+        """Whether a waiting rank advances without a gradient: when a neighbour is known to be ahead
+        (:func:`hopdec.optim.ending.neighbour_ahead`); with update queues only (no tokens or ACKs to tell),
+        whenever it can."""
+        if self._loop is None or self.finished:
+            return False
+        return self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core)
+
+    def _serve(self, done, what):
+        """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
+        peer timeout counts silence: any message arriving (an update, a grant, a rank finishing) restarts it,
+        so ranks that train for longer are waited for, and a hung one is found."""
+        from hopdec.transport.waiting import poll_until
+        serving, self._serving = self._serving, True
         try:
-            from hopdec.transport.waiting import poll_until
-            while True:
-                if self._loop is not None and not self.finished and ending.neighbour_ahead(self.core):
-                    if self._advance(wake=check) is None:      # woken: the reduction is complete
+            while not done():
+                if self._may_serve():
+                    if self._advance(wake=done) is None:       # woken: done
                         return
                     continue
-                if poll_until(lambda: check() or (not self.finished and self._loop is not None
-                                                  and ending.neighbour_ahead(self.core)) and "ahead",
-                              self.timeout, lambda: f"rank {self.rank}: {what}: not every rank got there "
-                                                    f"within {self.timeout:.0f} s; a peer may have died or hung") \
-                        is True:
-                    return
+                seen = self._activity
+                poll_until(lambda: self._poll() or done() or self._may_serve() or self._activity != seen, self.timeout,
+                           lambda: f"rank {self.rank}: {what}: no message from any rank for {self.timeout:.0f} s; "
+                                   f"a peer may have died or hung (or trains much longer than this one: raise "
+                                   f"peer_timeout)")
         finally:
             self._serving = serving
 
@@ -414,7 +446,12 @@ class HopOptimizer(torch.optim.Optimizer):
         return True
 
     def _poll(self):
-        self.io.poll(self.core)
+        """Deliver what arrived to the core; count it as a sign of life (see :meth:`_serve`)."""
+        got = self.io.poll(self.core) if self._loop is not None and not self.finished else 0
+        heard = len(self.end.finished_ranks())
+        if got or heard != self._heard:
+            self._heard = heard
+            self._activity += 1
         if self.io.failed:
             from hopdec.transport.waiting import PeerFailed
             if self.healer is None:

@@ -39,4 +39,4 @@ class TorchBackend:
         self.t.reduce(pairs)
 
     def apply(self, iteration):
-        self.t.apply()
+        self.t.apply(iteration)

@@ -91,7 +91,8 @@ class RunContext:
         return LocalTrainer(self.model_name, self.dataset, idx, lr=self.hparams["lr"],
                             momentum=self.hparams["momentum"], weight_decay=self.hparams["weight_decay"],
                             batch_size=self.hparams["batch_size"], device=self.device, seed=a.seed,
-                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "batch"))
+                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "batch"),
+                            iterations=self.iterations)
 
     def make_emulator(self, rank, workers):
         """The emulated slowdowns of MPI rank ``rank`` among the training ranks ``workers``."""

@@ -66,7 +66,7 @@ def main():
                        torch.optim.AdamW, model=model, lr=args.lr, betas=(h["momentum"], h["beta2"]),
                        topology=args.topology, skip=args.skip, backup_workers=args.backup_workers,
                        staleness=args.staleness, log_dir=args.log_dir, progress=True, steps=args.steps)
-    warmup = max(1, int(h["warmup"] * args.steps))
+    warmup = max(min(h["warmup_min"], args.steps), int(h["warmup"] * args.steps))   # as hopdec train
 
     def factor(k):                                            # linear warmup, cosine to 10%
         if k < warmup:

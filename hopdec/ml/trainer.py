@@ -204,7 +204,8 @@ class LRSchedule:
         if preset.get("schedule") != "warmup-cosine":
             return None
         horizon = int(iterations) if iterations else int(preset["horizon"])
-        warmup = max(1, int(round(preset.get("warmup", 0.05) * horizon)))
+        warmup = max(1, min(int(preset.get("warmup_min", 1)), horizon),     # a short run warms up too
+                     int(round(preset.get("warmup", 0.05) * horizon)))
         return cls(warmup, horizon, preset.get("min_lr_ratio", 0.1))
 
     def __call__(self, k):

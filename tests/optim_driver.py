@@ -141,13 +141,41 @@ def scenario_raise(out):
     opt.finish()
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise)
+
+
+def scenario_ft(out):
+    """fault_tolerance=True: rank 3 dies (os._exit) after 8 steps; the survivors heal the graph, finish
+    their loops and agree where to stop among themselves; the consensus model is theirs."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True, log_dir=out)
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(25):
+        if rank == 3 and k == 8:
+            os._exit(1)
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        time.sleep(0.01)
+        opt.step()
+    opt.finish()
+    state = opt.consensus_state_dict()
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    from hopdec.transport.collectives import allgather_json
+    everyone = allgather_json(opt.comm, mine.tolist(), 30)
+    err = float(np.abs(np.asarray(everyone).mean(0) - torch.cat([state[k].reshape(-1) for k, _ in
+                                                                  model.named_parameters()]).numpy()).max())
+    print(f"@@ft{rank} " + json.dumps(dict(survivors=opt.comm.Get_size(), end=opt.iteration, err=err,
+                                              heals=len(opt.healer.events))), flush=True)
+
+
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft)
 
 if __name__ == "__main__":
     out = sys.argv[1]
-    for name in sys.argv[2:]:
+    for name in [a for a in sys.argv[2:] if not a.startswith("--")]:   # (launch/local.sh's --fault-tolerance)
         d = os.path.join(out, name)
         if rank == 0:
             os.makedirs(d, exist_ok=True)
         comm.Barrier()
         SCENARIOS[name](d)
+

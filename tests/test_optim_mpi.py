@@ -123,6 +123,20 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
 
 
+def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
+    """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 8
+    steps; the other four heal the ring, finish their 25 steps, agree where to stop among themselves, and
+    their consensus model is their mean."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft")
+    out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^@@ft(\d) (.*)$", out.stdout, re.M)}
+    assert sorted(got) == [0, 1, 2, 4]
+    for r in got.values():
+        assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
+    assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
+
+
 def test_a_ported_public_example_runs_under_mpirun(mpirun, tmp_path):
     """PyTorch's MNIST example structure (Adadelta, StepLR, train/test per epoch) on the digits data."""
     out = mpirun.python(4, ["experiments/mnist_adadelta.py", "--epochs", 2, "--log-dir", tmp_path], timeout=180)

@@ -298,7 +298,8 @@ class HopOptimizer(torch.optim.Optimizer):
         self.observer.close()
         self.logger.event("messages", **self.io.counters())
         self.logger.close()
-        atexit.unregister(self._exit_hook)
+        if not self.fault_tolerant:
+            atexit.unregister(self._exit_hook)
 
     # ------------------------------------------------------------------ the consensus model
     def consensus_state_dict(self, root=None):
@@ -626,5 +627,18 @@ def _register_exit(opt):
         o = ref()
         if o is not None and not o.finished and o._ready:
             o.finish()
+        if o is not None and o.fault_tolerant:
+            _leave_without_finalize()
     atexit.register(at_exit)
     return at_exit
+
+
+def _leave_without_finalize():
+    """``fault_tolerance=True``: Open MPI 5.0 cannot finalize after a failure (it waits for the dead), and
+    with its threaded failure detector not even without one (:func:`hopdec.cli.train._finish`); so the
+    process ends here, before mpi4py's MPI_Finalize, with exit code 0."""
+    import os
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

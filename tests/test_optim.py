@@ -241,3 +241,16 @@ def test_the_corpus_splits_by_chapter_and_windows_predict_the_next_byte():
     parts = [partition(d.train_y, 4, p, "noniid", 0) for p in range(4)]
     assert sorted(torch.cat(parts).tolist()) == list(range(len(d.train_y)))
     assert parts[0].max() < parts[1].min()                            # noniid: contiguous stretches of text
+
+
+def test_an_optimizer_already_built_can_be_wrapped(finish_all):
+    """Horovod/BlueFog style: the user's own optimizer (its groups and state kept), plus the model."""
+    m = net()
+    inner = torch.optim.Adam([{"params": m[0].parameters(), "lr": 0.02}, {"params": m[2].parameters()}], lr=0.01)
+    opt = HopOptimizer(inner, model=m)
+    finish_all.append(opt)
+    assert opt.optimizer is inner and opt.param_groups is inner.param_groups
+    train(m, opt, 2)
+    assert m[0].weight in inner.state and inner.state[m[0].weight]["step"] == 2
+    with pytest.raises(ConfigError, match="already built.*lr"):
+        HopOptimizer(torch.optim.SGD(net().parameters(), lr=0.1), lr=0.2)

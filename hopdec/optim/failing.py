@@ -54,6 +54,8 @@ def install(comm):
     that every rank should call it, when it builds its optimizer). ``comm``: a communicator of the job's
     ranks; the failure notices travel on a duplicate of it."""
     from hopdec.runtime.failures import watch_failures
+    if comm.Get_size() == 1:                     # one process: Python's own handling is the right one
+        return
     if _installed["comm"] is None:
         watch_failures(comm.Dup())
         _installed["previous"] = sys.excepthook

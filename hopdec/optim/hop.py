@@ -118,6 +118,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ccomm = comm.Dup()                                     # consensus_model()'s reductions
         self.end = ending.EndChannel(comm, self.timeout)
         self.healer = None
+        self._left_behind = []
         if self.fault_tolerant:
             from hopdec.runtime.heal import Healer
             self.healer = Healer(comm, graph, self.core, self.io, self.timeout)
@@ -154,6 +155,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._serving = False                  # True: no gradient (finish(), consensus waits)
         self._paused_at = time.time()          # when the user's loop got control (its compute time)
         self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
+        self._served = set()                   # iterations mixed without a gradient
         self._closure_loss = None
         self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
@@ -239,7 +241,7 @@ class HopOptimizer(torch.optim.Optimizer):
     del _inner_attr
 
     def __setattr__(self, name, value):
-        if getattr(self, "_ready", False) and name in _FIXED | self._hyperparameters():
+        if name[0] != "_" and self.__dict__.get("_ready") and name in _FIXED | self._hyperparameters():
             what = ("set it in opt.param_groups[i][" + repr(name) + "] (as with any torch optimizer) or use a "
                     "torch.optim.lr_scheduler" if name in self._hyperparameters() else
                     "it is fixed when the optimizer is built; build a new HopOptimizer")
@@ -279,13 +281,13 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._loop is None:
             self._start()
         self.end.announce_done(self._consensus_calls)
-        self.observer.finished(self.core.iteration)
         self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
-        stop = self.end.agree(self.core.iteration, self._poll)   # 3.
+        stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)
         serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
             self._advance()
         self._serving = serving
+        self.observer.finished(self.core.iteration)
         self._close()
 
     close = finish
@@ -428,7 +430,7 @@ class HopOptimizer(torch.optim.Optimizer):
             a = next(self._loop)
             if not isinstance(a, Wait):
                 if isinstance(a, ComputeGradient) and self._serving:
-                    self._user[a.iteration] = (0.0, None)
+                    self._served.add(a.iteration)
                 continue
             if wake is not None and wake():
                 return None
@@ -463,6 +465,7 @@ class HopOptimizer(torch.optim.Optimizer):
         """A peer died (``fault_tolerance=True``): the survivors heal the graph and go on; the consensus and
         end agreements move to the survivors' communicator."""
         event = self.healer.heal()
+        self._left_behind.append((self.end, self._ccomm))     # requests of the old communicator: untouched
         self.comm = self.healer.comm
         self._ccomm = self.comm.Dup()
         done = self.end.done
@@ -504,7 +507,8 @@ class HopOptimizer(torch.optim.Optimizer):
         dt, loss = self._user.pop(rec["iter"], (0.0, None))
         rec["compute_s"] = dt
         rec["loss"] = loss
-        if self._serving and dt == 0.0:
+        if rec["iter"] in self._served:
+            self._served.discard(rec["iter"])
             rec["serving"] = True
         for span in rec.get("spans", ()):
             if span[0] == "compute":
@@ -533,7 +537,6 @@ class HopOptimizer(torch.optim.Optimizer):
         """Follow a tensor the model now holds instead of a tracked one (same shape, dtype, device): its
         values go into the buffer, it becomes the view, and the optimizer's groups and state follow it."""
         old, new = self._tracked[change.slot], change.new
-        view = [t for t, _ in self.flat.expected_pointers()]
         with torch.no_grad():
             values = new.detach().clone()
             if new is not old:
@@ -549,7 +552,6 @@ class HopOptimizer(torch.optim.Optimizer):
             if old in self.optimizer.state:
                 self.optimizer.state[new] = self.optimizer.state.pop(old)
             self._owners = life.owners(self.model, self._tracked) if self.model is not None else []
-        del view
 
 
 _FIXED = frozenset({"optimizer", "param_groups", "state", "defaults", "model", "flat", "core", "io"})

@@ -254,3 +254,13 @@ def test_an_optimizer_already_built_can_be_wrapped(finish_all):
     assert m[0].weight in inner.state and inner.state[m[0].weight]["step"] == 2
     with pytest.raises(ConfigError, match="already built.*lr"):
         HopOptimizer(torch.optim.SGD(net().parameters(), lr=0.1), lr=0.2)
+
+
+def test_hopdec_train_offers_the_registry_s_models_and_datasets():
+    from hopdec.cli.train import build_parser
+    from hopdec.ml.registry import DATASETS, MODELS
+    args = build_parser().parse_args(["--dataset", "kjv", "--model", "transformer"])
+    assert (args.dataset, args.model) == ("kjv", "transformer")
+    assert "kjv" in DATASETS and "transformer" in MODELS
+    with pytest.raises(ConfigError, match="invalid choice"):
+        build_parser().parse_args(["--model", "resnet"])

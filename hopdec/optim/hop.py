@@ -40,6 +40,14 @@ class _Woken(Exception):
     """Raised out of a wait (an idle hook) when what the caller waits for happened meanwhile."""
 
 
+def _waker(wake):
+    """An idle hook that leaves the wait it runs in (raises :class:`_Woken`) once ``wake()`` is true."""
+    def hook():
+        if wake():
+            raise _Woken()
+    return hook
+
+
 class HopOptimizer(torch.optim.Optimizer):
     """A torch optimizer whose every step also averages parameters with graph neighbours (Hop).
 
@@ -421,11 +429,7 @@ class HopOptimizer(torch.optim.Optimizer):
         in every wait; when true, the wait is left (the loop resumes there next time) and None returned."""
         from hopdec.transport.waiting import PeerFailed, watching
         self._at_compute = False
-        hook = None
-        if wake is not None:
-            def hook():
-                if wake():
-                    raise _Woken()
+        hook = None if wake is None else _waker(wake)
         while not self._at_compute:
             a = next(self._loop)
             if not isinstance(a, Wait):

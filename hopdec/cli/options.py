@@ -48,13 +48,14 @@ def add_run_arguments(p, mpi=True):
     g.add_argument("--skip", default=None, metavar="max-jump=J,trigger=G",
                    help="iteration skipping for stragglers (Hop sec. 5); default: off")
     d = p.add_argument_group("model and data")
-    d.add_argument("--dataset", choices=["digits", "cifar10", "libsvm"], default="digits",
-                   help="digits ships with scikit-learn (no download)")
+    from hopdec.ml.registry import DATASETS, MODELS
+    d.add_argument("--dataset", choices=DATASETS, default="digits",
+                   help="digits ships with scikit-learn, kjv (the King James Bible, bytes) with hopdec: no download")
     d.add_argument("--data-dir", metavar="DIR", help="cifar10: folder with the python batches")
     d.add_argument("--data-path", metavar="FILE", help="libsvm: training file")
     d.add_argument("--test-path", metavar="FILE", help="libsvm: test file (default: 20%% held out)")
-    d.add_argument("--model", choices=["cnn", "vgg11", "svm", "mlp"], default=None,
-                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm")
+    d.add_argument("--model", choices=MODELS, default=None,
+                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm, transformer for kjv")
     d.add_argument("--norm", choices=["batch", "running", "group", "none"], default="batch",
                    help="vgg11 normalisation (batch: batch statistics only, no buffers to keep apart)")
     d.add_argument("--partition", choices=["iid", "noniid"], default="iid",

@@ -34,7 +34,8 @@ class Workload:
         idx = partition(self.dataset.train_y, parts, part, scheme=w.partition, seed=w.seed)
         return LocalTrainer(self.model, self.dataset, idx, lr=hp["lr"], momentum=hp["momentum"],
                             weight_decay=hp["weight_decay"], batch_size=hp["batch_size"], device=device,
-                            seed=w.seed, data_seed=w.seed * 7919 + part, norm=w.norm)
+                            seed=w.seed, data_seed=w.seed * 7919 + part, norm=w.norm,
+                            iterations=self.iterations)
 
     def numel(self):
         """Trainable parameters of the model, counted on torch's meta device (no memory, no training)."""

@@ -42,7 +42,7 @@ class TorchBackend:
         self.t.reduce(pairs)
 
     def apply(self, iteration):
-        self.t.apply()
+        self.t.apply(iteration)
 
 
 def combine(pairs, out, scratch):

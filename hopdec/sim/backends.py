@@ -44,7 +44,7 @@ class MathBackend:
         self.t.reduce(pairs)
 
     def apply(self, iteration):
-        self.t.apply()
+        self.t.apply(iteration)
 
 
 class PSMathBackend(WorkerBackend):

@@ -79,6 +79,8 @@ def check_config(cfg, views):
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
     for v in views:
         check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+    from hopdec.hop.time_varying import check as check_time_varying
+    check_time_varying(cfg, views)                  # a schedule's per-step rules (gossip)
 
 
 def parse_skip(spec):
@@ -128,5 +130,8 @@ def describe(cfg, graph=None):
 def gap_bound(graph, cfg):
     """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
     from hopdec.topology.bounds import max_gap_bound
+    if graph.graph.get("schedule") is not None:     # time-varying: Table 1 with activation gaps (gossip)
+        from hopdec.hop.time_varying import max_gap_bound as time_varying_bound
+        return time_varying_bound(graph, cfg)
     max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
     return max_gap_bound(graph, setting_name(cfg, graph), max_ig=max_ig, staleness=cfg.staleness)

@@ -306,7 +306,9 @@ def topology_fingerprint(graph):
     with the same fingerprint run the same graph whatever the files were called."""
     edges = sorted((int(u), int(v), round(float(d.get("weight", 1.0)), 12)) for u, v, d in graph.edges(data=True))
     nodes = sorted((int(n), d.get("backup_workers")) for n, d in graph.nodes(data=True))
-    h = hashlib.sha256(json.dumps([nodes, edges]).encode()).hexdigest()[:16]
+    sched = graph.graph.get("schedule")             # a time-varying topology: every step counts (gossip)
+    h = hashlib.sha256(json.dumps([nodes, edges] + ([sched.fingerprint()] if sched else [])).encode()
+                       ).hexdigest()[:16]
     source = graph.graph.get("source") or "topology"
     return {"sha256": h, "describe": f"{source} ({graph.number_of_nodes()} nodes, "
                                      f"{graph.number_of_edges()} edges, sha256 {h})"}

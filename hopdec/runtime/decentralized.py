@@ -23,6 +23,8 @@ def prepare(args, graph, iterations):
                          checkpoint_every=getattr(args, "checkpoint_every", None) or 0)
     views = node_views(graph)
     check_config(cfg, views)
+    from hopdec.hop.time_varying import check_options as check_time_varying     # gossip: schedules
+    check_time_varying(args, graph)
     return cfg, views
 
 

@@ -28,6 +28,8 @@ class ProtocolConfig:
     skip_max_jump: int = 0          # 0: no iteration skipping
     skip_trigger: int = 2
     checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
+    compress: str = "none"          # --compress: the codec of the exchanges (hopdec.transport.codec)
+    consensus_step: float = 1.0     # Choco's gamma: Reduce moves this far to the average (hop.receive.damped)
 
 
 def check_max_ig(max_ig, what="--max-ig"):
@@ -124,7 +126,8 @@ def setting_name(cfg, graph=None):
 def describe(cfg, graph=None):
     """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
     return setting_name(cfg, graph) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
-                                       if cfg.skip_max_jump else "")
+                                       if cfg.skip_max_jump else "") + (
+        f"+compress({cfg.compress})" if cfg.compress != "none" else "")           # gossip
 
 
 def gap_bound(graph, cfg):

@@ -239,6 +239,22 @@ class Stale(_Policy):
         return float(it - (k - self.s) + 1) if self.weighted else 1.0
 
 
+def damped(terms, gamma):
+    """Choco-SGD's consensus step (Koloskova et al. 2019) on a Reduce: move ``gamma`` of the way from the own
+    parameters to the weighted average, ``x <- x + gamma * (sum_t w_t x_t - x)``, i.e. the own term's weight
+    becomes ``1 - gamma + gamma * w_self`` and every other ``gamma * w``. With compressed exchanges the
+    neighbours' terms are reconstructions lagging their senders by what compression left out; gamma < 1
+    keeps that lag from feeding back (top-k). gamma = 1 is the plain Reduce.
+
+    >>> [t.weight for t in damped((Term(0, 3, SELF, 0.5), Term(1, 3, 7, 0.5)), 0.2)]
+    [0.9, 0.1]
+    """
+    if gamma == 1.0:
+        return terms
+    return tuple(Term(t.sender, t.iteration, t.handle,
+                      1.0 - gamma + gamma * t.weight if t.handle is SELF else gamma * t.weight) for t in terms)
+
+
 def backup_limit(step_senders):
     """Backup workers must be fewer than this: the in-degree (without self), the smallest over the steps
     of a time-varying topology where the node has any in-neighbour at all."""
@@ -255,4 +271,4 @@ def make_policy(rank, in_weights, slots, backup=0, staleness=None, weighted=True
     return Standard(rank, in_weights, slots, steps=steps)
 
 
-__all__ = ["Entry", "SELF", "Term", "Standard", "Backup", "Stale", "make_policy"]
+__all__ = ["Entry", "SELF", "Term", "Standard", "Backup", "Stale", "make_policy", "damped"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.config import effective_backup
-from hopdec.hop.receive import make_policy
+from hopdec.hop.receive import damped, make_policy
 from hopdec.hop.token_queue import AckLedger, TokenLedger
 from hopdec.hop.update_queue import Entry
 
@@ -303,7 +303,7 @@ class Worker:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
-        yield Reduce(k, plan)
+        yield Reduce(k, damped(plan, self.cfg.consensus_step))   # gamma < 1: compressed exchanges
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))

@@ -45,6 +45,8 @@ def check_args(args, size):
     """
     if size < 2:
         raise ConfigError(f"--mode ps needs at least 2 ranks (a server and a worker), got {size}")
+    from hopdec.transport.codec import check_options as check_compress      # gossip: --compress is decentralized
+    check_compress(args)
     ev = getattr(args, "eval_interval", 0.0) or 0.0
     if not ev >= 0 or ev == float("inf"):
         raise ConfigError(f"--eval-interval must be a finite number of seconds >= 0, got {ev}")

@@ -33,7 +33,7 @@ MAX_MANIFEST_BYTES = 16 * 2 ** 20
 # the options and presets). Anything else (--iterations, --epochs, output, --threads, --peer-timeout,
 # --device, emulated slowdowns) may change.
 SETTINGS = ("mode", "sync", "topology", "protocol", "max_ig", "compute_graph", "backup_workers",
-            "staleness", "stale_reduce", "skip", "staleness_range", "lookahead", "esync_epsilon",
+            "staleness", "stale_reduce", "skip", "compress", "staleness_range", "lookahead", "esync_epsilon",
             "dataset", "partition", "model", "norm", "lr", "momentum", "weight_decay", "batch_size", "seed")
 
 
@@ -327,7 +327,8 @@ def run_settings(ctx, graph=None, cfg=None, policy=None):
         out.update(topology=topo["sha256"], protocol=cfg.protocol, compute_graph=cfg.compute_graph,
                    max_ig=cfg.max_ig, backup_workers=cfg.backup_workers, staleness=cfg.staleness,
                    stale_reduce=cfg.stale_reduce,
-                   skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None)
+                   skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None,
+                   compress=None if cfg.compress == "none" else cfg.compress)                     # gossip
     if policy is not None:
         out.update(sync=policy.sync, **{k: (list(v) if isinstance(v, tuple) else v)
                                         for k, v in policy.settings().items() if k in SETTINGS})

@@ -16,11 +16,14 @@ from hopdec.transport.waiting import PeerFailed
 def prepare(args, graph, iterations):
     """Validate everything that can be validated before any message is sent. Raises ConfigError."""
     max_jump, trigger = parse_skip(args.skip)
+    from hopdec.transport.codec import check_options as check_compress          # gossip: --compress
+    spec = check_compress(args)
     cfg = ProtocolConfig(iterations=iterations, protocol=args.protocol, max_ig=args.max_ig,
                          compute_graph=args.compute_graph, backup_workers=args.backup_workers or 0,
                          staleness=args.staleness, stale_reduce=args.stale_reduce,
                          skip_max_jump=max_jump, skip_trigger=trigger,
-                         checkpoint_every=getattr(args, "checkpoint_every", None) or 0)
+                         checkpoint_every=getattr(args, "checkpoint_every", None) or 0,
+                         compress=str(spec), consensus_step=spec.gamma)
     views = node_views(graph)
     check_config(cfg, views)
     from hopdec.hop.time_varying import check_options as check_time_varying     # gossip: schedules
@@ -54,6 +57,8 @@ def run(ctx, graph, cfg, views):
     from hopdec.runtime.metrics import RankLogger, log_path
     from hopdec.runtime.report import report
     from hopdec.runtime.resume import HopRank, open_log
+    from hopdec.hop.time_varying import describe as describe_schedule
+    from hopdec.transport.codec import message_bytes
     from hopdec.transport.collectives import barrier
     from hopdec.transport.mpi import MPITransport
 
@@ -68,9 +73,14 @@ def run(ctx, graph, cfg, views):
     trainer = ctx.make_trainer(rank, ctx.size)
     emulator = ctx.make_emulator(rank, ctx.size)
     core = Worker(views[rank], cfg)
-    io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=ctx.timeout,
-                      device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device),
-                      host_pinned=ctx.device.type == "cuda", fault_tolerant=ft)
+    if cfg.compress != "none":                      # gossip: coded per-edge streams, host buffers
+        from hopdec.transport.coded_mpi import CodedMPITransport
+        io = CodedMPITransport(comm, views[rank], trainer.numel, core.slots, cfg.compress,
+                               peer_timeout=ctx.timeout, host_pinned=ctx.device.type == "cuda")
+    else:
+        io = MPITransport(comm, views[rank], trainer.numel, core.slots, peer_timeout=ctx.timeout,
+                          device_buffers=mpi_buffers_on(args.cuda_aware_mpi, ctx.device),
+                          host_pinned=ctx.device.type == "cuda", fault_tolerant=ft)
     # Send straight from the parameters' own storage: host arrays on CPU, device tensors for a
     # CUDA-aware MPI; a GPU model without one is staged once each way through pinned host buffers.
     trainer.use_send_storage(io.message_floats(), on_device=io.device_buffers is not None)
@@ -82,7 +92,8 @@ def run(ctx, graph, cfg, views):
                   iterations=cfg.iterations, model=ctx.model_name, params=trainer.numel,
                   hparams=ctx.hparams, device=str(ctx.device), emulation=emulator.describe(),
                   mpi_buffers="device" if io.device_buffers is not None else "host",
-                  gap_bound=bound, seed=args.seed, message_bytes=4 * io.message_floats(),
+                  gap_bound=bound, seed=args.seed, message_bytes=message_bytes(cfg.compress, trainer.numel),
+                  compress=cfg.compress, consensus_step=cfg.consensus_step, schedule=describe_schedule(graph),
                   consensus_every=getattr(args, "consensus_every", None), fault_tolerance=ft,
                   **keep.header())
     logger = RankLogger(ctx.log_dir, rank, header=header,
@@ -160,7 +171,7 @@ def run(ctx, graph, cfg, views):
     while True:                                     # a failure during the summary: heal, summarise again
         try:
             out = report(ctx, logger, trainer, emulator, title, bound=bound, extra=extra,
-                         notes=heal_notes(healer, bound, cfg, graph))
+                         notes=heal_notes(healer, bound, cfg, graph) + traffic_notes(io, logger, cfg))
             break
         except Exception as err:
             if healer is None or not _is_failure(err, healer.comm):
@@ -188,6 +199,17 @@ def heal_notes(healer, bound, cfg, graph):
     lines.append(f"after the failures the gap bound is {healed_bound:g} on the healed graph "
                  f"({healer.graph.number_of_nodes()} workers; it was {bound:g})")
     return lines
+
+
+def traffic_notes(io, logger, cfg):
+    """The summary's line on what this rank's updates put on the wire (gossip: --compress)."""
+    c = io.counters()
+    its = max(logger.iterations, 1)
+    line = (f"traffic: rank {io.rank} sent {c['bytes'] / its:,.0f} bytes of updates per iteration "
+            f"({c['updates']} messages, {c['bytes']:,} bytes in all")
+    if cfg.compress != "none":
+        line += f"; --compress {cfg.compress}, of which {c['key_messages']} full-size keys"
+    return [line + ")"]
 
 
 def _is_failure(err, comm=None):

@@ -283,9 +283,11 @@ def _trainers(ctx, parts):
 
 def _times_line(ctx):
     mb = ctx["message_bytes"] / MIB
+    coded = ctx["cost"].get("message_mb_coded")          # gossip: --compress
     return (f"{fidelity(ctx['args'])} -- virtual seconds; {ctx['compute'].describe()}; messages of "
-            f"{mb:.4g} MB ({ctx['cost']['message_size']}); {ctx['link'].describe()}; sends, Reduce and "
-            f"Apply take no time")
+            f"{mb:.4g} MB ({ctx['cost']['message_size']})"
+            + (f" coded to {coded:.4g} MB by --compress {ctx['cost']['compress']}" if coded else "")
+            + f"; {ctx['link'].describe()}; sends, Reduce and Apply take no time")
 
 
 def _footer(ctx, sim, wall, extra=""):
@@ -300,6 +302,7 @@ def _run_hop(ctx, graph):
     import numpy as np
 
     from hopdec.hop.config import describe, gap_bound, setting_name
+    from hopdec.hop.time_varying import describe as describe_schedule
     from hopdec.runtime.decentralized import prepare
     from hopdec.runtime.report import summary_text
     from hopdec.sim.backends import MathBackend
@@ -308,12 +311,17 @@ def _run_hop(ctx, graph):
     args, workers, n = ctx["args"], ctx["workers"], len(ctx["workers"])
     cfg, views = prepare(args, graph, ctx["iterations"])
     bound = gap_bound(graph, cfg) if n <= BOUND_UP_TO else None
+    coded_numel = ctx["numel"] if ctx["numel"] is not None else int(ctx["message_bytes"] // 4)   # gossip
+    if cfg.compress != "none":
+        from hopdec.transport.codec import message_bytes as coded_bytes
+        ctx["cost"].update(compress=cfg.compress, message_mb_coded=coded_bytes(cfg.compress, coded_numel) / MIB)
     header = dict(mode="decentralized", simulated=fidelity(args), topology=graph.graph.get("source"),
                   protocol=cfg.protocol, setting=setting_name(cfg), max_ig=cfg.max_ig, staleness=cfg.staleness,
                   backup_workers=cfg.backup_workers, skip=args.skip, compute_graph=cfg.compute_graph,
                   iterations=cfg.iterations, model=ctx["model_name"], params=ctx["numel"],
                   hparams=ctx["hparams"], device="simulated", emulation=ctx["compute"].describe(),
-                  cost_model=ctx["cost"], gap_bound=bound, seed=args.seed)
+                  cost_model=ctx["cost"], gap_bound=bound, seed=args.seed, compress=cfg.compress,
+                  consensus_step=cfg.consensus_step, schedule=describe_schedule(graph))
     logs = _Logs(args.log_dir, workers, header)
     factory, trainers = None, None
     if args.math:
@@ -324,7 +332,7 @@ def _run_hop(ctx, graph):
         from hopdec.hop.invariants import Invariants
         inv = Invariants(graph, cfg)
     sim = HopSim(views, cfg, ctx["compute"].step, network=ctx["link"], message_bytes=ctx["message_bytes"],
-                 backend_factory=factory, on_record=logs.log,
+                 backend_factory=factory, on_record=logs.log, compress=cfg.compress, numel=coded_numel,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
     if trainers and ctx["eval_interval"]:
@@ -366,6 +374,10 @@ def _run_hop(ctx, graph):
         text += f"\n(Table 1's gap bound is not computed above {BOUND_UP_TO} workers: it needs all-pairs paths)"
     if note:
         text += "\n" + note
+    sent = sum(io.bytes_sent for io in sim.ios)                     # gossip: what the updates moved
+    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and iteration"
+             + (f" (--compress {cfg.compress}: coded messages of {ctx['cost']['message_mb_coded'] * MIB:,.0f} "
+                f"bytes, keys of {4 * coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
     checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost) held at all "
                f"{inv.checks} events" if inv else "; Hop invariants not checked (" + (
                    f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"

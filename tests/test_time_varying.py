@@ -261,3 +261,24 @@ def test_a_jump_on_a_schedule_can_leave_the_update_sides_bound_but_not_the_token
     assert net.cores[1].jumps
     assert (inv.max_gap > without_skipping).any()
     assert (inv.max_gap <= inv.bounds).all()
+
+
+def test_a_run_on_a_schedule_resumed_mid_period_equals_the_uninterrupted_run():
+    """The position K fixes the schedule's phase (K mod P): resuming at Enter(7), step 1 of 3, continues
+    exactly."""
+    U = T.GENERATORS["one-peer-exponential"](8)
+    cfg = ProtocolConfig(iterations=16, max_ig=2)
+
+    def network(cfg, seed, start=None, states=None):
+        net = InProcNetwork(node_views(U), cfg, seed=seed, backend_factory=lambda r: ToyBackend(r, seed=0))
+        if start is not None:
+            for core, backend, x in zip(net.cores, net.backends, states):
+                core.resume_at(start)
+                backend.x = x.copy()
+        return net
+    full = network(cfg, 1).run()
+    first = network(ProtocolConfig(iterations=7, max_ig=2), 2).run()
+    resumed = network(cfg, 3, start=7, states=[b.x for b in first.backends]).run()
+    for a, b in zip(full.backends, resumed.backends):
+        assert np.array_equal(a.x, b.x)
+    assert resumed.records[0][0]["sent_to"] == [2]                     # iteration 7: step 1, i -> i + 2

@@ -83,8 +83,8 @@ def add_run_arguments(p, mpi=True):
                    help="iteration skipping for stragglers (Hop sec. 5); default: off")
     g.add_argument("--compress", default="none", metavar="CODEC",
                    help="code the exchanges: fp16, bf16, int8 or topk:F (the largest fraction F), with error "
-                        "feedback per edge (Choco-SGD); ,gamma=G sets the consensus step (default 1, top-k "
-                        "min(1, 4F)); default none (float32)")
+                        "feedback per edge (Choco-SGD); ,gamma=G: the consensus step (Reduce moves G of the way to "
+                        "the average; default 1); default none (float32)")
     d = p.add_argument_group("model and data")
     d.add_argument("--dataset", choices=["digits", "cifar10", "libsvm"], default="digits",
                    help="digits ships with scikit-learn (no download)")

@@ -243,8 +243,10 @@ def damped(terms, gamma):
     """Choco-SGD's consensus step (Koloskova et al. 2019) on a Reduce: move ``gamma`` of the way from the own
     parameters to the weighted average, ``x <- x + gamma * (sum_t w_t x_t - x)``, i.e. the own term's weight
     becomes ``1 - gamma + gamma * w_self`` and every other ``gamma * w``. With compressed exchanges the
-    neighbours' terms are reconstructions lagging their senders by what compression left out; gamma < 1
-    keeps that lag from feeding back (top-k). gamma = 1 is the plain Reduce.
+    neighbours' terms are copies lagging their senders by what compression left out; the own term is the
+    exact parameters (a worker has no single public copy of itself when its edges get different messages),
+    so the copies' lag can move the workers' mean a little (a few % of their spread with top-k), and
+    gamma < 1 moves it less at the price of slower mixing. gamma = 1 is the plain Reduce.
 
     >>> [t.weight for t in damped((Term(0, 3, SELF, 0.5), Term(1, 3, 7, 0.5)), 0.2)]
     [0.9, 0.1]

@@ -59,20 +59,22 @@ class CodedInProcIO:
 
     def deliver_update(self, sender, iteration, data):
         _, seq, kind, code = data
-        h = self.plain.deliver_update(sender, iteration, (sender, seq))
+        code = code.copy()                          # this receiver's buffer (spoiled when freed, below)
+        h = self.plain.deliver_update(sender, iteration, (sender, seq, code))
         if self.ends.rx.arrive(sender, seq, kind, code, h) != [h]:
             raise AssertionError(f"worker {self.rank}: message {seq} from {sender} arrived out of order")
         return h
 
     def payload(self, handle):
-        sender, seq = self.plain.payload(handle)
+        sender, seq, _ = self.plain.payload(handle)
         return self.ends.rx.value(sender, seq)
 
     def release(self, handles):
         for h in handles:
-            sender, seq = self.plain.payload(h)
+            sender, seq, code = self.plain.payload(h)
             self.ends.rx.done(sender, seq)
-        self.plain.release(handles)
+            code[:] = 0xFF                          # as MPI reuses a freed buffer: a message not folded
+        self.plain.release(handles)                 # by now would corrupt its stream (NaNs), visibly
 
 
 class CodedSimIO:

@@ -106,9 +106,12 @@ def gap_bounds(U, setting="standard", max_ig=None, staleness=None, skipping=Fals
     ``min(dist_b(j -> i), max_ig * len_U(i -> j))``, ``np.inf`` where unbounded; diagonal 0.
 
     >>> from hopdec.topology.generators import one_peer_exponential
-    >>> U = one_peer_exponential(4)
-    >>> gap_bounds(U)[1, 0], gap_bounds(U, max_ig=1)[1, 0], gap_bounds(U, "backup", max_ig=2)[1, 0]
-    (2.0, 1.0, 6.0)
+    >>> from hopdec.topology.schedule_analysis import gap_bounds as time_varying_bounds
+    >>> U = one_peer_exponential(4)              # every edge is used every other step: g = 2
+    >>> time_varying_bounds(U)[1].tolist()       # worker 1 ahead of j: dist_g(j -> 1)
+    [2.0, 0.0, 4.0, 2.0]
+    >>> time_varying_bounds(U, max_ig=1)[1].tolist(), time_varying_bounds(U, "backup", max_ig=1)[1].tolist()
+    ([2.0, 0.0, 1.0, 1.0], [2.0, 0.0, 1.0, 1.0])
     """
     from scipy.sparse.csgraph import shortest_path
     s = schedule_of(U)

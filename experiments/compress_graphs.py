@@ -50,8 +50,8 @@ def main(argv=None):
     p.add_argument("--codecs", default="none,bf16,int8,topk:0.1,topk:0.01")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    print(f"| graph | --compress | bytes / iteration / worker | vs none | train loss (last 20) | test loss | "
-          f"test acc | iter/s |")
+    print("| graph | --compress | bytes / iteration / worker | vs none | train loss (last 20) | test loss | "
+          "test acc | iter/s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for gname, topo in GRAPHS.items():

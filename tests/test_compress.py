@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from hopdec import topology as T
 from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig, check_config
-from hopdec.hop.invariants import Invariants
 from hopdec.hop.receive import SELF, Term, damped
 from hopdec.hop.worker import node_views
 from hopdec.sim.inproc import InProcNetwork, ToyBackend
 from hopdec.transport import codec as C
 from hopdec.transport.streams import ReceiverStreams, SenderStreams, StreamOrderError
 
+from test_protocol import Invariants
 from test_protocol_directed import strong_digraphs
 from test_time_varying import schedules
 
@@ -241,16 +241,9 @@ def test_every_mechanism_runs_through_coded_streams_with_the_invariants(data):
     seed = data.draw(st.integers(0, 2 ** 16), label="seed")
     straggler = data.draw(st.integers(0, n - 1), label="straggler")
     note(f"edges {sorted((u, v) for u, v in graph.edges if u != v)}")
-    inv = Invariants(graph, cfg)
-
-    def check(net):
-        flying = [0] * n
-        for dst, kind, _ in net.in_flight:
-            flying[dst] += kind == "update"
-        inv.check(net.cores, flying, net.updates_sent_to)
     views = node_views(graph)
     check_config(cfg, views)
-    net = InProcNetwork(views, cfg, seed=seed, check=check, compress=spec, numel=5,
+    net = InProcNetwork(views, cfg, seed=seed, check=Invariants(graph, cfg), compress=spec, numel=5,
                         speeds=[0.1 if r == straggler else 1.0 for r in range(n)], carry_grants=seed % 2 == 1,
                         backend_factory=lambda r: ToyBackend(r, dim=5, seed=seed))
     net.run()

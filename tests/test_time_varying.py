@@ -7,7 +7,6 @@ queue capacities, no update lost) and Table 1's bound with activation gaps.
 
 import json
 
-import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -16,26 +15,20 @@ from hypothesis import strategies as st
 from hopdec import topology as T
 from hopdec.errors import ConfigError, TopologyError
 from hopdec.hop.config import ProtocolConfig, check_config, gap_bound
-from hopdec.hop.invariants import Invariants
 from hopdec.hop.worker import node_views
 from hopdec.sim.inproc import InProcNetwork, ToyBackend
 from hopdec.topology.schedule import from_steps, schedule_of
 from hopdec.topology.schedule_analysis import gap_bounds, mixing
 
+from test_protocol import Invariants
 from test_protocol_directed import strong_digraphs
 
 
 def run_checked(graph, cfg, seed=0, speeds=None, stall=None, until_done=True, backend=None, carry=False):
-    inv = Invariants(graph, cfg)
-
-    def check(net):
-        flying = [0] * len(net.cores)
-        for dst, kind, _ in net.in_flight:
-            flying[dst] += kind == "update"
-        inv.check(net.cores, flying, net.updates_sent_to)
+    inv = Invariants(graph, cfg)                   # checked after every step of the scheduler
     views = node_views(graph)
     check_config(cfg, views)
-    net = InProcNetwork(views, cfg, seed=seed, speeds=speeds, check=check, stall=stall, backend_factory=backend,
+    net = InProcNetwork(views, cfg, seed=seed, speeds=speeds, check=inv, stall=stall, backend_factory=backend,
                         carry_grants=carry)
     net.run(until_done=until_done)
     return net, inv

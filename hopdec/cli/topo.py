@@ -190,7 +190,7 @@ def _analyze(args):
         print(json.dumps(s, indent=1))
         return 0
     if schedule_of(G) is not None:                  # a time-varying topology (gossip)
-        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness)))
+        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness, _fmt)))
         return 0
     k, st = args.max_ig, args.staleness
     b = s["gap_bounds"] or {}

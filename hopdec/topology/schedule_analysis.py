@@ -195,16 +195,8 @@ def summarize_any(G, max_ig=2, staleness=None):
     return static_summary(G, max_ig, staleness)
 
 
-def report_lines(s, max_ig, staleness=None):
-    """The text ``hopdec topo analyze`` prints for a schedule's summary ``s``."""
-    def f(x):
-        if x is None:
-            return "-"
-        if x == "inf" or (isinstance(x, float) and math.isinf(x)):
-            return "inf"
-        if isinstance(x, bool):
-            return "yes" if x else "no"
-        return f"{x:.4f}" if isinstance(x, float) else str(x)
+def report_lines(s, max_ig, staleness=None, f=str):
+    """The text ``hopdec topo analyze`` prints for a schedule's summary ``s`` (``f``: how a value is shown)."""
     b = s.get("gap_bounds") or {}
     steps = s["step_spectral_gaps"]
     shown = ", ".join(f(g) for g in steps[:8]) + (f", ... ({len(steps)} steps)" if len(steps) > 8 else "")
@@ -215,7 +207,7 @@ def report_lines(s, max_ig, staleness=None):
         f"  nodes                 {s['nodes']}",
         f"  messages / iteration  {s['messages_per_iteration']:g} (mean over the period; the union has "
         f"{s['edges']} edges)",
-        f"  in/out-degree per step  max {max(s['step_max_in_degree'])} / {max(s['step_max_out_degree'])} "
+        f"  degree per step       in {max(s['step_max_in_degree'])}, out {max(s['step_max_out_degree'])} at most "
         f"(union: in {s['in_degree']['min']}..{s['in_degree']['max']}, out {s['out_degree']['min']}.."
         f"{s['out_degree']['max']}; token queues live on the union)",
         f"  strongly connected    {f(s['strongly_connected'])}   (the union of the steps)",

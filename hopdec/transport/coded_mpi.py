@@ -20,7 +20,7 @@ import numpy as np
 
 from hopdec.transport import codec as C
 from hopdec.transport.message import NO_GRANT, split_grants
-from hopdec.transport.mpi import MPI, TAG_GRANT, MPITransport, Testsome
+from hopdec.transport.mpi import MPI, MPITransport
 from hopdec.transport.streams import ReceiverStreams, SenderStreams
 
 TAG_CODED = 103
@@ -81,13 +81,7 @@ class CodedMPITransport(MPITransport):
 
     def poll(self, core=None):
         """Deliver what arrived: grants at once, updates in each stream's order (see the module doc)."""
-        if self.failed:
-            return 0
-        try:
-            done = Testsome(self.reqs)
-        except MPI.Exception as err:
-            self._failure(err)
-            return 0
+        done = self._arrived()
         if not done:
             return 0
         meta, views = self.meta, self._slot_views

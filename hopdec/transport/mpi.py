@@ -207,13 +207,7 @@ class MPITransport:
     def poll(self, core=None):
         """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many.
         An update's carried grant is delivered before the update."""
-        if self.failed:
-            return 0
-        try:                                        # (the hot path: no closure, as _mpi would need)
-            done = Testsome(self.reqs)
-        except MPI.Exception as err:
-            self._failure(err)
-            return 0
+        done = self._arrived()
         if not done:
             return 0
         meta = self.meta
@@ -232,6 +226,16 @@ class MPITransport:
                     core.on_grant(j, int(self.grant_bufs[j][0]))
                 self._post(self.meta[idx], idx)
         return len(done)
+
+    def _arrived(self):
+        """Indices of the receives that completed (none after a recorded peer failure)."""
+        if self.failed:
+            return None
+        try:                                        # (the hot path: no closure, as _mpi would need)
+            return Testsome(self.reqs)
+        except MPI.Exception as err:
+            self._failure(err)
+            return None
 
     def wait(self, core, wait_action):
         """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s,

@@ -10,7 +10,8 @@ from hopdec import topology as T
 MODULES = ["hopdec.topology", "hopdec.topology.graph_io", "hopdec.topology.generators",
            "hopdec.topology.weights", "hopdec.topology.spectral", "hopdec.topology.bounds", "hopdec.topology.heal",
            "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.hop.cuts", "hopdec.sim.events",
-           "hopdec.transport.message"]
+           "hopdec.transport.message", "hopdec.topology.schedule", "hopdec.topology.schedule_analysis",
+           "hopdec.transport.codec", "hopdec.hop.receive"]
 
 
 @pytest.mark.parametrize("name", MODULES)

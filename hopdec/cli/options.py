@@ -27,9 +27,9 @@ def add_run_arguments(p, mpi=True):
                         "default: decentralized)")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
     g.add_argument("--topology", metavar="FILE|KIND",
-                   help="topology file (node-link JSON or edge list), or a generator kind "
-                   "(ring, ring-based, double-ring, exponential, torus, complete, ...) built over all "
-                   "ranks; default: ring-based")
+                   help="topology file (node-link JSON, edge list or schedule), or a generator kind "
+                   "(ring, ring-based, double-ring, exponential, torus, complete, one-peer-exponential, ...) "
+                   "built over all ranks; default: ring-based")
     g.add_argument("--protocol", choices=list(PROTOCOLS), default="tokens",
                    help=f"how workers bound their gap: {protocol_usage()}")
     g.add_argument("--max-ig", type=int, default=2, metavar="K",
@@ -47,6 +47,10 @@ def add_run_arguments(p, mpi=True):
                    help="reduce stale updates with eq. (2) weights or a plain average")
     g.add_argument("--skip", default=None, metavar="max-jump=J,trigger=G",
                    help="iteration skipping for stragglers (Hop sec. 5); default: off")
+    g.add_argument("--compress", default="none", metavar="CODEC",
+                   help="code the exchanges: fp16, bf16, int8 or topk:F (the largest fraction F), with error "
+                        "feedback per edge (Choco-SGD); ,gamma=G: the consensus step (Reduce moves G of the way to "
+                        "the average; default 1); default none (float32)")
     d = p.add_argument_group("model and data")
     from hopdec.ml.registry import DATASETS, MODELS
     d.add_argument("--dataset", choices=DATASETS, default="digits",

@@ -30,6 +30,8 @@ class ProtocolConfig:
     skip_trigger: int = 2
     checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
     fault_tolerant: bool = False    # survivors of a failure heal the graph and go on (Worker.reconfigure)
+    compress: str = "none"          # --compress: the codec of the exchanges (hopdec.transport.codec)
+    consensus_step: float = 1.0     # Choco's gamma: Reduce moves this far to the average (hop.receive.damped)
 
 
 def check_backup(backup, node, in_neighbors):
@@ -68,6 +70,9 @@ def check_config(cfg, views):
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.fault_tolerant and cfg.compress != "none":
+        raise ConfigError(f"--compress {cfg.compress} with --fault-tolerance: not supported (a heal loses "
+                          f"messages of the compressed streams, whose receivers need every one in order)")
     if cfg.fault_tolerant and not tokens:
         raise ConfigError(f"--fault-tolerance needs --protocol tokens (healing re-establishes the token "
                           f"queues), got --protocol {cfg.protocol}")
@@ -83,6 +88,8 @@ def check_config(cfg, views):
                          f"sends to this worker, so jumps are at most {cfg.max_ig} on symmetric graphs")
     for v in views:
         check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+    from hopdec.hop.time_varying import check as check_time_varying
+    check_time_varying(cfg, views)                  # a schedule's per-step rules
     return notes
 
 
@@ -128,11 +135,15 @@ def setting_name(cfg, graph=None):
 def describe(cfg, graph=None):
     """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
     return setting_name(cfg, graph) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
-                                       if cfg.skip_max_jump else "")
+                                       if cfg.skip_max_jump else "") + (
+        f"+compress({cfg.compress})" if cfg.compress != "none" else "")           # gossip
 
 
 def gap_bound(graph, cfg):
     """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
     from hopdec.topology.bounds import max_gap_bound
+    if graph.graph.get("schedule") is not None:     # time-varying: Table 1 with activation gaps
+        from hopdec.hop.time_varying import max_gap_bound as time_varying_bound
+        return time_varying_bound(graph, cfg)
     max_ig = cfg.max_ig if PROTOCOLS[cfg.protocol].token_queues else None
     return max_gap_bound(graph, setting_name(cfg, graph), max_ig=max_ig, staleness=cfg.staleness)

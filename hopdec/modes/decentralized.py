@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from hopdec.errors import ConfigError
 from hopdec.hop.config import check_config, describe, gap_bound, setting_name
+from hopdec.hop.time_varying import describe as describe_schedule
 from hopdec.hop.worker import Worker, node_views
 
 EVAL_MODEL = "average of every worker's parameters"
@@ -107,7 +108,22 @@ class HopRun:
                     max_ig=cfg.max_ig, staleness=cfg.staleness, backup_workers=cfg.backup_workers,
                     skip=self.settings.protocol.skip, compute_graph=cfg.compute_graph, iterations=cfg.iterations,
                     model=self.work.model, params=params, hparams=self.work.hparams, emulation=emulation,
-                    gap_bound=bound, seed=self.settings.work.seed, **executor)
+                    gap_bound=bound, seed=self.settings.work.seed, compress=cfg.compress,
+                    consensus_step=cfg.consensus_step, schedule=describe_schedule(self.graph), **executor)
+
+    def message_bytes(self, params):
+        """Bytes one update message puts on the wire: the codec's coded message, or the float32 message."""
+        from hopdec.transport.codec import message_bytes
+        return message_bytes(self.cfg.compress, params)
+
+    def traffic_notes(self, counters, iterations, rank):
+        """The summary's line on what a rank's updates put on the wire (``counters``: its transport's)."""
+        c, its = counters, max(iterations, 1)
+        line = (f"traffic: rank {rank} sent {c['bytes'] / its:,.0f} bytes of updates per iteration "
+                f"({c['updates']} messages, {c['bytes']:,} bytes in all")
+        if self.cfg.compress != "none":
+            line += f"; --compress {self.cfg.compress}, of which {c['key_messages']} full-size keys"
+        return [line + ")"]
 
     def title(self):
         cfg = self.cfg

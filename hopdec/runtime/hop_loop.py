@@ -11,7 +11,9 @@ wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_gran
 ``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in message-sized
 storage (``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
-``wait_sent(storage)`` with no copy at all. A transport with ``carries_grants = True`` takes the
+``wait_sent(storage)`` with no copy at all (a transport that codes its messages reads the storage
+and sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
+``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
 ``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
 that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
 it can, sending the others as grant messages; a grant is never held past the next action. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
@@ -98,10 +100,13 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             if a.dests:
                 store = send_storage() if send_storage is not None else None
                 more = {} if deferred is None else {"grants": deferred}
+                before = getattr(io, "bytes_sent", None)
                 if store is not None:           # zero-copy: send from the parameters' own storage
                     io.send_from(a.iteration, a.dests, store, **more)
                 else:
                     io.send_update(a.iteration, a.dests, backend.write_params, **more)
+                if before is not None and rec is not None:      # what this send put on the wire
+                    rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
                 io.send_grants(deferred)
             deferred = None

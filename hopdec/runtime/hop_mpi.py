@@ -52,9 +52,14 @@ def run(ctx):
     trainer = hop.trainer(rank, ctx.device)
     emulator = ctx.make_emulator(rank, ctx.size)
     core = hop.core(rank)
-    io = MPITransport(comm, core.view, trainer.numel, core.slots, peer_timeout=ctx.timeout,
-                      device_buffers=mpi_buffers_on(s.work.cuda_aware_mpi, ctx.device),
-                      host_pinned=ctx.device.type == "cuda", fault_tolerant=ft)
+    if hop.cfg.compress != "none":                  # coded per-edge streams, on host buffers
+        from hopdec.transport.coded_mpi import CodedMPITransport
+        io = CodedMPITransport(comm, core.view, trainer.numel, core.slots, hop.cfg.compress,
+                               peer_timeout=ctx.timeout, host_pinned=ctx.device.type == "cuda")
+    else:
+        io = MPITransport(comm, core.view, trainer.numel, core.slots, peer_timeout=ctx.timeout,
+                          device_buffers=mpi_buffers_on(s.work.cuda_aware_mpi, ctx.device),
+                          host_pinned=ctx.device.type == "cuda", fault_tolerant=ft)
     # Send straight from the parameters' own storage: host arrays on CPU, device tensors for a
     # CUDA-aware MPI; a GPU model without one is staged once each way through pinned host buffers.
     trainer.use_send_storage(io.message_floats(), on_device=io.device_buffers is not None)
@@ -62,7 +67,7 @@ def run(ctx):
     keep = HopRank(ctx, core, trainer, bound)      # checkpoints, resume, Ctrl-C (hopdec.runtime.resume)
     header = hop.header(trainer.numel, emulator.describe(), bound, device=str(ctx.device),
                         mpi_buffers="device" if io.device_buffers is not None else "host",
-                        message_bytes=4 * io.message_floats(), consensus_every=s.observe.consensus_every,
+                        message_bytes=hop.message_bytes(trainer.numel), consensus_every=s.observe.consensus_every,
                         fault_tolerance=ft, **keep.header())
     logger = RankLogger(ctx.log_dir, rank, header=header,
                         append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
@@ -137,7 +142,8 @@ def run(ctx):
         try:
             out = gather_summary(ctx, logger, trainer, emulator, hop.title(), bound=bound, extra=extra,
                                  model_label=hop.model_label, bound_label=hop.bound_label,
-                                 notes=hop.heal_notes(healer.events, healer.graph, bound) if healer else [])
+                                 notes=(hop.heal_notes(healer.events, healer.graph, bound) if healer else [])
+                                 + hop.traffic_notes(io.counters(), logger.iterations, rank))
             break
         except Exception as err:
             if healer is None or not _is_failure(err, healer.comm):

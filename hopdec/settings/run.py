@@ -63,6 +63,12 @@ class RunSettings:
     def check(self):
         """The rules between groups (each group checked its own fields when it was built)."""
         ob = self.observe
+        if self.mode == "ps" and self.protocol.compressed:
+            raise ConfigError(f"--compress {self.protocol.compress}: decentralized mode only (the parameter "
+                              f"server exchanges gradients and weights uncompressed)")
+        if self.protocol.compressed and self.work.cuda_aware_mpi == "yes":
+            raise ConfigError(f"--compress {self.protocol.compress}: codes on host buffers; use "
+                              f"--cuda-aware-mpi auto or no")
         if ob.consensus_every is not None and self.mode == "ps":
             raise ConfigError("--consensus-every is for decentralized runs (in --mode ps every worker "
                               "starts from the server's model)")

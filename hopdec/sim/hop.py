@@ -55,14 +55,16 @@ class TimingBackend:
 class _IO:
     """One worker's end of the simulated network (the transport interface of hop_loop)."""
 
-    __slots__ = ("sim", "rank", "held", "_next")
+    __slots__ = ("sim", "rank", "held", "_next", "bytes_sent")
 
     def __init__(self, sim, rank):
         self.sim, self.rank = sim, rank
         self.held = {} if sim.math else None
         self._next = 0
+        self.bytes_sent = 0
 
     def send_update(self, iteration, dests, fill):
+        self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None)
 
     def send_grants(self, grants):
@@ -94,11 +96,12 @@ class HopSim:
     ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
-    ``on_record(rank, rec)``: each iteration's log record.
+    ``on_record(rank, rec)``: each iteration's log record; ``compress``: a ``--compress`` spec for models of
+    ``numel`` parameters (each message then costs its coded size, :mod:`hopdec.sim.compressed`).
     """
 
     def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None):
+                 check=None, on_record=None, compress=None, numel=None):
         self.views, self.cfg = views, cfg
         self.n = len(views)
         self.q = EventQueue()
@@ -106,7 +109,11 @@ class HopSim:
         self.message_bytes = float(message_bytes)
         self.math = backend_factory is not None
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [_IO(self, v.rank) for v in views]
+        if compress is not None and str(compress) != "none":     # per-edge coded streams (gossip)
+            from hopdec.sim.compressed import CodedSimIO
+            self.ios = [CodedSimIO(self, v.rank, compress, numel) for v in views]
+        else:
+            self.ios = [_IO(self, v.rank) for v in views]
         self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
                          for v in views]
         clock = self._clock
@@ -162,12 +169,13 @@ class HopSim:
         self.finished += 1
 
     # ---- messages ----
-    def _send_update(self, src, iteration, dests, data):
+    def _send_update(self, src, iteration, dests, data, nbytes=None):
         if self.check is not None:
             for d in dests:
                 self.sent_to[d] += 1
                 self.in_flight[d] += 1
-        self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+        self.net.send(src, dests, self.message_bytes if nbytes is None else nbytes,
+                      partial(self._deliver_update, src, iteration, data))
 
     def _deliver_update(self, src, iteration, data, dst):
         if self.check is not None:

@@ -102,13 +102,20 @@ class InProcNetwork:
     """Runs one :class:`hopdec.hop.worker.Worker` per view under a seeded random scheduler."""
 
     def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None,
-                 carry_grants=False):
+                 carry_grants=False, compress=None, numel=4):
         """``speeds``: relative scheduling weights, a list or a function ``(rank, iteration) -> weight``
         (so a slowdown can be drawn per iteration, like Hop sec. 7.3.1); ``stall={rank: k}``: that
         worker sends its update of iteration k, computes, and then never moves again (a stuck
-        worker, Hop Figure 3); ``carry_grants``: grants ride in updates where they can (as over MPI)."""
+        worker, Hop Figure 3); ``carry_grants``: grants ride in updates where they can (as over MPI);
+        ``compress``: a ``--compress`` spec for vectors of ``numel`` (:mod:`hopdec.sim.compressed`; each
+        pair's updates are then delivered in order, as MPI does)."""
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [InProcIO(self, v.rank, carry_grants) for v in views]
+        self.fifo = compress is not None and str(compress) != "none"
+        if self.fifo:
+            from hopdec.sim.compressed import CodedInProcIO
+            self.ios = [CodedInProcIO(self, v.rank, carry_grants, compress, numel) for v in views]
+        else:
+            self.ios = [InProcIO(self, v.rank, carry_grants) for v in views]
         make = backend_factory or (lambda r: ToyBackend(r, seed=seed))
         self.backends = [make(v.rank) for v in views]
         self.records = [[] for _ in views]
@@ -139,7 +146,8 @@ class InProcNetwork:
         from hopdec.sim.backends import MathBackend
         trainers = {r: run.trainer(r) for r in run.workers}
         net = cls(run.views, run.cfg, seed=seed, speeds=speeds, check=check,
-                  backend_factory=lambda r: MathBackend(trainers[r], r, lambda w, i: 0.0))
+                  backend_factory=lambda r: MathBackend(trainers[r], r, lambda w, i: 0.0),
+                  compress=run.cfg.compress, numel=trainers[run.workers[0]].numel)
         net.trainers = trainers
         return net
 
@@ -166,6 +174,9 @@ class InProcNetwork:
         return healed
 
     def _deliver(self, idx):
+        if self.fifo and self.in_flight[idx][1] == "update":     # the pair's oldest update (compressed streams)
+            dst, _, (src, *_) = self.in_flight[idx]
+            idx = next(i for i, (d, k, p) in enumerate(self.in_flight) if d == dst and k == "update" and p[0] == src)
         dst, kind, payload = self.in_flight.pop(idx)
         core = self.cores[dst]
         if kind == "update":

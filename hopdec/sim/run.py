@@ -189,6 +189,13 @@ class Simulation:
                                message_size="--message-mb" if cost.message_mb is not None else
                                f"{run.work.model}: {self.numel} parameters x 4 bytes",
                                network=self.link.as_dict(), invariants_checked=self.check)
+        # --compress: what a coded update message weighs (numel from --message-mb when the model is not counted)
+        self.coded_numel = self.numel if self.numel is not None else int(self.message_bytes // 4)
+        cfg = getattr(run, "cfg", None)
+        if cfg is not None and cfg.compress != "none":
+            from hopdec.transport.codec import message_bytes as coded_bytes
+            self.cost_model.update(compress=cfg.compress,
+                                   message_mb_coded=coded_bytes(cfg.compress, self.coded_numel) / MIB)
         if cost.math:
             import torch
             torch.set_num_threads(settings.work.threads or 1)
@@ -202,9 +209,11 @@ class Simulation:
 
     def times_line(self):
         mb = self.message_bytes / MIB
+        coded = self.cost_model.get("message_mb_coded")
         return (f"{self.cost.fidelity} -- virtual seconds; {self.compute.describe()}; messages of "
-                f"{mb:.4g} MB ({self.cost_model['message_size']}); {self.link.describe()}; sends, Reduce and "
-                f"Apply take no time")
+                f"{mb:.4g} MB ({self.cost_model['message_size']})"
+                + (f" coded to {coded:.4g} MB by --compress {self.cost_model['compress']}" if coded else "")
+                + f"; {self.link.describe()}; sends, Reduce and Apply take no time")
 
     def footer(self, sim, wall, extra=""):
         net = sim.net
@@ -246,7 +255,7 @@ def _run_hop(S):
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
     sim = HopSim(hop.views, hop.cfg, S.compute.step, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=logs.log,
+                 backend_factory=factory, on_record=logs.log, compress=hop.cfg.compress, numel=S.coded_numel,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
     if trainers and ob.eval_interval:
@@ -285,6 +294,11 @@ def _run_hop(S):
         text += f"\n(Table 1's gap bound is not computed above {BOUND_UP_TO} workers: it needs all-pairs paths)"
     if note:
         text += "\n" + note
+    cfg = hop.cfg
+    sent = sum(io.bytes_sent for io in sim.ios)                     # what the updates moved
+    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and iteration"
+             + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "
+                f"bytes, keys of {4 * S.coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
     checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost) held at all "
                f"{inv.checks} events" if inv else "; Hop invariants not checked (" + (
                    f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"

@@ -45,6 +45,9 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
                           f"(there the slowdowns multiplied the measured time)")
     times = ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
              else "measured, no emulation")
+    from hopdec.testbed.label import conditions, label
+    if conditions() is not None:            # links emulated by hopdec.testbed
+        times += "; " + label(conditions())
     text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
                         model_label=model_label, bound_label=bound_label, notes=notes)
     print(text, flush=True)

@@ -10,8 +10,10 @@ One :class:`~hopdec.hop.worker.Worker` core per node, each run by the same
   token grants as control messages, each handed to the receiving core on arrival, which wakes the
   receiver if it was waiting.
 
-Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer). No protocol
-decision is taken here. Deterministic: ties between events at the same virtual time go in the order
+Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer), but on the
+zero-copy send path (``send_path``, :mod:`hopdec.sim.sends`) a Reduce waits until the sends from the
+store it overwrites completed -- for a message above the eager limit, until its receiver took it, which
+a computing receiver does only when its compute ends. No protocol decision is taken here. Deterministic: ties between events at the same virtual time go in the order
 they were scheduled, and no draw depends on the order of events.
 
 Two fidelities (the backend): timing only (:class:`TimingBackend`: no tensors) or ``math`` (a backend
@@ -28,6 +30,7 @@ from hopdec.runtime.hop_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
+from hopdec.sim.sends import SendPath
 
 
 class Deadlock(RuntimeError):
@@ -56,6 +59,66 @@ class TimingBackend:
         pass
 
 
+class SendsPending:
+    """What a worker's loop yields when its Reduce must wait for the sends from ``store`` to complete
+    (``_IO.wait_sent``); the driver resumes it when the last one has."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store):
+        self.store = store
+
+
+class _TwoStores:
+    """Zero-copy sends: the parameters alternate between two stores (0 and 1), as ``FlatSGD``'s with
+    send storage: SendParams sends from the current one, Reduce writes the other and makes it current."""
+
+    cur = 0
+
+    def send_storage(self):
+        return self.cur
+
+    def spare_storage(self):
+        return self.cur ^ 1
+
+
+class ZeroCopyTimingBackend(_TwoStores, TimingBackend):
+    """:class:`TimingBackend` with the two stores of the zero-copy send path."""
+
+    __slots__ = ("cur",)
+
+    def __init__(self, rank, compute_time):
+        TimingBackend.__init__(self, rank, compute_time)
+        self.cur = 0
+
+    def reduce(self, pairs):
+        self.cur ^= 1
+
+
+class ZeroCopyBackend(_TwoStores):
+    """A math backend (see :mod:`hopdec.sim.backends`) with the two stores of the zero-copy send path."""
+
+    def __init__(self, backend):
+        self.b, self.cur = backend, 0
+
+    @property
+    def duration(self):
+        return self.b.duration
+
+    def write_params(self, out=None):
+        return self.b.write_params(out)
+
+    def compute(self, iteration):
+        return self.b.compute(iteration)
+
+    def reduce(self, pairs):
+        self.b.reduce(pairs)
+        self.cur ^= 1
+
+    def apply(self, iteration):
+        self.b.apply(iteration)
+
+
 class _IO:
     """One worker's end of the simulated network (the transport interface of hop_loop)."""
 
@@ -68,6 +131,15 @@ class _IO:
 
     def send_update(self, iteration, dests, fill):
         self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None)
+
+    def send_from(self, iteration, dests, store):
+        """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
+        data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
+        self.sim._send_update(self.rank, iteration, dests, data, store)
+
+    def wait_sent(self, store):
+        """None when every send from ``store`` completed, else what the loop waits on."""
+        return SendsPending(store) if self.sim.unsent[self.rank][store] else None
 
     def send_grants(self, grants):
         self.sim._send_grants(self.rank, grants)
@@ -98,11 +170,12 @@ class HopSim:
     ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
-    ``on_record(rank, rec)``: each iteration's log record.
+    ``on_record(rank, rec)``: each iteration's log record; ``send_path``: a
+    :class:`~hopdec.sim.sends.SendPath` (default: zero-copy, TCP's eager limit).
     """
 
     def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None):
+                 check=None, on_record=None, send_path=None):
         self.views, self.cfg = views, cfg
         self.n = len(views)
         self.q = EventQueue()
@@ -111,13 +184,25 @@ class HopSim:
         self.math = backend_factory is not None
         self.cores = [Worker(v, cfg) for v in views]
         self.ios = [_IO(self, v.rank) for v in views]
-        self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
-                         for v in views]
+        self.send_path = send_path or SendPath()
+        # zero-copy sends that wait for their receivers (else every send completes at once, and the
+        # loop takes the copying path: nothing to track)
+        self.waits = self.send_path.waits(self.message_bytes)
+        if self.waits:
+            self.backends = [ZeroCopyBackend(backend_factory(v.rank)) if self.math
+                             else ZeroCopyTimingBackend(v.rank, compute_time) for v in views]
+        else:
+            self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
+                             for v in views]
+        self.unsent = [[0, 0] for _ in views]     # sends not yet completed, per worker and store
+        self.parked = [None] * self.n             # the store a worker's Reduce waits on (SendsPending)
+        self.computing = [False] * self.n
+        self.untaken = [[] for _ in views]        # (sender, store) of messages a computing worker holds
         clock = self._clock
         self.loops = [worker_loop(c, io, b, clock=clock, step=True,
                                   on_record=None if on_record is None else partial(on_record, c.rank))
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
-        self._resume = [partial(self._advance, r) for r in range(self.n)]
+        self._resume = [partial(self._computed if self.waits else self._advance, r) for r in range(self.n)]
         self.blocked = [False] * self.n
         self.done = [False] * self.n
         self.finished = 0
@@ -159,19 +244,55 @@ class HopSim:
                 return
             if t is ComputeGradient:
                 self.q.at(self.q.now + self.backends[r].duration, self._resume[r])
+                self.computing[r] = True
                 return
             if t is Enter:
                 self._entered(r, a.iteration)
+            elif t is SendsPending:
+                self.parked[r] = a.store
+                return
         self.done[r] = True
         self.finished += 1
 
+    # ---- zero-copy sends: completion (hopdec.sim.sends) ----
+    def _computed(self, r):
+        """Worker ``r``'s compute ended: it enters MPI again and takes the messages that arrived meanwhile
+        (their senders' sends complete), then goes on."""
+        self.computing[r] = False
+        held = self.untaken[r]
+        if held:
+            self.untaken[r] = []
+            for src, store in held:
+                self._sent(src, store)
+        self._advance(r)
+
+    def _sent(self, src, store):
+        u = self.unsent[src]
+        u[store] -= 1
+        if not u[store] and self.parked[src] == store:
+            self.parked[src] = None
+            self._advance(src)
+
     # ---- messages ----
-    def _send_update(self, src, iteration, dests, data):
+    def _send_update(self, src, iteration, dests, data, store=None):
         if self.check is not None:
             for d in dests:
                 self.sent_to[d] += 1
                 self.in_flight[d] += 1
-        self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+        if store is None or not self.waits:
+            self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+            return
+        self.unsent[src][store] += len(dests)
+        self.net.send(src, dests, self.message_bytes, partial(self._deliver_taken, src, iteration, data, store))
+
+    def _deliver_taken(self, src, iteration, data, store, dst):
+        """A zero-copy rendezvous message arrived: its send completes now, or when the receiver's compute
+        ends if it is computing; then it is delivered like any other."""
+        if self.computing[dst]:
+            self.untaken[dst].append((src, store))
+        else:
+            self._sent(src, store)
+        self._deliver_update(src, iteration, data, dst)
 
     def _deliver_update(self, src, iteration, data, dst):
         if self.check is not None:

@@ -255,12 +255,15 @@ def simulate(args, out=sys.stdout):
     numel = model_numel(model_name, args, dataset) if (args.math or args.message_mb is None) else None
     message_bytes = args.message_mb * MIB if args.message_mb is not None else 4 * numel
     check = args.invariants == "on" or (args.invariants == "auto" and len(workers) <= CHECK_UP_TO)
+    sends = send_path(args)
     cost = dict(fidelity=fidelity(args), time_unit="virtual seconds", **compute.as_dict(),
                 message_mb=message_bytes / MIB,
                 message_size="--message-mb" if args.message_mb is not None else f"{model_name}: {numel} "
                                                                                   f"parameters x 4 bytes",
                 network=link.as_dict(), invariants_checked=check)
-    ctx = dict(args=args, workers=workers, compute=compute, link=link, message_bytes=message_bytes,
+    if policy is None:
+        cost["sends"] = sends.as_dict()
+    ctx = dict(args=args, workers=workers, compute=compute, link=link, message_bytes=message_bytes, sends=sends,
                model_name=model_name, hparams=hparams, dataset=dataset, iterations=iterations, numel=numel,
                check=check, cost=cost, eval_interval=eval_interval, out=out)
     if args.math:
@@ -281,11 +284,23 @@ def _trainers(ctx, parts):
     return {w: rc.make_trainer(p, len(parts)) for w, p in parts.items()}, rc
 
 
+def send_path(args):
+    """The decentralized mode's send path (``--send-path``, ``--eager-limit``; :mod:`hopdec.sim.sends`)."""
+    from hopdec.sim.sends import DEFAULT_EAGER_BYTES, SendPath
+    eager = getattr(args, "eager_limit", None)
+    if eager is None:
+        eager = DEFAULT_EAGER_BYTES
+    if not (eager >= 0):                        # (inf: every message is eager)
+        raise ConfigError(f"--eager-limit must be a number of bytes >= 0, got {eager}")
+    return SendPath(getattr(args, "send_path", None) or "zero-copy", float(eager))
+
+
 def _times_line(ctx):
     mb = ctx["message_bytes"] / MIB
+    sends = "" if "sends" not in ctx["cost"] else f"; {ctx['sends'].describe(ctx['message_bytes'])}"
     return (f"{fidelity(ctx['args'])} -- virtual seconds; {ctx['compute'].describe()}; messages of "
-            f"{mb:.4g} MB ({ctx['cost']['message_size']}); {ctx['link'].describe()}; sends, Reduce and "
-            f"Apply take no time")
+            f"{mb:.4g} MB ({ctx['cost']['message_size']}); {ctx['link'].describe()}{sends}; sends, Reduce "
+            f"and Apply take no time")
 
 
 def _footer(ctx, sim, wall, extra=""):
@@ -324,7 +339,7 @@ def _run_hop(ctx, graph):
         from hopdec.hop.invariants import Invariants
         inv = Invariants(graph, cfg)
     sim = HopSim(views, cfg, ctx["compute"].step, network=ctx["link"], message_bytes=ctx["message_bytes"],
-                 backend_factory=factory, on_record=logs.log,
+                 backend_factory=factory, on_record=logs.log, send_path=ctx["sends"],
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
     if trainers and ctx["eval_interval"]:

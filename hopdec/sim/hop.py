@@ -10,10 +10,11 @@ One :class:`~hopdec.hop.worker.Worker` core per node, each run by the same
   token grants as control messages, each handed to the receiving core on arrival, which wakes the
   receiver if it was waiting.
 
-Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer), but on the
-zero-copy send path (``send_path``, :mod:`hopdec.sim.sends`) a Reduce waits until the sends from the
-store it overwrites completed -- for a message above the eager limit, until its receiver took it, which
-a computing receiver does only when its compute ends. No protocol decision is taken here. Deterministic: ties between events at the same virtual time go in the order
+Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer). A message
+above the eager limit moves only when its receiver takes it, which a computing receiver does when its
+compute ends (and with ``push``, once the sender too is back in MPI); on the zero-copy send path a
+Reduce waits until the sends from the store it overwrites completed (``send_path``,
+:mod:`hopdec.sim.sends`). No protocol decision is taken here. Deterministic: ties between events at the same virtual time go in the order
 they were scheduled, and no draw depends on the order of events.
 
 Two fidelities (the backend): timing only (:class:`TimingBackend`: no tensors) or ``math`` (a backend
@@ -31,6 +32,7 @@ from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
+from hopdec.transport.message import NO_GRANT, split_grants
 
 
 class Deadlock(RuntimeError):
@@ -120,22 +122,37 @@ class ZeroCopyBackend(_TwoStores):
 
 
 class _IO:
-    """One worker's end of the simulated network (the transport interface of hop_loop)."""
+    """One worker's end of the simulated network (the transport interface of hop_loop). Like the MPI
+    transport it carries token grants in the header of the update they come with (``carries_grants``,
+    :func:`hopdec.transport.message.split_grants`): such a grant arrives with the update, not on its own."""
 
-    __slots__ = ("sim", "rank", "held", "_next")
+    __slots__ = ("sim", "rank", "held", "_next", "grantees")
+    carries_grants = True
 
-    def __init__(self, sim, rank):
+    def __init__(self, sim, rank, grantees=()):
         self.sim, self.rank = sim, rank
         self.held = {} if sim.math else None
         self._next = 0
+        self.grantees = set(grantees)
 
-    def send_update(self, iteration, dests, fill):
-        self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None)
+    def _carry(self, dests, grants):
+        if not grants:
+            return NO_GRANT
+        carried, rest = split_grants(dests, grants, self.grantees)
+        if rest:
+            self.sim._send_grants(self.rank, rest)
+        return carried
 
-    def send_from(self, iteration, dests, store):
+    def send_update(self, iteration, dests, fill, grants=None):
+        grant = self._carry(dests, grants)
+        self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None,
+                              None, grant)
+
+    def send_from(self, iteration, dests, store, grants=None):
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
+        grant = self._carry(dests, grants)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
-        self.sim._send_update(self.rank, iteration, dests, data, store)
+        self.sim._send_update(self.rank, iteration, dests, data, store, grant)
 
     def wait_sent(self, store):
         """None when every send from ``store`` completed, else what the loop waits on."""
@@ -183,10 +200,11 @@ class HopSim:
         self.message_bytes = float(message_bytes)
         self.math = backend_factory is not None
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [_IO(self, v.rank) for v in views]
+        self.ios = [_IO(self, v.rank, v.in_neighbors) for v in views]
         self.send_path = send_path or SendPath()
         # zero-copy sends that wait for their receivers (else every send completes at once, and the
         # loop takes the copying path: nothing to track)
+        self.rndv = self.send_path.protocol(self.message_bytes)
         self.waits = self.send_path.waits(self.message_bytes)
         if self.waits:
             self.backends = [ZeroCopyBackend(backend_factory(v.rank)) if self.math
@@ -197,12 +215,12 @@ class HopSim:
         self.unsent = [[0, 0] for _ in views]     # sends not yet completed, per worker and store
         self.parked = [None] * self.n             # the store a worker's Reduce waits on (SendsPending)
         self.computing = [False] * self.n
-        self.untaken = [[] for _ in views]        # (sender, store) of messages a computing worker holds
+        self.untaken = [[] for _ in views]        # what a computing worker does when it is back in MPI
         clock = self._clock
         self.loops = [worker_loop(c, io, b, clock=clock, step=True,
                                   on_record=None if on_record is None else partial(on_record, c.rank))
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
-        self._resume = [partial(self._computed if self.waits else self._advance, r) for r in range(self.n)]
+        self._resume = [partial(self._advance if self.rndv is None else self._computed, r) for r in range(self.n)]
         self.blocked = [False] * self.n
         self.done = [False] * self.n
         self.finished = 0
@@ -254,17 +272,39 @@ class HopSim:
         self.done[r] = True
         self.finished += 1
 
-    # ---- zero-copy sends: completion (hopdec.sim.sends) ----
+    # ---- rendezvous messages and zero-copy completion (hopdec.sim.sends) ----
     def _computed(self, r):
-        """Worker ``r``'s compute ended: it enters MPI again and takes the messages that arrived meanwhile
-        (their senders' sends complete), then goes on."""
+        """Worker ``r``'s compute ended: it enters MPI again, takes the messages that reached it meanwhile
+        (and pushes those acknowledged), then goes on."""
         self.computing[r] = False
         held = self.untaken[r]
         if held:
             self.untaken[r] = []
-            for src, store in held:
-                self._sent(src, store)
+            for fn in held:
+                fn()
         self._advance(r)
+
+    def _when_in_mpi(self, r, fn):
+        """``fn()`` now if worker ``r`` is in MPI (not computing), else when its compute ends."""
+        if self.computing[r]:
+            self.untaken[r].append(fn)
+        else:
+            fn()
+
+    def _rts(self, src, done, dst):
+        """A ``push`` rendezvous request reached ``dst``: when it is in MPI it acknowledges, and the sender
+        pushes the data when it is in MPI (:meth:`_acked`)."""
+        self._when_in_mpi(dst, partial(self.net.control, dst, (src,), partial(self._acked, dst, done)))
+
+    def _acked(self, dst, done, src):
+        self._when_in_mpi(src, partial(self.net.send, src, (dst,), self.message_bytes, done))
+
+    def _arrived(self, src, iteration, data, store, grant, dst):
+        """A rendezvous message was taken with its data: the sender's send completes (zero-copy), then it
+        is delivered like any other."""
+        if store is not None:
+            self._sent(src, store)
+        self._deliver_update(src, iteration, data, grant, dst)
 
     def _sent(self, src, store):
         u = self.unsent[src]
@@ -274,29 +314,33 @@ class HopSim:
             self._advance(src)
 
     # ---- messages ----
-    def _send_update(self, src, iteration, dests, data, store=None):
+    def _send_update(self, src, iteration, dests, data, store=None, grant=NO_GRANT):
         if self.check is not None:
             for d in dests:
                 self.sent_to[d] += 1
                 self.in_flight[d] += 1
-        if store is None or not self.waits:
-            self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+        if self.rndv is None:                   # eager: it travels now and the send is complete
+            self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data, grant))
             return
-        self.unsent[src][store] += len(dests)
-        self.net.send(src, dests, self.message_bytes, partial(self._deliver_taken, src, iteration, data, store))
-
-    def _deliver_taken(self, src, iteration, data, store, dst):
-        """A zero-copy rendezvous message arrived: its send completes now, or when the receiver's compute
-        ends if it is computing; then it is delivered like any other."""
-        if self.computing[dst]:
-            self.untaken[dst].append((src, store))
+        if store is not None and self.waits:
+            self.unsent[src][store] += len(dests)
         else:
-            self._sent(src, store)
-        self._deliver_update(src, iteration, data, dst)
+            store = None
+        done = partial(self._arrived, src, iteration, data, store, grant)
+        if self.rndv == "push":                 # the request travels first; see _rts
+            self.net.control(src, tuple(dests), partial(self._rts, src, done))
+        else:                                   # take: see _reached
+            self.net.send(src, dests, self.message_bytes, partial(self._reached, done))
 
-    def _deliver_update(self, src, iteration, data, dst):
+    def _reached(self, done, dst):
+        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends."""
+        self._when_in_mpi(dst, partial(done, dst))
+
+    def _deliver_update(self, src, iteration, data, grant, dst):
         if self.check is not None:
             self.in_flight[dst] -= 1
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            self.cores[dst].on_grant(src, grant)
         self.cores[dst].on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
         if self.blocked[dst]:
             self.blocked[dst] = False

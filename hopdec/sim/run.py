@@ -285,14 +285,16 @@ def _trainers(ctx, parts):
 
 
 def send_path(args):
-    """The decentralized mode's send path (``--send-path``, ``--eager-limit``; :mod:`hopdec.sim.sends`)."""
+    """The decentralized mode's send path (``--send-path``, ``--eager-limit``, ``--rendezvous``;
+    :mod:`hopdec.sim.sends`)."""
     from hopdec.sim.sends import DEFAULT_EAGER_BYTES, SendPath
     eager = getattr(args, "eager_limit", None)
     if eager is None:
         eager = DEFAULT_EAGER_BYTES
     if not (eager >= 0):                        # (inf: every message is eager)
         raise ConfigError(f"--eager-limit must be a number of bytes >= 0, got {eager}")
-    return SendPath(getattr(args, "send_path", None) or "zero-copy", float(eager))
+    return SendPath(getattr(args, "send_path", None) or "zero-copy", float(eager),
+                    getattr(args, "rendezvous", None) or "take")
 
 
 def _times_line(ctx):

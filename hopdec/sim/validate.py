@@ -164,9 +164,9 @@ def train_argv(case, iterations, log_dir):
             "--seed", str(case.seed)] + COMMON + case.argv
 
 
-def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=None, bandwidth=()):
+def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=None, bandwidth=(), rendezvous=None):
     """``hopdec sim`` options of the same case: ``-n`` for the PS mode's workers, the simulator's
-    ``--latency``, ``--eager-limit``; ``topology``: a file to simulate instead of the case's (the same
+    ``--latency``, ``--eager-limit``, ``--rendezvous`` (take: shared memory, push: TCP); ``topology``: a file to simulate instead of the case's (the same
     graph annotated with the network: :func:`hopdec.testbed.spec.sim_topology`); ``bandwidth``:
     ``--bandwidth`` values (e.g. a PS server's thin NIC, ``0@0.01``)."""
     argv = ["--iterations", str(iterations), "--seed", str(case.seed), "--invariants", "off"] + COMMON + list(case.argv)
@@ -179,6 +179,8 @@ def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=
         argv += ["--latency", str(latency)]
     if eager is not None:
         argv += ["--eager-limit", str(eager)]
+    if rendezvous is not None and not case.ps:
+        argv += ["--rendezvous", rendezvous]
     for b in bandwidth:
         argv += ["--bandwidth", str(b)]
     return argv
@@ -301,3 +303,13 @@ def sim_network(case, testbed, work_dir, base_latency_s):
     graph_io.save(H, path)
     # (control messages -- token grants -- travel against the edges; links without an edge get --latency)
     return dict(topology=path, latency=base_latency_s + testbed.link(0, 1).delay_ms / 1e3)
+
+
+def calibrated_latency(case, iterations, work_dir, real_rate, **kw):
+    """A PS baseline's per-message overhead, measured: the simulator latency at which its simulated step
+    takes as long as the real one. A BSP step has two messages on its critical path (the slowest
+    worker's push, the weights back), so latency = ``kw``'s latency + (real step - simulated step) / 2.
+    Used to predict the *variants* of the same context (never the baseline it was fitted on)."""
+    lat = kw.pop("latency", None) or 5e-5
+    sim = simulate_case(case, iterations, os.path.join(str(work_dir), f"calib_{case.name}"), latency=lat, **kw)
+    return max(0.0, lat + (1 / real_rate - 1 / sim["rate"]) / 2)

@@ -11,9 +11,10 @@ downlink are two interfaces on two sides, so both directions of a NIC are shaped
     eth0 10.213.i.2/24  ----- veth -----  hI 10.213.i.1/24     [dly: TUN, delay forwarder]
 
 * **Sender NIC and links** (host egress, ``eth0``): an ``htb`` class at the NIC's rate; under it one
-  class per destination host whose link has a capacity (ceil = the link's capacity), and a default
-  class for the rest. Children borrow equally (same quantum): concurrent transfers share the NIC equally,
-  as in the simulator.
+  class per destination host (ceil: the link's capacity, if it has one), and a default class for the
+  rest. Children borrow equally (same quantum, one jumbo frame): transfers to different hosts share the
+  NIC equally, as in the simulator and as Linux's default ``fq_codel`` shares a NIC between flows (one
+  FIFO would let the first message queued finish first).
 * **Receiver NIC** (router egress towards host j, ``hJ``): an ``htb`` class at host j's NIC rate, one
   child per source host (equal shares of the downlink).
 * **Delay**: the router's policy rules send the packets of every delayed (source, destination) pair to
@@ -92,8 +93,10 @@ def _bit(mbit):
 
 
 def _burst(mbit, mtu):
-    """htb burst: a few packets, or 2 ms at the rate (its timer cannot send smaller bursts fast enough)."""
-    return f"{max(4 * (mtu + 100), int(mbit * 1e6 / 8 * 0.002))}b"
+    """htb burst of a NIC: two packets, or 1 ms at the rate (its timer cannot send smaller bursts fast
+    enough). Its children (links, destinations) get one packet: they borrow everything from the NIC (a
+    child's own tokens would let a first burst past the NIC's rate)."""
+    return f"{max(2 * (mtu + 100), int(mbit * 1e6 / 8 * 0.001))}b"
 
 
 UNSHAPED_MBIT = 100_000.0
@@ -174,6 +177,9 @@ class NetnsTestbed:
                   if j != i and spec.link(i, j).mbit is not None}
         if nic is None and not shaped:
             return
+        # a class per destination host, shaped link or not: the NIC is shared fairly between them (as
+        # Linux's default fq_codel shares a NIC between flows), not first come first served
+        shaped = {j: shaped.get(j, UNSHAPED_MBIT) for j in range(len(spec.hosts)) if j != i}
         top = nic if nic is not None else UNSHAPED_MBIT
         q = str(spec.mtu + 100)
         tc = ["tc"]
@@ -181,11 +187,11 @@ class NetnsTestbed:
         self._in(ns, *tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
                  "rate", _bit(top), "ceil", _bit(top), "burst", _burst(top, spec.mtu), "quantum", q)
         self._in(ns, *tc, "class", "add", "dev", "eth0", "parent", "1:1", "classid", "1:2", "htb",
-                 "rate", "8kbit", "ceil", _bit(top), "burst", _burst(top, spec.mtu), "quantum", q)
+                 "rate", "8kbit", "ceil", _bit(top), "burst", q, "quantum", q)
         for j, mbit in sorted(shaped.items()):
             cap = min(mbit, top)
             self._in(ns, *tc, "class", "add", "dev", "eth0", "parent", "1:1", "classid", f"1:{100 + j:x}", "htb",
-                     "rate", "8kbit", "ceil", _bit(cap), "burst", _burst(cap, spec.mtu), "quantum", q)
+                     "rate", "8kbit", "ceil", _bit(cap), "burst", q, "quantum", q)
             self._in(ns, *tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
                      "u32", "match", "ip", "dst", f"{NET}.{j}.0/24", "flowid", f"1:{100 + j:x}")
 
@@ -201,12 +207,12 @@ class NetnsTestbed:
         self._in(r, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
                  "rate", _bit(nic), "ceil", _bit(nic), "burst", _burst(nic, spec.mtu), "quantum", q)
         self._in(r, "tc", "class", "add", "dev", dev, "parent", "1:1", "classid", "1:2", "htb",
-                 "rate", "8kbit", "ceil", _bit(nic), "burst", _burst(nic, spec.mtu), "quantum", q)
+                 "rate", "8kbit", "ceil", _bit(nic), "burst", q, "quantum", q)
         for i in range(len(spec.hosts)):
             if i == j:
                 continue
             self._in(r, "tc", "class", "add", "dev", dev, "parent", "1:1", "classid", f"1:{100 + i:x}", "htb",
-                     "rate", "8kbit", "ceil", _bit(nic), "burst", _burst(nic, spec.mtu), "quantum", q)
+                     "rate", "8kbit", "ceil", _bit(nic), "burst", q, "quantum", q)
             self._in(r, "tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
                      "u32", "match", "ip", "src", f"{NET}.{i}.0/24", "flowid", f"1:{100 + i:x}")
 

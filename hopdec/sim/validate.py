@@ -288,12 +288,18 @@ def sample_network(rng, case, space=NET_SPACE):
     return by_rank(G, nic, cross, Link(None, delay)), eager
 
 
-def sim_network(case, testbed, work_dir, base_latency_s):
+def sim_network(case, testbed, work_dir, base_latency_s, delay_s=None):
     """The simulator's options for a case on ``testbed`` (one host per rank): its topology annotated with
     the links (decentralized), or ``--bandwidth`` per node and ``--latency`` (PS, whose links are all
-    alike). Returns keyword arguments for :func:`sim_argv`."""
+    alike). ``delay_s``: the one-way delay of every delayed link as measured (half the round trip), in
+    place of the configured one. Returns keyword arguments for :func:`sim_argv`."""
+    from dataclasses import replace
+
     from hopdec.testbed.spec import sim_topology
     from hopdec.topology import graph_io
+    if delay_s is not None:
+        testbed = replace(testbed, links={k: replace(lk, delay_ms=delay_s * 1e3) if lk.delay_ms else lk
+                                          for k, lk in testbed.links.items()})
     if case.ps:
         bw = [f"{r}@{h.nic_mbit / 1e3:g}" for r, h in enumerate(testbed.hosts) if h.nic_mbit is not None]
         delay = testbed.link(0, 1).delay_ms / 1e3
@@ -305,11 +311,20 @@ def sim_network(case, testbed, work_dir, base_latency_s):
     return dict(topology=path, latency=base_latency_s + testbed.link(0, 1).delay_ms / 1e3)
 
 
-def calibrated_latency(case, iterations, work_dir, real_rate, **kw):
-    """A PS baseline's per-message overhead, measured: the simulator latency at which its simulated step
-    takes as long as the real one. A BSP step has two messages on its critical path (the slowest
-    worker's push, the weights back), so latency = ``kw``'s latency + (real step - simulated step) / 2.
-    Used to predict the *variants* of the same context (never the baseline it was fitted on)."""
-    lat = kw.pop("latency", None) or 5e-5
-    sim = simulate_case(case, iterations, os.path.join(str(work_dir), f"calib_{case.name}"), latency=lat, **kw)
-    return max(0.0, lat + (1 / real_rate - 1 / sim["rate"]) / 2)
+def fit_latency(rate_at, real_rate, lo=0.0, hi=0.02, steps=8):
+    """The simulator latency (base latency per message, seconds) at which a simulated baseline runs as
+    fast as the real one: bisection on ``rate_at(latency) -> iterations/s`` (which falls as the latency
+    grows) within [lo, hi]. What it absorbs is this machine's cost per message -- Python, MPI and the
+    waits' polling on shared cores, ~2.5 ms with 8 ranks on 2 cores -- not a network property. Fitted on
+    a baseline, it is used to predict that baseline's *variants*."""
+    if rate_at(lo) <= real_rate:
+        return lo
+    if rate_at(hi) >= real_rate:
+        return hi
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if rate_at(mid) > real_rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

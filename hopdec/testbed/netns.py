@@ -15,6 +15,11 @@ downlink are two interfaces on two sides, so both directions of a NIC are shaped
   rest. Children borrow equally (same quantum, one jumbo frame): transfers to different hosts share the
   NIC equally, as in the simulator and as Linux's default ``fq_codel`` shares a NIC between flows (one
   FIFO would let the first message queued finish first).
+* **Packets**: jumbo frames (MTU 9000) and segmentation offload limited to one MTU (``gso_max_size``),
+  so the flows sharing a NIC interleave packet by packet, as the flows of large messages do on real
+  hosts. (With offload, Linux hands a NIC up to 64 KB of one flow at once: messages below that size --
+  the mlp's 38 KB -- then leave whole, one after another, and the first receiver of a fan-out gets its
+  message after 1/n of the time, the last after all of it; the simulator shares the NIC instead.)
 * **Receiver NIC** (router egress towards host j, ``hJ``): an ``htb`` class at host j's NIC rate, one
   child per source host (equal shares of the downlink).
 * **Delay**: the router's policy rules send the packets of every delayed (source, destination) pair to
@@ -155,8 +160,9 @@ class NetnsTestbed:
                       "name", f"h{i}", "netns", self.router, "mtu", str(spec.mtu)])
                 self._ip(ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
                 self._ip(self.router, "addr", "add", f"{NET}.{i}.1/24", "dev", f"h{i}")
-                self._ip(ns, "link", "set", "eth0", "up")
-                self._ip(self.router, "link", "set", f"h{i}", "up")
+                # packets of one MTU at most (no segmentation offload in bigger units): see the module doc
+                self._ip(ns, "link", "set", "eth0", "gso_max_size", str(spec.mtu), "up")
+                self._ip(self.router, "link", "set", f"h{i}", "gso_max_size", str(spec.mtu), "up")
                 self._ip(ns, "route", "add", "default", "via", f"{NET}.{i}.1")
             for i in range(len(spec.hosts)):
                 self._shape_uplink(i)

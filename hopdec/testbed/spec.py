@@ -120,8 +120,8 @@ class Testbed:
         n = len(self.hosts)
         return {
             "emulated": "network namespaces on one machine: a host per namespace, veth links to a router "
-                        "namespace; bandwidth by htb, delay by a userspace TUN forwarder; all hosts share "
-                        "this machine's CPUs",
+                        "namespace; bandwidth by htb (a NIC shared fairly between destinations, packets of "
+                        "one MTU), delay by a userspace TUN forwarder; all hosts share this machine's CPUs",
             "hosts": [{"name": h.name, "ranks": h.slots, "nic_mbit": h.nic_mbit} for h in self.hosts],
             "links": [{"src": self.hosts[i].name, "dst": self.hosts[j].name, **self.link(i, j).as_dict()}
                       for i in range(n) for j in range(n) if i != j and (self.hosts[i].name, self.hosts[j].name)

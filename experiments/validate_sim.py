@@ -9,13 +9,13 @@ workers / staleness; the audit's torus 2x4 with a 4x straggler and skipping; a P
 ``--random N`` contexts drawn with ``--seed`` from :data:`~hopdec.sim.validate.SPACE` (graph, max_ig,
 slowdown, mechanism; a quarter parameter servers), each a baseline and one variant.
 
-``--where local``: every real run in ONE ``mpirun -n 8`` job on this host (shared memory between
-ranks); the simulator with Open MPI's shared-memory eager limit (4096 B), rendezvous ``take``. ``--where netns``: every
-context on an emulated network of its own (:mod:`hopdec.testbed`: one namespace per rank, NICs, link
-capacities, delays and the TCP eager limit drawn from :data:`~hopdec.sim.validate.NET_SPACE`, measured
-before the runs), launched through ``launch/hostfile.sh``; the simulator with the same NICs, links and
-delays (plus ``--latency`` as the base latency), rendezvous ``push`` (TCP). Real runs take the default code path: zero-copy sends,
-nothing patched.
+``--where local``: every real run in ONE ``mpirun -n 8`` job on this host (shared memory between ranks);
+the simulator with Open MPI's shared-memory eager limit (4096 B), rendezvous ``take``. ``--where
+netns``: every context on an emulated network of its own (:mod:`hopdec.testbed`: one namespace per rank,
+NICs, link capacities, delays and the TCP eager limit drawn from :data:`~hopdec.sim.validate.NET_SPACE`,
+measured before the runs), launched through ``launch/hostfile.sh``; the simulator with the same NICs,
+links and delays (plus ``--latency`` as the base latency), rendezvous ``push`` (TCP). Real runs take the
+default code path: zero-copy sends, nothing patched.
 
 Prints, per case, real and simulated iterations/s (median over workers) and the error, the largest
 iteration gap of both, the mean wait for sends to complete per iteration (``wait_sends_s``), and per
@@ -131,6 +131,7 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp/hopdec_validate")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--report-only", action="store_true", help="re-read the logs in --out, simulate again")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown")
     ap.add_argument("--measured-delay", action="store_true",
                     help="netns: simulate each link's delay as measured (half the median round trip before "
                          "the runs) instead of as configured (the forwarder is late under heavy load)")
@@ -174,6 +175,8 @@ def main(argv=None):
     rows = V.compare(cases, real, sim)
     calibrate(rows, cases, real, kw_at, args)
     report(rows, args)
+    if args.markdown:
+        markdown(rows, cases, nets)
     with open(os.path.join(args.out, "rows.json"), "w") as f:
         json.dump(dict(rows=rows, where=args.where, seed=args.seed, iterations=args.iterations,
                        latency=args.latency, nets=nets), f, indent=1)
@@ -202,6 +205,36 @@ def calibrate(rows, cases, real, kw_at, args):
         sb = V.simulate_case(b, args.iterations, out(b, "var"), **kw_at(b, lat))
         row.update(cal_latency=lat, sim_ratio_cal=s["rate"] / sb["rate"],
                    ratio_err_cal=s["rate"] / sb["rate"] / row["real_ratio"] - 1)
+
+
+def markdown(rows, cases, nets):
+    """The tables of experiments/README.md: one row per variant (with its baseline's figures)."""
+    by = {r["case"]: r for r in rows}
+    print("\n| context | network (netns) | baseline | variant | real it/s base / variant | simulated | ratio real | "
+          "simulated | error | gaps real / sim | wait sends ms real / sim |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in cases:
+        if c.base is None or c.name not in by or c.base not in by:
+            continue
+        r, b = by[c.name], by[c.base]
+        net = nets.get(c.base, {})
+        desc = "-"
+        if net:
+            from hopdec.testbed.spec import from_json as fj
+            desc = describe_net(fj(net["spec"]), net["eager"])
+        err = f"{r['ratio_err']:+.1%}" + (f" (fitted latency: {r['ratio_err_cal']:+.1%})" if "ratio_err_cal" in r else "")
+        k = 0
+        while k < min(len(c.argv), len(b["argv"])) and c.argv[k] == b["argv"][k]:
+            k += 1
+        while k > 0 and not c.argv[k - 1 if k < len(c.argv) and not c.argv[k].startswith("--") else k].startswith("--"):
+            k -= 1
+        variant = " ".join(c.argv[k:]) or c.name
+        if k and not variant.startswith("--"):
+            variant = f"{c.argv[k - 1]} {variant}"
+        print(f"| {label(r)} | {desc} | {c.base} | `{variant}` | {b['real_rate']:.2f} / {r['real_rate']:.2f} | "
+              f"{b['sim_rate']:.2f} / {r['sim_rate']:.2f} | {r['real_ratio']:.3f} | {r['sim_ratio']:.3f} | {err} | "
+              f"{b['real_gap']}/{b['sim_gap']}, {r['real_gap']}/{r['sim_gap']} | "
+              f"{r['real_wait_sends_s'] * 1e3:.1f} / {r['sim_wait_sends_s'] * 1e3:.1f} |")
 
 
 def label(row):

@@ -15,6 +15,8 @@ Tolerances, chosen from ``experiments/validate_sim.py`` (experiments/README.md, 
 off by ~40% on the torus case: the test checks that too, so agreement is not agreement on nothing.
 """
 
+import sys
+
 import pytest
 
 from hopdec.runtime.metrics import read_log
@@ -84,6 +86,7 @@ def validation(mpirun, tmp_path_factory):
         tries.append(disagreements(rows))
         if not tries[-1]:
             break
+    print(f"validation: {attempt + 1} mpirun job(s); disagreements {tries}", file=sys.stderr)
     return dict(base=base, attempt=attempt, cases=cs, real=real, sim=sim, rows=rows, tries=tries)
 
 
@@ -97,7 +100,7 @@ def test_same_configuration_on_both_sides(validation):
             assert r.get(key) == s.get(key), (c.name, key)
         assert v["real"][c.name]["workers"] == v["sim"][c.name]["workers"] == (7 if c.ps else 8)
         if not c.ps:
-            assert s["cost_model"]["sends"] == {"path": "zero-copy", "eager_bytes": EAGER}
+            assert s["cost_model"]["sends"] == {"path": "zero-copy", "eager_bytes": EAGER, "rendezvous": "take"}
 
 
 def test_real_runs_took_the_default_path_and_the_simulator_waits_alike(validation):

@@ -14,8 +14,8 @@ Sends, Reduce and Apply take no virtual time on the worker (a send only starts a
 above the eager limit moves only when its receiver takes it, which a computing receiver does when its
 compute ends (and with ``push``, once the sender too is back in MPI); on the zero-copy send path a
 Reduce waits until the sends from the store it overwrites completed (``send_path``,
-:mod:`hopdec.sim.sends`). No protocol decision is taken here. Deterministic: ties between events at the same virtual time go in the order
-they were scheduled, and no draw depends on the order of events.
+:mod:`hopdec.sim.sends`). No protocol decision is taken here. Deterministic: ties between events at the
+same virtual time go in the order they were scheduled, and no draw depends on the order of events.
 
 Two fidelities (the backend): timing only (:class:`TimingBackend`: no tensors) or ``math`` (a backend
 with real parameters, e.g. :class:`hopdec.sim.backends.MathBackend`: sends carry a snapshot of the

@@ -28,9 +28,8 @@ even where the protocol (backup workers, staleness) would let it go on. On the c
 moves the same way but nothing waits for it.
 
 A receiver-driven transfer over a network (RDMA read: the data moves only after the take) is not
-modelled; ``take`` lets it overlap the receiver's compute. Open MPI's eager limits: 4 KiB over shared memory (``btl_sm_eager_limit``: one host), 64 KiB
-over TCP (``btl_tcp_eager_limit``).
-"""
+modelled; ``take`` lets it overlap the receiver's compute. Open MPI's eager limits: 4 KiB over shared
+memory (``btl_sm_eager_limit``: one host), 64 KiB over TCP (``btl_tcp_eager_limit``). """
 
 import math
 from dataclasses import dataclass

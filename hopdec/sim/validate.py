@@ -164,12 +164,14 @@ def train_argv(case, iterations, log_dir):
             "--seed", str(case.seed)] + COMMON + case.argv
 
 
-def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=None, bandwidth=(), rendezvous=None):
-    """``hopdec sim`` options of the same case: ``-n`` for the PS mode's workers, the simulator's
-    ``--latency``, ``--eager-limit``, ``--rendezvous`` (take: shared memory, push: TCP); ``topology``: a file to simulate instead of the case's (the same
-    graph annotated with the network: :func:`hopdec.testbed.spec.sim_topology`); ``bandwidth``:
-    ``--bandwidth`` values (e.g. a PS server's thin NIC, ``0@0.01``)."""
-    argv = ["--iterations", str(iterations), "--seed", str(case.seed), "--invariants", "off"] + COMMON + list(case.argv)
+def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=None, bandwidth=(),
+             rendezvous=None):
+    """``hopdec sim`` options of the same case: ``-n``, the simulator's ``--latency``, ``--eager-limit``,
+    ``--rendezvous`` (take: shared memory, push: TCP); ``topology``: a file to simulate instead of the
+    case's (the same graph annotated with the network: :func:`hopdec.testbed.spec.sim_topology`);
+    ``bandwidth``: ``--bandwidth`` values (e.g. a PS server's thin NIC, ``0@0.01``)."""
+    argv = (["--iterations", str(iterations), "--seed", str(case.seed), "--invariants", "off"] + COMMON
+            + list(case.argv))
     if topology is not None:
         argv[argv.index("--topology") + 1] = str(topology)
     argv += ["-n", str(RANKS - 1 if case.ps else RANKS)]

@@ -178,6 +178,18 @@ def test_nothing_is_left_after_a_run(two_machines):
     assert f"testbed {two_machines['prefix']} torn down" in two_machines["proc"].stdout
 
 
+def test_each_direction_of_a_link_is_shaped_and_delayed_on_its_own(netns_testbed):
+    """a -> b: 5 Mbit/s and 8 ms; b -> a: b's NIC (20 Mbit/s) and no delay: measured, each as configured
+    (the round trip is the sum of both directions' delays)."""
+    spec = S.Testbed((Host("a"), Host("b", 1, 20.0)), {("a", "b"): Link(5.0, 8.0)})
+    tb = netns_testbed(spec)
+    ab, ba = tb.measure(pairs=[(0, 1), (1, 0)], rtt_count=10, bulk_s=1.0)
+    assert ab["mbit"] == pytest.approx(5.0, rel=0.12) and ba["mbit"] == pytest.approx(20.0, rel=0.12), (ab, ba)
+    for m in (ab, ba):
+        assert 8.0 <= m["rtt_ms_min"] < 12.0, m
+    assert tb.conditions()["measured"] == [ab, ba]
+
+
 @needs_netns
 def test_ctrl_c_tears_it_down():
     """``up`` builds a testbed (2 hosts, shaped and delayed links: a delay forwarder runs) and holds it;

@@ -57,7 +57,7 @@ def build_parser():
     c.add_argument("--nic-duplex", choices=["full", "half"], default="full",
                    help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
     c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
-                   help="zero-copy (a real CPU run's): a Reduce waits until the sends from the parameters "
+                   help="decentralized mode: zero-copy (a real CPU run's): a Reduce waits until the sends from the parameters "
                         "it overwrites completed -- above the eager limit, until a computing receiver "
                         "finished its compute; copy (a GPU model without CUDA-aware MPI): never waits")
     c.add_argument("--eager-limit", type=float, default=None, metavar="BYTES",

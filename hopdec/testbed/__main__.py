@@ -156,7 +156,8 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="can this machine build a testbed?")
     sub.add_parser("cleanup", help="remove testbeds whose process is gone")
-    run = sub.add_parser("run", help="build, measure, run hopdec train (args after --) across it, tear down")
+    run = sub.add_parser("run", help="build, measure, run hopdec train (args after --) across it, tear down",
+                         usage="python -m hopdec.testbed run [NETWORK OPTIONS] [-n N] -- [hopdec train options]")
     run.add_argument("-n", type=int, help="MPI ranks (default: the testbed's slots)")
     add_network_options(run)
     up = sub.add_parser("up", help="build it and keep it until Ctrl-C")

@@ -190,6 +190,7 @@ def settings_from(args, argv=(), simulated=False):
     cost = None
     if simulated:
         cost = Cost(compute_time=tuple(args.sim_compute_time or ()), bandwidth=tuple(args.bandwidth or ()),
-                    **_picked(args, ["workers", "message_mb", "latency", "nic_duplex", "math", "invariants"]))
+                    **_picked(args, ["workers", "message_mb", "latency", "nic_duplex", "math", "invariants",
+                                     "send_path", "eager_limit", "rendezvous"]))
     return RunSettings(mode=args.mode, work=work, protocol=protocol, ps=ps, emulation=emulation,
                        observe=observe, checkpoints=checkpoints, faults=faults, cost=cost, argv=tuple(argv))

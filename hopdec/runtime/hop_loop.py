@@ -11,8 +11,10 @@ wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_gran
 ``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in message-sized
 storage (``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
-``wait_sent(storage)`` with no copy at all (a transport that codes its messages reads the storage
-and sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
+``wait_sent(storage)`` with no copy at all (``wait_sent`` blocks until the sends from ``storage``
+completed, or, in virtual time, returns something for the loop to yield: the driver resumes the loop
+once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the storage and
+sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
 ``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
 ``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
 that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
@@ -127,7 +129,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
         elif kind is Reduce:
             spare = spare_storage() if spare_storage is not None else None
             if spare is not None:
-                io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
+                pending = io.wait_sent(spare)   # Reduce overwrites it: its sends must be done
+                if pending is not None:         # a virtual-time driver resumes us once they are
+                    yield pending
                 t1 = clock()
                 rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
                 if spans and t1 - t0 > 1e-4:

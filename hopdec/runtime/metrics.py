@@ -30,12 +30,17 @@ def check_log_dir(log_dir, rank):
 def open_jsonl(log_dir, rank, header, append=False):
     """``DIR/rank{r}.jsonl``, line-buffered (every record reaches the file as it is written, so a killed
     rank loses at most the record being written), with the run header first (plus this process's pid
-    and host, so a user can tell which process is which rank). ``append``: a resumed run continues the
+    and host, so a user can tell which process is which rank; and the emulated network's conditions,
+    ``network``, under a testbed: :func:`hopdec.launcher.network_conditions`). ``append``: a resumed run continues the
     log (its header line marks where)."""
+    from hopdec.launcher import network_conditions as conditions
     os.makedirs(log_dir, exist_ok=True)
     f = open(log_path(log_dir, rank), "a" if append else "w", buffering=1)
-    f.write(json.dumps({"rank": rank, "run": {**(header or {}), "pid": os.getpid(),
-                                              "host": socket.gethostname()}}) + "\n")
+    header = {**(header or {}), "pid": os.getpid(), "host": socket.gethostname()}
+    net = conditions()              # an emulated network (hopdec.testbed) says what its links were
+    if net is not None:
+        header.setdefault("network", net)
+    f.write(json.dumps({"rank": rank, "run": header}) + "\n")
     return f
 
 

@@ -46,6 +46,9 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
                           f"(there the slowdowns multiplied the measured time)")
     times = ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
              else "measured, no emulation")
+    from hopdec.launcher import network_conditions as conditions, network_label as label
+    if conditions() is not None:            # links emulated by hopdec.testbed
+        times += "; " + label(conditions())
     text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
                         model_label=model_label, bound_label=bound_label, notes=notes)
     print(text, flush=True)

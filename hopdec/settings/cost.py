@@ -32,6 +32,12 @@ class Cost(Group):
     nic_duplex: str = option("--nic-duplex", "full", one_of("full", "half"), "full or half")
     math: bool = option("--math", False, doc="every worker holds a real replica of the model")
     invariants: str = option("--invariants", "auto", one_of("auto", "on", "off"), "check the invariants")
+    send_path: str = option("--send-path", "zero-copy", one_of("zero-copy", "copy"),
+                            "decentralized sends: zero-copy (a real CPU run's) or copy (hopdec.sim.sends)")
+    eager_limit: float = option("--eager-limit", None, Rule("a number of bytes >= 0", lambda x: x >= 0),
+                                "messages up to it are eager (None: 65536, Open MPI over TCP)")
+    rendezvous: str = option("--rendezvous", "take", one_of("take", "push"),
+                             "how larger messages move: take (shared memory) or push (TCP)")
 
     @property
     def fidelity(self):

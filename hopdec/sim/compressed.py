@@ -7,6 +7,7 @@ receiver's copy when the core uses or frees it. A message is a small tuple ``(se
 """
 
 from hopdec.transport import codec as C
+from hopdec.transport.message import NO_GRANT, split_grants
 from hopdec.transport.streams import ReceiverStreams, SenderStreams
 
 
@@ -81,9 +82,12 @@ class CodedSimIO:
     """The simulator's worker end (:class:`hopdec.sim.hop._IO`) with compressed streams: each message is
     charged its real size (a key, or the codec's), in timing-only runs too."""
 
-    def __init__(self, sim, rank, spec, numel):
+    carries_grants = True           # as the MPI transport's coded messages (their header has a grant field)
+
+    def __init__(self, sim, rank, spec, numel, grantees=()):
         self.sim, self.rank = sim, rank
         self.ends = CodedEnds(spec, numel, dry=not sim.math)
+        self.grantees = set(grantees)
         self.held = {}
         self._next = 0
 
@@ -91,10 +95,20 @@ class CodedSimIO:
     def bytes_sent(self):
         return self.ends.bytes_sent
 
-    def send_update(self, iteration, dests, fill):
+    def send_update(self, iteration, dests, fill, grants=None):
+        """Each group of destinations that gets the same coded message carries the grant every one of
+        them is due (:func:`hopdec.transport.message.split_grants`), as
+        :class:`hopdec.transport.coded_mpi.CodedMPITransport` does; the rest go as grant messages."""
         x = fill(None) if self.sim.math else None
+        want, carried_to = dict(grants or ()), set()
         for ds, msg, nbytes in self.ends.encode(self.rank, x, dests):
-            self.sim._send_update(self.rank, iteration, ds, msg, nbytes)
+            carried, _ = split_grants(ds, grants, self.grantees)
+            if carried != NO_GRANT:
+                carried_to.update(d for d in ds if want.get(d) == carried)
+            self.sim._send_update(self.rank, iteration, ds, msg, grant=carried, nbytes=nbytes)
+        rest = [(i, c) for i, c in grants or () if i not in carried_to]
+        if rest:
+            self.sim._send_grants(self.rank, rest)
 
     def send_grants(self, grants):
         self.sim._send_grants(self.rank, grants)

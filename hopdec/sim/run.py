@@ -184,11 +184,16 @@ class Simulation:
         self.numel = run.work.numel() if (cost.math or cost.message_mb is None) else None
         self.message_bytes = cost.message_mb * MIB if cost.message_mb is not None else 4 * self.numel
         self.check = cost.check_invariants(n)
+        from hopdec.sim.sends import DEFAULT_EAGER_BYTES, SendPath
+        self.sends = SendPath(cost.send_path, float(DEFAULT_EAGER_BYTES if cost.eager_limit is None
+                                                    else cost.eager_limit), cost.rendezvous)
         self.cost_model = dict(fidelity=cost.fidelity, time_unit="virtual seconds", **self.compute.as_dict(),
                                message_mb=self.message_bytes / MIB,
                                message_size="--message-mb" if cost.message_mb is not None else
                                f"{run.work.model}: {self.numel} parameters x 4 bytes",
                                network=self.link.as_dict(), invariants_checked=self.check)
+        if run.mode == "decentralized":
+            self.cost_model["sends"] = self.sends.as_dict()
         # --compress: what a coded update message weighs (numel from --message-mb when the model is not counted)
         self.coded_numel = self.numel if self.numel is not None else int(self.message_bytes // 4)
         cfg = getattr(run, "cfg", None)
@@ -213,7 +218,9 @@ class Simulation:
         return (f"{self.cost.fidelity} -- virtual seconds; {self.compute.describe()}; messages of "
                 f"{mb:.4g} MB ({self.cost_model['message_size']})"
                 + (f" coded to {coded:.4g} MB by --compress {self.cost_model['compress']}" if coded else "")
-                + f"; {self.link.describe()}; sends, Reduce and Apply take no time")
+                + f"; {self.link.describe()}"
+                + (f"; {self.sends.describe(self.message_bytes)}" if "sends" in self.cost_model else "")
+                + "; sends, Reduce and Apply take no time")
 
     def footer(self, sim, wall, extra=""):
         net = sim.net
@@ -255,7 +262,8 @@ def _run_hop(S):
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
     sim = HopSim(hop.views, hop.cfg, S.compute.step, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=logs.log, compress=hop.cfg.compress, numel=S.coded_numel,
+                 backend_factory=factory, on_record=logs.log, send_path=S.sends,
+                 compress=hop.cfg.compress, numel=S.coded_numel,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
     if trainers and ob.eval_interval:

@@ -60,10 +60,10 @@ def argv_of(name, iterations=None):
 
 def run_case(name, iterations=None, profile=False):
     """One case in this process: its figures as a dict."""
-    from hopdec.cli.sim import build_parser
+    from hopdec.cli.sim import parse
     from hopdec.sim.run import simulate
     argv, n, iters = argv_of(name, iterations)
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     prof = None
     if profile:
         import cProfile

@@ -1,12 +1,14 @@
 """The simulator's results pinned bit for bit: speeding it up must not change what it simulates.
 
 Each case is a small ``hopdec sim`` run chosen to reach a different path of the cost model and the
-drivers: transfers that share NICs (contention, the general rule and its re-rating), links and NICs
-of their own from a topology file, half duplex, stragglers with backup workers and skipping, bounded
-staleness, notify-ack, the serial graph, update queues only, and every parameter-server sync model
-through the server's hub NIC. The golden values were recorded from the simulator before its speed-up
-(commit 976c398): every log record's virtual times and protocol fields (hashed), the virtual time, the
-largest gap, and the numbers of events, data messages and control messages.
+drivers: transfers that share NICs (contention, the general rule and its re-rating), links and NICs of
+their own from a topology file, half duplex, stragglers with backup workers and skipping, bounded
+staleness, notify-ack, the serial graph, update queues only, every parameter-server sync model through
+the server's hub NIC, the send model's paths (:mod:`hopdec.sim.sends`: zero-copy with take and push
+rendezvous, copy, eager), compressed exchanges (coded sizes) and time-varying topologies. The golden
+values were recorded from main's simulator (commit f588899: the zero-copy send model and coded streams,
+without this branch's speed-ups): every log record's virtual times and protocol fields (hashed), the
+virtual time, the largest gap, and the numbers of events, data messages and control messages.
 
 A deliberate change of the cost model changes them: re-record with
 ``python tests/test_sim_golden.py --record`` and say why in the commit.
@@ -22,10 +24,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hopdec.cli.sim import build_parser  # noqa: E402
+from hopdec.cli.sim import parse  # noqa: E402
 from hopdec.sim.run import simulate  # noqa: E402
 
 CONTENDED = ["--message-mb", "4", "--bandwidth", "1", "--compute-time", "normal:mean=0.03,std=0.01"]
+STRAGGLING = ["--topology", "exponential", "-n", "16", "--iterations", "30", "--slowdown", "random:factor=4,prob=1/n",
+              "--backup-workers", "1"]
 CASES = {
     "ring-based-contended": ["--topology", "ring-based", "-n", "16", "--iterations", "30", *CONTENDED],
     "exponential-straggler-backup-skip": [
@@ -60,13 +64,31 @@ CASES = {
                   *CONTENDED],
     "ps-esync-half-duplex": ["--mode", "ps", "--sync", "esync", "-n", "8", "--iterations", "15",
                              "--nic-duplex", "half", *CONTENDED],
+    # the send model (hopdec.sim.sends): every case above takes its default (zero-copy, TCP's eager limit,
+    # take); these reach the other paths
+    "exponential-backup-zero-copy": [*STRAGGLING, *CONTENDED],
+    "exponential-backup-copy-path": [*STRAGGLING, "--send-path", "copy", *CONTENDED],
+    "exponential-backup-push": [*STRAGGLING, "--rendezvous", "push", *CONTENDED],
+    "ring-based-small-eager": ["--topology", "ring-based", "-n", "16", "--iterations", "30", "--message-mb", "0.03",
+                               "--bandwidth", "0.01", "--compute-time", "normal:mean=0.03,std=0.01"],
+    "torus-shm-take-staleness": ["--topology", "torus", "-n", "16", "--iterations", "30", "--eager-limit", "4096",
+                                 "--staleness", "2", "--slowdown", "rank=5,factor=3", *CONTENDED],
+    # compressed exchanges (each message its coded size) and time-varying topologies
+    "ring-based-int8": ["--topology", "ring-based", "-n", "16", "--iterations", "30", "--compress", "int8",
+                        *CONTENDED],
+    "one-peer-exponential": ["--topology", "one-peer-exponential", "-n", "16", "--iterations", "40",
+                             "--slowdown", "random:factor=4,prob=1/n", *CONTENDED],
+    "one-peer-exponential-topk-skip": [
+        "--topology", "one-peer-exponential", "-n", "16", "--iterations", "40", "--compress", "topk:0.05",
+        "--skip", "max-jump=2,trigger=2", "--slowdown", "rank=2,factor=5", *CONTENDED],
 }
 
 KEYS = ("rank", "iter", "time", "compute_s", "slowdown", "wait_s", "wait_updates_s", "wait_tokens_s",
         "wait_acks_s", "waited_on", "jumped_from", "jump", "sent", "sent_to", "send_skipped", "tokens",
         "reduced", "held", "used_total", "dropped_total", "version", "gap", "t_recv", "t_push", "push_s",
         "staleness", "event", "workers", "weights", "steps", "gaps", "reason", "kind", "applied", "dropped",
-        "work", "elapsed")
+        "work", "elapsed", "wait_sends_s", "sent_bytes", "send_s", "reduce_s", "apply_s", "what", "round",
+        "local_step", "local_steps", "round_steps")
 """The record fields hashed: times and protocol decisions (a field added later is not, so another change
 that only adds fields to the logs leaves the golden values as they are)."""
 
@@ -89,7 +111,7 @@ def _links_file(tmp):
 def run_case(name, tmp):
     argv = CASES[name] if CASES[name] is not None else _links_file(tmp)
     log_dir = os.path.join(tmp, name)
-    args = build_parser().parse_args(argv + ["--invariants", "off", "--log-dir", log_dir])
+    args = parse(argv + ["--invariants", "off", "--log-dir", log_dir])
     res = simulate(args, out=io.StringIO())
     h = hashlib.sha256()
     for f in sorted(os.listdir(log_dir), key=lambda s: (len(s), s)):
@@ -108,13 +130,23 @@ def run_case(name, tmp):
 
 GOLDEN = {
     'double-ring-queue-only': dict(virtual_s='20.13265920000001', max_gap=2, events=644,
-        transfers=1920, controls=0, logs='4fba02f0bfa6632e1305'),
+        transfers=1920, controls=0, logs='0824b87ad759db1c12d7'),
+    'exponential-backup-copy-path': dict(virtual_s='4.1873486025458275', max_gap=1, events=1360,
+        transfers=1920, controls=1392, logs='ae2ea3e332de4cd2b94a'),
+    'exponential-backup-push': dict(virtual_s='5.580502402274939', max_gap=1, events=6035,
+        transfers=1920, controls=5232, logs='6e67c354070ca086fe41'),
+    'exponential-backup-zero-copy': dict(virtual_s='4.266304532740139', max_gap=2, events=1325,
+        transfers=1919, controls=1392, logs='d83190983e02417a080a'),
     'exponential-free-network': dict(virtual_s='2.329411260728595', max_gap=3, events=1888,
-        transfers=3200, controls=3040, logs='4cf4bfda08c499a6bf85'),
-    'exponential-straggler-backup-skip': dict(virtual_s='9.028490026646967', max_gap=4, events=2817,
-        transfers=2228, controls=2424, logs='ee7fc984c45d313d62a9'),
-    'links-from-file': dict(virtual_s='6.129797760000002', max_gap=1, events=1277,
-        transfers=720, controls=696, logs='bfd791ab7264392cfbd9'),
+        transfers=3200, controls=2432, logs='0683c97a63a47a757044'),
+    'exponential-straggler-backup-skip': dict(virtual_s='9.353403001690213', max_gap=4, events=2942,
+        transfers=2246, controls=1889, logs='9910b84dc9cdddeac585'),
+    'links-from-file': dict(virtual_s='6.129797760000002', max_gap=1, events=813,
+        transfers=720, controls=0, logs='fd5741dbea056c34d4dd'),
+    'one-peer-exponential': dict(virtual_s='3.0325786949001676', max_gap=4, events=3096,
+        transfers=640, controls=2336, logs='fa93887348355b584388'),
+    'one-peer-exponential-topk-skip': dict(virtual_s='6.3208409920314', max_gap=4, events=1985,
+        transfers=640, controls=2336, logs='399f660019f29a176ce0'),
     'ps-asp-fast-server': dict(virtual_s='2.1127049919464485', max_gap=2, events=3297,
         transfers=382, controls=12, logs='e73560f6b8c7022eb1d1'),
     'ps-backup': dict(virtual_s='8.777288874437376', max_gap=1, events=671,
@@ -124,21 +156,27 @@ GOLDEN = {
     'ps-dssp': dict(virtual_s='5.814499350991006', max_gap=2, events=838,
         transfers=254, controls=8, logs='5e272260b0ea56fc7753'),
     'ps-elastic': dict(virtual_s='7.114284086822864', max_gap=3, events=778,
-        transfers=254, controls=8, logs='fed5d29678db924f00a6'),
+        transfers=254, controls=8, logs='b6f3e9982e79ef82ddc2'),
     'ps-esync-half-duplex': dict(virtual_s='6.762353247395336', max_gap=5, events=968,
-        transfers=192, controls=456, logs='2b34ce73160b35a00603'),
+        transfers=192, controls=456, logs='eed0b219e593eaef4bbd'),
     'ps-ssp': dict(virtual_s='5.691733176927483', max_gap=3, events=810,
         transfers=250, controls=8, logs='5875712aa0a04e6e6e33'),
-    'ring-based-128': dict(virtual_s='3.1734795326013456', max_gap=2, events=4692,
-        transfers=4608, controls=4224, logs='81cc05a7eb6ff1acff2c'),
-    'ring-based-contended': dict(virtual_s='3.02139888', max_gap=0, events=1221,
-        transfers=1440, controls=1392, logs='5fafa2b522bea44a0c6c'),
-    'ring-based-mixed-no-latency': dict(virtual_s='1.7234605140739652', max_gap=4, events=1231,
-        transfers=1440, controls=1392, logs='8bb84e4aef1c75bc5abe'),
+    'ring-based-128': dict(virtual_s='3.1734795326013456', max_gap=2, events=3284,
+        transfers=4608, controls=0, logs='b29751a5a906114e09f0'),
+    'ring-based-contended': dict(virtual_s='3.02139888', max_gap=0, events=757,
+        transfers=1440, controls=0, logs='8e07b39198f314d7cae3'),
+    'ring-based-int8': dict(virtual_s='1.2187497257346895', max_gap=2, events=1265,
+        transfers=1440, controls=0, logs='1250808ea19df0e87ab2'),
+    'ring-based-mixed-no-latency': dict(virtual_s='1.7234605140739652', max_gap=4, events=767,
+        transfers=1440, controls=0, logs='0603a7774258006ea78f'),
+    'ring-based-small-eager': dict(virtual_s='2.2664241599999992', max_gap=0, events=757,
+        transfers=1440, controls=0, logs='556610de5a664b9f17c9'),
     'ring-notify-ack-serial': dict(virtual_s='3.1894767117652445', max_gap=1, events=1166,
-        transfers=480, controls=480, logs='1cffa7b6da9681030826'),
-    'torus-hybrid-half-duplex': dict(virtual_s='8.053113679999997', max_gap=2, events=1009,
-        transfers=1920, controls=1856, logs='fb7f6843c0e7f2fa4762'),
+        transfers=480, controls=480, logs='44b1a52a570868249e5b'),
+    'torus-hybrid-half-duplex': dict(virtual_s='8.053113679999997', max_gap=1, events=545,
+        transfers=1920, controls=0, logs='30aa299837a225a0af43'),
+    'torus-shm-take-staleness': dict(virtual_s='4.026581839999999', max_gap=1, events=558,
+        transfers=1920, controls=0, logs='7a6de746bfac86189be9'),
 }
 
 

@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from hopdec.cli.sim import build_parser
+from hopdec.cli.sim import parse
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import LinkModel
 from hopdec.sim.run import simulate
@@ -30,6 +30,10 @@ MB = 1e6
      "--compute-time", "normal:mean=0.03,std=0.01", "--slowdown", "rank=2,factor=3"],
     ["--topology", "exponential", "-n", "16", "--iterations", "20", "--staleness", "2", "--skip",
      "max-jump=3,trigger=2", "--slowdown", "random:factor=5,prob=1/n"],
+    ["--topology", "exponential", "-n", "16", "--iterations", "20", "--rendezvous", "push", "--backup-workers",
+     "1", "--bandwidth", "1", "--message-mb", "4", "--slowdown", "rank=2,factor=3"],
+    ["--topology", "one-peer-exponential", "-n", "16", "--iterations", "20", "--compress", "topk:0.1",
+     "--bandwidth", "1", "--message-mb", "4"],
     ["--mode", "ps", "--sync", "esync", "-n", "8", "--iterations", "20"],
     ["--mode", "ps", "--sync", "bsp", "-n", "8", "--iterations", "20", "--bandwidth", "1"],
 ])
@@ -50,7 +54,7 @@ def test_a_simulation_makes_no_reference_cycles(argv):
     saved = hop.HopSim.run, ps.PSSim.run
     hop.HopSim.run, ps.PSSim.run = counting(hop.HopSim), counting(ps.PSSim)
     try:
-        simulate(build_parser().parse_args(argv + ["--invariants", "off"]), out=io.StringIO())
+        simulate(parse(argv + ["--invariants", "off"]), out=io.StringIO())
     finally:
         hop.HopSim.run, ps.PSSim.run = saved
     assert found == [0]

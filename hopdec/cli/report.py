@@ -131,7 +131,7 @@ def trace_parser():
 
 def _trace(args):
     run = _load([args.run], None)[0]
-    from hopdec.observe.trace import write_trace
+    from hopdec.report.trace import write_trace
     obj = write_trace(run, args.output)
     spans = any(r.get("spans") for recs in run.records.values() for r in recs)
     print(f"wrote {args.output} ({len(obj['traceEvents'])} events"

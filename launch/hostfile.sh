@@ -45,8 +45,10 @@ is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of wo
 worker_cmd
 mpirun_base
 ft_flags "$@"
+net_flags cluster "$@"
 MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
 for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
 done
+extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -38,5 +38,7 @@ is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of worke
 worker_cmd
 mpirun_base
 ft_flags "$@"
+net_flags one-host "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
+extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

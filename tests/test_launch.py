@@ -1,8 +1,12 @@
 """launch/local.sh starts N MPI ranks on one box and runs HOPDEC_CMD (or hopdec train) on each."""
 
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,3 +52,147 @@ def test_usage_and_bad_arguments(tmp_path):
     assert r.returncode == 2 and "nope" in r.stderr
     r = _run(["-n", os.path.join(ROOT, "launch", "slurm.sbatch")])  # bash -n: syntax check
     assert r.returncode == 0, r.stderr
+
+
+# ---- the launcher never leaves a job behind (issue 17 item 3), and a stopped run is not a success (item 11)
+STOP_RUN = ["--no-progress", "--threads", "1", "--topology", "complete", "--iterations", "400",
+            "--compute-time", "0.05"]
+
+
+def _log_records(log_dir, rank):
+    try:
+        with open(os.path.join(log_dir, f"rank{rank}.jsonl")) as f:
+            return [json.loads(ln) for ln in f.read().splitlines() if ln.endswith("}")]
+    except FileNotFoundError:
+        return []
+
+
+def _wait_running(log_dir, ranks, n=5, timeout=120):
+    """Pids of every rank once each logged ``n`` iteration records."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        recs = [_log_records(log_dir, r) for r in range(ranks)]
+        if all(sum("iter" in x for x in rs) > n for rs in recs):
+            return [rs[0]["run"]["pid"] for rs in recs]
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not log {n} iterations within {timeout} s")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _all_gone(pids, within=30):
+    deadline = time.time() + within
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return not any(_alive(p) for p in pids)
+
+
+def _stopped_cleanly(ck, ranks):
+    """Every rank's last checkpoint is the one a stop wrote, at the same iteration on every rank."""
+    from hopdec.runtime import checkpoint as C
+    last = []
+    for r in range(ranks):
+        man = C.read_manifest(str(ck), r)
+        key = max(int(k) for k in man["complete"])
+        assert man["complete"][str(key)]["cause"] == "stop", man["complete"]
+        last.append(key)
+    return len(set(last)) == 1
+
+
+def _launch_env():
+    from conftest import mpi_env
+    return mpi_env(HOPDEC_CMD=f"{sys.executable} -m hopdec.cli train")
+
+
+@pytest.mark.mpi
+def test_a_closed_terminal_stops_the_run_cleanly(tmp_path):
+    """Closing the terminal (SIGHUP to the launcher, whose output goes to it) is a Ctrl-C: the ranks stop
+    at one iteration, write a final checkpoint and exit; the launcher exits 129; nothing is left."""
+    import pty
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    argv = ["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir", str(ck)]
+    env = _launch_env()
+    pid, fd = pty.fork()
+    if pid == 0:                                    # the child: a session whose terminal is the pty
+        os.chdir(ROOT)
+        os.execvpe("bash", argv, env)
+    try:
+        ranks = []
+        deadline = time.time() + 120
+        while not ranks:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    os.read(fd, 65536)
+                except OSError:
+                    break
+            try:
+                ranks = _wait_running(str(logs), 2, timeout=0.01)
+            except AssertionError:
+                assert time.time() < deadline, "the run did not start"
+        os.close(fd)                                # the terminal goes away: SIGHUP
+        fd = None
+        deadline = time.time() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.time() < deadline, "the launcher did not end after SIGHUP"
+            time.sleep(0.1)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    assert _all_gone(ranks)
+    assert _stopped_cleanly(ck, 2)
+
+
+@pytest.mark.mpi
+def test_a_killed_launcher_takes_its_job_along(tmp_path):
+    """SIGKILL to the launcher script (no trap sees it): mpirun, in a session of its own, used to train on,
+    orphaned. Now it gets the clean stop: the ranks checkpoint and exit."""
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir",
+                             str(ck)], env=_launch_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        ranks = _wait_running(str(logs), 2)
+        proc.kill()
+        proc.wait(10)
+        assert _all_gone(ranks), "the job outlived its launcher"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert _stopped_cleanly(ck, 2)
+
+
+@pytest.mark.mpi
+def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
+    """SIGTERM to one rank (as Slurm sends it) under plain mpirun: every rank stops at one iteration, and
+    the job exits 128 + SIGTERM -- it used to exit 0, as if it had completed."""
+    from conftest import mpi_env
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", sys.executable, "-m",
+                             "hopdec.cli", "train", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir", str(ck)],
+                            env=mpi_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        ranks = _wait_running(str(logs), 2)
+        os.kill(ranks[1], signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped at iteration" in err and "(SIGTERM)" in err
+    assert _stopped_cleanly(ck, 2)

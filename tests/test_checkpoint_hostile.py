@@ -185,3 +185,24 @@ def test_an_exclusive_create_refuses_links_and_existing_files(tmp_path):
         with pytest.raises(FileExistsError):
             create_exclusive(str(tmp_path / name))
     assert victim.read_text() == "x" and not (tmp_path / "nowhere").exists()
+
+
+# ---- on real ranks: exit 2 at setup, one line --------------------------------------------------------------
+def test_a_resume_from_damaged_checkpoints_is_a_setup_error(mpirun, tmp_path):
+    """Two runs write checkpoints (one job); one gets a flipped bit in rank 1's latest file, the other loses
+    rank 1's directory; resuming each (a second job) is refused during setup -- exit 2 on every rank, one
+    line naming the file or the rank -- where the damaged file used to abort the job after setup (exit 3)."""
+    base = ["--no-progress", "--threads", "1", "--topology", "complete"]
+    run = base + ["--iterations", "6", "--checkpoint-every", "3"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    first = mpirun.batch(2, [run + ["--checkpoint-dir", a], run + ["--checkpoint-dir", b]], timeout=180)
+    assert [r.returncode for r in first] == [0, 0], first[0].stderr
+    damaged = os.path.join(a, "rank1", C.ckpt_name(6))
+    _flip(damaged, 400)
+    os.rename(os.path.join(b, "rank1"), os.path.join(b, "elsewhere"))
+    more = base + ["--iterations", "9"]
+    second = mpirun.batch(2, [more + ["--resume", a], more + ["--resume", b]], timeout=180)
+    for res, words in zip(second, ([damaged, "CRC"], ["rank 1 of 2 has no checkpoint there"])):
+        errors = [ln for ln in res.stderr.splitlines() if "error" in ln]
+        assert res.returncode == 2 and len(errors) == 1, res.stderr
+        assert all(w in errors[0] for w in words), errors

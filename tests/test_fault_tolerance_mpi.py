@@ -107,6 +107,8 @@ def test_a_dead_ps_worker_is_dropped_and_the_others_finish(mpirun, sync):
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"failure: worker 2 died after \d+ mini-batches", out.stdout), out.stdout
     assert "2 of 3 workers finished" in out.stdout
+    notice = "hopdec: rank 2 (a worker) failed; the server drops it and 2 workers go on"    # when it happens
+    assert out.stdout.count(notice) == 1 and out.stdout.index(notice) < out.stdout.index("failure: worker 2")
     rows = [ln.split() for ln in out.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
     assert sorted(int(r[0]) for r in rows) == [1, 3], out.stdout
     if sync == "bsp":

@@ -2,7 +2,9 @@
 
 import json
 import os
+import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,3 +198,54 @@ def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "stopped at iteration" in err and "(SIGTERM)" in err
     assert _stopped_cleanly(ck, 2)
+
+
+# ---- what a one-host job listens on (issue 17 item 7) ---------------------------------------------------------
+LISTENER = (f"{sys.executable} -c '"
+            "import os, sys, time; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+            "x = c.sendrecv(os.getpid(), dest=(c.rank + 1) % c.size, source=(c.rank - 1) % c.size); "
+            "print(\"pid\", os.getpid(), flush=True); time.sleep(4); c.Barrier(); "
+            "os._exit(0) if \"--fault-tolerance\" in sys.argv else None'")   # ULFM: no MPI_Finalize
+
+
+def _sockets(kind, pids):
+    """``(local, peer)`` addresses of ``ss -tnp`` sockets (kind: -l listening, or established) owned by pids."""
+    args = ["ss", "-Htnp"] + (["-l"] if kind == "listen" else ["state", "established"])
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
+    found = []
+    for line in out.splitlines():
+        owners = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if owners & set(pids):
+            cols = line.split()
+            found.append((cols[-3], cols[-2]))
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+@pytest.mark.parametrize("ft", [False, True])
+def test_a_one_host_job_talks_over_loopback_only(tmp_path, ft):
+    """Without --fault-tolerance the ranks open no TCP listener at all (shared memory; they listened on
+    0.0.0.0 and [::]); with it they talk TCP over 127.0.0.1 only (their peers were the host's other
+    addresses). Either way every connection a rank has is on loopback (its launcher's PMIx server too).
+    mpirun's own daemon port is Open MPI's (launch/README.md says what it exposes)."""
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *(["--fault-tolerance"] if ft else [])],
+                            env={**os.environ, "HOPDEC_CMD": LISTENER, "HOPDEC_STARTUP_TIMEOUT": "60"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pids = []
+        deadline = time.time() + 90
+        while len(pids) < 2:
+            line = proc.stdout.readline()
+            assert line and time.time() < deadline, proc.stderr.read()[-2000:]
+            if line.startswith("pid "):
+                pids.append(int(line.split()[1]))
+        listening, talking = _sockets("listen", pids), _sockets("established", pids)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert talking and all(a.startswith("127.") and b.startswith("127.") for a, b in talking), talking
+    if not ft:
+        assert listening == [], listening

@@ -160,8 +160,11 @@ class ServerIO:
                 self.reqs[i] = self.MPI.REQUEST_NULL
 
     def _report_failures(self, core):
+        from hopdec.runtime.failures import announce_ps_failure
         while self._new_dead:
-            core.on_worker_failed(self._new_dead.pop(0), time.time())
+            w = self._new_dead.pop(0)
+            core.on_worker_failed(w, time.time())
+            announce_ps_failure(w, len(self.workers) - len(self.dead))    # when it happens, not only in the summary
 
     def _wait_any(self, wait_action):
         what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still "

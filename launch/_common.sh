@@ -57,8 +57,8 @@ has_ft() {
 # authentication, and Open MPI binds every TCP listener to all addresses; see launch/README.md).
 # - one host: no TCP between ranks at all (shared memory); with --fault-tolerance, which needs TCP, the
 #   ranks use and publish 127.0.0.1 only (btl_tcp_if_include), never the host's other addresses.
-# - cluster: HOPDEC_NETWORK (an interface or CIDR, e.g. 10.1.0.0/16) keeps the ranks' TCP traffic and the
-#   launcher's daemons on that network.
+# - cluster: HOPDEC_NETWORK (an interface, e.g. eth1) keeps the ranks' TCP traffic and the launcher's
+#   daemons on that network.
 net_flags() {
     local where="$1"
     shift

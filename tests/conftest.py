@@ -5,6 +5,7 @@ Every test that starts MPI processes uses the :func:`mpirun` fixture (and so car
 process group and the test fails with what it printed: a hang is a failure, never a stuck CI.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -108,6 +109,22 @@ class MPIRun:
         out = run_bounded(cmd, 60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)["gap_bounds"]
+
+
+@contextlib.contextmanager
+def address_space_capped(extra=2 ** 31):
+    """This process may grow by at most ``extra`` bytes of address space inside: a regression that
+    allocates what a header claims is a MemoryError here, not a machine pushed into the OOM killer."""
+    import resource
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = size + extra if old[1] == resource.RLIM_INFINITY else min(size + extra, old[1])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
 
 
 BATCH_MARK = "@@hopdec-batch-run@@\n"

@@ -64,12 +64,21 @@ net_flags() {
     shift
     if [[ "$where" == one-host ]]; then
         if has_ft "$@"; then
-            MPIRUN+=(--mca btl_tcp_if_include 127.0.0.1/8)
+            mca mca btl_tcp_if_include 127.0.0.1/8
         else
-            MPIRUN+=(--mca btl ^tcp)
+            mca mca btl ^tcp
         fi
     elif [[ -n "${HOPDEC_NETWORK:-}" ]]; then
-        MPIRUN+=(--mca btl_tcp_if_include "$HOPDEC_NETWORK" --prtemca prte_if_include "$HOPDEC_NETWORK")
+        mca mca btl_tcp_if_include "$HOPDEC_NETWORK"
+        mca prtemca prte_if_include "$HOPDEC_NETWORK"
+    fi
+}
+
+# mca mca|prtemca NAME VALUE: add --mca/--prtemca NAME VALUE unless HOPDEC_MPIRUN_ARGS sets NAME (Open MPI
+# refuses a parameter given twice with different values: the user's wins).
+mca() {
+    if [[ " ${HOPDEC_MPIRUN_ARGS:-} " != *[[:space:]]"$2"[[:space:]]* ]]; then
+        MPIRUN+=("--$1" "$2" "$3")
     fi
 }
 
@@ -88,8 +97,8 @@ net_flags() {
 ft_flags() {
     local eager=1073741824
     if has_ft "$@"; then
-        MPIRUN+=(--with-ft ulfm --mca btl "${HOPDEC_FT_BTL:-tcp,self}"
-                 --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
+        mca mca btl "${HOPDEC_FT_BTL:-tcp,self}"
+        MPIRUN+=(--with-ft ulfm --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
                  --mca btl_tcp_max_send_size "$eager"
                  --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
                  --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"

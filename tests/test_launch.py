@@ -249,3 +249,12 @@ def test_a_one_host_job_talks_over_loopback_only(tmp_path, ft):
     assert talking and all(a.startswith("127.") and b.startswith("127.") for a, b in talking), talking
     if not ft:
         assert listening == [], listening
+
+
+@pytest.mark.mpi
+def test_the_users_launcher_flags_win_over_the_scripts(tmp_path):
+    """HOPDEC_MPIRUN_ARGS setting a parameter the script sets too (btl, btl_tcp_if_include): Open MPI
+    refuses a parameter given twice with different values, so the script leaves it to the user."""
+    for args, extra in (("--mca btl self,sm", []), ("--mca btl_tcp_if_include lo", ["--fault-tolerance"])):
+        r = _run([LOCAL, "-n", "1", *extra], HOPDEC_CMD=PRINT_RANK, HOPDEC_MPIRUN_ARGS=args)
+        assert r.returncode == 0 and "rank 0 of 1" in r.stdout, r.stderr

@@ -97,8 +97,9 @@ mca() {
 ft_flags() {
     local eager=1073741824
     if has_ft "$@"; then
+        MPIRUN+=(--with-ft ulfm)            # first: Open MPI reads the flags after it as a fault-tolerant job's
         mca mca btl "${HOPDEC_FT_BTL:-tcp,self}"
-        MPIRUN+=(--with-ft ulfm --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
+        MPIRUN+=(--mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
                  --mca btl_tcp_max_send_size "$eager"
                  --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
                  --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"

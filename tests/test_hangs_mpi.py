@@ -26,9 +26,9 @@ if os.environ.get("OMPI_COMM_WORLD_RANK") == os.environ["VICTIM"]:
     how = os.environ["HOW"]
     if how == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
-    elif how == "die":
+    elif how == "killed":
         time.sleep(0.3)
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)
     elif how == "slow":
         time.sleep(60)
 from hopdec.cli.main import main
@@ -77,12 +77,13 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_job_with_one_line(mpirun, t
     assert _gone(int(pidfile.read_text()))
 
 
-def test_under_fault_tolerance_a_rank_dead_before_mpi_init_ends_the_job(mpirun, tmp_path):
-    """The launcher does not end a fault-tolerant job when a process exits, so a rank killed 0.3 s after
-    launch left the others in MPI_Init forever: now they end it after the start-up bound, exit 3."""
+def test_under_fault_tolerance_a_rank_killed_before_mpi_init_ends_the_job(mpirun, tmp_path):
+    """The launcher does not end a fault-tolerant job when a process is killed, so a rank killed 0.3 s after
+    launch left the others in MPI_Init forever: now they end it after the start-up bound, exit 3, with one
+    line naming it. (A rank that exits non-zero instead is ended at once by Open MPI, rank and all.)"""
     pidfile = tmp_path / "victim.pid"
     env = mpirun.env(HOPDEC_CMD=f"{sys.executable} {_wrapper(tmp_path)} train", HOPDEC_STARTUP_TIMEOUT="3",
-                     VICTIM="1", HOW="die", VICTIM_PID=str(pidfile))
+                     VICTIM="1", HOW="killed", VICTIM_PID=str(pidfile))
     out = run_bounded(mpirun.launch_cmd(3, ["--fault-tolerance", *COMMON]), 60, env=env)
     assert out.returncode == 3, out.stderr[-3000:]
     errors = _errors(out.stderr)

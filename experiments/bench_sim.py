@@ -38,10 +38,10 @@ DEFAULT = ("ring1024", "ring10k")
 
 
 def run_case(name, profile=False):
-    from hopdec.cli.sim import build_parser
+    from hopdec.cli.sim import parse
     from hopdec.sim.run import simulate
     argv, n, iters = CASES[name]
-    args = build_parser().parse_args(argv + ["--invariants", "off"])
+    args = parse(argv + ["--invariants", "off"])
     out = io.StringIO()
     prof = None
     if profile:

@@ -140,10 +140,8 @@ def ps_result(d):
 def hop_result(d, args):
     import torch
 
-    from hopdec.ml.data import load_dataset
-    from hopdec.ml.models import PRESETS
-    from hopdec.runtime.context import RunContext
-    from hopdec.cli.train import build_parser
+    from hopdec.cli.train import parse
+    from hopdec.modes.work import resolve
 
     torch.set_num_threads(1)
     recs = _records(d, range(args.workers))
@@ -154,10 +152,7 @@ def hop_result(d, args):
         with open(os.path.join(d, f"snap_r{r}.jsonl")) as f:
             for x in map(json.loads, f):
                 snaps.setdefault(x["iter"], {})[r] = x["time"]
-    a = build_parser().parse_args(["--seed", str(args.seed)])
-    ctx = RunContext(args=a, comm=None, dataset=load_dataset("digits", seed=args.seed), model_name="cnn",
-                     hparams=dict(PRESETS["cnn"]), iterations=1, device=torch.device("cpu"))
-    t = ctx.make_trainer(0, args.workers)
+    t = resolve(parse(["--seed", str(args.seed)]).work, args.workers).trainer(0, args.workers)
     curve = []
     for it in sorted(snaps):
         if len(snaps[it]) < args.workers:

@@ -91,11 +91,10 @@ class Runner:
 
 def simulate(argv):
     """Run ``hopdec sim argv`` in this process and reduce it to the figures (see module doc)."""
-    from hopdec.cli.sim import build_parser
+    from hopdec.cli.sim import parse
     from hopdec.sim.run import simulate as sim_run
-    args = build_parser().parse_args([str(a) for a in argv])
     out = io.StringIO()
-    res = sim_run(args, out=out)
+    res = sim_run(parse([str(a) for a in argv]), out=out)
     stats = res["stats"]
     rates = {}
     for r, s in stats.items():

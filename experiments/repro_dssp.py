@@ -115,19 +115,13 @@ class NextPushDSSP(LiteralDSSP):
 def _variant(cls):
     @contextlib.contextmanager
     def patch():
-        import hopdec.ps.options as O
-        orig = O.policy_from
-
-        def policy_from(args, workers):
-            pol = orig(args, workers)
-            if isinstance(pol, DSSPPolicy):
-                return cls(workers, pol.s_lower, pol.s_upper)
-            return pol
-        O.policy_from = policy_from
+        from hopdec.ps.sync import POLICIES
+        orig = POLICIES["dssp"]
+        POLICIES["dssp"] = cls              # --sync dssp runs the variant (it reads the same options)
         try:
             yield
         finally:
-            O.policy_from = orig
+            POLICIES["dssp"] = orig
     return patch
 
 

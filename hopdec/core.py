@@ -26,6 +26,11 @@ class Finished:
     """The core has nothing more to do."""
 
 
+class Deadlock(RuntimeError):
+    """An in-process driver (the seeded scheduler, the simulator) found every unfinished core waiting and
+    no message left to deliver: the cores cannot finish. The message says where each one is."""
+
+
 @dataclass(frozen=True)
 class ComputeGradient:
     """Compute the gradient of the next mini-batch at the current parameters (keep it for later)."""

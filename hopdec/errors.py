@@ -11,3 +11,8 @@ class TopologyError(HopdecError):
 
 class ConfigError(HopdecError):
     """A command-line option or combination of options that cannot be used."""
+
+
+class RunError(HopdecError):
+    """A run that cannot go on (its loss is no longer a finite number, the parameter server died): one
+    line, non-zero exit."""

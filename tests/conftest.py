@@ -161,3 +161,23 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "mpirun" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.mpi)
+
+
+@pytest.fixture
+def netns_testbed():
+    """Emulated networks for a test (:mod:`hopdec.testbed`): ``tb = netns_testbed(spec)`` builds one
+    (namespaces, links, delays) and returns it up; every one is torn down after the test, whatever
+    happened. Skipped, with the reason, where this machine cannot build one (not root, no namespaces)."""
+    from hopdec.testbed.netns import NetnsTestbed, support
+    why = support()
+    if why is not None:
+        pytest.skip(f"no network namespaces here: {why}")
+    made = []
+
+    def build(spec):
+        tb = NetnsTestbed(spec)
+        made.append(tb)
+        return tb.up()
+    yield build
+    for tb in made:
+        tb.down()

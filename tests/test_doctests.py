@@ -9,8 +9,9 @@ from hopdec import topology as T
 
 MODULES = ["hopdec.topology", "hopdec.topology.graph_io", "hopdec.topology.generators",
            "hopdec.topology.weights", "hopdec.topology.spectral", "hopdec.topology.bounds", "hopdec.topology.heal",
-           "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.sim.events",
-           "hopdec.transport.message"]
+           "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.hop.cuts", "hopdec.sim.events",
+           "hopdec.transport.message", "hopdec.topology.schedule", "hopdec.topology.schedule_analysis",
+           "hopdec.transport.codec", "hopdec.hop.receive"]
 
 
 @pytest.mark.parametrize("name", MODULES)

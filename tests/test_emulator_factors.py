@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from hopdec.runtime.heterogeneity import Emulator, seeded_uniforms
+from hopdec.heterogeneity import Emulator, seeded_uniforms
 
 
 def test_seeded_uniforms_are_numpys_draws():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hopdec.ps.sync import SYNC_MODES
-from hopdec.runtime.metrics import max_iteration_gap
+from hopdec.report.gaps import max_iteration_gap
 
 FT = ["--fault-tolerance", "--no-progress", "--threads", "1", "--peer-timeout", "30"]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from hopdec.errors import ConfigError
-from hopdec.runtime.heterogeneity import Emulator, Slowdown, parse_slowdown, parse_slowdowns
+from hopdec.heterogeneity import Emulator, Slowdown, parse_slowdown, parse_slowdowns
 
 
 def test_parse_random_forms():

@@ -108,8 +108,10 @@ def test_presets_and_defaults():
     assert PRESETS["vgg11"] == {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 128}
     assert PRESETS["svm"] == {"lr": 10.0, "momentum": 0.9, "weight_decay": 1e-7, "batch_size": 128}
     assert PRESETS["cnn"]["batch_size"] == 32 and PRESETS["cnn"]["momentum"] == 0.9
-    assert set(PRESETS) == {"cnn", "vgg11", "svm", "mlp"}
+    assert set(PRESETS) == {"cnn", "vgg11", "svm", "mlp", "transformer"}
+    assert PRESETS["transformer"]["optimizer"] == "adamw" and PRESETS["transformer"]["clip"] == 1.0
     assert default_model_for("digits") == "cnn"
+    assert default_model_for("kjv") == "transformer"
     assert default_model_for("cifar10") == "vgg11"
     assert default_model_for("libsvm") == "svm"
     assert isinstance(loss_fn("cnn"), torch.nn.CrossEntropyLoss)

@@ -189,22 +189,21 @@ def test_experiment_scripts_name_no_internal_issue():
 
 
 def test_observe_options_are_checked_in_one_line(tmp_path):
-    from hopdec.cli.train import build_parser
+    from hopdec.cli.train import parse
     from hopdec.observe.options import check_observe_options
-    p = build_parser()
     with pytest.raises(ConfigError, match="--consensus-every 0: must be an integer >= 1"):
-        check_observe_options(p.parse_args(["--consensus-every", "0"]))
+        check_observe_options(parse(["--consensus-every", "0"]).observe)
     with pytest.raises(ConfigError, match="--consensus-every is for decentralized runs"):
-        check_observe_options(p.parse_args(["--consensus-every", "5", "--mode", "ps"]))
+        check_observe_options(parse(["--consensus-every", "5", "--mode", "ps"]).observe)
     with pytest.raises(ConfigError, match="--progress-interval nan"):
-        check_observe_options(p.parse_args(["--progress-interval", "nan"]))
+        check_observe_options(parse(["--progress-interval", "nan"]).observe)
     with pytest.raises(ConfigError, match="--trace .*: cannot write"):
-        check_observe_options(p.parse_args(["--trace", str(tmp_path / "no" / "t.json")]))
+        check_observe_options(parse(["--trace", str(tmp_path / "no" / "t.json")]).observe)
     with pytest.raises(ConfigError, match="--eval-interval in a decentralized run .* --consensus-every"):
-        check_observe_options(p.parse_args(["--eval-interval", "2"]))
-    check_observe_options(p.parse_args(["--trace", str(tmp_path / "t.json"), "--consensus-every", "3",
-                                        "--eval-interval", "2"]))
-    check_observe_options(p.parse_args(["--eval-interval", "2", "--mode", "ps"]))
+        check_observe_options(parse(["--eval-interval", "2"]).observe)
+    check_observe_options(parse(["--trace", str(tmp_path / "t.json"), "--consensus-every", "3",
+                                        "--eval-interval", "2"]).observe)
+    check_observe_options(parse(["--eval-interval", "2", "--mode", "ps"]).observe)
 
 
 def test_missing_tensorboard_is_one_line(monkeypatch):

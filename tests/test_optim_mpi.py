@@ -1,7 +1,17 @@
-"""HopSGD in a user's own loop computes exactly what ``hopdec train`` computes (same core, same seeds)."""
+"""The Hop optimizer in users' loops under real ``mpirun``: HopSGD computes exactly what ``hopdec train``
+computes; AdamW with parameter groups and a scheduler, unequal step counts, the consensus model, a
+checkpoint round trip, iteration skipping, logs for ``hopdec report``; a raising rank ends the job with one
+line; a public example's structure ported to it runs. Scenarios share jobs (``tests/optim_driver.py``)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
 
 import numpy as np
-
+import pytest
 
 DRIVER = """
 import runpy, sys
@@ -31,3 +41,108 @@ def test_hopsgd_loop_matches_hopdec_train(mpirun, tmp_path):
     # ring-based(4) is not complete: the workers' models differ, so the comparison is per worker
     assert not np.allclose(np.load(tmp_path / "loop" / "params_rank0.npy"),
                            np.load(tmp_path / "loop" / "params_rank1.npy"))
+
+
+def scenarios(out):
+    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(r"^@@(\w+) (.*)$", out, re.M)}
+
+
+@pytest.fixture(scope="module")
+def driven(mpirun, tmp_path_factory):
+    """One job: unequal step counts, a checkpoint round trip, a persistently slow rank with skipping."""
+    d = tmp_path_factory.mktemp("optim")
+    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip"], timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return d, scenarios(out.stdout), out
+
+
+def test_unequal_step_counts_end_cleanly_at_the_furthest_rank(driven):
+    _, got, out = driven
+    ranks = got["unequal"]
+    assert [r["steps"] for r in ranks] == [12, 17, 22, 27]
+    assert [r["at_finish"] for r in ranks] == [12, 17, 22, 27]       # no skipping: iteration == steps
+    assert {r["end"] for r in ranks} == {27}                          # everyone stops where the last one was
+    assert "Traceback" not in out.stderr
+
+
+def test_a_scheduler_sets_the_lr_the_wrapped_optimizer_steps_with(driven):
+    ranks = driven[1]["unequal"]
+    for r in ranks:                                                   # StepLR(5, 0.5), seen by AdamW's step
+        assert r["lr"] == pytest.approx([0.01 * 0.5 ** (k // 5) for k in range(r["steps"])])
+        assert r["groups_wd"] == [0.1, 0.0]
+
+
+def test_the_consensus_model_is_the_mean_of_the_workers_with_buffers(driven):
+    ranks = driven[1]["unequal"]
+    assert all(r["consensus_err"] < 1e-6 for r in ranks)              # parameters and BatchNorm statistics
+    assert ranks[0]["buffers_differ"]                                 # (the workers' statistics differ)
+    assert [r["root_only"] for r in ranks] == [False, True, False, False]
+
+
+def test_adamw_and_the_protocol_position_survive_a_checkpoint(driven):
+    for r in driven[1]["resume"]:
+        assert r["position"] == 6 and r["resumed_at"] == 6
+        assert r["max_diff"] == 0.0                                  # the same parameters as uninterrupted
+        assert r["adam_steps"] == 12.0
+
+
+def test_iteration_skipping_lets_a_persistently_slow_rank_keep_up(driven):
+    ranks = driven[1]["skip"]
+    slow = ranks[-1]
+    assert slow["jumps"] > 0 and slow["steps"] < 60 <= slow["end"]
+    assert all(r["steps"] >= 60 for r in ranks[:-1])
+
+
+def test_the_logs_are_a_run_for_hopdec_report(driven, tmp_path):
+    d = driven[0]
+    for name in ("unequal", "skip"):
+        recs = [json.loads(line) for line in open(d / name / "rank3.jsonl")]
+        assert recs[0]["run"]["driver"] == "hopdec.optim.HopOptimizer"
+        iters = [r for r in recs if "iter" in r]
+        assert iters and all(r["compute_s"] >= 0 for r in iters)
+    user = [json.loads(line) for line in open(d / "unequal" / "rank0.jsonl")][1:13]
+    assert all(r["loss"] is not None and not r.get("serving") for r in user)   # the user's steps
+    served = [json.loads(line) for line in open(d / "unequal" / "rank0.jsonl") if '"serving"' in line]
+    assert served                                                     # rank 0 mixed while the others trained
+    page = tmp_path / "r.html"
+    out = subprocess.run([sys.executable, "-m", "hopdec.cli", "report", str(d / "unequal"), str(d / "skip"),
+                          "-o", str(page)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert page.stat().st_size > 10_000
+
+
+def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "raise_"], timeout=120)
+    ended = time.time()
+    assert out.returncode == 3, out.stdout + out.stderr
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert lines == ["hopdec: error: rank 2: ValueError: a bad batch in the user's code (at optim_driver.py:"
+                     + lines[0].split("optim_driver.py:")[1]] if lines else False, lines
+    assert "Traceback" not in out.stderr and "PeerTimeout" not in out.stderr
+    raised = float(re.search(r"@@raise (\S+)", out.stdout).group(1))
+    assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
+
+
+def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
+    """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 8
+    steps; the other four heal the ring, finish their 25 steps, agree where to stop among themselves, and
+    their consensus model is their mean."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft")
+    out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^@@ft(\d) (.*)$", out.stdout, re.M)}
+    assert sorted(got) == [0, 1, 2, 4]
+    for r in got.values():
+        assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
+    assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
+
+
+def test_a_ported_public_example_runs_under_mpirun(mpirun, tmp_path):
+    """PyTorch's MNIST example structure (Adadelta, StepLR, train/test per epoch) on the digits data."""
+    out = mpirun.python(4, ["experiments/mnist_adadelta.py", "--epochs", 2, "--log-dir", tmp_path], timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    losses = [float(x) for x in re.findall(r"Average loss: (\S+),", out.stdout)]
+    assert len(losses) == 3 and losses[1] < losses[0]                # two epochs, the last one again
+    m = re.search(r"consensus model: test loss \S+, accuracy (\S+), lr (\S+)", out.stdout)
+    assert float(m.group(2)) == pytest.approx(0.7 ** 2, rel=1e-3)    # StepLR reached the optimizer
+    assert os.path.exists(tmp_path / "rank3.jsonl")

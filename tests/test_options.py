@@ -6,8 +6,9 @@ import sys
 import pytest
 import torch
 
-from hopdec.cli.options import check_buffers, check_numbers, receive_buffer_bytes
-from hopdec.cli.train import build_parser, setup
+from hopdec.cli.train import parse
+from hopdec.runtime.buffers import check_buffers, receive_buffer_bytes
+from hopdec.runtime.setup import setup
 from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.worker import node_views
@@ -39,16 +40,15 @@ BAD_NUMBERS = [
 @pytest.mark.parametrize("argv,option", BAD_NUMBERS, ids=[" ".join(a) for a, _ in BAD_NUMBERS])
 def test_out_of_range_numbers_name_the_option(argv, option):
     with pytest.raises(ConfigError) as err:
-        check_numbers(build_parser().parse_args(argv))
+        parse(argv)
     assert str(err.value).startswith(option) and "\n" not in str(err.value)
 
 
 def test_in_range_numbers_pass():
-    check_numbers(build_parser().parse_args([]))
-    check_numbers(build_parser().parse_args(
-        ["--lr", "0.1", "--momentum", "0", "--weight-decay", "0", "--epochs", "0.5", "--seed",
-         str(2 ** 32 - 1), "--threads", "1", "--peer-timeout", "0.5", "--esync-epsilon", "-0.2",
-         "--compute-time", "0.01", "--eval-interval", "0", "--staleness", "0", "--max-ig", "1"]))
+    parse([])
+    parse(["--lr", "0.1", "--momentum", "0", "--weight-decay", "0", "--epochs", "0.5", "--seed",
+           str(2 ** 32 - 1), "--threads", "1", "--peer-timeout", "0.5", "--esync-epsilon", "-0.2",
+           "--compute-time", "0.01", "--eval-interval", "0", "--staleness", "0", "--max-ig", "1"])
 
 
 class _Comm:
@@ -67,9 +67,8 @@ class _Comm:
 @pytest.mark.parametrize("argv", [["--lr", "nan"], ["--seed", "-1"], ["--peer-timeout", "nan"]])
 def test_setup_checks_numbers_before_anything_else(argv):
     # a bad number wins over a topology that does not even exist: nothing is loaded before the check
-    args = build_parser().parse_args(argv + ["--topology", "/nonexistent/graph.json"])
     with pytest.raises(ConfigError, match="^" + argv[0]):
-        setup(args, _Comm(4))
+        setup(parse(argv + ["--topology", "/nonexistent/graph.json"]), _Comm(4))
 
 
 def test_device_garbage_and_missing_cuda():
@@ -101,10 +100,9 @@ def test_max_ig_buffers_are_checked_against_memory():
 
 
 def test_setup_refuses_huge_max_ig_before_training():
-    args = build_parser().parse_args(["--max-ig", "1000000", "--topology", "ring", "--threads", "1",
-                                      "--no-progress"])
+    settings = parse(["--max-ig", "1000000", "--topology", "ring", "--threads", "1", "--no-progress"])
     with pytest.raises(ConfigError, match="^--max-ig 1000000: .*parameters"):
-        setup(args, _Comm(4))
+        setup(settings, _Comm(4))
 
 
 @pytest.mark.parametrize("argv,option", [(["--lr", "nan"], "--lr"), (["--device", "garbage"], "--device"),

@@ -89,19 +89,14 @@ def test_every_mode_trains_and_ends_cleanly(all_modes):
 def _reference_bsp(argv, n, iters):
     """Single-process synchronous averaging with the same trainers, shards and seeds."""
     import torch
-    from hopdec.ml.data import load_dataset
-    from hopdec.ml.models import PRESETS
-    from hopdec.ps.mpi import combine
-    from hopdec.runtime.context import RunContext
-    from hopdec.cli.train import build_parser
+    from hopdec.cli.train import parse
+    from hopdec.modes.work import resolve
+    from hopdec.runtime.backend import combine
 
     torch.set_num_threads(1)
-    args = build_parser().parse_args(argv)
-    ctx = RunContext(args=args, comm=None, dataset=load_dataset("digits", seed=args.seed),
-                     model_name="cnn", hparams=dict(PRESETS["cnn"]), iterations=iters,
-                     device=torch.device("cpu"))
-    server = ctx.make_trainer(0, n)
-    workers = [ctx.make_trainer(w, n) for w in range(n)]
+    work = resolve(parse([a for a in argv if a != "--save-models"]).work, n)   # (no --log-dir here)
+    server = work.trainer(0, n)
+    workers = [work.trainer(w, n) for w in range(n)]
     grads = [np.zeros(server.numel + 2, dtype=np.float32) for _ in range(n)]
     scratch = np.zeros(server.numel, dtype=np.float32)
     losses = [[] for _ in range(n)]
@@ -135,7 +130,7 @@ def test_bsp_equals_synchronous_averaging(all_modes):
 
 def _check_gap_from_logs(d, bound):
     """Every iteration a worker entered, the slowest was at most ``bound`` iterations behind."""
-    from hopdec.runtime.metrics import max_iteration_gap
+    from hopdec.report.gaps import max_iteration_gap
     logs = _worker_logs(d)
     gap = max_iteration_gap([[(x["time"], x["iter"]) for x in v] for v in logs.values()])
     assert int(gap.max()) <= bound, gap
@@ -265,13 +260,11 @@ def test_bad_settings_fail_on_every_rank_with_one_line(mpirun, tmp_path):
 ])
 def test_bad_settings_checked_before_communication(argv, option):
     """check_args runs in setup on every rank before any message: one line naming the option."""
-    from hopdec.cli.train import build_parser
+    from hopdec.cli.train import parse
     from hopdec.errors import ConfigError
-    from hopdec.ps.options import check_args
 
-    args = build_parser().parse_args(["--mode", "ps"] + argv)
     with pytest.raises(ConfigError) as info:
-        check_args(args, N_WORKERS + 1)
+        parse(["--mode", "ps"] + argv).ps.policy(range(1, N_WORKERS + 1))
     assert option in str(info.value) and "\n" not in str(info.value)
 
 

@@ -97,14 +97,10 @@ def resume_args(line):
 def _context(argv, iters):
     import torch
 
-    from hopdec.cli.train import build_parser
-    from hopdec.ml.data import load_dataset
-    from hopdec.ml.models import PRESETS
-    from hopdec.runtime.context import RunContext
+    from hopdec.cli.train import parse
+    from hopdec.modes.work import resolve
     torch.set_num_threads(1)
-    args = build_parser().parse_args([str(a) for a in argv[1:]])
-    return RunContext(args=args, comm=None, dataset=load_dataset("digits", seed=args.seed), model_name="cnn",
-                      hparams=dict(PRESETS["cnn"]), iterations=iters, device=torch.device("cpu"))
+    return resolve(parse([str(a) for a in argv[1:] if a != "--save-models"]).work, 1)   # (no --log-dir here)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +109,7 @@ def hop_reference():
     mean, summed in rank order as the ranks do (so the MPI runs match it to float rounding)."""
     n = RANKS
     ctx = _context(HOP, HOP_ITERS)
-    ref = [ctx.make_trainer(r, n) for r in range(n)]
+    ref = [ctx.trainer(r, n) for r in range(n)]
     synchronous_averaging(ref, HOP_ITERS)
     return [t.write_params() for t in ref]
 
@@ -121,11 +117,11 @@ def hop_reference():
 @pytest.fixture(scope="module")
 def bsp_reference():
     """The uninterrupted BSP run in one process: the server's parameters after PS_ITERS steps."""
-    from hopdec.ps.mpi import combine
+    from hopdec.runtime.backend import combine
     n = 2
     ctx = _context(PS, PS_ITERS)
-    server = ctx.make_trainer(0, n)
-    workers = [ctx.make_trainer(w, n) for w in range(n)]
+    server = ctx.trainer(0, n)
+    workers = [ctx.trainer(w, n) for w in range(n)]
     scratch = np.zeros(server.numel, dtype=np.float32)
     for _ in range(PS_ITERS):
         grads = []

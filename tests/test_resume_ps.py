@@ -12,7 +12,7 @@ import pytest
 
 from hopdec.core import Wait
 from hopdec.ps.server import Server
-from hopdec.ps.sync import SYNC_MODES, make_policy
+from hopdec.ps.sync import SYNC_MODES, sync_policy
 from hopdec.ps.worker import PSWorker
 from hopdec.runtime.ps_loop import server_loop, worker_loop
 
@@ -29,7 +29,7 @@ class Sim:
 
     def __init__(self, sync, n=3, budget=60, every=0, seed=0, snapshot=None, speeds=None):
         self.rng = random.Random(seed)
-        self.policy = make_policy(sync, range(1, n + 1), staleness=1)
+        self.policy = sync_policy(sync, range(1, n + 1), staleness=1)
         self.server = Server(self.policy, budget, checkpoints=True, checkpoint_every=every)
         self.workers = self.policy.workers
         self.cores = {w: PSWorker(w, esync=sync == "esync") for w in self.workers}
@@ -270,7 +270,7 @@ def test_policy_state_round_trips_through_json_for_every_sync_model():
     for sync in SYNC_MODES:
         sim = Sim(sync, budget=40, seed=6).run()
         state = json.loads(json.dumps(sim.policy.state()))
-        fresh = make_policy(sync, sim.workers, staleness=1)
+        fresh = sync_policy(sync, sim.workers, staleness=1)
         fresh.load_state(state)
         assert fresh.state() == sim.policy.state()
         assert fresh.pushes == sim.policy.pushes and fresh.waiting == sim.policy.waiting

@@ -11,7 +11,7 @@ from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, DropGra
                                PushGradient, SendWeights, StopWorkers)
 from hopdec.ps.server import DROPPED, Server
 from hopdec.ps.sync import (SYNC_MODES, BackupPolicy, BSPPolicy, DSSPPolicy, ElasticPolicy, ESyncPolicy,
-                            SSPPolicy, make_policy, parse_staleness_range)
+                            SSPPolicy, sync_policy, parse_staleness_range)
 from hopdec.ps.worker import PSWorker
 from hopdec.sim.ps import PSSim
 
@@ -47,32 +47,32 @@ def steps_done(sim, w):
 ])
 def test_bad_settings_one_line_naming_the_option(kwargs, option):
     with pytest.raises(ConfigError) as info:
-        make_policy(**kwargs)
+        sync_policy(**kwargs)
     msg = str(info.value)
     assert option in msg and "\n" not in msg
 
 
 def test_defaults_settings_and_bounds_are_reported():
     for sync in SYNC_MODES:
-        assert make_policy(sync, 4).sync == sync
+        assert sync_policy(sync, 4).sync == sync
     assert parse_staleness_range("3, 12") == (3, 12)
     assert parse_staleness_range(None) == (3, 15)
-    assert make_policy("backup", 4).settings() == {"backup_workers": 1, "N": 3}    # documented b = 1
-    assert make_policy("backup", 4, backup_workers=0).settings() == {"backup_workers": 0, "N": 4}
-    assert make_policy("ssp", 4).settings() == {"staleness": 3}
-    assert make_policy("ssp", 4, staleness=0).s == 0   # s = 0 is legal (BSP-like)
-    assert make_policy("dssp", 4).settings() == {"staleness_range": [3, 15]}
-    assert make_policy("elastic", 4).settings() == {"lookahead": 15}
-    assert make_policy("esync", 4).settings() == {"epsilon": 0.0}
-    assert make_policy("bsp", 4).settings() == {} and make_policy("asp", 4).settings() == {}
-    bounds = {s: make_policy(s, 4).gap_bound() for s in SYNC_MODES}
+    assert sync_policy("backup", 4).settings() == {"backup_workers": 1, "N": 3}    # documented b = 1
+    assert sync_policy("backup", 4, backup_workers=0).settings() == {"backup_workers": 0, "N": 4}
+    assert sync_policy("ssp", 4).settings() == {"staleness": 3}
+    assert sync_policy("ssp", 4, staleness=0).s == 0   # s = 0 is legal (BSP-like)
+    assert sync_policy("dssp", 4).settings() == {"staleness_range": [3, 15]}
+    assert sync_policy("elastic", 4).settings() == {"lookahead": 15}
+    assert sync_policy("esync", 4).settings() == {"epsilon": 0.0}
+    assert sync_policy("bsp", 4).settings() == {} and sync_policy("asp", 4).settings() == {}
+    bounds = {s: sync_policy(s, 4).gap_bound() for s in SYNC_MODES}
     assert bounds == {"bsp": 0, "asp": None, "ssp": 3, "dssp": 15, "elastic": None, "backup": None,
                       "esync": None}
-    assert make_policy("dssp", 4, staleness_range="2,5").describe() == "--sync dssp staleness_range=2,5"
+    assert sync_policy("dssp", 4, staleness_range="2,5").describe() == "--sync dssp staleness_range=2,5"
 
 
 def test_workers_are_named_by_rank():
-    p = make_policy("bsp", range(1, 4))                # MPI ranks 1..3: rank 0 is the server
+    p = sync_policy("bsp", range(1, 4))                # MPI ranks 1..3: rank 0 is the server
     assert p.start(0.0) == [SendWeights((1, 2, 3), 0, "start")]
     with pytest.raises(RuntimeError, match="no worker 0"):
         p.on_push(0, 0, 1.0)
@@ -86,7 +86,7 @@ def test_workers_are_named_by_rank():
 def test_every_mode_runs_to_its_budget_through_the_cores(sync):
     """Each --sync mode, in-process through the same Server and PSWorker cores and loops as MPI: the
     run ends when the budget is used, every worker is stopped, and the books add up."""
-    policy = make_policy(sync, range(1, 5), staleness=1, staleness_range="1,3", lookahead=4)
+    policy = sync_policy(sync, range(1, 5), staleness=1, staleness_range="1,3", lookahead=4)
     iters = 12
     sim = PSSim(policy, lambda w, i: (1.0, 1.3, 2.0, 0.7)[w - 1], budget=iters * 4).run()
     assert all(sim.done.values()) and sim.server.stopped == {1, 2, 3, 4}
@@ -127,7 +127,7 @@ def test_worker_core_sgd_and_stop():
 
 
 def test_server_core_stops_everyone_after_the_budget():
-    s = Server(make_policy("asp", (1, 2)), budget=3)
+    s = Server(sync_policy("asp", (1, 2)), budget=3)
     s.start(0.0)
     assert s.next_action() == SendWeights((1, 2), 0, "start", gaps=(0, 0), staleness=(None, None))
     s.on_push(1, 0, 1.0)
@@ -171,7 +171,7 @@ def test_bsp_waits_for_all_and_averages():
 
 
 def test_asp_never_waits_and_records_staleness():
-    sim = PSSim(make_policy("asp", 2), speeds(1, 3)).run(30)
+    sim = PSSim(sync_policy("asp", 2), speeds(1, 3)).run(30)
     assert all(not sim.blocked[w] or not sim.policy.waiting for w in range(2))
     for a in sim.logged("apply"):
         assert a["staleness"][0] == a["version"] - 1 - a["steps"][0]
@@ -416,7 +416,7 @@ def test_every_mode_goes_on_when_a_worker_dies(sync, victim, at):
     """Worker 3 (the slowest, mid-compute), 4 (the fastest, often waiting for the others) or 1 (before
     its first push) dies: the run still ends, every survivor is stopped, the dead worker's gradients are
     never applied after its death, and the bounded models keep their gap bound among the survivors."""
-    policy = make_policy(sync, range(1, 5), staleness=1, staleness_range="1,3", lookahead=4)
+    policy = sync_policy(sync, range(1, 5), staleness=1, staleness_range="1,3", lookahead=4)
     iters = 12
     bound = policy.gap_bound()
 
@@ -462,7 +462,7 @@ def test_a_death_releases_whoever_waited_only_for_it():
 
 
 def test_the_last_worker_dying_is_an_error():
-    s = Server(make_policy("asp", (1, 2)), budget=10)
+    s = Server(sync_policy("asp", (1, 2)), budget=10)
     s.start(0.0)
     s.on_worker_failed(1, 1.0)
     with pytest.raises(RuntimeError, match="last worker"):

@@ -10,19 +10,21 @@ import numpy as np
 import pytest
 
 from hopdec import topology as T
-from hopdec.cli.sim import build_parser, main
+from hopdec.cli.sim import main, parse
 from hopdec.errors import ConfigError
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.invariants import InvariantError, Invariants
 from hopdec.hop.worker import node_views
-from hopdec.ps.sync import SYNC_MODES, make_policy
-from hopdec.runtime.metrics import max_iteration_gap, read_log
+from hopdec.ps.sync import SYNC_MODES, sync_policy
+from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime.metrics import read_log
 from hopdec.sim.costs import ComputeModel, parse_dist
 from hopdec.sim.events import EventQueue
 from hopdec.sim.hop import HopSim
 from hopdec.sim.network import LinkModel, Network
 from hopdec.sim.ps import PSSim
-from hopdec.sim.run import largest_gap, simulate
+from hopdec.report.gaps import largest_gap
+from hopdec.sim.run import simulate
 from reference import synchronous_averaging
 
 MB = 1e6
@@ -31,7 +33,7 @@ MB = 1e6
 def sim(argv):
     """Run ``hopdec sim ARGV`` in-process; returns (figures, printed text)."""
     out = io.StringIO()
-    res = simulate(build_parser().parse_args([str(a) for a in argv]), out=out)
+    res = simulate(parse([str(a) for a in argv]), out=out)
     return res, out.getvalue()
 
 
@@ -107,7 +109,7 @@ def test_bsp_server_is_bandwidth_bound(n):
     """BSP with n workers, negligible compute, 1 MB messages over 1 MB/s NICs: each step pushes n gradients
     through the server's receiving NIC (n s) and sends n weights through its sending NIC (n s)."""
     steps = 5
-    s = PSSim(make_policy("bsp", range(1, n + 1)), lambda w, i: 1e-6, budget=steps * n,
+    s = PSSim(sync_policy("bsp", range(1, n + 1)), lambda w, i: 1e-6, budget=steps * n,
               network=LinkModel(bandwidth=MB), message_bytes=MB).run()
     assert s.policy.version == steps
     # the first weights, then per step n pushes in and (but after the last) n weights out
@@ -142,7 +144,7 @@ def test_draws_depend_only_on_seed_worker_and_iteration():
 
 
 def test_slowdowns_are_the_real_emulators():
-    from hopdec.runtime.heterogeneity import Emulator
+    from hopdec.heterogeneity import Emulator
     m = ComputeModel(["0.1"], workers=range(1, 9), seed=3, slowdowns=["random:factor=6,prob=1/n", "rank=2,factor=3"])
     for w in (1, 2, 5):
         e = Emulator(["random:factor=6,prob=1/n", "rank=2,factor=3"], w, range(1, 9), seed=3)

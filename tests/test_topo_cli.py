@@ -221,7 +221,8 @@ def test_analyze_lists_components():
 
 def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
     """One weight rule: analyze and train print the same notes about a file's weights."""
-    from hopdec.cli.train import build_parser, setup
+    from hopdec.cli.train import parse
+    from hopdec.runtime.setup import setup
     path = tmp_path / "w.txt"
     path.write_text("0 1 2\n1 0 2\n0 0 2\n1 1 6\n1 2 1\n2 1 0\n2 0 1\n0 2 1\n")
     r = topo("analyze", path)
@@ -236,8 +237,7 @@ def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
 
         def Get_rank(self):
             return 0
-    args = build_parser().parse_args(["--topology", str(path), "--iterations", "1", "--threads", "1"])
-    setup(args, Comm())
+    setup(parse(["--topology", str(path), "--iterations", "1", "--threads", "1"]), Comm())
     err = capsys.readouterr().err
     from_train = sorted(ln.split("warning: ", 1)[1] for ln in err.splitlines() if "warning" in ln)
     assert from_train == from_analyze and all(ln.startswith("hopdec train: warning") for ln in

@@ -5,7 +5,8 @@ import pytest
 from hopdec.hop.config import parse_skip, setting_name
 from hopdec.errors import ConfigError, HopdecError
 from hopdec.hop.config import ProtocolConfig
-from hopdec.cli.train import build_parser, resolve_topology
+from hopdec.cli.train import build_parser, parse
+from hopdec.modes.decentralized import resolve_topology
 from hopdec.topology import default_topology
 
 
@@ -52,14 +53,12 @@ def test_parser_has_ps_options_and_paper_defaults():
 
 
 def test_sync_implies_ps_and_is_not_ignored():
-    from hopdec.cli.train import resolve_mode
-    p = build_parser()
-    assert resolve_mode(p.parse_args(["--sync", "ssp"])).mode == "ps"
-    args = resolve_mode(p.parse_args([]))
-    assert args.mode == "decentralized" and args.sync is None and args.backup_workers is None
-    assert resolve_mode(resolve_mode(p.parse_args(["--sync", "asp"]))).mode == "ps"      # idempotent
+    assert parse(["--sync", "ssp"]).mode == "ps"
+    args = parse([])
+    assert args.mode == "decentralized" and args.ps.sync is None and args.protocol.backup_workers is None
+    assert parse(["--sync", "asp"]).replace().mode == "ps"      # idempotent
     with pytest.raises(ConfigError, match="--sync ssp is a parameter-server option"):
-        resolve_mode(p.parse_args(["--mode", "decentralized", "--sync", "ssp"]))
+        parse(["--mode", "decentralized", "--sync", "ssp"])
 
 
 def test_bad_options_are_one_line_not_a_usage_block():
@@ -68,14 +67,12 @@ def test_bad_options_are_one_line_not_a_usage_block():
 
 
 def test_ps_backup_defaults_to_one_backup_worker():
-    from hopdec.ps.options import check_args
-    from hopdec.cli.train import resolve_mode
-    args = resolve_mode(build_parser().parse_args(["--sync", "backup"]))
-    assert check_args(args, 5).settings() == {"backup_workers": 1, "N": 3}
+    args = parse(["--sync", "backup"])
+    assert args.ps.policy(range(1, 5)).settings() == {"backup_workers": 1, "N": 3}
 
 
 def test_a_slowdown_on_the_parameter_server_rank_is_refused():
-    from hopdec.runtime.heterogeneity import Emulator
+    from hopdec.heterogeneity import Emulator
     with pytest.raises(ConfigError, match="rank 0 is not a worker: the workers are ranks 1..4 "
                                           r"\(rank 0 is the parameter server\)"):
         Emulator("rank=0,factor=2", 1, range(1, 5))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from hopdec.ml.data import load_dataset, partition
-from hopdec.runtime.metrics import max_iteration_gap, read_log
+from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime.metrics import read_log
 from hopdec.ml.models import PRESETS
 from hopdec.ml.trainer import LocalTrainer
 from reference import synchronous_averaging

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hopdec.ml.data import load_dataset, partition
-from hopdec.runtime.metrics import format_table, max_iteration_gap
+from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime.metrics import format_table
 from hopdec.ml.trainer import LocalTrainer
 from hopdec.runtime.context import pick_device
 
@@ -99,13 +100,15 @@ def test_reduce_swaps_buffers_instead_of_copying_back():
     assert t.optimizer.state[t.flat] is state
 
 
-def test_hopsgd_and_the_trainer_share_one_flat_sgd():
-    from hopdec.ml.trainer import FlatSGD
-    from hopdec.optim import HopSGD
-    assert issubclass(LocalTrainer, FlatSGD)
+def test_the_optimizer_and_the_trainer_share_one_flat_model():
+    """One flat-buffer implementation (double buffering, zero-copy sends, Reduce) for ``hopdec train`` and
+    the optimizer of a user's loop: neither carries its own copy of the averaging."""
+    from hopdec.ml.trainer import FlatModel, FlatSGD
+    from hopdec.optim import hop
+    assert issubclass(LocalTrainer, FlatSGD) and issubclass(FlatSGD, FlatModel)
     import inspect
-    src = inspect.getsource(HopSGD)
-    assert "FlatSGD(" in src and "weighted_sum_into" not in src and "torch.optim.SGD" not in src
+    src = inspect.getsource(hop)
+    assert "FlatModel(" in src and "weighted_sum_into" not in src
 
 
 def test_max_iteration_gap_replays_entry_times():

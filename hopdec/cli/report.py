@@ -174,7 +174,7 @@ def trace_parser():
 def _trace(args):
     out = output_path(args.output)
     run = _load([args.run], None, "hopdec trace")[0]
-    from hopdec.observe.trace import write_trace
+    from hopdec.report.trace import write_trace
     obj = _written(out, lambda: write_trace(run, out))
     spans = any(r.get("spans") for recs in run.records.values() for r in recs)
     print(f"wrote {out} ({len(obj['traceEvents'])} events"

@@ -21,9 +21,10 @@ EXAMPLES = """examples:
 
 
 def build_parser():
-    from hopdec.cli.train import _Parser, add_run_arguments
+    from hopdec.cli.options import add_run_arguments
+    from hopdec.cli.train import _Parser
+    from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
-    from hopdec.sim.run import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
 
     p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,16 +57,34 @@ def build_parser():
                    help=f"per message (default {DEFAULT_LATENCY_S:g})")
     c.add_argument("--nic-duplex", choices=["full", "half"], default="full",
                    help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+    c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
+                   help="decentralized mode: zero-copy (a real CPU run's): a Reduce waits until the sends from the parameters "
+                        "it overwrites completed -- above the eager limit, until a computing receiver "
+                        "finished its compute; copy (a GPU model without CUDA-aware MPI): never waits")
+    c.add_argument("--eager-limit", type=float, default=None, metavar="BYTES",
+                   help="messages up to BYTES travel and complete at once (default 65536, Open MPI over "
+                        "TCP; 4096 over shared memory, one host)")
+    c.add_argument("--rendezvous", choices=["take", "push"], default="take",
+                   help="how larger messages move: take: a receiver takes one once it has arrived and it is "
+                        "not computing (shared memory); push: the receiver acknowledges when it is not "
+                        "computing, then the sender sends the data when it is not (TCP)")
     c.add_argument("--invariants", choices=["auto", "on", "off"], default="auto",
                    help=f"check the Hop invariants (PS: the sync model's gap bound) after every event; "
                         f"auto: on up to {CHECK_UP_TO} workers (the check is O(n^2))")
     return p
 
 
+def parse(argv):
+    """The settings of ``hopdec sim ARGV`` (:class:`hopdec.settings.RunSettings` with a cost model);
+    ConfigError (one line naming the option) for anything the options alone show is wrong."""
+    from hopdec.cli.options import settings_from
+    return settings_from(build_parser().parse_args(argv), argv, simulated=True)
+
+
 def main(argv):
     from hopdec.sim.run import simulate
     try:
-        simulate(build_parser().parse_args(argv))
+        simulate(parse(argv))
     except HopdecError as err:
         print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
         return 2

@@ -14,7 +14,10 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
-from hopdec.topology.analysis import DEFAULT_MAX_IG, _num, summarize
+from hopdec.topology.analysis import DEFAULT_MAX_IG, _num
+from hopdec.topology.schedule import schedule_of
+from hopdec.topology.schedule_analysis import report_lines as schedule_report_lines
+from hopdec.topology.schedule_analysis import summarize_any as summarize
 
 PLOT_MAX_N = 1000
 """Largest graph ``--plot`` draws (it needs every eigenvalue, and a drawing of more is unreadable)."""
@@ -110,6 +113,9 @@ def _generate(args):
         raise ConfigError(f"generate: -n is required for kind {args.kind}")
     try:
         G = T.GENERATORS[args.kind](args.n, machines=args.machines)
+        if args.weights == "metropolis" and schedule_of(G) is not None:
+            raise ValueError("a schedule's steps keep eq. (1) weights (one-peer steps are already doubly "
+                             "stochastic)")
         if args.weights == "metropolis":
             G = T.metropolis_weights(G)
     except ValueError as err:
@@ -122,6 +128,10 @@ def _generate(args):
                           f"{err.strerror or err}") from None
     n = G.number_of_nodes()
     m = sum(1 for u, v in G.edges if u != v)
+    if schedule_of(G) is not None:                  # a time-varying topology (gossip)
+        print(f"wrote {args.output}: {args.kind} schedule, {n} nodes, period {schedule_of(G).period} steps, "
+              f"{m} union edges, Hop eq. (1) weights per step")
+        return 0
     print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted), "
           f"{'Metropolis-Hastings' if args.weights == 'metropolis' else 'Hop eq. (1)'} weights")
     return 0
@@ -178,6 +188,9 @@ def _analyze(args):
         plot(G, args.plot)
     if args.json:
         print(json.dumps(s, indent=1))
+        return 0
+    if schedule_of(G) is not None:                  # a time-varying topology (gossip)
+        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness, _fmt)))
         return 0
     k, st = args.max_ig, args.staleness
     b = s["gap_bounds"] or {}
@@ -272,6 +285,9 @@ def _compare(args):
                         for c, (x, w) in enumerate(zip(r, widths))))
     print("edges: directed, self-loops not counted; gap: |l1|-|l2| of W (Hop footnote 2); "
           "max gap: max_ij bound on Iter(i)-Iter(j) (Hop Table 1)")
+    if any(s.get("period") for s in rows):
+        print("schedules: edges and degree of the union; gap per step, 1-|l2(W_0...W_P-1)|^(1/P); Table 1 "
+              "with activation gaps")
     return 0
 
 

@@ -1,16 +1,17 @@
 """The Hop protocol's settings: which row of Table 1 a run is, its mechanisms, and their validation.
 
 :class:`ProtocolConfig` is plain data; :func:`check_config` rejects settings that cannot work on a graph
-with a :class:`~hopdec.errors.ConfigError` naming the option. The checks every layer needs (``max_ig``,
-backup workers per node) live here once and are used by the core's constructors too.
+with a :class:`~hopdec.errors.ConfigError` naming the option -- every constraint between the protocol and
+its mechanisms is there, once -- and returns the notes worth telling the user. The checks every layer
+needs (``max_ig``, backup workers per node) live here once and are used by the core's constructors too.
 """
 
-import numbers
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
+from hopdec.hop.protocols import PROTOCOLS
+from hopdec.topology.bounds import check_max_ig  # noqa: F401  (the one max_ig check; hop.token_queue uses it)
 
-PROTOCOLS = ("tokens", "queue-only", "notify-ack")
 COMPUTE_GRAPHS = ("parallel", "serial")
 
 
@@ -28,14 +29,9 @@ class ProtocolConfig:
     skip_max_jump: int = 0          # 0: no iteration skipping
     skip_trigger: int = 2
     checkpoint_every: int = 0       # every worker enters the multiples of it (a jump never skips one)
-
-
-def check_max_ig(max_ig, what="--max-ig"):
-    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens). The one
-    check of it: the core, the token ledger and the Table 1 bounds all call this."""
-    if isinstance(max_ig, bool) or not isinstance(max_ig, numbers.Integral) or max_ig < 1:
-        raise ConfigError(f"{what} {max_ig!r}: must be an integer >= 1")
-    return int(max_ig)
+    fault_tolerant: bool = False    # survivors of a failure heal the graph and go on (Worker.reconfigure)
+    compress: str = "none"          # --compress: the codec of the exchanges (hopdec.transport.codec)
+    consensus_step: float = 1.0     # Choco's gamma: Reduce moves this far to the average (hop.receive.damped)
 
 
 def check_backup(backup, node, in_neighbors):
@@ -52,9 +48,11 @@ def effective_backup(cfg, view):
 
 
 def check_config(cfg, views):
-    """Raise ConfigError naming the option when a setting cannot work on this graph."""
+    """Raise ConfigError naming the option when a setting cannot work on this graph; return the notes (lines)
+    about settings that work but not as a user may expect."""
     if cfg.protocol not in PROTOCOLS:
         raise ConfigError(f"--protocol {cfg.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    tokens = PROTOCOLS[cfg.protocol].token_queues
     if cfg.compute_graph not in COMPUTE_GRAPHS:
         raise ConfigError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
     if cfg.iterations < 1:
@@ -67,18 +65,32 @@ def check_config(cfg, views):
     if cfg.backup_workers < 0:
         raise ConfigError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
     backup = uses_backup(cfg, views)
-    if cfg.protocol != "tokens" and (backup or cfg.staleness is not None):
+    if not tokens and (backup or cfg.staleness is not None):
         what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.fault_tolerant and cfg.compress != "none":
+        raise ConfigError(f"--compress {cfg.compress} with --fault-tolerance: not supported (a heal loses "
+                          f"messages of the compressed streams, whose receivers need every one in order)")
+    if cfg.fault_tolerant and not tokens:
+        raise ConfigError(f"--fault-tolerance needs --protocol tokens (healing re-establishes the token "
+                          f"queues), got --protocol {cfg.protocol}")
+    notes = []
     if cfg.skip_max_jump:
-        if cfg.protocol != "tokens":
+        if not tokens:
             raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
         if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
+        if cfg.skip_max_jump > cfg.max_ig:
+            notes.append(f"--skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes "
+                         f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "
+                         f"sends to this worker, so jumps are at most {cfg.max_ig} on symmetric graphs")
     for v in views:
         check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+    from hopdec.hop.time_varying import check as check_time_varying
+    check_time_varying(cfg, views)                  # a schedule's per-step rules
+    return notes
 
 
 def parse_skip(spec):
@@ -111,8 +123,9 @@ def uses_backup(cfg, graph=None):
 def setting_name(cfg, graph=None):
     """The row of Hop Table 1 this configuration is, as named by :func:`hopdec.topology.gap_bounds`;
     ``graph`` (the topology or its node views) counts per-node backup workers too."""
-    if cfg.protocol == "notify-ack":
-        return "notify-ack"
+    row = PROTOCOLS[cfg.protocol].row if cfg.protocol in PROTOCOLS else None
+    if row is not None:
+        return row
     backup = uses_backup(cfg, graph)
     if cfg.staleness is not None:
         return "hybrid" if backup else "staleness"
@@ -122,11 +135,15 @@ def setting_name(cfg, graph=None):
 def describe(cfg, graph=None):
     """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
     return setting_name(cfg, graph) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
-                                       if cfg.skip_max_jump else "")
+                                       if cfg.skip_max_jump else "") + (
+        f"+compress({cfg.compress})" if cfg.compress != "none" else "")           # gossip
 
 
 def gap_bound(graph, cfg):
     """Hop Table 1's bound on the largest Iter(i) - Iter(j) for this graph and setting."""
     from hopdec.topology.bounds import max_gap_bound
-    max_ig = cfg.max_ig if cfg.protocol == "tokens" else None
+    if graph.graph.get("schedule") is not None:     # time-varying: Table 1 with activation gaps
+        from hopdec.hop.time_varying import max_gap_bound as time_varying_bound
+        return time_varying_bound(graph, cfg)
+    max_ig = cfg.max_ig if PROTOCOLS[cfg.protocol].token_queues else None
     return max_gap_bound(graph, setting_name(cfg, graph), max_ig=max_ig, staleness=cfg.staleness)

@@ -7,6 +7,9 @@ iteration gap is within Hop Table 1's bound for the setting, every update queue 
 one update per sender is outstanding (sec. 3.3), and no update is lost (each one sent is in flight, held,
 used or dropped as late).
 
+On a time-varying topology (a schedule, :mod:`hopdec.hop.time_varying`) the token relation is checked on
+every union edge and the gaps against Table 1 with activation gaps.
+
 After a heal (workers failed, :meth:`Invariants.rebase`), newly connected workers may be further apart than
 the healed graph allows: the ahead one then waits (for updates, or with a token deficit). The token relation
 still holds as an equality; sizes may be negative by at most the deficit at the heal, and every gap may
@@ -17,6 +20,7 @@ its Recv may still enter (then the ahead workers wait).
 import numpy as np
 
 from hopdec.hop.config import setting_name
+from hopdec.hop.protocols import PROTOCOLS
 
 
 class InvariantError(AssertionError):
@@ -25,11 +29,7 @@ class InvariantError(AssertionError):
 
 def table1_setting(cfg, graph=None):
     """(setting, max_ig) of Hop Table 1 that bounds a run of ``cfg`` on ``graph`` (queue-only: no tokens)."""
-    if cfg.protocol == "queue-only":
-        return "standard", None
-    if cfg.protocol == "notify-ack":
-        return "notify-ack", None
-    return setting_name(cfg, graph), cfg.max_ig
+    return PROTOCOLS[cfg.protocol].table1(cfg, setting_name(cfg, graph))
 
 
 class Invariants:
@@ -49,6 +49,10 @@ class Invariants:
         from hopdec.topology.bounds import gap_bounds
         from hopdec.topology.heal import relabelled
         self.ids = sorted(graph.nodes)
+        if graph.graph.get("schedule") is not None:     # time-varying (hopdec.hop.time_varying)
+            from hopdec.hop.time_varying import gap_bounds as time_varying_bounds
+            self.bounds = time_varying_bounds(graph, self.cfg)
+            return
         setting, max_ig = table1_setting(self.cfg, graph)
         self.bounds = gap_bounds(relabelled(graph), setting, max_ig=max_ig, staleness=self.cfg.staleness)
 

@@ -53,21 +53,35 @@ _first = itemgetter(0)
 
 
 class _Policy:
-    def __init__(self, rank, in_weights):
+    def __init__(self, rank, in_weights, steps=None):
+        """``steps``: a time-varying topology's per-step in-weights (Recv(k) and Reduce(k) use step
+        k mod P, :mod:`hopdec.hop.time_varying`); ``in_weights`` are then the union's senders."""
         self.rank = rank
         self.in_weights = dict(in_weights)          # sender -> W[sender, rank], self included
         self.senders = sorted(s for s in in_weights if s != rank)
+        self._set_steps(steps)
         self.required_from = {}                     # sender -> first iteration it is waited for (default 0)
         self.used = 0                               # updates that went into a Reduce
         self.dropped = 0                            # late or superseded updates thrown away
 
+    def _set_steps(self, steps):
+        self.step_weights = tuple(dict(w) for w in steps) if steps else (self.in_weights,)
+        self.period = len(self.step_weights)
+        self.step_senders = ([self.senders] if not steps else
+                             [sorted(s for s in w if s != self.rank) for w in self.step_weights])
+
+    def weights_at(self, k):
+        """Sender -> W[sender, rank] of iteration k's step (self included)."""
+        return self.step_weights[k % self.period]
+
     def required(self, k):
-        """The senders Recv(k) waits for (do not modify the list). After a heal or a resume a sender's
-        updates older than the iteration it was at are used if they are here, never waited for (they will
-        not come)."""
+        """The senders Recv(k) waits for (do not modify the list): on a time-varying topology, the
+        in-neighbours of step k mod P. After a heal or a resume a sender's updates older than the iteration
+        it was at are used if they are here, never waited for (they will not come)."""
+        senders = self.step_senders[k % self.period]
         if not self.required_from:
-            return self.senders
-        return [s for s in self.senders if self.required_from.get(s, 0) <= k]
+            return senders
+        return [s for s in senders if self.required_from.get(s, 0) <= k]
 
     def reconfigure(self, in_weights, required_from, backup=0):
         """The graph around this worker changed (a heal after failures, or a resume): new senders and
@@ -75,6 +89,7 @@ class _Policy:
         copy is dropped). Returns the held entries to free (senders gone, or about to be sent again)."""
         self.in_weights = dict(in_weights)
         self.senders = sorted(s for s in in_weights if s != self.rank)
+        self._set_steps(None)
         self.required_from = dict(required_from)
         self.backup = min(backup, max(len(self.senders) - 1, 0))
         gone = self.queue.remove(lambda e: e.sender not in self.in_weights
@@ -83,7 +98,7 @@ class _Policy:
         return gone
 
     def _self_term(self, k, factor=1.0):
-        return (self.rank, k, SELF, self.in_weights[self.rank] * factor)
+        return (self.rank, k, SELF, self.step_weights[k % self.period][self.rank] * factor)
 
     @property
     def held(self):
@@ -95,8 +110,8 @@ class Standard(_Policy):
 
     backup = 0
 
-    def __init__(self, rank, in_weights, slots):
-        super().__init__(rank, in_weights)
+    def __init__(self, rank, in_weights, slots, steps=None):
+        super().__init__(rank, in_weights, steps)
         self.queue = IterationSlots(slots)
         self.floor = 0                              # oldest iteration that can still be used
 
@@ -144,7 +159,7 @@ class Standard(_Policy):
             return None
         got = self.queue.take(k)
         self.used += len(got)
-        w = self.in_weights
+        w = self.step_weights[k % self.period]
         raw = [self._self_term(k)]
         for e in got:
             raw.append((e.sender, k, e.handle, w[e.sender]))
@@ -154,17 +169,17 @@ class Standard(_Policy):
 class Backup(Standard):
     """Recv(k) needs |N_in(i)| - B updates of iteration k and takes any extra ones there (Figure 8)."""
 
-    def __init__(self, rank, in_weights, slots, backup):
-        super().__init__(rank, in_weights, slots)
-        self.backup = check_backup(backup, rank, len(self.senders))
+    def __init__(self, rank, in_weights, slots, backup, steps=None):
+        super().__init__(rank, in_weights, slots, steps)
+        self.backup = check_backup(backup, rank, backup_limit(self.step_senders))
 
 
 class Stale(_Policy):
     """Bounded staleness s (and the hybrid with B backup workers): newest update per neighbour."""
 
-    def __init__(self, rank, in_weights, staleness, weighted=True, backup=0):
-        super().__init__(rank, in_weights)
-        check_backup(backup, rank, len(self.senders))
+    def __init__(self, rank, in_weights, staleness, weighted=True, backup=0, steps=None):
+        super().__init__(rank, in_weights, steps)
+        check_backup(backup, rank, backup_limit(self.step_senders))
         self.s = staleness
         self.weighted = weighted
         self.backup = backup
@@ -208,12 +223,15 @@ class Stale(_Policy):
         if not self.ready(k):
             return None
         terms = [self._self_term(k, self._factor(k, k))]
+        steps, period = self.step_weights, self.period
         for j in self.senders:
             e = self.queue.newest(j)
             if e is not None and e.iteration >= min_iter:
                 self.queue.take(j)
                 self.used += 1
-                terms.append((j, e.iteration, e.handle, self.in_weights[j] * self._factor(e.iteration, k)))
+                # an update weighs what its edge weighed at the step it was sent in
+                w = steps[e.iteration % period][j]
+                terms.append((j, e.iteration, e.handle, w * self._factor(e.iteration, k)))
         return _normalised(terms)
 
     def _factor(self, it, k):
@@ -221,13 +239,38 @@ class Stale(_Policy):
         return float(it - (k - self.s) + 1) if self.weighted else 1.0
 
 
-def make_policy(rank, in_weights, slots, backup=0, staleness=None, weighted=True):
-    """The receive policy for a setting of Table 1: standard, backup, staleness or hybrid."""
+def damped(terms, gamma):
+    """Choco-SGD's consensus step (Koloskova et al. 2019) on a Reduce: move ``gamma`` of the way from the own
+    parameters to the weighted average, ``x <- x + gamma * (sum_t w_t x_t - x)``, i.e. the own term's weight
+    becomes ``1 - gamma + gamma * w_self`` and every other ``gamma * w``. With compressed exchanges the
+    neighbours' terms are copies lagging their senders by what compression left out; the own term is the
+    exact parameters (a worker has no single public copy of itself when its edges get different messages),
+    so the copies' lag can move the workers' mean a little (a few % of their spread with top-k), and
+    gamma < 1 moves it less at the price of slower mixing. gamma = 1 is the plain Reduce.
+
+    >>> [t.weight for t in damped((Term(0, 3, SELF, 0.5), Term(1, 3, 7, 0.5)), 0.2)]
+    [0.9, 0.1]
+    """
+    if gamma == 1.0:
+        return terms
+    return tuple(Term(t.sender, t.iteration, t.handle,
+                      1.0 - gamma + gamma * t.weight if t.handle is SELF else gamma * t.weight) for t in terms)
+
+
+def backup_limit(step_senders):
+    """Backup workers must be fewer than this: the in-degree (without self), the smallest over the steps
+    of a time-varying topology where the node has any in-neighbour at all."""
+    return min((len(s) for s in step_senders if s), default=0)
+
+
+def make_policy(rank, in_weights, slots, backup=0, staleness=None, weighted=True, steps=None):
+    """The receive policy for a setting of Table 1: standard, backup, staleness or hybrid; ``steps``: the
+    per-step in-weights of a time-varying topology (None: static)."""
     if staleness is not None:
-        return Stale(rank, in_weights, staleness, weighted=weighted, backup=backup)
+        return Stale(rank, in_weights, staleness, weighted=weighted, backup=backup, steps=steps)
     if backup:
-        return Backup(rank, in_weights, slots, backup)
-    return Standard(rank, in_weights, slots)
+        return Backup(rank, in_weights, slots, backup, steps=steps)
+    return Standard(rank, in_weights, slots, steps=steps)
 
 
-__all__ = ["Entry", "SELF", "Term", "Standard", "Backup", "Stale", "make_policy"]
+__all__ = ["Entry", "SELF", "Term", "Standard", "Backup", "Stale", "make_policy", "damped"]

@@ -78,10 +78,6 @@ class TokenLedger:
         """How many iterations out-neighbour j is known to be ahead of this worker (sec. 5)."""
         return self.available(j) - self.max_ig
 
-    def known_iteration(self, j, my_iteration):
-        """Out-neighbour j's iteration as far as this worker knows (a lower bound)."""
-        return my_iteration + self.lead_of(j)
-
 
 class AckLedger:
     """Notify-ack (Hop sec. 3.3, Figure 2 (a)): both sides of the ACKs one worker takes part in.

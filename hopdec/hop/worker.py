@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.config import effective_backup
-from hopdec.hop.receive import make_policy
-from hopdec.hop.token_queue import AckLedger, TokenLedger
+from hopdec.hop.protocols import PROTOCOLS
+from hopdec.hop.receive import damped, make_policy
 from hopdec.hop.update_queue import Entry
 
 
@@ -34,10 +34,25 @@ class NodeView:
     out_neighbors: tuple             # receivers, self excluded
     backup_workers: int = None       # per-node override (topology attribute ``backup_workers``)
     ahead_bound: int = 1             # queue-only: how far an in-neighbour may be ahead (Theorem 1)
+    steps: tuple = None              # time-varying topology: ((in_weights, out_neighbors) of step m, ...);
+                                     # then in_weights / out_neighbors are the union's (hopdec.hop.time_varying)
 
     @property
     def in_neighbors(self):
         return tuple(sorted(s for s in self.in_weights if s != self.rank))
+
+    @property
+    def period(self):
+        return len(self.steps) if self.steps else 1
+
+    def in_weights_at(self, k):
+        """Sender -> weight of Recv(k)/Reduce(k) (the step k mod P of a schedule; always ``in_weights``
+        on a static graph)."""
+        return self.steps[k % len(self.steps)][0] if self.steps else self.in_weights
+
+    def out_at(self, k):
+        """The receivers of Send(k)."""
+        return self.steps[k % len(self.steps)][1] if self.steps else self.out_neighbors
 
 
 class Worker:
@@ -48,19 +63,13 @@ class Worker:
         self.cfg = cfg
         self.rank = view.rank
         backup = effective_backup(cfg, view)
-        self.ledger = self.acks = None
-        if cfg.protocol == "tokens":
-            max_ig, slots = cfg.max_ig, cfg.max_ig + 1
-            self.ledger = TokenLedger(view.in_neighbors, view.out_neighbors, max_ig)
-        elif cfg.protocol == "notify-ack":
-            max_ig, slots = None, 1        # one outstanding update per sender (sec. 3.3)
-            self.acks = AckLedger(view.in_neighbors, view.out_neighbors)
-        else:
-            max_ig, slots = None, view.ahead_bound + 1
+        # the protocol's gap control (hopdec.hop.protocols): token queues, ACKs, or update queues alone
+        self.ledger, self.acks, max_ig, slots = PROTOCOLS[cfg.protocol].ledgers(view, cfg)
         self.max_ig = max_ig
         self.slots = slots
         self.policy = make_policy(self.rank, view.in_weights, slots, backup=backup,
-                                  staleness=cfg.staleness, weighted=cfg.stale_reduce == "weighted")
+                                  staleness=cfg.staleness, weighted=cfg.stale_reduce == "weighted",
+                                  steps=tuple(w for w, _ in view.steps) if view.steps else None)
         self.iteration = 0
         self.jumps = []                    # (from, to)
         self.sends_skipped = 0
@@ -99,8 +108,10 @@ class Worker:
         worker's current parameters, tagged with its iteration, to every out-neighbour, which replaces
         what was lost in flight. Runs on, from the current iteration: nothing is restarted.
         """
-        if self.cfg.protocol != "tokens":
+        if self.ledger is None:
             raise ValueError("reconfiguring a worker needs --protocol tokens")
+        if view.steps or self.view.steps:
+            raise ValueError("healing a time-varying topology is not supported")
         self.view = view
         self._pending_release += self.policy.reconfigure(
             view.in_weights, {j: int(iterations[j]) for j in view.in_neighbors}, effective_backup(self.cfg, view))
@@ -172,6 +183,20 @@ class Worker:
     @property
     def held_updates(self):
         return self.policy.held
+
+    def tokens(self):
+        """The tokens this worker may take from its scarcest out-neighbour (None without token queues):
+        what a log records of the token queues."""
+        led = self.ledger
+        if led is None:
+            return None
+        return min([led.available(j) for j in self.view.out_neighbors], default=None)
+
+    def counts(self):
+        """What a log or a summary records of this worker's updates: held now, used and dropped in all,
+        sends left out because the receiver was past them."""
+        p = self.policy
+        return {"held": p.held, "used": p.used, "dropped": p.dropped, "sends_skipped": self.sends_skipped}
 
     def capacity(self):
         """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| with token queues (Hop
@@ -263,12 +288,12 @@ class Worker:
             while not self.acks.may_send(k):
                 yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
             self.acks.sent = k + 1
-        outs = self.view.out_neighbors
+        outs = self.view.out_at(k)             # a schedule's step k (sec. 3.1's graph, time-varying)
         led = self.ledger
         useless = ()
         if led is not None:
             # out-neighbour j is known to be at least at my iteration + its lead (TokenLedger.
-            # known_iteration); it is past every iteration that could use update k when
+            # lead_of); it is past every iteration that could use update k when
             # k < known - staleness
             base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
             granted, taken = led.granted, led.taken
@@ -285,7 +310,7 @@ class Worker:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
-        yield Reduce(k, plan)
+        yield Reduce(k, damped(plan, self.cfg.consensus_step))   # gamma < 1: compressed exchanges
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))
@@ -295,15 +320,27 @@ def node_views(graph, backup_attr="backup_workers"):
     """One :class:`NodeView` per node of a weighted ``nx.DiGraph`` (self-loops and weights present).
 
     ``ahead_bound`` is Theorem 1's bound on how far an in-neighbour j may be ahead of node i
-    (len Path i->j), which sizes the update queue when no token queues bound the gap.
+    (len Path i->j), which sizes the update queue when no token queues bound the gap. A time-varying
+    topology (the union graph of a schedule, :mod:`hopdec.topology.schedule`) gives each view its ``steps``;
+    ``ahead_bound`` then counts each edge as long as its activation gap (:mod:`hopdec.hop.time_varying`).
     """
+    from hopdec.topology.schedule import schedule_of
+    sched = schedule_of(graph)
+    ahead_of = None
+    if sched is not None:
+        from hopdec.topology.schedule_analysis import ahead_bounds
+        ahead_of = ahead_bounds(graph)
     views = []
     for i in sorted(graph.nodes):
         in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
-        ahead = _farthest(graph, i, {j for j in in_w if j != i})
         b = graph.nodes[i].get(backup_attr)
-        views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead))
+        if sched is None:
+            ahead, steps = _farthest(graph, i, {j for j in in_w if j != i}), None
+        else:
+            ahead = ahead_of[i]
+            steps = tuple((dict(sched.in_weights_at(m, i)), sched.out_at(m, i)) for m in range(sched.period))
+        views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead, steps))
     return views
 
 

@@ -16,9 +16,9 @@ import torch
 
 from hopdec.errors import ConfigError
 from hopdec.limits import check_alloc
+from hopdec.ml.registry import DATASETS  # noqa: F401  (the names, without torch: the CLI reads them)
 from hopdec.ml.safe_pickle import RefusedPickle, load_batch
 
-DATASETS = ("digits", "cifar10", "libsvm")
 SCHEMES = ("iid", "noniid")
 
 # Per-channel mean/std of the CIFAR-10 training set (the usual published values).
@@ -45,10 +45,14 @@ class Dataset:
 
 def load_dataset(name: str = "digits", data_dir: Optional[str] = None, path: Optional[str] = None,
                  test_path: Optional[str] = None, seed: int = 0) -> Dataset:
-    """Load ``digits`` (bundled with scikit-learn), ``cifar10`` (python batches) or ``libsvm``.
+    """Load ``digits`` (bundled with scikit-learn), ``cifar10`` (python batches), ``libsvm`` or ``kjv`` (the
+    King James Bible shipped with hopdec, byte-level windows for the transformer: :mod:`hopdec.ml.text`).
 
     Never downloads anything; a missing or unreadable input raises :class:`ConfigError`.
     """
+    if name == "kjv":
+        from hopdec.ml.text import load_text
+        return load_text(name)
     if name == "digits":
         return _load_digits(seed)
     if name == "cifar10":
@@ -235,6 +239,8 @@ def partition(labels, n_parts: int, part: int, scheme: str = "iid", seed: int = 
 
     ``iid``: seeded shuffle, equal contiguous shards (sizes differ by <= 1).
     ``noniid``: seeded shuffle, then stable sort by label, contiguous shards -> few labels per part.
+    ``labels`` may also be windows of a text (:class:`hopdec.ml.text.TokenWindows`): ``noniid`` then sorts
+    by their place in the text, so each part is a contiguous stretch of the corpus.
     """
     if n_parts < 1:
         raise ConfigError(f"partition: n_parts must be >= 1, got {n_parts}")
@@ -242,7 +248,7 @@ def partition(labels, n_parts: int, part: int, scheme: str = "iid", seed: int = 
         raise ConfigError(f"partition: part {part} out of range 0..{n_parts - 1}")
     if scheme not in SCHEMES:
         raise ConfigError(f"--partition {scheme!r}: unknown scheme (expected one of {', '.join(SCHEMES)})")
-    y = torch.as_tensor(labels).reshape(-1)
+    y = torch.as_tensor(getattr(labels, "labels", labels)).reshape(-1)
     g = torch.Generator().manual_seed(int(seed))
     order = torch.randperm(len(y), generator=g)
     if scheme == "noniid":

@@ -1,13 +1,16 @@
-"""One worker's model whose parameters live in one flat buffer, with SGD on it (and its data shard).
+"""One worker's model whose parameters live in one flat buffer, with an optimizer on it (and its data shard).
 
-:class:`FlatSGD` -- a module's trainable parameters in ONE contiguous flat tensor (every ``nn.Parameter``
-is a view into it, and so is every ``.grad``) with SGD (momentum, weight decay) on it: sending, averaging
-and the optimizer step are single-tensor operations, with no per-parameter messages or loops.
-:class:`LocalTrainer` adds a model, a data shard and evaluation: ``t.compute(); t.reduce([...]);
-t.apply()``. :class:`hopdec.optim.HopSGD` wraps a user's own model in a :class:`FlatSGD`. No MPI here.
+:class:`FlatModel` -- parameters (and, on request, floating-point buffers such as BatchNorm statistics) in
+ONE contiguous flat tensor: every ``nn.Parameter`` is a view into it, and so is every ``.grad``; sending and
+averaging are single-tensor operations, with no per-parameter messages or loops. :class:`FlatSGD` adds SGD
+(momentum, weight decay) on the flat tensor; :class:`LocalTrainer` adds a model, a data shard, the model's
+preset optimizer (SGD, or AdamW with warmup + cosine and gradient clipping for the transformer) and
+evaluation: ``t.compute(); t.reduce([...]); t.apply()``. :class:`hopdec.optim.HopOptimizer` keeps a user's
+own model in a :class:`FlatModel` and steps it with the user's torch optimizer. No MPI here.
 """
 
 import collections
+import math
 
 import numpy as np
 import torch
@@ -16,18 +19,20 @@ from hopdec.ml.data import batches
 from hopdec.ml.models import build_model, loss_fn, predict
 
 
-def flatten_parameters(module):
-    """Move every trainable parameter of ``module`` into one contiguous tensor; return it.
+def flatten_parameters(module=None, params=None):
+    """Move every trainable parameter of ``module`` (or the float32 tensors ``params``) into one contiguous
+    float32 tensor; return it.
 
-    The returned ``nn.Parameter`` (on the module's device) owns the storage: each parameter becomes a
+    The returned ``nn.Parameter`` (on the parameters' device) owns the storage: each parameter becomes a
     view into it and each ``.grad`` a view into ``flat.grad``, so one optimizer step, one copy or one
     message covers the whole model.
     """
-    params = [p for p in module.parameters() if p.requires_grad]
+    if params is None:
+        params = [p for p in module.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
     device = params[0].device if params else torch.device("cpu")
-    flat = torch.nn.Parameter(torch.empty(numel, device=device))
-    flat.grad = torch.zeros(numel, device=device)
+    flat = torch.nn.Parameter(torch.empty(numel, dtype=torch.float32, device=device))
+    flat.grad = torch.zeros(numel, dtype=torch.float32, device=device)
     off = 0
     with torch.no_grad():
         for p in params:
@@ -39,12 +44,15 @@ def flatten_parameters(module):
     return flat
 
 
-def regather_grads(module, flat):
+def regather_grads(params, flat):
     """Put gradients back into ``flat.grad`` if something replaced them (``model.zero_grad()`` sets
-    ``.grad = None`` by default, after which backward allocates new tensors). Cheap when nothing did."""
+    ``.grad = None`` by default, after which backward allocates new tensors). Cheap when nothing did.
+    ``params``: the flattened parameters, in order (or a module: its trainable parameters)."""
     off = 0
     base = flat.grad.data_ptr()
-    for p in (p for p in module.parameters() if p.requires_grad):
+    if isinstance(params, torch.nn.Module):
+        params = [p for p in params.parameters() if p.requires_grad]
+    for p in params:
         n = p.numel()
         view = flat.grad[off:off + n]
         if p.grad is None or p.grad.data_ptr() != base + off * flat.grad.element_size():
@@ -134,64 +142,237 @@ class FlatMomentumSGD:
                 p.add_(d_p, alpha=-lr)
 
 
-class FlatSGD:
-    """A module whose trainable parameters live in one flat buffer, and SGD on that buffer: the part of a
-    worker that is sent, averaged and stepped. Used by :class:`LocalTrainer` and by
-    :class:`hopdec.optim.HopSGD` alike.
+class FlatAdamW:
+    """``torch.optim.AdamW`` (single-tensor path, no amsgrad) on one flat tensor, with the same arithmetic in
+    the same order and the same ``state[param]`` keys (``step``, ``exp_avg``, ``exp_avg_sq``), for
+    ``hopdec train``'s transformer preset without importing ``torch._dynamo`` (see :class:`FlatSGD`)."""
 
-    Reduce never copies back: the parameters alternate between two buffers (the current one and a spare
-    that Reduce writes, then they swap). With :meth:`use_send_storage` those buffers are message-sized
-    (parameters, then room for the transport's header), so a transport sends straight from
-    :meth:`send_storage` -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy.
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        self.param_groups = [dict(params=list(params), lr=lr, betas=tuple(betas), eps=eps,
+                                  weight_decay=weight_decay, amsgrad=False, maximize=False)]
+        self.state = collections.defaultdict(dict)
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                st = self.state[p]
+                if not st:
+                    st["step"] = torch.tensor(0.0, dtype=torch.float32)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                exp_avg, exp_avg_sq, step_t = st["exp_avg"], st["exp_avg_sq"], st["step"]
+                step_t += 1
+                if wd != 0:
+                    p.mul_(1 - lr * wd)
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                step = step_t.item()
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2 = 1 - beta2 ** step
+                step_size = lr / bias_correction1
+                denom = (exp_avg_sq.sqrt() / bias_correction2 ** 0.5).add_(eps)
+                p.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+OPTIMIZER_STATE = {"momentum": "momentum_buffer", "adam/exp_avg": "exp_avg", "adam/exp_avg_sq": "exp_avg_sq",
+                   "adam/step": "step"}
+"""Checkpoint keys of the flat optimizers' state (``FlatSGD.state``) -> the key in ``optimizer.state[flat]``."""
+
+
+def clip_flat_grad_(grad, max_norm):
+    """Scale ``grad`` (every parameter's gradient, flat) to at most ``max_norm`` in L2 norm, as
+    ``torch.nn.utils.clip_grad_norm_`` does over a model's parameters; returns the norm before."""
+    norm = torch.linalg.vector_norm(grad)
+    grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
+
+
+class LRSchedule:
+    """The learning-rate factor of iteration k: linear warmup over ``warmup`` iterations (from 1/warmup),
+    then cosine decay from 1 to ``min_ratio`` at ``horizon`` (and ``min_ratio`` after it)."""
+
+    def __init__(self, warmup, horizon, min_ratio=0.1):
+        self.warmup, self.horizon, self.min_ratio = int(warmup), int(horizon), float(min_ratio)
+
+    @classmethod
+    def from_preset(cls, preset, iterations):
+        if preset.get("schedule") != "warmup-cosine":
+            return None
+        horizon = int(iterations) if iterations else int(preset["horizon"])
+        warmup = max(1, min(int(preset.get("warmup_min", 1)), horizon),     # a short run warms up too
+                     int(round(preset.get("warmup", 0.05) * horizon)))
+        return cls(warmup, horizon, preset.get("min_lr_ratio", 0.1))
+
+    def __call__(self, k):
+        if k < self.warmup:
+            return (k + 1) / self.warmup
+        span = max(1, self.horizon - self.warmup)
+        t = min(1.0, (k - self.warmup) / span)
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+    def describe(self):
+        return f"linear warmup {self.warmup} it, cosine to {self.min_ratio:g}x at {self.horizon}"
+
+
+class FlatModel:
+    """Parameters -- and, with ``buffers``, floating-point buffers (BatchNorm running statistics) -- in one
+    flat float32 buffer: the part of a worker that is sent and averaged. Each parameter is a view of
+    :attr:`flat` (an ``nn.Parameter`` over the parameters' part) and each ``.grad`` a view of ``flat.grad``;
+    each averaged buffer is a view of the part after the parameters. :attr:`numel` counts both (what a
+    message carries); :attr:`numel_params` the parameters alone.
+
+    Reduce never copies back: the values alternate between two buffers (the current one and a spare that
+    Reduce writes, then they swap). With :meth:`use_send_storage` those buffers are message-sized (the
+    values, then room for the transport's header), so a transport sends straight from :meth:`send_storage`
+    -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy.
     """
 
-    def __init__(self, module, lr, momentum=0.0, weight_decay=0.0, torch_optimizer=True):
-        """``torch_optimizer``: step with ``torch.optim.SGD`` (what :class:`hopdec.optim.HopSGD` hands its
-        users, e.g. for a learning-rate scheduler); else with :class:`FlatMomentumSGD`, the same update
-        without importing ``torch._dynamo`` (its first ``Optimizer.__init__`` costs ~1.5 s of CPU per
-        process -- every rank of every run pays it)."""
+    def __init__(self, params, buffers=(), module=None):
+        params, buffers = list(params), list(buffers)
+        if not params:
+            raise ValueError("no trainable parameters to train")
         self.model = module
-        self.flat = flatten_parameters(module)
+        self._params = params
+        self._buffers = buffers
+        self.flat = flatten_parameters(params=params)
         self.device = self.flat.device
-        self.numel = self.flat.numel()
-        self._params = [p for p in module.parameters() if p.requires_grad]
-        self._stores = None                         # the two parameter buffers, once double-buffered
+        self.numel_params = self.flat.numel()
+        self.numel = self.numel_params + sum(b.numel() for b in buffers)
+        self._stores = None                         # the two buffers, once double-buffered
         self._cur = 0
         self._stage = None                          # device staging for received host buffers (GPU)
-        sgd = torch.optim.SGD if torch_optimizer else FlatMomentumSGD
-        self.optimizer = sgd([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+        if buffers:                                 # buffers live in the second half of the stores
+            self._double_buffer(self.numel)
 
     @property
     def nbytes(self):
         return self.numel * self.flat.element_size()
 
-    def apply(self):
-        """Apply the stored gradient with SGD (momentum and weight decay act on the flat tensor)."""
-        self.optimizer.step()
+    def values(self):
+        """The current parameters (and averaged buffers) as one flat tensor: what is sent and averaged."""
+        if self._stores is None:
+            return self.flat.detach()
+        return _as_tensor(self._stores[self._cur])[:self.numel]
 
     def write_params(self, out=None):
-        return write_params(self.flat, out)
+        return write_params(self.values(), out)
 
     def reduce(self, pairs):
-        """Replace the parameters by ``sum(weight * params)`` (see :func:`weighted_sum_into`): the spare
-        buffer receives the sum and becomes the parameters."""
+        """Replace the values by ``sum(weight * values)`` (see :func:`weighted_sum_into`): the spare buffer
+        receives the sum and becomes the parameters (and buffers)."""
         if self._stores is None:
             self._double_buffer(self.numel)
         if self._stage is None and self.device.type != "cpu" and any(
                 a is not None and not (torch.is_tensor(a) and a.device == self.device) for a, _ in pairs):
             self._stage = torch.empty(self.numel, dtype=torch.float32, device=self.device)
         spare = 1 - self._cur
-        weighted_sum_into(self.flat.data, pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
+        weighted_sum_into(self.values(), pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
         self._point_at(spare)
+
+    def load_values(self, values):
+        """Overwrite the current parameters (and averaged buffers) with a flat array of :attr:`numel`."""
+        with torch.no_grad():
+            self.values().copy_(torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
+                                .to(self.device))
+
+    # ---- double buffering, and zero-copy sends from it ----
+    def use_send_storage(self, length, on_device=False):
+        """Keep the values in the first ``numel`` floats of one of two buffers of ``length`` floats (a
+        message: values then header), so a transport sends :meth:`send_storage` as it is. Host arrays for
+        a CPU model; device tensors when ``on_device`` (a CUDA-aware MPI). Returns whether on (a GPU model
+        without a CUDA-aware MPI stages through the transport's pinned buffers instead)."""
+        if self.device.type != "cpu" and not on_device:
+            return False
+        self._double_buffer(length)
+        return True
+
+    def _double_buffer(self, length):
+        current = self.values().clone() if self._stores is not None else None
+        self._stores = [_alloc(length, self.device) for _ in range(2)]
+        with torch.no_grad():
+            dst = _as_tensor(self._stores[0])
+            if current is not None:
+                dst[:self.numel].copy_(current)
+            else:
+                dst[:self.numel_params].copy_(self.flat.detach())
+                off = self.numel_params
+                for b in self._buffers:
+                    dst[off:off + b.numel()].copy_(b.detach().reshape(-1))
+                    off += b.numel()
+        self._point_at(0)
+
+    def send_storage(self):
+        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[self._cur]
+
+    def spare_storage(self):
+        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[1 - self._cur]
+
+    def _point_at(self, i):
+        """Make store ``i`` the values: the flat tensor, every parameter view and every buffer move to it."""
+        self._cur = i
+        store = _as_tensor(self._stores[i])
+        data = store[:self.numel_params]
+        self.flat.data = data
+        off = 0
+        for p in self._params:
+            n = p.numel()
+            p.data = data[off:off + n].view_as(p)
+            off += n
+        for b in self._buffers:
+            n = b.numel()
+            b.data = store[off:off + n].view_as(b)
+            off += n
+
+    def expected_pointers(self):
+        """``[(tensor, data_ptr it must have)]`` for every parameter and averaged buffer: anything else was
+        replaced, moved or cast behind this object's back (see :mod:`hopdec.optim.life`)."""
+        base = self.values()
+        ptr, size = base.data_ptr(), base.element_size()
+        out, off = [], 0
+        for t in self._params + self._buffers:
+            out.append((t, ptr + off * size))
+            off += t.numel()
+        return out
+
+
+class FlatSGD(FlatModel):
+    """A module whose trainable parameters live in one flat buffer, and SGD on that buffer: the part of a
+    worker that is sent, averaged and stepped. Used by :class:`LocalTrainer` (``hopdec train``, the
+    parameter-server mode and the simulator)."""
+
+    def __init__(self, module, lr, momentum=0.0, weight_decay=0.0, torch_optimizer=True, optimizer="sgd",
+                 betas=(0.9, 0.999), eps=1e-8):
+        """``torch_optimizer``: step with ``torch.optim.SGD``; else with :class:`FlatMomentumSGD`, the same
+        update without importing ``torch._dynamo`` (its first ``Optimizer.__init__`` costs ~1 s of CPU per
+        process -- every rank of every run pays it). ``optimizer="adamw"``: :class:`FlatAdamW` (``momentum``
+        is beta1 then, ``betas[1]`` beta2)."""
+        super().__init__([p for p in module.parameters() if p.requires_grad], module=module)
+        if optimizer == "adamw":
+            self.optimizer = FlatAdamW([self.flat], lr=lr, betas=(momentum, betas[1]), eps=eps,
+                                       weight_decay=weight_decay)
+        else:
+            sgd = torch.optim.SGD if torch_optimizer else FlatMomentumSGD
+            self.optimizer = sgd([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+    def apply(self, iteration=None):
+        """Apply the stored gradient with the optimizer (momentum and weight decay act on the flat tensor)."""
+        self.optimizer.step()
 
     # ---- checkpoints: everything that determines what comes next, as numpy arrays ----
     def state(self):
-        """Parameters, the optimizer's momentum and the module's buffers (BatchNorm statistics) as host
-        numpy arrays, keyed ``params``, ``momentum``, ``buffer/<name>`` (see :mod:`hopdec.runtime.checkpoint`)."""
+        """Parameters, the optimizer's state (SGD's momentum; AdamW's moments and step) and the module's
+        buffers (BatchNorm statistics) as host numpy arrays, keyed ``params``, ``momentum``,
+        ``adam/...``, ``buffer/<name>`` (see :mod:`hopdec.runtime.checkpoint`)."""
         out = {"params": self.write_params()}
-        mom = self.optimizer.state.get(self.flat, {}).get("momentum_buffer")
-        if mom is not None:
-            out["momentum"] = mom.detach().cpu().numpy().copy()
+        st = self.optimizer.state.get(self.flat, {})
+        for key, name in OPTIMIZER_STATE.items():
+            if st.get(name) is not None:
+                out[key] = st[name].detach().cpu().numpy().reshape(-1).copy()
         for name, buf in self.model.named_buffers():
             out[f"buffer/{name}"] = buf.detach().cpu().numpy().copy()
         return out
@@ -208,59 +389,43 @@ class FlatSGD:
             return torch.from_numpy(a.copy())
         with torch.no_grad():
             self.flat.data.copy_(arr("params", (self.numel,)).to(self.device))
-            if "momentum" in state:
-                self.optimizer.state[self.flat]["momentum_buffer"] = arr("momentum", (self.numel,)).to(self.device)
+            st = {}
+            for key, name in OPTIMIZER_STATE.items():
+                if key in state:
+                    st[name] = arr(key, (1,) if key == "adam/step" else (self.numel,)).to(self.device)
+            if "adam/step" in st:
+                st["step"] = st["step"].reshape(())
+            if st:
+                self.optimizer.state[self.flat] = st
             else:
                 self.optimizer.state.pop(self.flat, None)
             for name, buf in self.model.named_buffers():
                 if f"buffer/{name}" in state:
                     buf.copy_(arr(f"buffer/{name}", buf.shape).to(buf.device))
 
-    # ---- double buffering, and zero-copy sends from it ----
-    def use_send_storage(self, length, on_device=False):
-        """Keep the parameters in the first ``numel`` floats of one of two buffers of ``length`` floats
-        (a message: parameters then header), so a transport sends :meth:`send_storage` as it is. Host
-        arrays for a CPU model; device tensors when ``on_device`` (a CUDA-aware MPI). Returns whether on
-        (a GPU model without a CUDA-aware MPI stages through the transport's pinned buffers instead)."""
-        if self.device.type != "cpu" and not on_device:
-            return False
-        self._double_buffer(length)
-        return True
-
-    def _double_buffer(self, length):
-        self._stores = [_alloc(length, self.device) for _ in range(2)]
-        with torch.no_grad():
-            _as_tensor(self._stores[0])[:self.numel].copy_(self.flat.detach())
-        self._point_at(0)
-
-    def send_storage(self):
-        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[self._cur]
-
-    def spare_storage(self):
-        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[1 - self._cur]
-
-    def _point_at(self, i):
-        """Make store ``i`` the parameters: the flat tensor and every parameter view move to it."""
-        self._cur = i
-        data = _as_tensor(self._stores[i])[:self.numel]
-        self.flat.data = data
-        off = 0
-        for p in self._params:
-            n = p.numel()
-            p.data = data[off:off + n].view_as(p)
-            off += n
-
 
 class LocalTrainer(FlatSGD):
-    """One worker's model, data shard and optimizer, with all parameters in the flat tensor ``self.flat``."""
+    """One worker's model, data shard and optimizer, with all parameters in the flat tensor ``self.flat``.
+
+    The optimizer, its schedule and gradient clipping come from the model's preset
+    (:data:`hopdec.ml.models.PRESETS`): SGD with a constant ``lr`` by default; the transformer's AdamW
+    (``momentum`` is beta1) with linear warmup and cosine decay over ``iterations`` and clipping.
+    """
 
     def __init__(self, model_name, dataset, indices, lr, momentum=0.9, weight_decay=0.0, batch_size=32,
-                 device="cpu", seed=0, data_seed=None, norm="batch"):
+                 device="cpu", seed=0, data_seed=None, norm="batch", iterations=None):
+        from hopdec.ml.models import PRESETS
         torch.manual_seed(seed)                     # same seed on every rank: identical initial model
         self.model_name = model_name
+        preset = PRESETS.get(model_name, {})
         model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
         model.to(torch.device(device))
-        super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay, torch_optimizer=False)
+        super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay, torch_optimizer=False,
+                         optimizer=preset.get("optimizer", "sgd"), betas=(momentum, preset.get("beta2", 0.999)))
+        self.base_lr = lr
+        self.schedule = LRSchedule.from_preset(preset, iterations)
+        self.clip = preset.get("clip")
+        self.applied = 0
         self.criterion = loss_fn(model_name)
         self.dataset = dataset
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
@@ -268,15 +433,28 @@ class LocalTrainer(FlatSGD):
         self.loss = None
 
     def compute(self):
-        """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad``."""
+        """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad`` (clipped to the
+        preset's norm, as ``torch.nn.utils.clip_grad_norm_`` over all parameters does)."""
         xb, yb = next(self.stream)
         xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
         self.model.train()
         self.flat.grad.zero_()
         loss = self.criterion(self.model(xb), yb)
         loss.backward()
+        if self.clip:
+            clip_flat_grad_(self.flat.grad, self.clip)
         self.loss = float(loss.detach())
         return self.loss
+
+    def apply(self, iteration=None):
+        """The optimizer step at the schedule's learning rate for ``iteration`` (default: the number of steps
+        applied so far, e.g. a parameter server's)."""
+        k = self.applied if iteration is None else iteration
+        if self.schedule is not None:
+            for g in self.optimizer.param_groups:
+                g["lr"] = self.base_lr * self.schedule(k)
+        self.optimizer.step()
+        self.applied += 1
 
     def state(self):
         """:meth:`FlatSGD.state` plus the data stream's position (``stream/*``) and the torch RNG states
@@ -313,9 +491,9 @@ class LocalTrainer(FlatSGD):
         for s in range(0, len(y), batch_size):
             xb, yb = x[s:s + batch_size].to(self.device), y[s:s + batch_size].to(self.device)
             out = self.model(xb)
-            loss_sum += float(self.criterion(out, yb)) * len(yb)
+            loss_sum += float(self.criterion(out, yb)) * yb.numel()    # a language model: every position
             correct += int((predict(self.model_name, out) == yb).sum())
-            total += len(yb)
+            total += yb.numel()
         if saved is not None:
             self.flat.copy_(saved)
         return loss_sum / max(total, 1), correct / max(total, 1)

@@ -1,6 +1,6 @@
 """Watching a run: live progress, consensus distance, TensorBoard, a timeline trace.
 
-The runners (:mod:`hopdec.runtime.decentralized`, :mod:`hopdec.ps.mpi`) make one :class:`RunObserver`
+The runners (:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`) make one :class:`RunObserver`
 per rank and call a few hooks: :meth:`~RunObserver.begin` when training starts, :meth:`~RunObserver.on_record`
 with every iteration record (after the log has it), :meth:`~RunObserver.event` with the PS server's
 events, :meth:`~RunObserver.finished` when the rank's training is over, :meth:`~RunObserver.close` after
@@ -18,19 +18,20 @@ import time
 class RunObserver:
     """One rank's observers. ``role``: ``worker`` (decentralized), ``ps-server`` or ``ps-worker``.
 
-    Collective: every rank of ``ctx.comm`` constructs it at the same point (it duplicates the
-    communicator for its own messages).
+    Collective: every rank of ``comm`` constructs it at the same point (it duplicates the communicator
+    for its own messages).
     """
 
-    def __init__(self, ctx, log_event, role, workers, iterations, header, bound=None, write_params=None,
-                 numel=None, board_extra=None, evaluate=None):
-        """``log_event(name, **data)`` writes a line into this rank's log (``RankLogger.event``);
+    def __init__(self, settings, comm, timeout, log_event, role, workers, iterations, header, bound=None,
+                 write_params=None, numel=None, board_extra=None, evaluate=None):
+        """``settings``: :class:`hopdec.settings.Observe`; ``timeout``: the peer timeout of every wait;
+        ``log_event(name, **data)`` writes a line into this rank's log (``RankLogger.event``);
         ``evaluate()``: makes a function ``flat -> (loss, accuracy)`` with a model of its own, with which
         rank 0 evaluates the average model of consensus rounds every ``--eval-interval`` seconds
         (decentralized runs with ``--consensus-every``)."""
-        args = ctx.args
-        self.ctx, self.log_event, self.role = ctx, log_event, role
-        self.rank = ctx.rank
+        self.settings, self.comm, self.timeout = settings, comm, timeout
+        self.log_event, self.role = log_event, role
+        self.rank = comm.Get_rank()
         self.workers, self.n, self.header, self.bound = tuple(workers), iterations, header, bound
         self.hook_s = 0.0                  # in on_record/event: on the rank's own path
         self.idle_s = 0.0                  # in the idle hook: while the rank waits anyway
@@ -38,30 +39,29 @@ class RunObserver:
         self._idle_next = 0.0
         self.records = 0
         self.progress = self.consensus = self.tb = None
-        self.trace_path = getattr(args, "trace", None)
+        self.trace_path = settings.trace
         self.kept = [] if self.trace_path else None
         self.events = [] if self.trace_path and self.rank == 0 else None
-        self._interval = float(getattr(args, "progress_interval", None) or 3.0)
-        self._want_progress = ctx.progress
+        self._interval = float(settings.every_s)
+        self._want_progress = settings.progress
         self._board_extra = board_extra
-        comm = ctx.comm
         self._comms = []
         if self._want_progress:
             self._pcomm = self._dup(comm)
-        every = getattr(args, "consensus_every", None)
+        every = settings.consensus_every
         if every and role == "worker":
             from hopdec.observe.consensus import Consensus
             on_result = self._consensus_result if self.rank == 0 else None
-            self._eval_every = float(getattr(args, "eval_interval", 0.0) or 0.0)
+            self._eval_every = float(settings.eval_interval or 0.0)
             self._next_eval = -1.0
             on_average = None
             if self.rank == 0 and self._eval_every > 0 and evaluate is not None:
                 self._evaluate = evaluate()          # a model of its own: the worker's may be in flight
                 on_average = self._on_average
             self.consensus = Consensus(self._dup(comm), self._dup(comm), every, iterations, numel,
-                                       write_params, on_result=on_result, timeout=ctx.timeout,
+                                       write_params, on_result=on_result, timeout=timeout,
                                        on_average=on_average)
-        tb_dir = getattr(args, "tensorboard", None)
+        tb_dir = settings.tensorboard
         if tb_dir:
             from hopdec.observe.tensorboard import TBWriter
             self.tb = TBWriter(tb_dir, self.rank, role)
@@ -82,7 +82,7 @@ class RunObserver:
             self.t0 = self._common_start(self.t0)
             self.progress = LiveProgress(self._pcomm, self.workers, self.n, self._interval, self.t0,
                                          bound=self.bound, board_extra=self._board_extra,
-                                         timeout=self.ctx.timeout,
+                                         timeout=self.timeout,
                                          what="iter" if self.role == "worker" else "mini-batch")
         if self.progress is not None or self.consensus is not None:
             add_idle_hook(self._idle)
@@ -95,8 +95,8 @@ class RunObserver:
         from hopdec.transport.waiting import poll_until
         buf = np.array([t0])
         req = self._pcomm.Ibcast(buf, root=0)
-        poll_until(req.Test, self.ctx.timeout, f"rank {self.rank}: the start time did not arrive from rank 0 "
-                                               f"in {self.ctx.timeout:.0f} s")
+        poll_until(req.Test, self.timeout, f"rank {self.rank}: the start time did not arrive from rank 0 "
+                                           f"in {self.timeout:.0f} s")
         return float(buf[0])
 
     def on_record(self, rec):
@@ -163,10 +163,10 @@ class RunObserver:
         return dict(test_loss=loss, test_acc=acc)
 
     def _consensus_result(self, ev):
-        if "test_acc" in ev and self.ctx.log_dir:
+        if "test_acc" in ev and self.settings.log_dir:
             import json
             import os
-            with open(os.path.join(self.ctx.log_dir, "eval.jsonl"), "a") as f:
+            with open(os.path.join(self.settings.log_dir, "eval.jsonl"), "a") as f:
                 f.write(json.dumps(dict(time=ev["time"], at=ev["at"], test_loss=ev["test_loss"],
                                         test_acc=ev["test_acc"], final=ev["end"],
                                         model="average of every worker's parameters")) + "\n")
@@ -176,11 +176,13 @@ class RunObserver:
         if self.tb is not None:
             self.tb.consensus(ev)
 
-    def on_failure(self, event):
-        """Workers died and the survivors healed (``--fault-tolerance``). The progress and consensus
-        messages travel on duplicates of the old communicator, which holds the dead: they stop (a line
-        says so), their requests are left alone; the failure goes to the trace and TensorBoard."""
-        from hopdec.transport.waiting import remove_idle_hook
+    def on_failure(self, event, comm=None):
+        """Workers died and the survivors healed (``--fault-tolerance``); ``comm``: the survivors'
+        communicator (the trace is gathered on it). The progress and consensus messages travel on
+        duplicates of the old communicator, which holds the dead: they stop (a line says so), their
+        requests are left alone; the failure goes to the trace and TensorBoard."""
+        if comm is not None:
+            self.comm = comm
         self.event("failure", **{k: v for k, v in event.items() if k != "event"})
         self._stop_cross_rank()
         if self.rank == 0 or event.get("survivors", [None])[0] == self.rank:
@@ -221,11 +223,11 @@ class RunObserver:
 
     def _write_trace(self):
         from hopdec.transport.collectives import gather_json
-        everyone = gather_json(self.ctx.comm, dict(rank=self.rank, header=self.header, records=self.kept),
-                               self.ctx.timeout, "gathering the trace")
+        everyone = gather_json(self.comm, dict(rank=self.rank, header=self.header, records=self.kept),
+                               self.timeout, "gathering the trace")
         if self.rank != 0:
             return
-        from hopdec.observe.trace import write_trace
+        from hopdec.report.trace import write_trace
         from hopdec.report.data import Run
         run = Run.from_parts(self.header, {p["rank"]: p["records"] for p in everyone},
                              {0: self.events or []}, label=self.trace_path)

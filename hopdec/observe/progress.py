@@ -32,15 +32,9 @@ K_SAMPLE, K_DONE = 1.0, 2.0
 TAG = 301
 
 
-def under_launcher():
-    """True when an MPI launcher or batch system started this process."""
-    import os
-    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK",
-                                         "SLURM_NTASKS", "MPI_LOCALNRANKS"))
-
-
 def line_mode(stream=None):
     """Progress as lines (under a launcher, or output not a terminal) rather than a redrawn bar."""
+    from hopdec.launcher import under_launcher
     stream = stream or sys.stderr
     return under_launcher() or not getattr(stream, "isatty", lambda: False)()
 
@@ -67,7 +61,7 @@ class GridSampler:
         nxt = rec["jump"][1] if "jump" in rec else rec["iter"] + 1
         loss = float(np.mean(self.losses)) if self.losses else math.nan
         self.losses = []
-        msg = (self.g + 1, g_now, rec["iter"], min(nxt, self.n), loss)
+        msg = (self.g + 1, g_now, rec["iter"], nxt if self.n is None else min(nxt, self.n), loss)
         self.g = g_now
         return msg
 
@@ -146,15 +140,16 @@ class ProgressBoard:
         rate = float(np.mean(rates)) if rates else math.nan
         losses = [v for w, v in self.loss.items() if not math.isnan(v)]
         gap = its[fast] - its[slow]
+        of = "" if self.n is None else f" of {self.n}"          # None: a loop whose length nobody knows
         parts = [f"progress  {g * self.dt:.1f} {self.unit}",
-                 f"{self.what} {its[slow]}..{its[fast]} of {self.n} (slowest rank {slow}, fastest rank {fast})"
-                 if len(its) > 1 else f"{self.what} {its[slow]} of {self.n}",
+                 f"{self.what} {its[slow]}..{its[fast]}{of} (slowest rank {slow}, fastest rank {fast})"
+                 if len(its) > 1 else f"{self.what} {its[slow]}{of}",
                  f"{rate:.3g} it/s" if not math.isnan(rate) else "",
                  f"loss {np.mean(losses):.4g}" if losses else "",
                  (f"gap {gap}" + (f" (bound {self.bound:g})" if self.bound is not None
                                   and math.isfinite(self.bound) else "")) if len(its) > 1 else "",
                  f"ETA {(self.n - 1 - its[slow]) / rate:.0f} {self.unit}" if rate and rate > 0
-                 and not math.isnan(rate) and its[slow] < self.n - 1 else "",
+                 and not math.isnan(rate) and self.n is not None and its[slow] < self.n - 1 else "",
                  self.extra() if self.extra else ""]
         if len(self.done) == len(self.workers):
             parts.append("all finished")
@@ -197,10 +192,10 @@ class LiveProgress:
     def on_record(self, rec, now=None):
         now = time.time() if now is None else now
         if self.bar is not None:
-            self.bar.n = min(self.n, rec["iter"] + 1)
+            self.bar.n = rec["iter"] + 1 if self.n is None else min(self.n, rec["iter"] + 1)
             if rec.get("loss") is not None:
                 self.bar.set_postfix(loss=f"{rec['loss']:.4g}", refresh=False)
-            self.bar.refresh() if self.bar.n >= self.n else self.bar.update(0)
+            self.bar.refresh() if self.n is not None and self.bar.n >= self.n else self.bar.update(0)
             return
         if self.sampler is None:
             return

@@ -85,13 +85,17 @@ class AnswerQuery:
 @dataclass(frozen=True)
 class StopWorkers:
     """Training is over for ``workers``: the work budget was reached (or a stop was requested).
-    ``cut``, ``keep_from``: as in :class:`SendWeights` (the final cut, when checkpointing)."""
+    ``cut``, ``keep_from``: as in :class:`SendWeights` (the final cut, when checkpointing).
+    ``staleness[i]``: what worker i is told of its last gradient (as in :class:`SendWeights`;
+    :data:`hopdec.ps.server.DISCARDED` when it came after the stop and was not used) -- filled in by the
+    server core from its books, so it is not part of the action's identity (``==`` ignores it)."""
 
     workers: tuple
     version: int
     cut: int = 0
     keep_from: int = 0
     discarded: tuple = ()           # of ``workers``, those whose last push came after the stop: unused
+    staleness: tuple = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

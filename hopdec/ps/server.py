@@ -37,6 +37,12 @@ DISCARDED = -3
 (the worker logs it as dropped and does not count it as an iteration done)."""
 
 
+def work_budget(iterations, workers):
+    """The server's work budget: ``--iterations N`` means N mini-batches per worker, so N x workers in all
+    (the one place this is computed: the run assemblies, resume checks and checkpoint cuts ask here)."""
+    return int(iterations) * int(workers)
+
+
 class Server:
     """One parameter server: ``policy`` (:mod:`hopdec.ps.sync`) decides, this core keeps the books."""
 
@@ -244,7 +250,9 @@ class Server:
             for w in new:
                 self.told[w] = self.cuts
             self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
-                                         discarded=new if discarded else ()))
+                                         discarded=new if discarded else (),
+                                         staleness=tuple(DISCARDED if discarded else self.last_staleness[w]
+                                                         for w in new)))
             if len(self.stopped) == len(self.work_by) and self.checkpoints:   # failed ones included
                 self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
                                             keep_from=self._keep_from()))

@@ -327,8 +327,8 @@ class Run:
 
     def gap_over_time(self):
         """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started
-        (:func:`hopdec.runtime.metrics.gap_sweep`)."""
-        from hopdec.runtime.metrics import gap_sweep
+        (:func:`hopdec.report.gaps.gap_sweep`)."""
+        from hopdec.report.gaps import gap_sweep
         entries = [[(r["time"], r["iter"]) for r in recs] for recs in self.records.values()]
         sweep = list(gap_sweep(entries))
         return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
@@ -337,7 +337,7 @@ class Run:
         """Largest observed Iter(i) - Iter(j) for every ordered pair of workers (None above ``limit``)."""
         if len(self.records) > limit:
             return None
-        from hopdec.runtime.metrics import max_iteration_gap
+        from hopdec.report.gaps import max_iteration_gap
         return max_iteration_gap([[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers])
 
     def consensus(self):

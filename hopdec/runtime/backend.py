@@ -1,13 +1,16 @@
-"""The worker loop's compute backend on torch: a :class:`~hopdec.ml.trainer.LocalTrainer` plus emulated
-heterogeneity (:mod:`hopdec.runtime.heterogeneity`), a check that training has not diverged, and the
-tests' fault injection (:mod:`hopdec.runtime.faults`)."""
+"""The loops' compute backends on torch: :class:`TorchBackend` (a :class:`~hopdec.ml.trainer.LocalTrainer`
+plus emulated heterogeneity (:mod:`hopdec.heterogeneity`), a check that training has not diverged, and the
+tests' fault injection (:mod:`hopdec.runtime.faults`)); for the parameter-server mode, a worker's
+(:class:`WorkerBackend`: loading weights, ESync's model differences) and the server's model
+(:class:`ServerModel`). The simulator's ``--math`` runs the same classes in virtual time."""
 
 import math
 import time
 
+import numpy as np
 import torch
 
-from hopdec.runtime.failures import RunError
+from hopdec.errors import RunError
 
 
 class TorchBackend:
@@ -39,4 +42,79 @@ class TorchBackend:
         self.t.reduce(pairs)
 
     def apply(self, iteration):
+        self.t.apply(iteration)
+
+
+def combine(pairs, out, scratch):
+    """out <- sum(weight * buffer) over ``pairs = [(buffer, weight)]``, in the order given (float32)."""
+    (b0, a0), rest = pairs[0], pairs[1:]
+    np.copyto(out, b0)
+    if a0 != 1.0:
+        out *= np.float32(a0)
+    for b, a in rest:
+        if a == 1.0:
+            out += b
+        else:
+            np.multiply(b, np.float32(a), out=scratch)
+            out += scratch
+    return out
+
+
+class ServerModel:
+    """The server's weights and optimizer: a :class:`~hopdec.ml.trainer.LocalTrainer` (SGD with momentum
+    and weight decay on one flat tensor) that applies combined gradients or adds model differences."""
+
+    def __init__(self, trainer):
+        import torch
+        self.torch, self.t = torch, trainer
+        self.P = trainer.numel
+        self.cpu = trainer.device.type == "cpu"
+        self.grad = trainer.flat.grad.numpy() if self.cpu else np.zeros(self.P, dtype=np.float32)
+        self.scratch = np.zeros(self.P, dtype=np.float32)
+        self.delta = np.zeros(self.P, dtype=np.float32)
+
+    def apply_gradients(self, pairs):
+        combine(pairs, self.grad, self.scratch)
+        if not self.cpu:
+            self.t.flat.grad.copy_(self.torch.from_numpy(self.grad).to(self.t.device))
         self.t.apply()
+
+    def add_deltas(self, pairs):                  # ESync: w += sum(1/p * delta), global learning rate 1
+        combine(pairs, self.delta, self.scratch)
+        with self.torch.no_grad():
+            self.t.flat.add_(self.torch.from_numpy(self.delta).to(self.t.device))
+
+    def write_params(self, out):
+        self.t.write_params(out)
+
+
+class WorkerBackend:
+    """A PS worker's torch side: the shared :class:`~hopdec.runtime.backend.TorchBackend` (compute with
+    emulation, SGD step) plus loading weights and forming ESync's model difference."""
+
+    def __init__(self, backend):
+        self.b, self.t = backend, backend.t
+        self.cpu = self.t.device.type == "cpu"
+        self.kept = np.zeros(self.t.numel, dtype=np.float32)
+        self.diff = np.zeros(self.t.numel, dtype=np.float32)
+
+    def compute(self, iteration):
+        return self.b.compute(iteration)
+
+    def apply(self, iteration):
+        self.b.apply(iteration)
+
+    def load_params(self, buf):
+        self.t.load_params(buf)
+
+    def keep_params(self):
+        self.t.write_params(self.kept)
+
+    def gradient(self):
+        g = self.t.flat.grad
+        return g.numpy() if self.cpu else g.detach().cpu().numpy()
+
+    def delta(self):
+        self.t.write_params(self.diff)
+        self.diff -= self.kept
+        return self.diff

@@ -5,7 +5,7 @@ Layout: ``D/rank{r}/`` holds rank r's files only -- ``ckpt-{key:08d}.npz`` (nump
 momentum, data position, RNG states; a PS server also the pushed gradients it has not applied yet) and
 ``manifest.json`` (which keys are complete, the run's settings, where each rank's log was). A *key* names
 a cut: the iteration K in decentralized mode (every rank at Enter(K), see
-:mod:`hopdec.runtime.decentralized`), the server's cut number in parameter-server mode (see
+:mod:`hopdec.hop.cuts`), the server's cut number in parameter-server mode (see
 :class:`hopdec.ps.server.Server`). Each rank reads only its own directory, so D may be a shared
 filesystem or the same path on every host's local disk (as long as each rank runs where its files are).
 
@@ -14,28 +14,20 @@ same way -- a rank killed mid-write leaves the previous checkpoints intact. Load
 ``np.load(allow_pickle=False)`` refuses object arrays, and manifests are JSON.
 """
 
-import hashlib
 import json
 import os
 import secrets
 import shlex
-import sys
 import time
 
 import numpy as np
 
 from hopdec.errors import ConfigError
+from hopdec.modes.fingerprint import SETTINGS  # what a resumed run must share with the one it resumes
 
 FORMAT = "hopdec-checkpoint/1"
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 2 ** 20
-
-# Options that decide what a run computes: a resumed run must have the same values (as resolved from
-# the options and presets). Anything else (--iterations, --epochs, output, --threads, --peer-timeout,
-# --device, emulated slowdowns) may change.
-SETTINGS = ("mode", "sync", "topology", "protocol", "max_ig", "compute_graph", "backup_workers",
-            "staleness", "stale_reduce", "skip", "staleness_range", "lookahead", "esync_epsilon",
-            "dataset", "partition", "model", "norm", "lr", "momentum", "weight_decay", "batch_size", "seed")
 
 
 def option_name(key):
@@ -258,9 +250,6 @@ class RankCheckpoints:
         self.saved_s += time.perf_counter() - t0
         return path
 
-    def set_target(self, iterations):
-        self.manifest["iterations"] = iterations
-
     def _write_manifest(self):
         text = json.dumps(self.manifest, indent=1, sort_keys=True).encode("utf-8")
         atomic_write(os.path.join(self.dir, MANIFEST), lambda f: f.write(text))
@@ -386,37 +375,6 @@ def _show(v):
     return str(v)
 
 
-def topology_fingerprint(graph):
-    """The topology as it will be used (edges, mixing weights, per-node backup workers), hashed: two runs
-    with the same fingerprint run the same graph whatever the files were called."""
-    edges = sorted((int(u), int(v), round(float(d.get("weight", 1.0)), 12)) for u, v, d in graph.edges(data=True))
-    nodes = sorted((int(n), d.get("backup_workers")) for n, d in graph.nodes(data=True))
-    h = hashlib.sha256(json.dumps([nodes, edges]).encode()).hexdigest()[:16]
-    source = graph.graph.get("source") or "topology"
-    return {"sha256": h, "describe": f"{source} ({graph.number_of_nodes()} nodes, "
-                                     f"{graph.number_of_edges()} edges, sha256 {h})"}
-
-
-def run_settings(ctx, graph=None, cfg=None, policy=None):
-    """What the run computes, from its resolved options (:data:`SETTINGS`); JSON-ready."""
-    a = ctx.args
-    ds = ctx.dataset
-    out = dict(mode=a.mode, dataset=f"{ds.name} ({len(ds.train_y)} training samples, input "
-                                      f"{'x'.join(map(str, ds.input_shape))})",
-               partition=a.partition, model=ctx.model_name, norm=getattr(a, "norm", "batch"),
-               seed=a.seed, **{k: ctx.hparams[k] for k in ("lr", "momentum", "weight_decay", "batch_size")})
-    if graph is not None:
-        topo = topology_fingerprint(graph)
-        out.update(topology=topo["sha256"], protocol=cfg.protocol, compute_graph=cfg.compute_graph,
-                   max_ig=cfg.max_ig, backup_workers=cfg.backup_workers, staleness=cfg.staleness,
-                   stale_reduce=cfg.stale_reduce,
-                   skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None)
-    if policy is not None:
-        out.update(sync=policy.sync, **{k: (list(v) if isinstance(v, tuple) else v)
-                                        for k, v in policy.settings().items() if k in SETTINGS})
-    return json.loads(json.dumps(out))
-
-
 # ---- logs and messages ---------------------------------------------------------------------------------
 def trim_log(path, offset):
     """Cut ``path`` back to ``offset`` bytes (what it held at the checkpoint a run resumes), so the resumed
@@ -452,10 +410,3 @@ def resume_command(argv, ranks, directory, launcher="mpirun"):
         out.append(arg)
     return shlex.join([launcher, "-n", str(ranks), "hopdec", "train", *out, "--resume", directory])
 
-
-def train_argv():
-    """The ``hopdec train`` arguments of this process (after ``train``), as the user typed them."""
-    argv = list(sys.argv[1:])
-    if argv and argv[0] == "train":
-        argv = argv[1:]
-    return argv

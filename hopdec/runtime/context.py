@@ -1,18 +1,15 @@
-"""What a run needs on one rank: the parsed options, communicator, data, presets and device.
+"""What a run needs on one rank: its settings, communicator, run assembly and device.
 
-:class:`RunContext` is built by :mod:`hopdec.cli.train` and handed to the decentralized runner
-(:mod:`hopdec.runtime.decentralized`) or the parameter-server runner (:mod:`hopdec.ps.mpi`).
+:class:`RunContext` is made by :func:`hopdec.runtime.setup.setup` on every rank and handed to the runner
+of its mode (:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`).
 """
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 
 from hopdec.errors import ConfigError
-from hopdec.ml.data import partition
-from hopdec.ml.trainer import LocalTrainer
-from hopdec.runtime.heterogeneity import Emulator
+from hopdec.heterogeneity import Emulator
 
 
 def pick_device(spec, local_rank):
@@ -36,64 +33,58 @@ def pick_device(spec, local_rank):
     return device
 
 
-def local_rank_and_size():
-    """This rank's index and count on its host, from the launcher's environment (Open MPI, MPICH, Slurm)."""
-    for r, s in (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                 ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
-        if r in os.environ:
-            try:
-                return int(os.environ[r]), int(os.environ.get(s, "1").split("(")[0])
-            except ValueError:
-                pass
-    return 0, 1
-
-
 @dataclass
 class RunContext:
-    """What a run mode needs on one rank. ``hparams``: lr, momentum, weight_decay, batch_size."""
+    """One rank's run.
 
-    args: object
+    ``run``: the mode's assembly with its workload (:class:`hopdec.modes.HopRun` or
+    :class:`~hopdec.modes.PSRun`); ``fingerprint``: what the run computes, as its checkpoints record it
+    (:func:`hopdec.runtime.checkpoint.run_settings`); ``resume``: the cut a ``--resume`` starts from
+    (:func:`hopdec.runtime.resume.plan`), else None; ``worker``: this rank's worker id, its rank in the
+    first communicator (``comm`` may shrink after a failure); ``healed``: the heals it took part in.
+    """
+
+    settings: object
     comm: object
-    dataset: object
-    model_name: str
-    hparams: dict
-    iterations: int
-    device: torch.device
-    log_dir: str = None
-    progress: bool = True
-    extra: dict = field(default_factory=dict)
+    run: object
+    device: torch.device = torch.device("cpu")
+    fingerprint: dict = None
+    resume: dict = None
+    worker: int = None
+    healed: list = field(default_factory=list)
+    _faults: object = None
 
     @property
     def rank(self):
         return self.comm.Get_rank()
 
     @property
+    def size(self):
+        return self.comm.Get_size()
+
+    @property
     def timeout(self):
         """Seconds any wait may last before a peer counts as dead or hung (``--peer-timeout``)."""
-        return float(getattr(self.args, "peer_timeout", None) or 120.0)
+        return self.settings.faults.timeout
+
+    @property
+    def log_dir(self):
+        return self.settings.observe.log_dir
+
+    @property
+    def iterations(self):
+        return self.run.work.iterations
 
     @property
     def faults(self):
         """The tests' fault injection for this rank (:mod:`hopdec.runtime.faults`)."""
-        from hopdec.runtime.faults import Faults
-        if "faults" not in self.extra:
-            self.extra["faults"] = Faults(self.args, self.rank)
-        return self.extra["faults"]
-
-    @property
-    def size(self):
-        return self.comm.Get_size()
-
-    def make_trainer(self, part, n_parts):
-        """A trainer on shard ``part`` of ``n_parts`` (same initial model on every rank)."""
-        a = self.args
-        idx = partition(self.dataset.train_y, n_parts, part, scheme=a.partition, seed=a.seed)
-        return LocalTrainer(self.model_name, self.dataset, idx, lr=self.hparams["lr"],
-                            momentum=self.hparams["momentum"], weight_decay=self.hparams["weight_decay"],
-                            batch_size=self.hparams["batch_size"], device=self.device, seed=a.seed,
-                            data_seed=a.seed * 7919 + part, norm=getattr(a, "norm", "batch"))
+        if self._faults is None:
+            from hopdec.runtime.faults import Faults
+            self._faults = Faults(self.settings.faults, self.rank)
+        return self._faults
 
     def make_emulator(self, rank, workers):
         """The emulated slowdowns of MPI rank ``rank`` among the training ranks ``workers``."""
-        a = self.args
-        return Emulator(a.slowdown or [], rank, workers, compute_time=a.compute_time, seed=a.seed)
+        em = self.settings.emulation
+        return Emulator(list(em.slowdown), rank, workers, compute_time=em.compute_time,
+                        seed=self.settings.work.seed)

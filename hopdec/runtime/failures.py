@@ -27,10 +27,6 @@ left little margin on a loaded machine: a rank descheduled for longer misses the
 reports too)."""
 
 
-class RunError(HopdecError):
-    """A run that cannot go on (e.g. its loss is no longer a finite number): one line, non-zero exit."""
-
-
 def cause(err):
     """One line saying what went wrong: the message of errors hopdec raises, else the exception's type."""
     if isinstance(err, (HopdecError, PeerTimeout)):

@@ -4,32 +4,26 @@ Rank R fails in phase P (setup, train at iteration >= K, evaluate, shutdown) the
 may be comma-separated lists, pairwise: ``--die-rank 3,6 --die-at 10,20`` kills two ranks,
 ``--die-rank 3,6 --die-phase train,shutdown`` one while training and one at shutdown): ``exit``
 (the process dies, as a crashed node), ``hang`` (alive but silent, as a hung node) or ``raise`` (an
-exception, as a bug or a failed device).
+exception, as a bug or a failed device). The options are :class:`hopdec.settings.Faults`.
 """
 
 import os
 import time
 
 
-PHASES = ("setup", "train", "evaluate", "shutdown")
-
-
 class Faults:
     """What this rank should fail, and where; :meth:`at` is called at each phase's point."""
 
-    def __init__(self, args, rank):
-        ranks = _ints(getattr(args, "die_rank", None))
-        at = _ints(getattr(args, "die_at", None)) or [0]
-        phases = [p.strip() for p in str(getattr(args, "die_phase", None) or "train").split(",")]
-        bad = [p for p in phases if p not in PHASES]
-        if bad:
-            from hopdec.errors import ConfigError
-            raise ConfigError(f"--die-phase {bad[0]}: expected {', '.join(PHASES)} (or a comma-separated list)")
+    def __init__(self, settings, rank):
+        """``settings``: :class:`hopdec.settings.Faults`."""
+        ranks = list(settings.die_rank)
+        at = list(settings.die_at) or [0]
+        phases = list(settings.die_phase) or ["train"]
         self.armed = rank in ranks
         i = ranks.index(rank) if self.armed else 0
         self.phase = phases[i] if i < len(phases) else phases[0]
         self.iteration = at[i] if i < len(at) else at[0]
-        self.how = getattr(args, "die_how", "exit")
+        self.how = settings.die_how
 
     def at(self, phase, iteration=None):
         if not self.armed or phase != self.phase or (iteration is not None and iteration < self.iteration):
@@ -39,10 +33,3 @@ class Faults:
         if self.how == "raise":
             raise RuntimeError(f"injected failure in {phase}")
         os._exit(17)
-
-
-def _ints(value):
-    """``3`` or ``"3,6"`` -> [3] or [3, 6]; None -> []."""
-    if value is None:
-        return []
-    return [int(v) for v in str(value).split(",") if v.strip()]

@@ -11,9 +11,10 @@ over. Worker ids stay the ranks of the first communicator, in every log and mess
 
 import time
 
-from hopdec.hop.worker import node_views
-from hopdec.topology.heal import heal_graph, relabelled
+from hopdec.hop.heal import heal
+from hopdec.topology.heal import relabelled
 from hopdec.transport.collectives import allgather_json
+from hopdec.transport.ulfm import on_survivors
 
 
 class Healer:
@@ -28,26 +29,14 @@ class Healer:
         """Run the recovery with the other survivors (collective); returns its event record."""
         from mpi4py import MPI
         t0 = time.time()
-        comm = self.comm
-        while True:
-            try:
-                comm.Revoke()
-            except MPI.Exception:
-                pass
-            new = comm.Shrink()
-            new.Set_errhandler(MPI.ERRORS_RETURN)
-            try:
-                info = allgather_json(new, [self.me, self.core.iteration], self.timeout, "healing")
-                break
-            except MPI.Exception:                     # another failure during the recovery: again
-                comm = new
+        info, new = on_survivors(self.comm, lambda c: allgather_json(c, [self.me, self.core.iteration],
+                                                                       self.timeout, "healing"),
+                                 revoke=True, again=lambda err, c: isinstance(err, MPI.Exception))
         survivors = [i for i, _ in info]
         failed = sorted(set(self.graph.nodes) - set(survivors))
-        iterations = dict((i, k) for i, k in info)
-        healed, notes = heal_graph(self.graph, failed)
-        view = next(v for v in node_views(healed) if v.rank == self.me)
         before = self.core.iteration
-        self.core.reconfigure(view, iterations)
+        healed, notes = heal(self.graph, failed, {self.me: self.core}, dict((i, k) for i, k in info))
+        view = self.core.view
         self.io.reconfigure(new, view, self.core.held_handles(), {i: r for r, (i, _) in enumerate(info)})
         self.comm, self.graph = new, healed
         event = dict(event="heal", time=t0, failed=failed, survivors=survivors, iteration=before,

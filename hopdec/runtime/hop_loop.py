@@ -11,7 +11,11 @@ wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_gran
 ``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in message-sized
 storage (``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
-``wait_sent(storage)`` with no copy at all. A transport with ``carries_grants = True`` takes the
+``wait_sent(storage)`` with no copy at all (``wait_sent`` blocks until the sends from ``storage``
+completed, or, in virtual time, returns something for the loop to yield: the driver resumes the loop
+once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the storage and
+sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
+``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
 ``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
 that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
 it can, sending the others as grant messages; a grant is never held past the next action. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
@@ -51,7 +55,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
     complete -- a slow receiver shows up here. With ``spans=True`` it also
     has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
-    (:mod:`hopdec.observe.trace`).
+    (:mod:`hopdec.report.trace`).
     """
     rec = None
     poll = getattr(io, "poll", None)
@@ -92,18 +96,19 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"] = []
             if a.jumped_from is not None:
                 rec["jumped_from"] = a.jumped_from
-            led = core.ledger
-            if led is not None:
-                rec["tokens"] = min([led.granted[j] - led.taken[j] for j in core.view.out_neighbors],
-                                    default=None)
+            if core.ledger is not None:
+                rec["tokens"] = core.tokens()
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
                 more = {} if deferred is None else {"grants": deferred}
+                before = getattr(io, "bytes_sent", None)
                 if store is not None:           # zero-copy: send from the parameters' own storage
                     io.send_from(a.iteration, a.dests, store, **more)
                 else:
                     io.send_update(a.iteration, a.dests, backend.write_params, **more)
+                if before is not None and rec is not None:      # what this send put on the wire
+                    rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
                 io.send_grants(deferred)
             deferred = None
@@ -124,7 +129,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
         elif kind is Reduce:
             spare = spare_storage() if spare_storage is not None else None
             if spare is not None:
-                io.wait_sent(spare)             # Reduce overwrites it: its sends must be done
+                pending = io.wait_sent(spare)   # Reduce overwrites it: its sends must be done
+                if pending is not None:         # a virtual-time driver resumes us once they are
+                    yield pending
                 t1 = clock()
                 rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
                 if spans and t1 - t0 > 1e-4:
@@ -192,7 +199,6 @@ def _waited(rec, a, t0, dt, spans):
 
 
 def _close(rec, core):
-    rec["held"] = core.held_updates
-    rec["used_total"] = core.policy.used
-    rec["dropped_total"] = core.policy.dropped
+    c = core.counts()
+    rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
     return rec

@@ -14,9 +14,11 @@ KeyboardInterrupt: an interrupt is not a failure). The runners look at it betwee
 
 * decentralized (:class:`StopChannel`): the ranks agree where to stop -- each announces its
   :attr:`~hopdec.hop.worker.Worker.position` to every other rank on a duplicated communicator (small
-  nonblocking messages; a rank that hears one announces too) and all take ``stop_at = max + 1``. The
-  core's budget is lowered to it (:meth:`~hopdec.hop.worker.Worker.stop_at`): nobody has passed it, each
-  finishes up to ``stop_at - 1`` normally, and Enter(stop_at) is a cut as consistent as the periodic ones.
+  nonblocking messages; a rank that hears one announces too) and all apply the same rule to what they
+  heard (:func:`hopdec.hop.cuts.stop_agreement`: ``stop_at = max + 1``; the channel only carries the
+  messages). The core's budget is lowered to it (:meth:`~hopdec.hop.worker.Worker.stop_at`): nobody has
+  passed it, each finishes up to ``stop_at - 1`` normally, and Enter(stop_at) is a cut as consistent as
+  the periodic ones.
 * parameter server: a worker tells the server (one small message); the server core lowers its budget to
   the work done (:meth:`~hopdec.ps.server.Server.request_stop`) and the run ends at the next release,
   followed by the final cut.
@@ -78,8 +80,9 @@ class StopChannel:
 
     ``check(position, finished)`` is cheap when nothing happened. When this rank got a stop signal, or a
     peer's announcement arrived, it announces ``position`` (the last iteration entered) to every other
-    rank, waits for all of theirs (bounded by ``timeout``), and returns ``stop_at = max + 1``; a rank
-    whose training is over only answers (it never starts an agreement). One agreement per run.
+    rank, waits for all of theirs (bounded by ``timeout``), and returns the agreed ``stop_at``
+    (:func:`hopdec.hop.cuts.stop_agreement`); a rank whose training is over only answers (it never starts
+    an agreement). One agreement per run.
     """
 
     def __init__(self, comm, timeout):
@@ -138,9 +141,8 @@ class StopChannel:
             f"did not say where they are within {self.timeout:.0f} s; a peer may have died or hung"))
         if self.broken:                     # a peer died meanwhile: agree again among the survivors
             return None
-        notes = [note] + [self.bufs[r] for r in self.peers]
-        self.stop_at = int(max(int(b[0]) for b in notes)) + 1
-        self.signum = next((int(b[1]) for b in notes if b[1]), None)
+        from hopdec.hop.cuts import stop_agreement
+        self.stop_at, self.signum = stop_agreement([note] + [self.bufs[r] for r in self.peers])
         return self.stop_at
 
     def close(self):

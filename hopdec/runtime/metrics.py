@@ -9,8 +9,6 @@ import json
 import os
 import socket
 
-import numpy as np
-
 
 def log_path(log_dir, rank):
     return os.path.join(log_dir, f"rank{rank}.jsonl")
@@ -44,12 +42,17 @@ def check_log_dir(log_dir, rank):
 def open_jsonl(log_dir, rank, header, append=False):
     """``DIR/rank{r}.jsonl``, line-buffered (every record reaches the file as it is written, so a killed
     rank loses at most the record being written), with the run header first (plus this process's pid
-    and host, so a user can tell which process is which rank). ``append``: a resumed run continues the
+    and host, so a user can tell which process is which rank; and the emulated network's conditions,
+    ``network``, under a testbed: :func:`hopdec.launcher.network_conditions`). ``append``: a resumed run continues the
     log (its header line marks where)."""
+    from hopdec.launcher import network_conditions as conditions
     os.makedirs(log_dir, exist_ok=True)
     f = open(log_path(log_dir, rank), "a" if append else "w", buffering=1)
-    f.write(json.dumps({"rank": rank, "run": {**(header or {}), "pid": os.getpid(),
-                                              "host": socket.gethostname()}}) + "\n")
+    header = {**(header or {}), "pid": os.getpid(), "host": socket.gethostname()}
+    net = conditions()              # an emulated network (hopdec.testbed) says what its links were
+    if net is not None:
+        header.setdefault("network", net)
+    f.write(json.dumps({"rank": rank, "run": header}) + "\n")
     return f
 
 
@@ -112,64 +115,33 @@ class RankLogger:
             self._f = None
 
 
+class EventLog:
+    """The parameter server's ``rank0.jsonl``: the run header, then its events (``apply``, ``drop``,
+    ``release``, ``stop``, ``note``, ``eval``, ``summary``; no ``iter`` key, so :func:`read_log` skips them).
+    Called as ``events(name, **data)``."""
+
+    def __init__(self, log_dir, header, append=False):
+        self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
+        self.path = log_path(log_dir, 0) if log_dir else None
+
+    def tell(self):
+        self._f.flush()
+        return self._f.tell()
+
+    def __call__(self, event, **data):
+        if self._f:
+            self._f.write(json.dumps(dict(event=event, **data)) + "\n")
+
+    def close(self):
+        if self._f:
+            self._f.close()
+            self._f = None
+
+
 def read_log(path):
     """The iteration records of one ``rank{r}.jsonl`` (the header line is skipped)."""
     with open(path) as f:
         return [r for r in map(json.loads, f) if "iter" in r]
-
-
-def max_iteration_gap(entries):
-    """Largest observed Iter(i) - Iter(j) for every ordered pair, from ``entries[r] = [(time, iter)]``.
-
-    Replays all "worker r entered iteration k at time t" events in time order (events at the same time
-    together) and tracks each pair's gap. Returns an n x n matrix.
-    """
-    n = len(entries)
-    events = sorted((t, r, k) for r, ev in enumerate(entries) for t, k in ev)
-    cur = np.full(n, -1, dtype=np.int64)           # -1: not started yet
-    best = np.zeros((n, n), dtype=np.int64)
-    i = 0
-    while i < len(events):
-        t = events[i][0]
-        while i < len(events) and events[i][0] == t:
-            _, r, k = events[i]
-            cur[r] = max(cur[r], k)
-            i += 1
-        started = cur >= 0
-        if started.all():
-            best = np.maximum(best, cur[:, None] - cur[None, :])
-    return best
-
-
-def gap_sweep(entries):
-    """``(t, largest Iter(i) - Iter(j) at t)`` after each instant some worker entered an iteration, once every
-    worker has started, from ``entries[r] = [(time, iter)]`` (events at the same time together; a record
-    not past the worker's current iteration is ignored). O(E log E): its maximum is that of
-    :func:`max_iteration_gap` without the n x n matrix (what the simulator and ``hopdec plot`` use)."""
-    n = len(entries)
-    events = sorted((t, r, k) for r, ev in enumerate(entries) for t, k in ev)
-    cur = [-1] * n
-    at, started, low, high = {}, 0, None, -1     # at[k]: workers now at k; low only rises
-    i = 0
-    while i < len(events):
-        t = events[i][0]
-        while i < len(events) and events[i][0] == t:
-            _, r, k = events[i]
-            i += 1
-            if k <= cur[r]:
-                continue
-            if cur[r] >= 0:
-                at[cur[r]] -= 1
-            else:
-                started += 1
-            cur[r] = k
-            at[k] = at.get(k, 0) + 1
-            high = max(high, k)
-        if started == n:
-            low = min(k for k, c in at.items() if c) if low is None else low
-            while not at.get(low):
-                low += 1
-            yield t, high - low
 
 
 def format_table(headers, rows):

@@ -2,7 +2,7 @@
 
 Like :mod:`hopdec.runtime.hop_loop` for Hop, each loop is a generator that yields every
 :class:`~hopdec.core.Wait` of its core; the driver answers by waiting for a message and feeding it to the
-core (the MPI driver :mod:`hopdec.ps.mpi` blocks on MPI, the in-process driver :mod:`hopdec.sim.ps` runs
+core (the MPI runner :mod:`hopdec.runtime.ps_mpi` blocks on MPI, the in-process driver :mod:`hopdec.sim.ps` runs
 other cores). With ``step=True`` a loop also yields every other action after carrying it out, so a
 virtual-time driver can charge time for it. No protocol decision is taken here.
 
@@ -22,7 +22,6 @@ from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, LoadWeights,
                                Note, PushDelta, PushGradient, QueryState, SaveCheckpoint, SendWeights,
                                StopWorkers)
-from hopdec.ps.server import DISCARDED
 
 
 def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_checkpoint=None):
@@ -62,8 +61,8 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
             io.answer(a.worker, a.ready)
         elif isinstance(a, StopWorkers):
             marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
-            for w in a.workers:                    # DISCARDED: its last gradient came after the stop
-                io.stop(w, DISCARDED if w in a.discarded else core.last_staleness[w], **marks)
+            for w, s in zip(a.workers, a.staleness):   # DISCARDED: its last gradient came after the stop
+                io.stop(w, s, **marks)
         elif isinstance(a, Checkpoint):
             log("checkpoint", time=now, cut=a.cut, version=a.version, work=a.work, final=a.final)
             if on_checkpoint:

@@ -1,12 +1,13 @@
-"""Checkpoint, resume and clean stop for the two runners: what ``runtime/decentralized.py`` and ``ps/mpi.py``
+"""Checkpoint, resume and clean stop for the two MPI runners: what ``runtime/hop_mpi.py`` and ``runtime/ps_mpi.py``
 call (the files are :mod:`hopdec.runtime.checkpoint`, the stop :mod:`hopdec.runtime.interrupt`).
 
-* :func:`check_options` / :func:`plan` -- ``--checkpoint-dir``, ``--checkpoint-every``, ``--resume`` checked
-  during setup; at ``--resume D`` the ranks exchange their manifests and agree on the latest cut every
+* :func:`with_checkpoint_defaults` / :func:`plan` -- during setup, a resumed run takes ``--iterations`` and
+  ``--checkpoint-every`` from its checkpoint when not given, a fresh ``--checkpoint-dir`` must hold no
+  other run's; at ``--resume D`` the ranks exchange their manifests and agree on the latest cut every
   rank has (one line and exit 2 otherwise, like any setup error).
 * :class:`HopRank` -- one decentralized rank: resumes its core at Enter(K) with its trainer's state,
-  checkpoints at Enter(K) for K a multiple of ``--checkpoint-every`` (before Send(K): a cut with nothing
-  in flight, see :meth:`hopdec.hop.worker.Worker.resume_at`) and at the end, and takes part in a stop.
+  checkpoints where :mod:`hopdec.hop.cuts` says (before Send(K): a cut with nothing in flight, see
+  :meth:`hopdec.hop.worker.Worker.resume_at`) and at the end, and takes part in a stop.
 * :class:`PSRank` -- the parameter server or one PS worker: saves at the cuts the server core decides.
 """
 
@@ -14,39 +15,40 @@ import contextlib
 import math
 import os
 import time
+from dataclasses import replace
 
-from hopdec.errors import ConfigError
+from hopdec.hop.cuts import checkpoint_due, oldest_needed
+from hopdec.ps.server import work_budget
 from hopdec.runtime import checkpoint as C
 from hopdec.runtime import interrupt
 
 
 # ---- options and the resume plan -------------------------------------------------------------------------
-def check_options(args, rank):
-    """The cheap checks (no torch): fills ``args.checkpoint_dir`` from ``--resume``, and on a resume takes
-    ``--iterations`` and ``--checkpoint-every`` from the checkpoint when not given."""
-    d, res = getattr(args, "checkpoint_dir", None), getattr(args, "resume", None)
-    if res is not None:
-        if d is not None and os.path.abspath(d) != os.path.abspath(res):
-            raise ConfigError(f"--checkpoint-dir {d} with --resume {res}: a resumed run goes on checkpointing "
-                              f"into {res} (drop --checkpoint-dir)")
-        args.checkpoint_dir = d = res
-        man = C.read_manifest(res, rank)
-        if man is not None:
-            if args.iterations is None and args.epochs is None and isinstance(man.get("iterations"), int):
-                args.iterations = man["iterations"]
-            if args.checkpoint_every is None and isinstance(man.get("checkpoint_every"), int):
-                args.checkpoint_every = man["checkpoint_every"] or None
-    elif d is not None:
-        C.check_fresh(d, rank)
-    if args.checkpoint_every is not None and d is None:
-        raise ConfigError("--checkpoint-every needs --checkpoint-dir D (where the checkpoints go)")
+def with_checkpoint_defaults(settings, rank):
+    """The settings of a run on this rank, checked against its checkpoint directory (reads files, no torch):
+    a resumed run takes ``--iterations`` and ``--checkpoint-every`` from the checkpoint when they were not
+    given; a fresh ``--checkpoint-dir`` must not hold another run's checkpoints."""
+    ck, work = settings.checkpoints, settings.work
+    if ck.resume is None:
+        if ck.dir is not None:
+            C.check_fresh(ck.dir, rank)
+        return settings
+    man = C.read_manifest(ck.resume, rank)
+    if man is None:
+        return settings
+    changes = {}
+    if work.iterations is None and work.epochs is None and isinstance(man.get("iterations"), int):
+        changes["work"] = replace(work, iterations=man["iterations"])
+    if ck.every is None and isinstance(man.get("checkpoint_every"), int) and man["checkpoint_every"]:
+        changes["checkpoints"] = replace(ck, every=man["checkpoint_every"])
+    return settings.replace(**changes) if changes else settings
 
 
 def plan(ctx, settings, timeout):
     """At ``--resume D``: the cut to start from, the same on every rank (collective; ConfigError, the same
     on every rank, when there is none to use). Without ``--resume``: None."""
     from hopdec.transport.collectives import allgather_json
-    d = ctx.args.resume
+    d = ctx.settings.checkpoints.resume
     if d is None:
         return None
     mine = C.summary(d, ctx.rank)
@@ -56,19 +58,19 @@ def plan(ctx, settings, timeout):
     return dict(dir=d, key=key, manifest=man, entry=man["complete"][str(key)], info=info)
 
 
-def _store(ctx, settings, target, extra=None):
-    d = ctx.args.checkpoint_dir
-    if d is None:
+def _store(ctx, target, extra=None):
+    ck = ctx.settings.checkpoints
+    if ck.directory is None:
         return None
-    res = ctx.extra.get("resume")
-    return C.RankCheckpoints(d, ctx.rank, ctx.size, ctx.args.mode, settings, ctx.args.checkpoint_every or 0,
+    res = ctx.resume
+    return C.RankCheckpoints(ck.directory, ctx.rank, ctx.size, ctx.settings.mode, ctx.fingerprint, ck.every or 0,
                              target, extra=extra, previous=res["manifest"] if res else None)
 
 
 def open_log(ctx, path):
     """Before a resumed run opens its log: cut it back to where it was at the cut, so records continue
     (True: append to it). Another --log-dir, or no log then: a new log (False)."""
-    res = ctx.extra.get("resume")
+    res = ctx.resume
     if res is None or path is None:
         return False
     entry = res["entry"]
@@ -86,8 +88,9 @@ def _log_info(logger):
 def _stopped_line(ctx, where, signum, saved):
     cause = f" ({interrupt.signal_name(signum)})" if signum else ""
     if saved:
-        return (f"stopped {where}{cause}; checkpoint in {ctx.args.checkpoint_dir}; resume with: "
-                f"{C.resume_command(ctx.args.argv, ctx.size, ctx.args.checkpoint_dir)}")
+        d = ctx.settings.checkpoints.directory
+        return (f"stopped {where}{cause}; checkpoint in {d}; resume with: "
+                f"{C.resume_command(ctx.settings.argv, ctx.size, d)}")
     return f"stopped {where}{cause}; no checkpoint to resume from (--checkpoint-dir D writes one)"
 
 
@@ -97,12 +100,11 @@ class HopRank:
 
     def __init__(self, ctx, core, trainer, gap_bound):
         self.ctx, self.core, self.trainer = ctx, core, trainer
-        self.every = ctx.args.checkpoint_every or 0
+        self.every = ctx.settings.checkpoints.every or 0
         self.gap = gap_bound if gap_bound is not None and math.isfinite(gap_bound) else None
         self.target = ctx.iterations
-        settings = ctx.extra.get("settings")
-        self.store = _store(ctx, settings, self.target)
-        res = ctx.extra.get("resume")
+        self.store = _store(ctx, self.target)
+        res = ctx.resume
         self.start = 0
         if res is not None:
             self.start = res["key"]
@@ -152,7 +154,7 @@ class HopRank:
         from hopdec.hop.actions import Enter
         if isinstance(action, Enter):
             k = action.iteration
-            if self.store is not None and self.every and k % self.every == 0 and self.start < k < self.core.budget:
+            if self.store is not None and checkpoint_due(k, self.every, self.start, self.core.budget):
                 self._save(k, logger, "periodic")
             self._check(peers=True)
         else:
@@ -170,14 +172,7 @@ class HopRank:
 
     def _save(self, k, logger, cause):
         self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger)))
-        if self.gap is None:                    # gaps without a bound: another rank may need any of them
-            return
-        # Every rank is within ``gap`` iterations of this one (Hop Table 1), so each has entered k - gap
-        # and saved the multiple of ``every`` below it: older checkpoints are nobody's latest common one.
-        # The previous checkpoint always stays (a rank may die before saving this one).
-        keep = int((k - self.gap) // self.every) * self.every if self.every else k
-        older = [x for x in self.store.keys if x < k]
-        self.store.forget_before(min(keep, older[-1]) if older else keep)
+        self.store.forget_before(oldest_needed(k, self.every, self.gap, self.store.keys))
 
     def rehome(self, comm):
         """After a heal (``--fault-tolerance``): the stop agreement goes on among the survivors, and no
@@ -211,12 +206,11 @@ class HopRank:
 class PSRank:
     """Checkpoint, resume and stop for the parameter server (rank 0) or one of its workers."""
 
-    def __init__(self, ctx, trainer, n_workers):
+    def __init__(self, ctx, trainer):
         self.ctx, self.trainer = ctx, trainer
-        self.every = (ctx.args.checkpoint_every or 0) * n_workers         # cuts count mini-batches
         self.target = ctx.iterations
-        self.store = _store(ctx, ctx.extra.get("settings"), self.target)
-        self.resume = ctx.extra.get("resume")
+        self.store = _store(ctx, self.target)
+        self.resume = ctx.resume
         self.state = None
         if self.resume is not None:
             arrays, meta = C.load(self.resume["dir"], ctx.rank, self.resume["manifest"], self.resume["key"])
@@ -291,7 +285,7 @@ class PSRank:
         mine = None
         if core is not None:
             mine = dict(stopped=bool(core.interrupted), work=core.work, version=core.policy.version,
-                        budget=self.target * core.policy.n, signum=self.signum, saved=self.checkpoints,
+                        budget=work_budget(self.target, core.policy.n), signum=self.signum, saved=self.checkpoints,
                         cut=core.cuts)
         return allgather_json(self.ctx.comm, mine, self.ctx.timeout, "how the run ended")[0]
 

@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 
+from hopdec.launcher import launcher_rank, local_rank_and_size
+
 ENV_TIMEOUT = "HOPDEC_STARTUP_TIMEOUT"
 MIN_DEFAULT_S = 60.0
 ABORT_CODE = 3
@@ -62,16 +64,8 @@ def _env_int(*names):
     return None
 
 
-def launcher_rank():
-    return _env_int("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID") or 0
-
-
 def launcher_size():
     return _env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS") or 1
-
-
-def local_size():
-    return _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
 
 
 def job_key():
@@ -229,7 +223,7 @@ def _exceptions(MPI):
 def _watch(done, seconds, rank, size, arrivals, prog):
     if done.wait(seconds):
         return
-    line = stuck_line(rank, size, local_size(), arrivals, seconds)
+    line = stuck_line(rank, size, local_rank_and_size()[1], arrivals, seconds)
     if arrivals.claim_report():
         print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
         time.sleep(0.3)                     # let the launcher forward the line before the job ends
@@ -315,14 +309,13 @@ def roll_call(comm, seconds, what="start-up", late="did not answer the roll call
     return out
 
 
-def start(args, prog="hopdec train"):
-    """MPI up and every rank accounted for, each within the start-up bound; returns COMM_WORLD. A failure
-    ends the job with one line (see the module docstring)."""
+def start(peer_timeout, prog="hopdec train"):
+    """MPI up and every rank accounted for, each within the start-up bound (``peer_timeout``: the run's
+    ``--peer-timeout``); returns COMM_WORLD. A failure ends the job with one line (see the module
+    docstring)."""
     from hopdec.errors import ConfigError
-    pt = getattr(args, "peer_timeout", None)
-    pt = pt if isinstance(pt, (int, float)) and 0 < pt < float("inf") else 120.0
     try:
-        seconds = timeout(pt)
+        seconds = timeout(peer_timeout)
     except ConfigError as err:
         if launcher_rank() == 0:
             print(f"{prog}: error: {err}", file=sys.stderr, flush=True)

@@ -6,10 +6,10 @@ forward/backward pass, ``reduce`` averages real parameter arrays, ``apply`` take
 time is virtual: ``compute`` reports the cost model's ``compute_time(rank, iteration)``, never the
 measured time (so a run is deterministic for its seed and does not depend on this machine's speed).
 :class:`PSMathBackend` does the same for a parameter-server worker (on top of
-:class:`hopdec.ps.mpi.WorkerBackend`, which loads weights and forms ESync's model differences).
+:class:`hopdec.runtime.backend.WorkerBackend`, which loads weights and forms ESync's model differences).
 """
 
-from hopdec.ps.mpi import WorkerBackend
+from hopdec.runtime.backend import WorkerBackend
 
 
 def step_of(compute_time, rank, iteration):
@@ -44,7 +44,7 @@ class MathBackend:
         self.t.reduce(pairs)
 
     def apply(self, iteration):
-        self.t.apply()
+        self.t.apply(iteration)
 
 
 class PSMathBackend(WorkerBackend):

@@ -1,7 +1,7 @@
 """The simulator's compute costs: how long each worker's mini-batch takes in virtual seconds.
 
 ``--compute-time`` (repeatable) gives each worker a distribution of its per-iteration compute time;
-``--slowdown`` multiplies it exactly as :class:`hopdec.runtime.heterogeneity.Emulator` does in a real
+``--slowdown`` multiplies it exactly as :class:`hopdec.heterogeneity.Emulator` does in a real
 run (same specs, same draws for the same seed, rank and iteration, so a simulated run and an emulated
 ``mpirun`` run slow down the same iterations).
 
@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from hopdec.errors import ConfigError
-from hopdec.runtime.heterogeneity import Emulator
+from hopdec.heterogeneity import Emulator
 
 DEFAULT_COMPUTE_S = 0.1
 """Compute time per iteration when ``--compute-time`` is not given (the log and summary say so)."""

@@ -10,9 +10,12 @@ One :class:`~hopdec.hop.worker.Worker` core per node, each run by the same
   token grants as control messages, each handed to the receiving core on arrival, which wakes the
   receiver if it was waiting.
 
-Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer). No protocol
-decision is taken here. Deterministic: ties between events at the same virtual time go in the order
-they were scheduled, and no draw depends on the order of events.
+Sends, Reduce and Apply take no virtual time on the worker (a send only starts a transfer). A message
+above the eager limit moves only when its receiver takes it, which a computing receiver does when its
+compute ends (and with ``push``, once the sender too is back in MPI); on the zero-copy send path a
+Reduce waits until the sends from the store it overwrites completed (``send_path``,
+:mod:`hopdec.sim.sends`). No protocol decision is taken here. Deterministic: ties between events at the
+same virtual time go in the order they were scheduled, and no draw depends on the order of events.
 
 Two fidelities (the backend): timing only (:class:`TimingBackend`: no tensors) or ``math`` (a backend
 with real parameters, e.g. :class:`hopdec.sim.backends.MathBackend`: sends carry a snapshot of the
@@ -21,17 +24,15 @@ sender's parameters, Reduce averages real arrays).
 
 from functools import partial
 
-from hopdec.core import ComputeGradient, Wait
+from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
-
-
-class Deadlock(RuntimeError):
-    """The event queue ran dry while some worker had not finished."""
+from hopdec.sim.sends import SendPath
+from hopdec.transport.message import NO_GRANT, split_grants
 
 
 class TimingBackend:
@@ -56,18 +57,105 @@ class TimingBackend:
         pass
 
 
+class SendsPending:
+    """What a worker's loop yields when its Reduce must wait for the sends from ``store`` to complete
+    (``_IO.wait_sent``); the driver resumes it when the last one has."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store):
+        self.store = store
+
+
+class _TwoStores:
+    """Zero-copy sends: the parameters alternate between two stores (0 and 1), as ``FlatSGD``'s with
+    send storage: SendParams sends from the current one, Reduce writes the other and makes it current."""
+
+    cur = 0
+
+    def send_storage(self):
+        return self.cur
+
+    def spare_storage(self):
+        return self.cur ^ 1
+
+
+class ZeroCopyTimingBackend(_TwoStores, TimingBackend):
+    """:class:`TimingBackend` with the two stores of the zero-copy send path."""
+
+    __slots__ = ("cur",)
+
+    def __init__(self, rank, compute_time):
+        TimingBackend.__init__(self, rank, compute_time)
+        self.cur = 0
+
+    def reduce(self, pairs):
+        self.cur ^= 1
+
+
+class ZeroCopyBackend(_TwoStores):
+    """A math backend (see :mod:`hopdec.sim.backends`) with the two stores of the zero-copy send path."""
+
+    def __init__(self, backend):
+        self.b, self.cur = backend, 0
+
+    @property
+    def duration(self):
+        return self.b.duration
+
+    def write_params(self, out=None):
+        return self.b.write_params(out)
+
+    def compute(self, iteration):
+        return self.b.compute(iteration)
+
+    def reduce(self, pairs):
+        self.b.reduce(pairs)
+        self.cur ^= 1
+
+    def apply(self, iteration):
+        self.b.apply(iteration)
+
+
 class _IO:
-    """One worker's end of the simulated network (the transport interface of hop_loop)."""
+    """One worker's end of the simulated network (the transport interface of hop_loop). Like the MPI
+    transport it carries token grants in the header of the update they come with (``carries_grants``,
+    :func:`hopdec.transport.message.split_grants`): such a grant arrives with the update, not on its own."""
 
-    __slots__ = ("sim", "rank", "held", "_next")
+    __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent")
+    carries_grants = True
 
-    def __init__(self, sim, rank):
+    def __init__(self, sim, rank, grantees=()):
         self.sim, self.rank = sim, rank
         self.held = {} if sim.math else None
         self._next = 0
+        self.grantees = set(grantees)
+        self.bytes_sent = 0
 
-    def send_update(self, iteration, dests, fill):
-        self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None)
+    def _carry(self, dests, grants):
+        if not grants:
+            return NO_GRANT
+        carried, rest = split_grants(dests, grants, self.grantees)
+        if rest:
+            self.sim._send_grants(self.rank, rest)
+        return carried
+
+    def send_update(self, iteration, dests, fill, grants=None):
+        grant = self._carry(dests, grants)
+        self.bytes_sent += self.sim.message_bytes * len(dests)
+        self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None,
+                              None, grant)
+
+    def send_from(self, iteration, dests, store, grants=None):
+        """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
+        grant = self._carry(dests, grants)
+        data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
+        self.bytes_sent += self.sim.message_bytes * len(dests)
+        self.sim._send_update(self.rank, iteration, dests, data, store, grant)
+
+    def wait_sent(self, store):
+        """None when every send from ``store`` completed, else what the loop waits on."""
+        return SendsPending(store) if self.sim.unsent[self.rank][store] else None
 
     def send_grants(self, grants):
         self.sim._send_grants(self.rank, grants)
@@ -98,11 +186,15 @@ class HopSim:
     ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
-    ``on_record(rank, rec)``: each iteration's log record.
+    ``on_record(rank, rec)``: each iteration's log record; ``send_path``: a
+    :class:`~hopdec.sim.sends.SendPath` (default: zero-copy, TCP's eager limit); ``compress``: a
+    ``--compress`` spec for models of ``numel`` parameters (each message then costs its coded size,
+    :mod:`hopdec.sim.compressed`; coded messages go from buffers of their own, so nothing waits for a
+    send to complete: the copying path, whatever ``send_path`` says).
     """
 
     def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None):
+                 check=None, on_record=None, send_path=None, compress=None, numel=None):
         self.views, self.cfg = views, cfg
         self.n = len(views)
         self.q = EventQueue()
@@ -110,14 +202,32 @@ class HopSim:
         self.message_bytes = float(message_bytes)
         self.math = backend_factory is not None
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [_IO(self, v.rank) for v in views]
-        self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
-                         for v in views]
+        self.send_path = send_path or SendPath()
+        coded = compress is not None and str(compress) != "none"
+        if coded:                                   # per-edge coded streams: each message its own size
+            from hopdec.sim.compressed import CodedSimIO
+            self.ios = [CodedSimIO(self, v.rank, compress, numel, v.in_neighbors) for v in views]
+        else:
+            self.ios = [_IO(self, v.rank, v.in_neighbors) for v in views]
+        # zero-copy sends that wait for their receivers (else every send completes at once, and the
+        # loop takes the copying path: nothing to track)
+        self.rndv = self.send_path.protocol(self.message_bytes)
+        self.waits = self.send_path.waits(self.message_bytes) and not coded
+        if self.waits:
+            self.backends = [ZeroCopyBackend(backend_factory(v.rank)) if self.math
+                             else ZeroCopyTimingBackend(v.rank, compute_time) for v in views]
+        else:
+            self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
+                             for v in views]
+        self.unsent = [[0, 0] for _ in views]     # sends not yet completed, per worker and store
+        self.parked = [None] * self.n             # the store a worker's Reduce waits on (SendsPending)
+        self.computing = [False] * self.n
+        self.untaken = [[] for _ in views]        # what a computing worker does when it is back in MPI
         clock = self._clock
         self.loops = [worker_loop(c, io, b, clock=clock, step=True,
                                   on_record=None if on_record is None else partial(on_record, c.rank))
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
-        self._resume = [partial(self._advance, r) for r in range(self.n)]
+        self._resume = [partial(self._advance if self.rndv is None else self._computed, r) for r in range(self.n)]
         self.blocked = [False] * self.n
         self.done = [False] * self.n
         self.finished = 0
@@ -159,23 +269,89 @@ class HopSim:
                 return
             if t is ComputeGradient:
                 self.q.at(self.q.now + self.backends[r].duration, self._resume[r])
+                self.computing[r] = True
                 return
             if t is Enter:
                 self._entered(r, a.iteration)
+            elif t is SendsPending:
+                self.parked[r] = a.store
+                return
         self.done[r] = True
         self.finished += 1
 
+    # ---- rendezvous messages and zero-copy completion (hopdec.sim.sends) ----
+    def _computed(self, r):
+        """Worker ``r``'s compute ended: it enters MPI again, takes the messages that reached it meanwhile
+        (and pushes those acknowledged), then goes on."""
+        self.computing[r] = False
+        held = self.untaken[r]
+        if held:
+            self.untaken[r] = []
+            for fn in held:
+                fn()
+        self._advance(r)
+
+    def _when_in_mpi(self, r, fn):
+        """``fn()`` now if worker ``r`` is in MPI (not computing), else when its compute ends."""
+        if self.computing[r]:
+            self.untaken[r].append(fn)
+        else:
+            fn()
+
+    def _rts(self, src, done, nbytes, dst):
+        """A ``push`` rendezvous request reached ``dst``: when it is in MPI it acknowledges, and the sender
+        pushes the data when it is in MPI (:meth:`_acked`)."""
+        self._when_in_mpi(dst, partial(self.net.control, dst, (src,), partial(self._acked, dst, done, nbytes)))
+
+    def _acked(self, dst, done, nbytes, src):
+        self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
+
+    def _arrived(self, src, iteration, data, store, grant, dst):
+        """A rendezvous message was taken with its data: the sender's send completes (zero-copy), then it
+        is delivered like any other."""
+        if store is not None:
+            self._sent(src, store)
+        self._deliver_update(src, iteration, data, grant, dst)
+
+    def _sent(self, src, store):
+        u = self.unsent[src]
+        u[store] -= 1
+        if not u[store] and self.parked[src] == store:
+            self.parked[src] = None
+            self._advance(src)
+
     # ---- messages ----
-    def _send_update(self, src, iteration, dests, data):
+    def _send_update(self, src, iteration, dests, data, store=None, grant=NO_GRANT, nbytes=None):
+        """Send an update of ``nbytes`` (default: the message size) from ``store`` (zero-copy) or from a
+        buffer of its own (``store`` None), with a grant carried in its header."""
         if self.check is not None:
             for d in dests:
                 self.sent_to[d] += 1
                 self.in_flight[d] += 1
-        self.net.send(src, dests, self.message_bytes, partial(self._deliver_update, src, iteration, data))
+        size = self.message_bytes if nbytes is None else nbytes
+        rndv = self.rndv if nbytes is None else self.send_path.protocol(size)
+        if rndv is None:                        # eager: it travels now and the send is complete
+            self.net.send(src, dests, size, partial(self._deliver_update, src, iteration, data, grant))
+            return
+        if store is not None and self.waits:
+            self.unsent[src][store] += len(dests)
+        else:
+            store = None
+        done = partial(self._arrived, src, iteration, data, store, grant)
+        if rndv == "push":                      # the request travels first; see _rts
+            self.net.control(src, tuple(dests), partial(self._rts, src, done, size))
+        else:                                   # take: see _reached
+            self.net.send(src, dests, size, partial(self._reached, done))
 
-    def _deliver_update(self, src, iteration, data, dst):
+    def _reached(self, done, dst):
+        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends."""
+        self._when_in_mpi(dst, partial(done, dst))
+
+    def _deliver_update(self, src, iteration, data, grant, dst):
         if self.check is not None:
             self.in_flight[dst] -= 1
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            self.cores[dst].on_grant(src, grant)
         self.cores[dst].on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
         if self.blocked[dst]:
             self.blocked[dst] = False

@@ -1,4 +1,5 @@
-"""The Hop worker cores in one process, interleaved by a seeded random scheduler (for property tests).
+"""The Hop worker cores in one process, interleaved by a seeded random scheduler (for property tests); the
+third executor of a run assembly (:meth:`InProcNetwork.of`), beside MPI ranks and the simulator.
 
 Deterministic for a seed, so every interleaving a test finds can be replayed. Messages are delivered in an
 order the scheduler picks (it may reorder messages between the same pair, which MPI never does, so the
@@ -10,14 +11,10 @@ import random
 
 import numpy as np
 
-from hopdec.core import Wait
+from hopdec.core import Deadlock, Wait
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.transport.message import NO_GRANT, split_grants
-
-
-class Deadlock(RuntimeError):
-    """No worker can move and no message is in flight."""
 
 
 class InProcIO:
@@ -105,13 +102,20 @@ class InProcNetwork:
     """Runs one :class:`hopdec.hop.worker.Worker` per view under a seeded random scheduler."""
 
     def __init__(self, views, cfg, seed=0, speeds=None, backend_factory=None, check=None, stall=None,
-                 carry_grants=False):
+                 carry_grants=False, compress=None, numel=4):
         """``speeds``: relative scheduling weights, a list or a function ``(rank, iteration) -> weight``
         (so a slowdown can be drawn per iteration, like Hop sec. 7.3.1); ``stall={rank: k}``: that
         worker sends its update of iteration k, computes, and then never moves again (a stuck
-        worker, Hop Figure 3); ``carry_grants``: grants ride in updates where they can (as over MPI)."""
+        worker, Hop Figure 3); ``carry_grants``: grants ride in updates where they can (as over MPI);
+        ``compress``: a ``--compress`` spec for vectors of ``numel`` (:mod:`hopdec.sim.compressed`; each
+        pair's updates are then delivered in order, as MPI does)."""
         self.cores = [Worker(v, cfg) for v in views]
-        self.ios = [InProcIO(self, v.rank, carry_grants) for v in views]
+        self.fifo = compress is not None and str(compress) != "none"
+        if self.fifo:
+            from hopdec.sim.compressed import CodedInProcIO
+            self.ios = [CodedInProcIO(self, v.rank, carry_grants, compress, numel) for v in views]
+        else:
+            self.ios = [InProcIO(self, v.rank, carry_grants) for v in views]
         make = backend_factory or (lambda r: ToyBackend(r, seed=seed))
         self.backends = [make(v.rank) for v in views]
         self.records = [[] for _ in views]
@@ -135,6 +139,18 @@ class InProcNetwork:
         self.dead = set()
         self.heals = []                     # (step, failed ranks, healed graph)
 
+    @classmethod
+    def of(cls, run, seed=0, speeds=None, check=None):
+        """Execute a run assembly (:class:`hopdec.modes.HopRun` with its workload) under this scheduler:
+        its cores, and its real trainers as backends (compute takes no time here, only turns)."""
+        from hopdec.sim.backends import MathBackend
+        trainers = {r: run.trainer(r) for r in run.workers}
+        net = cls(run.views, run.cfg, seed=seed, speeds=speeds, check=check,
+                  backend_factory=lambda r: MathBackend(trainers[r], r, lambda w, i: 0.0),
+                  compress=run.cfg.compress, numel=trainers[run.workers[0]].numel)
+        net.trainers = trainers
+        return net
+
     def alive_cores(self):
         return {c.rank: c for c in self.cores if c.rank not in self.dead}
 
@@ -142,8 +158,7 @@ class InProcNetwork:
         """Workers ``ranks`` die now. As under MPI with fault tolerance: every message in flight is lost
         (the communicator is revoked), the survivors heal ``graph`` (:func:`hopdec.topology.heal.heal_graph`)
         and reconfigure their cores from their current iterations. Returns the healed graph."""
-        from hopdec.hop.worker import node_views
-        from hopdec.topology.heal import heal_graph
+        from hopdec.hop.heal import heal
         self.dead.update(ranks)
         for r in ranks:
             self.done[r] = True
@@ -151,15 +166,17 @@ class InProcNetwork:
             if kind == "update":
                 self.updates_sent_to[dst] -= 1
         self.in_flight = []
-        healed, _ = heal_graph(graph, ranks)
-        iterations = {r: self.cores[r].iteration for r in healed.nodes}
-        for v in node_views(healed):
-            self.cores[v.rank].reconfigure(v, iterations)
-            self.blocked[v.rank] = False
+        alive = self.alive_cores()
+        healed, _ = heal(graph, ranks, alive, {r: c.iteration for r, c in alive.items()})
+        for r in healed.nodes:
+            self.blocked[r] = False
         self.heals.append((self.steps, sorted(ranks), healed))
         return healed
 
     def _deliver(self, idx):
+        if self.fifo and self.in_flight[idx][1] == "update":     # the pair's oldest update (compressed streams)
+            dst, _, (src, *_) = self.in_flight[idx]
+            idx = next(i for i, (d, k, p) in enumerate(self.in_flight) if d == dst and k == "update" and p[0] == src)
         dst, kind, payload = self.in_flight.pop(idx)
         core = self.cores[dst]
         if kind == "update":

@@ -10,8 +10,8 @@ The server node is 0, worker ``w`` is node 1 + its position in ``policy.workers`
 workers are ranks 1..n). Applying an update and answering take no virtual time.
 
 Timing only by default (no tensors: it runs the protocols, not the optimisation). With
-``backend_factory`` (each worker's backend, e.g. :class:`hopdec.ps.mpi.WorkerBackend` over a real
-trainer) and ``server_model`` (e.g. :class:`hopdec.ps.mpi.ServerModel`) every message carries real
+``backend_factory`` (each worker's backend, e.g. :class:`hopdec.runtime.backend.WorkerBackend` over a real
+trainer) and ``server_model`` (e.g. :class:`hopdec.runtime.backend.ServerModel`) every message carries real
 arrays and the server really applies them.
 """
 
@@ -21,7 +21,6 @@ import numpy as np
 
 from hopdec.core import ComputeGradient, Wait
 from hopdec.ps.server import Server
-from hopdec.ps.worker import PSWorker
 from hopdec.runtime.ps_loop import server_loop, worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
@@ -141,7 +140,7 @@ class PSSim:
         self.numel = numel
         self.server = Server(policy, budget or 2 ** 62)
         self.events = []
-        self.cores = {w: PSWorker(w, esync=policy.sync == "esync") for w in policy.workers}
+        self.cores = {w: policy.worker_core(w) for w in policy.workers}
         self.records = {w: [] for w in policy.workers}
         self._sio = _ServerIO(self)
         self._wio = {w: _WorkerIO(self, w) for w in policy.workers}

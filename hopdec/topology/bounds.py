@@ -10,17 +10,26 @@ needs in one pass over blocks of breadth-first searches, in O(n) memory per bloc
 """
 
 import math
+import numbers
 
-import networkx as nx
 import numpy as np
 
-from hopdec.hop.config import check_max_ig
+from hopdec.errors import ConfigError
 from hopdec.topology.graph_io import in_neighbors
 
 BLOCK_ENTRIES = 2 ** 22
 """Distances held at once by :func:`pair_summary` (rows x n; 32 MiB of float64)."""
 
 _SETTINGS = ("standard", "notify-ack", "staleness", "backup", "hybrid")
+
+
+def check_max_ig(max_ig, what="--max-ig"):
+    """``max_ig`` must be an integer >= 1 (Hop sec. 4.2: the token queues start with max_ig tokens). The one
+    check of it: the Table 1 bounds here, the protocol settings and the token ledger
+    (:mod:`hopdec.hop.config`, :mod:`hopdec.hop.token_queue`) all call this."""
+    if isinstance(max_ig, bool) or not isinstance(max_ig, numbers.Integral) or max_ig < 1:
+        raise ConfigError(f"{what} {max_ig!r}: must be an integer >= 1")
+    return int(max_ig)
 
 
 def path_lengths(G):

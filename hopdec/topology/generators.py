@@ -223,7 +223,7 @@ def _plain(fn, edges=None):
     """``build(n)`` of a one-parameter family, its size checked first (``edges(n)``: how many it has, when
     more than a sparse family's)."""
     def build(n, machines=None):
-        _need(not machines, f"--machines applies to the hierarchical kinds only")
+        _need(not machines, "--machines applies to the hierarchical kinds only")
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             check_size(fn.__name__.replace("_", "-"), n, edges(n) if edges else None)
         return fn(n)
@@ -263,3 +263,31 @@ def default_topology(n):
         g, name = complete(n), f"complete({n}) [default]"
     g.graph["source"] = name
     return g
+
+
+# ---- time-varying topologies (schedules, hopdec.topology.schedule) ----------------------------------
+
+def one_peer_exponential(n):
+    """One-peer exponential graph (BlueFog, Decent-DP; Ying et al. 2021): at step m of a period of
+    ``tau = ceil(log2 n)`` steps every worker i sends to ``(i + 2^m) mod n`` only. Returns the union graph
+    (the exponential graph) carrying the schedule (:func:`hopdec.topology.schedule.schedule_of`); every
+    step is a permutation, so its eq. (1) weights (1/2 self, 1/2 the one sender) are doubly stochastic,
+    and for n a power of 2 the product over a period averages exactly.
+
+    >>> from hopdec.topology.schedule import schedule_of
+    >>> s = schedule_of(one_peer_exponential(8)); s.period, [s.out_at(k, 0) for k in range(4)]
+    (3, [(1,), (2,), (4,), (1,)])
+    """
+    from hopdec.topology.schedule import from_steps
+    n = _int(n)
+    _need(n >= 2, f"one-peer-exponential needs n >= 2, got {n}")
+    tau = max(1, math.ceil(math.log2(n)))
+    steps = [[(i, (i + 2 ** m) % n) for i in range(n)] for m in range(tau)]
+    return from_steps(n, steps, name=f"one_peer_exponential_{n}")
+
+
+SCHEDULE_GENERATORS = {
+    "one-peer-exponential": _plain(one_peer_exponential),
+}
+"""Kinds whose graph changes every step (a schedule; ``hopdec topo generate`` writes a schedule file)."""
+GENERATORS.update(SCHEDULE_GENERATORS)

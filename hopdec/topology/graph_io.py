@@ -18,6 +18,9 @@ import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
+from hopdec.topology.schedule import is_schedule_data, schedule_of
+from hopdec.topology.schedule import parse as parse_schedule
+from hopdec.topology.schedule import save as save_schedule
 from hopdec.topology.weights import effective_weights, weights_rule, with_default_weights
 
 MAX_FILE_BYTES = 128 * 2 ** 20
@@ -132,7 +135,10 @@ def load(path, connected=True):
     src = str(path)
     text = _read_text(path, src)
     if src.lower().endswith(".json") or text.lstrip().startswith(("{", "[")):
-        G, weighted = _parse_node_link(text, src)
+        data = _load_json(text, src)
+        if is_schedule_data(data):              # a time-varying topology (hopdec.topology.schedule)
+            return parse_schedule(data, src, connected)
+        G, weighted = _parse_node_link(data, src)
     else:
         G, weighted = _parse_edge_list(text, src)
     if weighted == "some":
@@ -206,7 +212,7 @@ def _weight_state(G):
     return "all" if all(has) else "some"
 
 
-def _parse_node_link(text, src):
+def _load_json(text, src):
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -217,6 +223,10 @@ def _parse_node_link(text, src):
     except ValueError as err:     # e.g. an integer of more than 4300 digits
         raise TopologyError(f"{src}: JSON with a number Python will not read "
                             f"({str(err).split(':')[0]})") from None
+    return data
+
+
+def _parse_node_link(data, src):
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise TopologyError(f"{src}: not networkx node-link JSON (expected an object with a "
                             f"'nodes' list and an 'edges' or 'links' list)")
@@ -303,8 +313,10 @@ def _parse_edge_list(text, src):
 def save(G, path):
     """Write ``G`` as networkx node-link JSON (``edges`` key) with weights and node attributes.
 
-    ``load(path)`` gives the same graph back.
+    ``load(path)`` gives the same graph back. A time-varying topology is written as a schedule file.
     """
+    if schedule_of(G) is not None:
+        return save_schedule(G, path)
     H = nx.DiGraph()
     H.graph.update({k: v for k, v in G.graph.items() if k != "source"})
     H.add_nodes_from((int(v), dict(d)) for v, d in sorted(G.nodes(data=True)))

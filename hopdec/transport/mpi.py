@@ -134,8 +134,7 @@ class MPITransport:
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
             self._post(("g", j, 0))
-        self.ring = [[self._alloc(self.length), []]
-                     for _ in range(send_ring or max(2, slots))]
+        self.ring = self._make_ring(send_ring or max(2, slots), view)
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
         self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
@@ -144,6 +143,10 @@ class MPITransport:
         self.updates_sent = 0                       # update messages (one per destination)
         self.grant_messages = 0                     # grants sent as messages of their own
         self.grants_carried = 0                     # grants that rode in an update's header
+
+    def _make_ring(self, depth, view):
+        """The send buffers: ``[buffer, its pending Isends]`` each (a coded transport's are smaller)."""
+        return [[self._alloc(self.length), []] for _ in range(depth)]
 
     # ---- failures (ULFM) ----
     def _mpi(self, fn, default=None):
@@ -204,13 +207,7 @@ class MPITransport:
     def poll(self, core=None):
         """Deliver every message that has arrived to ``core`` (or drop it when None); returns how many.
         An update's carried grant is delivered before the update."""
-        if self.failed:
-            return 0
-        try:                                        # (the hot path: no closure, as _mpi would need)
-            done = Testsome(self.reqs)
-        except MPI.Exception as err:
-            self._failure(err)
-            return 0
+        done = self._arrived()
         if not done:
             return 0
         meta = self.meta
@@ -229,6 +226,16 @@ class MPITransport:
                     core.on_grant(j, int(self.grant_bufs[j][0]))
                 self._post(self.meta[idx], idx)
         return len(done)
+
+    def _arrived(self):
+        """Indices of the receives that completed (none after a recorded peer failure)."""
+        if self.failed:
+            return None
+        try:                                        # (the hot path: no closure, as _mpi would need)
+            return Testsome(self.reqs)
+        except MPI.Exception as err:
+            self._failure(err)
+            return None
 
     def wait(self, core, wait_action):
         """Block until at least one message arrived for ``core``; PeerTimeout after ``peer_timeout`` s,

@@ -1,4 +1,4 @@
-"""The parameter-server sync models, one module each, and :func:`make_policy` to build one from options.
+"""The parameter-server sync models, one module each, and the registry that makes them ``--sync`` choices.
 
 ======== =============================================== =========================================
 ``sync``  model                                           paper
@@ -11,98 +11,64 @@ elastic   ElasticBSP, barrier chosen by ZipLine           ZipLine paper, sec. 4-
 backup    sync SGD with b backup workers                  Chen et al., Algorithms 3-4
 esync     ESync: state-query server, model differences    ESync, Algorithms 1-2
 ======== =============================================== =========================================
-"""
 
-import math
+A new sync model is one module -- a :class:`~hopdec.ps.sync.base.Policy` subclass declaring its ``sync``
+name, ``usage``, ``options`` and :meth:`~hopdec.ps.sync.base.Policy.from_options` -- plus its entry in
+:data:`SHIPPED` below (or :func:`register` from your own code). ``--sync``, its help, the checkpoint
+decoder, the worker core and both executors (MPI, simulator) then take it with no other change.
+"""
 
 from hopdec.errors import ConfigError
 from hopdec.ps.sync.asp import ASPPolicy
-from hopdec.ps.sync.backup import BackupPolicy
-from hopdec.ps.sync.base import Policy  # noqa: F401
+from hopdec.ps.sync.backup import DEFAULT_BACKUP_WORKERS, BackupPolicy  # noqa: F401  (re-exported)
+from hopdec.ps.sync.base import Policy
 from hopdec.ps.sync.bsp import BSPPolicy
-from hopdec.ps.sync.dssp import DSSPPolicy
-from hopdec.ps.sync.elastic import ElasticPolicy
+from hopdec.ps.sync.dssp import DEFAULT_STALENESS_RANGE, DSSPPolicy, parse_staleness_range  # noqa: F401
+from hopdec.ps.sync.elastic import DEFAULT_LOOKAHEAD, MAX_LOOKAHEAD, ElasticPolicy  # noqa: F401
 from hopdec.ps.sync.esync import ESyncPolicy
-from hopdec.ps.sync.ssp import SSPPolicy
+from hopdec.ps.sync.ssp import DEFAULT_STALENESS, SSPPolicy  # noqa: F401
 
-SYNC_MODES = ("bsp", "asp", "ssp", "dssp", "elastic", "backup", "esync")
-
-# Defaults when an option is not given. ssp: DSSP Table I's s=3. dssp: Table I's s_L=3, r=12,
-# i.e. (s_L, s_U) = (3, 15). elastic: the ZipLine paper's "SmallR" lookahead R=15. backup: b = 1.
-DEFAULT_STALENESS = 3
-DEFAULT_STALENESS_RANGE = (3, 15)
-DEFAULT_LOOKAHEAD = 15
-DEFAULT_BACKUP_WORKERS = 1
-MAX_LOOKAHEAD = 10_000
-"""ZipLine's input is workers x R floats: a bound keeps ``--lookahead`` from exhausting memory."""
+POLICIES = {}
+"""``--sync`` name -> policy class, in registration order (the order ``--sync`` lists them in)."""
 
 
-def parse_staleness_range(text):
-    """``"sL,sU"`` -> (sL, sU); a tuple/list passes through; None gives the default. The range itself is
-    checked by :class:`DSSPPolicy` (one place)."""
-    if text is None:
-        return DEFAULT_STALENESS_RANGE
-    parts = list(text) if isinstance(text, (tuple, list)) else str(text).split(",")
-    try:
-        if len(parts) != 2:
-            raise ValueError
-        return tuple(_check_int("--staleness-range", x.strip() if isinstance(x, str) else x, None)
-                     for x in parts)
-    except ConfigError:
-        raise ConfigError(f"--staleness-range must be two integers sL,sU (e.g. 3,15), got {text!r}") from None
-    except ValueError:
-        raise ConfigError(f"--staleness-range must be two integers sL,sU (e.g. 3,15), got {text!r}") from None
+def register(cls):
+    """Make ``cls`` (a :class:`Policy` subclass with a ``sync`` name of its own) a ``--sync`` choice."""
+    if not (isinstance(cls, type) and issubclass(cls, Policy)) or not cls.sync:
+        raise TypeError(f"{cls!r}: a sync model is a Policy subclass with a sync name")
+    if POLICIES.get(cls.sync, cls) is not cls:
+        raise ValueError(f"--sync {cls.sync} is registered already ({POLICIES[cls.sync].__name__})")
+    POLICIES[cls.sync] = cls
+    return cls
 
 
-def _check_int(name, value, minimum):
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    if not isinstance(value, int):
-        try:
-            if float(value) != int(float(value)):
-                raise ValueError
-            value = int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    return value
+SHIPPED = (BSPPolicy, ASPPolicy, SSPPolicy, DSSPPolicy, ElasticPolicy, BackupPolicy, ESyncPolicy)
+for _cls in SHIPPED:
+    register(_cls)
+
+SYNC_MODES = tuple(POLICIES)
+"""The shipped sync models' names (:data:`POLICIES` also holds any registered later)."""
 
 
-def make_policy(sync, workers, *, staleness=None, staleness_range=None, lookahead=None,
-                backup_workers=None, esync_epsilon=0.0):
-    """Validate the settings ``sync`` uses and build its policy (ConfigError: one line naming the option).
+def sync_usage():
+    """The ``--sync`` help's list of models with their options."""
+    return ", ".join(cls.usage or cls.sync for cls in POLICIES.values())
 
-    ``workers``: the worker ids (MPI ranks), or a count n for ids 0..n-1. Options a mode does not use
-    are not looked at; None takes the documented default. Call it before any communication.
+
+def sync_policy(sync, workers, **options):
+    """Validate the options ``sync`` reads and build its policy (ConfigError: one line naming the option).
+
+    ``workers``: the worker ids (MPI ranks), or a count n for ids 0..n-1. ``options``: the PS settings
+    (``staleness``, ``staleness_range``, ``lookahead``, ``backup_workers``, ``esync_epsilon``); a model
+    looks only at its own (:attr:`Policy.options`), None takes its documented default. Call it before
+    any communication.
     """
-    if sync not in SYNC_MODES:
-        raise ConfigError(f"--sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+    cls = POLICIES.get(sync)
+    if cls is None:
+        raise ConfigError(f"--sync must be one of {', '.join(POLICIES)}, got {sync!r}")
     if isinstance(workers, int):
         if workers < 1:
             raise ConfigError(f"--mode ps needs at least 2 ranks (1 server + 1 worker), got {workers}+1 "
                               f"(run it under mpirun -n 2 or more)")
         workers = range(workers)
-    if sync == "bsp":
-        return BSPPolicy(workers)
-    if sync == "asp":
-        return ASPPolicy(workers)
-    if sync == "ssp":
-        s = DEFAULT_STALENESS if staleness is None else _check_int("--staleness", staleness, 0)
-        return SSPPolicy(workers, s)
-    if sync == "dssp":
-        return DSSPPolicy(workers, *parse_staleness_range(staleness_range))
-    if sync == "elastic":
-        r = DEFAULT_LOOKAHEAD if lookahead is None else _check_int("--lookahead", lookahead, 1)
-        if r > MAX_LOOKAHEAD:
-            raise ConfigError(f"--lookahead {r}: at most {MAX_LOOKAHEAD} predicted pushes per worker "
-                              f"(ZipLine holds workers x R times)")
-        return ElasticPolicy(workers, r)
-    if sync == "backup":
-        b = DEFAULT_BACKUP_WORKERS if backup_workers is None else _check_int("--backup-workers",
-                                                                             backup_workers, 0)
-        return BackupPolicy(workers, b)
-    eps = float(esync_epsilon or 0.0)
-    if not math.isfinite(eps):
-        raise ConfigError(f"--esync-epsilon must be a finite number of seconds, got {esync_epsilon!r}")
-    return ESyncPolicy(workers, epsilon=eps)
+    return cls.from_options(workers, **options)

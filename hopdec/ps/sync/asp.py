@@ -8,6 +8,7 @@ class ASPPolicy(Policy):
     staleness is the number of updates applied since the worker read the weights."""
 
     sync = "asp"
+    usage = "asp"
 
     def _push(self, worker, step, now, local_steps):
         stale = self.version - step

@@ -2,7 +2,10 @@
 
 from hopdec.errors import ConfigError
 from hopdec.ps.actions import DropGradient
-from hopdec.ps.sync.base import Policy
+from hopdec.ps.sync.base import Policy, option_int
+
+DEFAULT_BACKUP_WORKERS = 1
+"""``--backup-workers`` when not given with ``--sync backup``: b = 1."""
 
 
 class BackupPolicy(Policy):
@@ -15,6 +18,13 @@ class BackupPolicy(Policy):
     """
 
     sync = "backup"
+    usage = "backup (--backup-workers b, default 1: N = workers - b gradients per step)"
+    options = ("backup_workers",)
+
+    @classmethod
+    def from_options(cls, workers, backup_workers=None, **_):
+        return cls(workers, DEFAULT_BACKUP_WORKERS if backup_workers is None else
+                   option_int("--backup-workers", backup_workers, 0))
 
     def __init__(self, workers, backup_workers):
         super().__init__(workers)

@@ -13,6 +13,12 @@ asynchronous modes diverge at the presets' lr on 4+ workers).
 A pushed buffer is referenced by at most one apply or drop, always before that worker's next
 :class:`~hopdec.ps.actions.SendWeights`, so a driver may reuse a worker's receive buffer once the worker
 has been sent weights again.
+
+What a policy declares, so that nothing outside it asks for its name: ``sync`` (its ``--sync`` name),
+``usage`` (its words in ``--sync``'s help), ``options`` (the PS settings it reads) and
+:meth:`Policy.from_options` (its defaults and checks), ``pushes_differences`` (its workers run local steps and
+push model differences: :meth:`Policy.worker_core`), ``records`` (the dataclasses its :meth:`Policy.state`
+holds, so a checkpoint decodes them and nothing else). Register a new one in :mod:`hopdec.ps.sync`.
 """
 
 from hopdec.errors import ConfigError
@@ -23,6 +29,24 @@ class Policy:
     """Shared book-keeping of every sync model. Workers are ids (the MPI ranks), never positions."""
 
     sync = ""
+    usage = ""
+    options = ()
+    """The PS settings (keyword names of :meth:`from_options`) this model reads; the others are not its."""
+    pushes_differences = False
+    """True when its workers run local steps between pushes and push model differences (ESync)."""
+    records = ()
+    """Dataclasses its attributes hold (see :func:`encode`): what a checkpoint may rebuild."""
+
+    @classmethod
+    def from_options(cls, workers, **options):
+        """The policy over ``workers`` from the PS settings (``options`` it does not read are ignored);
+        None takes the documented default. ConfigError names the option."""
+        return cls(workers)
+
+    def worker_core(self, worker):
+        """The worker core this model's workers run (:class:`hopdec.ps.worker.PSWorker`)."""
+        from hopdec.ps.worker import PSWorker
+        return PSWorker(worker, esync=self.pushes_differences)
 
     def __init__(self, workers):
         workers = tuple(int(w) for w in workers)
@@ -96,7 +120,7 @@ class Policy:
     def load_state(self, state, shift=0.0):
         """Put back what :meth:`state` gave; ``shift`` seconds are added to recorded times (a resumed run
         was down that long: intervals measured across the gap would count the downtime)."""
-        for key, value in decode(state).items():
+        for key, value in decode(state, self.records).items():
             setattr(self, key, value)
         if shift:
             self._shift_times(float(shift))
@@ -152,22 +176,42 @@ def encode(obj):
     raise TypeError(f"cannot save a {type(obj).__name__} in a checkpoint")
 
 
-def decode(data):
-    """The inverse of :func:`encode`. Records are rebuilt only as the sync models' own record classes."""
-    if isinstance(data, list):
-        return [decode(v) for v in data]
-    if not isinstance(data, dict):
-        return data
-    if "dict" in data:
-        return {decode(k): decode(v) for k, v in data["dict"]}
-    if "set" in data:
-        return {decode(v) for v in data["set"]}
-    if "tuple" in data:
-        return tuple(decode(v) for v in data["tuple"])
-    if "record" in data:
-        from hopdec.ps.sync.esync import _DeviceRecord
-        records = {"_DeviceRecord": _DeviceRecord}
-        if data["record"] not in records:
-            raise ValueError(f"unknown record {data['record']!r} in a checkpoint")
-        return records[data["record"]](**{k: decode(v) for k, v in data["fields"].items()})
-    raise ValueError(f"unknown value {sorted(data)!r} in a checkpoint")
+def decode(data, records=()):
+    """The inverse of :func:`encode`. Records are rebuilt only as one of ``records`` (the policy's own
+    record classes, :attr:`Policy.records`), matched by class name; any other is refused."""
+    known = records if isinstance(records, dict) else {r.__name__: r for r in records}
+
+    def dec(x):
+        if isinstance(x, list):
+            return [dec(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        if "dict" in x:
+            return {dec(k): dec(v) for k, v in x["dict"]}
+        if "set" in x:
+            return {dec(v) for v in x["set"]}
+        if "tuple" in x:
+            return tuple(dec(v) for v in x["tuple"])
+        if "record" in x:
+            if x["record"] not in known:
+                raise ValueError(f"unknown record {x['record']!r} in a checkpoint")
+            return known[x["record"]](**{k: dec(v) for k, v in x["fields"].items()})
+        raise ValueError(f"unknown value {sorted(x)!r} in a checkpoint")
+    return dec(data)
+
+
+def option_int(name, value, minimum):
+    """``value`` of option ``name`` as an integer (an integral float or string is accepted) >= ``minimum``
+    (None: no minimum); ConfigError names the option."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if not isinstance(value, int):
+        try:
+            if float(value) != int(float(value)):
+                raise ValueError
+            value = int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value

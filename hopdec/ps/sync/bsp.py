@@ -8,6 +8,7 @@ class BSPPolicy(Policy):
     applied and every worker gets the new weights (ZipLine paper sec. 2, the BSP model)."""
 
     sync = "bsp"
+    usage = "bsp"
 
     def __init__(self, workers):
         super().__init__(workers)

@@ -2,7 +2,25 @@
 
 from hopdec.errors import ConfigError
 from hopdec.ps.actions import Note
-from hopdec.ps.sync.base import Policy
+from hopdec.ps.sync.base import Policy, option_int
+
+DEFAULT_STALENESS_RANGE = (3, 15)
+"""``--staleness-range`` when not given: DSSP Table I's s_L = 3, r = 12, i.e. (s_L, s_U) = (3, 15)."""
+
+
+def parse_staleness_range(text):
+    """``"sL,sU"`` -> (sL, sU); a tuple/list passes through; None gives the default. The range itself is
+    checked by :class:`DSSPPolicy` (one place)."""
+    if text is None:
+        return DEFAULT_STALENESS_RANGE
+    parts = list(text) if isinstance(text, (tuple, list)) else str(text).split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        return tuple(option_int("--staleness-range", x.strip() if isinstance(x, str) else x, None)
+                     for x in parts)
+    except (ConfigError, ValueError):
+        raise ConfigError(f"--staleness-range must be two integers sL,sU (e.g. 3,15), got {text!r}") from None
 
 
 class DSSPPolicy(Policy):
@@ -26,6 +44,12 @@ class DSSPPolicy(Policy):
     """
 
     sync = "dssp"
+    usage = "dssp (--staleness-range)"
+    options = ("staleness_range",)
+
+    @classmethod
+    def from_options(cls, workers, staleness_range=None, **_):
+        return cls(workers, *parse_staleness_range(staleness_range))
 
     def __init__(self, workers, s_lower, s_upper):
         super().__init__(workers)

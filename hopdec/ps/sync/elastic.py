@@ -2,8 +2,13 @@
 
 from hopdec.errors import ConfigError
 from hopdec.ps.actions import Note
-from hopdec.ps.sync.base import Policy
+from hopdec.ps.sync.base import Policy, option_int
 from hopdec.ps.zipline import predict_pushes, zipline
+
+DEFAULT_LOOKAHEAD = 15
+"""``--lookahead`` when not given: the ZipLine paper's "SmallR", R = 15."""
+MAX_LOOKAHEAD = 10_000
+"""ZipLine's input is workers x R floats: a bound keeps ``--lookahead`` from exhausting memory."""
 
 
 class ElasticPolicy(Policy):
@@ -20,6 +25,16 @@ class ElasticPolicy(Policy):
     """
 
     sync = "elastic"
+    usage = "elastic (--lookahead)"
+    options = ("lookahead",)
+
+    @classmethod
+    def from_options(cls, workers, lookahead=None, **_):
+        r = DEFAULT_LOOKAHEAD if lookahead is None else option_int("--lookahead", lookahead, 1)
+        if r > MAX_LOOKAHEAD:
+            raise ConfigError(f"--lookahead {r}: at most {MAX_LOOKAHEAD} predicted pushes per worker "
+                              f"(ZipLine holds workers x R times)")
+        return cls(workers, r)
 
     def __init__(self, workers, lookahead):
         super().__init__(workers)

@@ -1,8 +1,10 @@
 """ESync (Li, Zhou, Yu): a state query server decides each device's local steps; then synchronous
 averaging of the model differences."""
 
+import math
 from dataclasses import dataclass
 
+from hopdec.errors import ConfigError
 from hopdec.ps.actions import AnswerQuery, ApplyDeltas, Note
 from hopdec.ps.sync.base import Policy
 
@@ -32,6 +34,17 @@ class ESyncPolicy(Policy):
     """
 
     sync = "esync"
+    usage = "esync"
+    options = ("esync_epsilon",)
+    pushes_differences = True           # its workers run local steps and push model differences
+    records = (_DeviceRecord,)          # what state() holds besides plain values
+
+    @classmethod
+    def from_options(cls, workers, esync_epsilon=0.0, **_):
+        eps = float(esync_epsilon or 0.0)
+        if not math.isfinite(eps):
+            raise ConfigError(f"--esync-epsilon must be a finite number of seconds, got {esync_epsilon!r}")
+        return cls(workers, epsilon=eps)
 
     def __init__(self, workers, epsilon=0.0):
         super().__init__(workers)

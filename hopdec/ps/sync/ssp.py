@@ -1,7 +1,10 @@
 """Stale synchronous parallel (SSP), as the DSSP paper implements it (sec. I-A3, after Ho et al.)."""
 
 from hopdec.errors import ConfigError
-from hopdec.ps.sync.base import Policy
+from hopdec.ps.sync.base import Policy, option_int
+
+DEFAULT_STALENESS = 3
+"""``--staleness`` when not given: DSSP Table I's s = 3."""
 
 
 class SSPPolicy(Policy):
@@ -12,6 +15,12 @@ class SSPPolicy(Policy):
     """
 
     sync = "ssp"
+    usage = "ssp (--staleness s, default 3)"
+    options = ("staleness",)
+
+    @classmethod
+    def from_options(cls, workers, staleness=None, **_):
+        return cls(workers, DEFAULT_STALENESS if staleness is None else option_int("--staleness", staleness, 0))
 
     def __init__(self, workers, staleness):
         super().__init__(workers)

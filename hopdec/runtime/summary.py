@@ -1,11 +1,12 @@
-"""End of a run: gather every rank's figures on rank 0, evaluate, print the summary (live progress:
-:mod:`hopdec.observe.progress`)."""
+"""The summary a run ends with: the table every executor prints (:func:`summary_text`), and a real run's
+way to it (:func:`gather_summary`: every rank's figures gathered on rank 0, the model evaluated). Live
+progress is :mod:`hopdec.observe.progress`; the HTML report of logs is :mod:`hopdec.report`."""
 
 import numpy as np
 
 
-def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
-           workers=None, model_label="averaged model", bound_label="bound from the topology", notes=()):
+def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
+                   workers=None, model_label="averaged model", bound_label="bound from the topology", notes=()):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
@@ -13,13 +14,13 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
     must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
     """
-    from hopdec.runtime.metrics import max_iteration_gap
+    from hopdec.report.gaps import max_iteration_gap
     from hopdec.transport.collectives import allreduce_sum, gather_json
 
     comm = ctx.comm
     ctx.faults.at("evaluate")
     loss, acc = trainer.evaluate() if trainer is not None else (None, None)
-    mine = dict(rank=ctx.extra.get("worker", ctx.rank), iterations=logger.iterations, wait_s=logger.wait_s,
+    mine = dict(rank=ctx.worker if ctx.worker is not None else ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
                 compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
                 entries=logger.entries, jumps=logger.jumps,
                 iter_per_s=logger.progress_rate,
@@ -45,6 +46,9 @@ def report(ctx, logger, trainer, emulator, title, eval_flat="average", bound=Non
                           f"(there the slowdowns multiplied the measured time)")
     times = ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
              else "measured, no emulation")
+    from hopdec.launcher import network_conditions as conditions, network_label as label
+    if conditions() is not None:            # links emulated by hopdec.testbed
+        times += "; " + label(conditions())
     text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
                         model_label=model_label, bound_label=bound_label, notes=notes)
     print(text, flush=True)

@@ -1,0 +1,153 @@
+"""What a decentralized (Hop) run consists of, whoever executes it: real MPI ranks
+(:mod:`hopdec.runtime.hop_mpi`), the virtual-time simulator (:mod:`hopdec.sim.run`) or the seeded
+in-process scheduler (:mod:`hopdec.sim.inproc`).
+
+:class:`HopRun` holds the decisions about a run that are not the protocol's (those are the cores', in
+:mod:`hopdec.hop`): the topology and its checks, the protocol settings checked once
+(:func:`hopdec.hop.config.check_config`, with the notes it makes), Table 1's bound, one core and one
+trainer per worker, the log header, the title, what is evaluated and what is saved. An executor adds only
+what it alone knows (where the parameters live, the cost model, the emulation it runs) and carries out
+the actions; a reader checks "no decision in a driver" by reading this module.
+"""
+
+import copy
+import os
+from dataclasses import replace
+
+from hopdec.errors import ConfigError
+from hopdec.hop.config import check_config, describe, gap_bound, setting_name
+from hopdec.hop.time_varying import describe as describe_schedule
+from hopdec.hop.worker import Worker, node_views
+
+EVAL_MODEL = "average of every worker's parameters"
+"""What a decentralized run evaluates (the summary, ``eval.jsonl``)."""
+
+
+def is_generator(spec):
+    from hopdec import topology as T
+    return spec in T.GENERATORS and not os.path.exists(spec)
+
+
+def resolve_topology(spec, size):
+    """A topology file, or a generator kind of ``hopdec topo generate`` built over ``size`` workers (None:
+    the default topology for ``size``)."""
+    from hopdec import topology as T
+    if spec is None:
+        return T.default_topology(size)
+    if is_generator(spec):
+        try:
+            g = T.GENERATORS[spec](size)
+        except ValueError as err:
+            raise ConfigError(f"--topology {spec}: {err}") from None
+        g.graph["source"] = f"{spec}({size})"
+        return g
+    return T.load(spec)
+
+
+class HopRun:
+    """One decentralized run: ``settings`` (:class:`hopdec.settings.RunSettings`) on ``graph``.
+
+    Built before anything is loaded (the protocol's checks are cheap); :meth:`with_work` adds the resolved
+    :class:`~hopdec.modes.work.Workload` (model, data, iterations) once it is known.
+    """
+
+    mode = "decentralized"
+
+    def __init__(self, settings, graph):
+        self.settings, self.graph = settings, graph
+        self.views = node_views(graph)
+        self.cfg = settings.protocol.config(settings.work.iterations or 1, settings.checkpoints.every,
+                                            settings.faults.fault_tolerance)
+        self.notes = check_config(self.cfg, self.views)      # the protocol's checks, once per run
+        self.work = None
+
+    def with_work(self, work):
+        """This run with its workload (``cfg.iterations`` becomes the workload's)."""
+        run = copy.copy(self)
+        run.work, run.cfg = work, replace(self.cfg, iterations=work.iterations)
+        return run
+
+    # ---- who takes part ----
+    @property
+    def n(self):
+        return self.graph.number_of_nodes()
+
+    @property
+    def workers(self):
+        """The worker ids: the ranks 0..n-1."""
+        return tuple(range(self.n))
+
+    @property
+    def source(self):
+        return self.graph.graph.get("source")
+
+    def core(self, rank):
+        """Worker ``rank``'s protocol core."""
+        return Worker(self.views[rank], self.cfg)
+
+    def trainer(self, rank, device="cpu"):
+        """Worker ``rank``'s trainer: shard ``rank`` of n."""
+        return self.work.trainer(rank, self.n, device)
+
+    # ---- what is reported ----
+    @property
+    def setting(self):
+        """The row of Hop Table 1 this run is (per-node backup workers of the topology count)."""
+        return setting_name(self.cfg, self.graph)
+
+    def bound(self):
+        """Hop Table 1's bound on the iteration gap for this graph and setting."""
+        return gap_bound(self.graph, self.cfg)
+
+    def header(self, params, emulation, bound, **executor):
+        """The log header every worker writes (``params``: the model's size, ``emulation``: what is
+        emulated, ``bound``: the gap bound); ``executor``: what only the executor knows (the device, the
+        cost model, where the buffers are, ...)."""
+        cfg = self.cfg
+        return dict(mode=self.mode, topology=self.source, protocol=cfg.protocol, setting=self.setting,
+                    max_ig=cfg.max_ig, staleness=cfg.staleness, backup_workers=cfg.backup_workers,
+                    skip=self.settings.protocol.skip, compute_graph=cfg.compute_graph, iterations=cfg.iterations,
+                    model=self.work.model, params=params, hparams=self.work.hparams, emulation=emulation,
+                    gap_bound=bound, seed=self.settings.work.seed, compress=cfg.compress,
+                    consensus_step=cfg.consensus_step, schedule=describe_schedule(self.graph), **executor)
+
+    def message_bytes(self, params):
+        """Bytes one update message puts on the wire: the codec's coded message, or the float32 message."""
+        from hopdec.transport.codec import message_bytes
+        return message_bytes(self.cfg.compress, params)
+
+    def traffic_notes(self, counters, iterations, rank):
+        """The summary's line on what a rank's updates put on the wire (``counters``: its transport's)."""
+        c, its = counters, max(iterations, 1)
+        line = (f"traffic: rank {rank} sent {c['bytes'] / its:,.0f} bytes of updates per iteration "
+                f"({c['updates']} messages, {c['bytes']:,} bytes in all")
+        if self.cfg.compress != "none":
+            line += f"; --compress {self.cfg.compress}, of which {c['key_messages']} full-size keys"
+        return [line + ")"]
+
+    def title(self):
+        cfg = self.cfg
+        return (f"decentralized {describe(cfg, self.graph)} on {self.source} ({self.n} workers, "
+                f"protocol {cfg.protocol}, max_ig {cfg.max_ig})")
+
+    model_label = "averaged model"
+    bound_label = "bound from the topology"
+    eval_model = EVAL_MODEL
+
+    def saves(self, rank):
+        """Whether ``--save-models`` saves rank ``rank``'s parameters (every worker's)."""
+        return bool(self.settings.observe.save_models and self.settings.observe.log_dir)
+
+    def heal_notes(self, heals, healed_graph, bound):
+        """The summary's lines about failures (``--fault-tolerance``): who failed, when, the healed graph,
+        what it cost, and the healed graph's bound."""
+        if not heals:
+            return []
+        lines = [f"failure: rank(s) {', '.join(map(str, e['failed']))} died near iteration {e['iteration']}; "
+                 f"{len(e['survivors'])} survivors healed the graph in {e['stall_s']:.3f} s "
+                 f"(spectral gap now {e['spectral_gap']})" for e in heals]
+        from hopdec.topology.heal import relabelled
+        healed_bound = gap_bound(relabelled(healed_graph), self.cfg)
+        lines.append(f"after the failures the gap bound is {healed_bound:g} on the healed graph "
+                     f"({healed_graph.number_of_nodes()} workers; it was {bound:g})")
+        return lines

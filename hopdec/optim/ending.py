@@ -1,0 +1,104 @@
+"""How a run of :class:`hopdec.optim.HopOptimizer` ends when the ranks take different numbers of steps.
+
+A user's loop decides when a rank is done (its shard ran out, a condition held); nobody knows a number of
+steps up front. Done ranks must not leave: the others still need their updates (Recv(k) waits for every
+in-neighbour's iteration-k parameters) and their tokens. So (``finish()``):
+
+1. **Done.** The rank tells every other rank (a small message on a communicator of its own).
+2. **Serve.** Until it has heard that every rank is done, it keeps carrying out the protocol without a
+   gradient: Recv + Reduce with its neighbours, no optimizer step, Send -- it mixes, and its neighbours
+   can go on (it keeps pace with them; tokens bound how far it runs ahead, Hop sec. 4.2).
+3. **Agree.** Once every rank is done, each one stops advancing and the ranks exchange their positions
+   (the last iteration each entered; one nonblocking allgather); the run ends at ``P = max``.
+4. **Catch up.** A rank behind P serves on up to P: iterations < P complete (Reduce, no step), and it
+   enters P and sends its parameters. Every rank now holds its x_P, the end is a consistent cut (the
+   same as ``hopdec train``'s resume cut, :meth:`hopdec.hop.worker.Worker.resume_at`), and the transport
+   shuts down (draining the last updates nobody reduces).
+
+Why this always ends (as the stop agreement of :mod:`hopdec.runtime.interrupt`): the rank furthest
+behind has every update it needs (its in-neighbours are at least where it is and sent on entering) and the
+tokens (its out-neighbours granted up to their position + max_ig); so it advances, until all are at P.
+
+While a rank waits in ``consensus_model()``, it advances without a gradient only when a neighbour is
+known to be ahead of it (:func:`neighbour_ahead`): that neighbour may be unable to reach its own call
+without this rank's next update (after iteration skipping, or with unequal step counts). With every rank at
+the same iteration, nobody is ahead and nothing changes: the call is deterministic.
+"""
+
+import numpy as np
+
+from hopdec.transport.waiting import poll_until
+
+TAG_DONE = 411
+
+
+def neighbour_ahead(core):
+    """True when some neighbour is known to be at a later iteration than ``core`` (and may wait for it):
+    an in-neighbour's update of a later iteration is held, an out-neighbour's tokens put it ahead, or
+    (notify-ack) an out-neighbour has consumed this worker's current update. Reads the core, decides
+    nothing about the protocol."""
+    k = core.iteration
+    if any(e.iteration > k for e in core.policy.queue.entries()):
+        return True
+    led = core.ledger
+    if led is not None and any(led.lead_of(j) > 0 for j in core.view.out_neighbors):
+        return True
+    acks = core.acks
+    return acks is not None and any(c > k for c in acks.acked.values())
+
+
+class EndChannel:
+    """Steps 1 and 3 above over a duplicated communicator: ``announce_done()``, ``all_done()``,
+    ``agree(position, poll)``. A DONE message carries how many ``consensus_model()`` calls the rank made,
+    so a rank waiting in one that another rank will never make says so at once."""
+
+    def __init__(self, comm, timeout):
+        self.comm = comm.Dup()
+        self.timeout = timeout
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.peers = [r for r in range(self.size) if r != self.rank]
+        self.bufs = {r: np.zeros(1, dtype=np.int64) for r in self.peers}
+        self.reqs = [self.comm.Irecv(self.bufs[r], source=r, tag=TAG_DONE) for r in self.peers]
+        self.heard = {}                     # rank -> its consensus calls, once it said it is done
+        self.sends = []
+        self.done = False
+
+    def _test(self):
+        from mpi4py import MPI
+        if len(self.heard) < len(self.peers):
+            for i in MPI.Request.Testsome(self.reqs) or ():
+                self.heard[self.peers[i]] = int(self.bufs[self.peers[i]][0])
+        return self.heard
+
+    def announce_done(self, consensus_calls):
+        note = np.array([consensus_calls], dtype=np.int64)
+        self.sends = [(note, self.comm.Isend(note, dest=r, tag=TAG_DONE)) for r in self.peers]
+        self.done = True
+
+    def finished_ranks(self):
+        """The other ranks that said they are done, with their consensus calls ``{rank: calls}``."""
+        return self._test()
+
+    def all_done(self):
+        return self.done and len(self._test()) == len(self.peers)
+
+    def agree(self, position, poll):
+        """Every rank's position (collective, after :meth:`all_done`); ``poll()`` runs while waiting
+        (the transport's messages keep flowing). Returns the largest."""
+        mine = np.array([position], dtype=np.int64)
+        everyone = np.zeros(self.size, dtype=np.int64)
+        req = self.comm.Iallgather(mine, everyone)
+
+        def done():
+            poll()
+            return req.Test()
+        poll_until(done, self.timeout, lambda: f"rank {self.rank}: finish(): not every rank said where it "
+                                               f"is within {self.timeout:.0f} s; a peer may have died or hung")
+        return int(everyone.max())
+
+    def close(self):
+        from mpi4py import MPI
+        poll_until(lambda: MPI.Request.Testall([r for _, r in self.sends]), self.timeout,
+                   f"rank {self.rank}: finish(): a done message was not received for {self.timeout:.0f} s")
+        MPI.Request.Waitall(self.reqs)
+        self.comm.Free()

@@ -1,0 +1,648 @@
+"""``HopOptimizer``: any ``torch.optim`` optimizer, with each step averaged with graph neighbours (Hop).
+
+To the user's code it is a ``torch.optim.Optimizer``: ``param_groups`` (each group its own lr, weight
+decay, ...), ``state``, ``zero_grad(set_to_none=...)``, ``step(closure)``, ``state_dict()`` /
+``load_state_dict()`` (with the protocol position, so a checkpoint resumes), step hooks, and any
+``torch.optim.lr_scheduler`` works on it. Under it, one rank runs the same protocol core and worker loop as
+``hopdec train`` (:class:`hopdec.hop.worker.Worker`, :func:`hopdec.runtime.hop_loop.worker_loop`), paused
+at each ComputeGradient so that the user's loop computes the gradient (Hop Figure 7, parallel graph)::
+
+    opt = HopOptimizer(model, torch.optim.AdamW, lr=3e-4, weight_decay=0.1, topology="ring")
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
+    for xb, yb in my_shard:                   # any number of steps, different on each rank
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step(loss=loss)   # Recv + Reduce with the neighbours, AdamW's step, take tokens, Send the next
+        sched.step()
+    opt.finish()              # serve the others until every rank is done, agree where to stop
+    avg = opt.consensus_model()               # the workers' average, buffers included, on every rank
+
+The API follows PyTorch's ``ZeroRedundancyOptimizer(params, optimizer_class, **defaults)``: the optimizer
+must own the parameters' storage (one flat buffer, sent and averaged as one message), so it builds the
+inner optimizer itself; an optimizer the user already built can be wrapped too (as Horovod's and BlueFog's
+``DistributedOptimizer(optimizer, ...)`` do). See the README's API reference for every argument.
+"""
+
+import atexit
+import copy
+import time
+import weakref
+
+import numpy as np
+import torch
+
+from hopdec.core import ComputeGradient, Wait
+from hopdec.errors import ConfigError
+from hopdec.optim import assembly, ending, failing, life
+
+
+class _Woken(Exception):
+    """Raised out of a wait (an idle hook) when what the caller waits for happened meanwhile."""
+
+
+def _waker(wake):
+    """An idle hook that leaves the wait it runs in (raises :class:`_Woken`) once ``wake()`` is true."""
+    def hook():
+        if wake():
+            raise _Woken()
+    return hook
+
+
+class HopOptimizer(torch.optim.Optimizer):
+    """A torch optimizer whose every step also averages parameters with graph neighbours (Hop).
+
+    ``params``: a model (``nn.Module``: its trainable parameters, and its buffers for
+    ``average_buffers`` and the consensus model), parameters, parameter groups (dicts), or a
+    ``torch.optim.Optimizer`` already built on them (then no ``optimizer_class`` or hyperparameters).
+    ``optimizer_class``: the torch optimizer each worker steps with (``torch.optim.AdamW``, ...), built
+    with ``**defaults``. The rest is keyword-only (README: "API reference"). Collective: every rank of
+    ``comm`` builds it at the same point, with the same settings.
+    """
+
+    def __init__(self, params, optimizer_class=None, *, model=None, topology=None, comm=None,
+                 protocol="tokens", max_ig=2, compute_graph="parallel", backup_workers=0, staleness=None,
+                 stale_reduce="weighted", skip=None, fault_tolerance=False, average_buffers=False,
+                 log_dir=None, progress=False, progress_interval=3.0, trace=None, steps=None,
+                 peer_timeout=120.0, **defaults):
+        from mpi4py import MPI
+        self._ready = False
+        inner, model = _inner_optimizer(params, optimizer_class, model, defaults)
+        self.model = model
+        # torch's Optimizer machinery (step hooks, the step patch schedulers rely on); param_groups, state
+        # and defaults are the inner optimizer's own (properties: a scheduler's lr reaches it, and they
+        # follow it through load_state_dict, which replaces them)
+        torch.optim.Optimizer.__init__(self, [{"params": []}], {})
+        self.optimizer = inner
+
+        # ---- the tensors that are averaged: parameters (and buffers), in one flat float32 buffer ----
+        tracked = _unique([p for g in inner.param_groups for p in g["params"]])
+        names = _names(model, tracked, "param_groups")
+        buffers = []
+        if average_buffers:
+            if model is None:
+                raise ConfigError("HopOptimizer: average_buffers=True needs the model (pass it as params or "
+                                  "model=...)")
+            buffers = [b for _, b in model.named_buffers() if b.is_floating_point()]
+        life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"))
+        from hopdec.ml.trainer import FlatModel
+        self.flat = FlatModel(tracked, buffers, module=model)
+        self._tracked = tracked + buffers
+        self._names = names + _names(model, buffers, "buffer")
+        self._owners = life.owners(model, self._tracked) if model is not None else []
+        self.device = self.flat.device
+
+        # ---- the run: topology, protocol, core, transport (hopdec.optim.assembly) ----
+        self.fault_tolerant = bool(fault_tolerance)
+        comm = comm or MPI.COMM_WORLD
+        if self.fault_tolerant:
+            import os
+            if comm.Get_size() > 1 and "OMPI_COMM_WORLD_SIZE" in os.environ and \
+                    os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
+                raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
+                                  "(launch/local.sh --fault-tolerance adds it and the failure detector)")
+            comm = comm.Dup()
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):
+            raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
+        self.timeout = float(peer_timeout)
+        self.graph = graph = assembly.resolve_topology(topology, self.size)
+        if graph.number_of_nodes() != self.size:
+            raise ConfigError(f"HopOptimizer: topology {graph.graph.get('source', topology)} has "
+                              f"{graph.number_of_nodes()} workers but the communicator has {self.size} ranks")
+        self.cfg, views = assembly.protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness,
+                                                   stale_reduce, skip, graph, self.fault_tolerant)
+        from hopdec.hop.config import gap_bound
+        from hopdec.hop.worker import Worker
+        self.core = Worker(views[self.rank], self.cfg)
+        self.io = assembly.make_transport(comm, self.core.view, self.flat.numel, self.core.slots, self.timeout,
+                                          self.device, self.fault_tolerant)
+        self.flat.use_send_storage(self.io.message_floats())        # CPU: sends without a copy
+        self.bound = gap_bound(graph, self.cfg)
+        self._ccomm = comm.Dup()                                     # consensus_model()'s reductions
+        self.end = ending.EndChannel(comm, self.timeout)
+        self.healer = None
+        self._left_behind = []
+        if self.fault_tolerant:
+            from hopdec.runtime.heal import Healer
+            self.healer = Healer(comm, graph, self.core, self.io, self.timeout)
+        failing.install(comm)
+
+        # ---- what watches it: logs, live progress, trace ----
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise ConfigError(f"HopOptimizer: steps={steps!r}: the expected steps per rank (for live "
+                              f"progress), an integer >= 1, or None")
+        self.steps = steps
+        groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"
+                   and isinstance(v, (int, float, str, bool, tuple, type(None)))} for g in inner.param_groups]
+        self.header = assembly.header(graph, self.cfg, skip, self.flat.numel, self.device,
+                                      self.io.message_floats(), self.bound, self.fault_tolerant, dict(
+                                          driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,
+                                          param_groups=groups, iterations=steps, average_buffers=bool(buffers)))
+        from hopdec.runtime.metrics import RankLogger
+        if log_dir is not None:
+            from hopdec.runtime.metrics import check_log_dir
+            try:
+                check_log_dir(log_dir, self.rank)
+            except ConfigError as err:
+                raise ConfigError(str(err).replace("--log-dir", "HopOptimizer: log_dir")) from None
+        self.logger = RankLogger(log_dir, self.rank, header=self.header)
+        from hopdec.observe import RunObserver
+        watch = assembly.observe_settings(log_dir, progress, progress_interval, trace)
+        self.observer = RunObserver(watch, comm, self.timeout, self.logger.event, "worker", range(self.size),
+                                    steps, self.header,
+                                    bound=self.bound, write_params=self.flat.write_params, numel=self.flat.numel)
+
+        # ---- where the loop stands ----
+        self._loop = None                      # the worker loop (a generator), from the first step
+        self._resume_at = 0                    # a loaded checkpoint's position
+        self._at_compute = False
+        self._serving = False                  # True: no gradient (finish(), consensus waits)
+        self._paused_at = time.time()          # when the user's loop got control (its compute time)
+        self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
+        self._served = set()                   # iterations mixed without a gradient
+        self._closure_loss = None
+        self._consensus_calls = 0
+        self._activity = self._heard = 0        # messages seen while serving (see _serve)
+        self.finished = False
+        self._exit_hook = _register_exit(self)
+        self._ready = True
+
+    # ------------------------------------------------------------------ torch.optim.Optimizer
+    def step(self, closure=None, *, loss=None):
+        """Reduce(k) with the neighbours' iteration-k parameters, the wrapped optimizer's step with the
+        gradient of iteration k (``closure``, if given, is passed to it), take tokens, enter k + 1 and send
+        its parameters. ``loss``: this step's loss (a float or a tensor), for the logs and live progress.
+        Returns the closure's loss, as torch optimizers do."""
+        if self.finished:
+            raise RuntimeError("HopOptimizer: step() after finish(): this rank's training is over")
+        now = time.time()
+        self._check_model()
+        if self._loop is None:
+            self._start()
+        k = self.core.iteration
+        self._user[k] = (now - self._paused_at, None if loss is None else float(
+            loss.detach() if torch.is_tensor(loss) else loss))
+        self._closure_loss = None
+        self._closure = closure
+        self._serving = False
+        self._advance()
+        self._paused_at = time.time()
+        return self._closure_loss
+
+    def zero_grad(self, set_to_none=True):
+        """The wrapped optimizer's ``zero_grad`` (gradients are the user's tensors; nothing else to reset)."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group):
+        if not self._ready:                    # torch's __init__ (see above)
+            return torch.optim.Optimizer.add_param_group(self, param_group)
+        raise ConfigError("HopOptimizer: add_param_group() after construction: the parameters live in one "
+                          "buffer laid out when the optimizer is built; pass every group to the constructor "
+                          "(a frozen layer can be a group with lr=0)")
+
+    def state_dict(self):
+        """The wrapped optimizer's ``state_dict()`` plus ``"hop"``: the protocol position (the iteration
+        this rank is at between steps) and what it was saved by. Loadable with ``weights_only=True``."""
+        out = self.optimizer.state_dict()
+        out["hop"] = dict(position=int(self.position), rank=self.rank, ranks=self.size,
+                          topology=str(self.graph.graph.get("source")), protocol=self.cfg.protocol)
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load what :meth:`state_dict` gave (or a plain torch optimizer's state dict: then the protocol
+        starts at 0). Call it before the first step: every rank must resume at the same position (the
+        first step checks it); together with the model's parameters, training continues as it would have."""
+        if self._loop is not None:
+            raise RuntimeError("HopOptimizer: load_state_dict() after the first step(): the protocol is "
+                               "running; load checkpoints right after building the optimizer")
+        state_dict = dict(state_dict)
+        hop = state_dict.pop("hop", None)
+        self.optimizer.load_state_dict(state_dict)
+        if hop is not None:
+            if int(hop.get("ranks", self.size)) != self.size or int(hop.get("rank", self.rank)) != self.rank:
+                raise ConfigError(f"HopOptimizer: this state dict was saved by rank {hop.get('rank')} of "
+                                  f"{hop.get('ranks')}; this is rank {self.rank} of {self.size} (each rank "
+                                  f"loads its own checkpoint)")
+            self._resume_at = int(hop["position"])
+
+    def _inner_attr(name):
+        """``param_groups``, ``state``, ``defaults``: the wrapped optimizer's (torch's ``__init__`` sets
+        placeholders before it exists)."""
+        def get(self):
+            inner = self.__dict__.get("optimizer")
+            return getattr(inner, name) if inner is not None else self.__dict__.get("_init_" + name)
+
+        def put(self, value):
+            if self.__dict__.get("_ready"):
+                raise AttributeError(f"HopOptimizer: cannot set opt.{name}: it is the wrapped optimizer's "
+                                     f"(fixed when the optimizer is built)")
+            self.__dict__["_init_" + name] = value
+        return property(get, put)
+
+    param_groups = _inner_attr("param_groups")
+    state = _inner_attr("state")
+    defaults = _inner_attr("defaults")
+    del _inner_attr
+
+    def __setattr__(self, name, value):
+        if name[0] != "_" and self.__dict__.get("_ready") and name in _FIXED | self._hyperparameters():
+            what = ("set it in opt.param_groups[i][" + repr(name) + "] (as with any torch optimizer) or use a "
+                    "torch.optim.lr_scheduler" if name in self._hyperparameters() else
+                    "it is fixed when the optimizer is built; build a new HopOptimizer")
+            raise AttributeError(f"HopOptimizer: cannot set opt.{name}: {what}")
+        super().__setattr__(name, value)
+
+    def _hyperparameters(self):
+        return {k for g in self.optimizer.param_groups for k in g if k != "params"}
+
+    def __repr__(self):
+        return (f"HopOptimizer({self.optimizer!r}, topology={self.graph.graph.get('source')}, "
+                f"protocol={self.cfg.protocol}, rank {self.rank} of {self.size})")
+
+    # ------------------------------------------------------------------ where it stands
+    @property
+    def iteration(self):
+        """The Hop iteration this rank is at (with iteration skipping it can pass the number of steps)."""
+        return self.core.iteration if self._loop is not None else self._resume_at
+
+    @property
+    def position(self):
+        return self.iteration
+
+    @property
+    def jumps(self):
+        """Iteration-skipping jumps this rank made, ``[(from, to)]`` (Hop sec. 5)."""
+        return list(self.core.jumps)
+
+    # ------------------------------------------------------------------ the end
+    def finish(self):
+        """This rank is done training (collective: every rank calls it, after any number of steps). It
+        keeps mixing with its neighbours without a gradient until every rank is done, the ranks agree where
+        to stop, and the transport shuts down (:mod:`hopdec.optim.ending`). The model then holds this
+        worker's final parameters; :meth:`consensus_model` gives their average."""
+        if self.finished:
+            return
+        if self._loop is None:
+            self._start()
+        self.end.announce_done(self._consensus_calls)
+        self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
+        stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)
+        serving, self._serving = self._serving, True
+        while self.core.iteration < stop:         # 4. catch up to the common stop
+            self._advance()
+        self._serving = serving
+        self.observer.finished(self.core.iteration)
+        self._close()
+
+    close = finish
+    """``HopSGD``'s name for :meth:`finish` (kept)."""
+
+    def _close(self):
+        self.finished = True
+        self.io.close()
+        self.end.close()
+        self.observer.close()
+        self.logger.event("messages", **self.io.counters())
+        self.logger.close()
+        if not self.fault_tolerant:
+            atexit.unregister(self._exit_hook)
+
+    # ------------------------------------------------------------------ the consensus model
+    def consensus_state_dict(self, root=None):
+        """The average over every worker of the model's state dict: parameters and floating-point buffers
+        (BatchNorm statistics) averaged, other buffers (counters) this rank's own. Collective (every rank
+        calls it the same number of times); ``root=r``: only rank r gets it (the others get None). Safe
+        while updates are in flight: it reduces on a communicator of its own, and a rank that waits here
+        keeps its neighbours going (see :mod:`hopdec.optim.ending`). Bounded by the peer timeout."""
+        if self.model is None:
+            raise ConfigError("HopOptimizer: the consensus model needs the model (pass it as params or model=...)")
+        if self._loop is None and not self.finished:
+            self._start()
+        from mpi4py import MPI
+        self._consensus_calls += 1
+        extra = [b for _, b in self.model.named_buffers() if b.is_floating_point()
+                 and not any(b is t for t in self._tracked)]
+        mine = np.concatenate([self.flat.write_params().astype(np.float64)]
+                              + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
+        total = np.zeros_like(mine) if root is None or root == self.rank else None
+        if root is None:
+            req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
+        else:
+            req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
+        self._wait_collective(req, "consensus_model()")
+        if total is None:
+            return None
+        total /= self.size
+        values = {}
+        n = self.flat.numel
+        flat_avg = torch.from_numpy(total[:n].astype(np.float32))
+        off = 0
+        for t in self._tracked:
+            values[id(t)] = flat_avg[off:off + t.numel()].view_as(t)
+            off += t.numel()
+        off = n
+        for b in extra:
+            values[id(b)] = torch.from_numpy(total[off:off + b.numel()]).to(b.dtype).view_as(b)
+            off += b.numel()
+        out = {}
+        for name, t in self.model.state_dict(keep_vars=True).items():
+            v = values.get(id(t))
+            out[name] = (v if v is not None else t.detach().clone()).to(t.device)
+        return out
+
+    def consensus_model(self, root=None):
+        """A copy of the model holding the workers' average (:meth:`consensus_state_dict`), for evaluation
+        and saving; ``root=r``: only on rank r (None elsewhere). Collective."""
+        state = self.consensus_state_dict(root)
+        if state is None:
+            return None
+        twin = copy.deepcopy(self.model)
+        twin.load_state_dict(state)
+        return twin
+
+    def _wait_collective(self, req, what):
+        """Wait for ``req`` while the protocol goes on (see :meth:`_serve`); a rank that finished before
+        making this call is an error at once (it never will)."""
+        call = self._consensus_calls
+
+        def done():
+            missing = {r: c for r, c in self.end.finished_ranks().items() if c < call}
+            if missing and not self.finished:
+                r, c = sorted(missing.items())[0]
+                raise RuntimeError(f"HopOptimizer: rank {r} called finish() after {c} {what} call(s) while rank "
+                                   f"{self.rank} waits in call {call}: every rank must make the same collective "
+                                   f"calls")
+            return req.Test()
+        self._serve(done, what)
+
+    def _may_serve(self):
+        """Whether a waiting rank advances without a gradient: when a neighbour is known to be ahead
+        (:func:`hopdec.optim.ending.neighbour_ahead`); with update queues only (no tokens or ACKs to tell),
+        whenever it can."""
+        if self._loop is None or self.finished:
+            return False
+        return self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core)
+
+    def _serve(self, done, what):
+        """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
+        peer timeout counts silence: any message arriving (an update, a grant, a rank finishing) restarts it,
+        so ranks that train for longer are waited for, and a hung one is found."""
+        from hopdec.transport.waiting import poll_until
+        serving, self._serving = self._serving, True
+        try:
+            while not done():
+                if self._may_serve():
+                    if self._advance(wake=done) is None:       # woken: done
+                        return
+                    continue
+                seen = self._activity
+                poll_until(lambda: self._poll() or done() or self._may_serve() or self._activity != seen, self.timeout,
+                           lambda: f"rank {self.rank}: {what}: no message from any rank for {self.timeout:.0f} s; "
+                                   f"a peer may have died or hung (or trains much longer than this one: raise "
+                                   f"peer_timeout)")
+        finally:
+            self._serving = serving
+
+    # ------------------------------------------------------------------ driving the protocol
+    def _start(self):
+        """The first step (or finish): every rank at the same position, then Enter(k), Send(k)."""
+        from hopdec.runtime.hop_loop import worker_loop
+        from hopdec.transport.collectives import allgather_json
+        where = allgather_json(self._ccomm, self._resume_at, self.timeout, "HopOptimizer: starting")
+        if len(set(where)) != 1:
+            raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "
+                              f"state dicts were saved at different iterations): every rank must load a "
+                              f"checkpoint of the same iteration, or none")
+        if self._resume_at:
+            self.core.resume_at(self._resume_at)
+        self.observer.begin()
+        self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
+                                 spans=self.observer.spans, step=True)
+        self._advance()                               # Enter(k), Send(k): stop where the gradient is due
+
+    def _advance(self, wake=None):
+        """Carry out the core's actions up to the next ComputeGradient (returns True). ``wake()``: checked
+        in every wait; when true, the wait is left (the loop resumes there next time) and None returned."""
+        from hopdec.transport.waiting import PeerFailed, watching
+        self._at_compute = False
+        hook = None if wake is None else _waker(wake)
+        while not self._at_compute:
+            a = next(self._loop)
+            if not isinstance(a, Wait):
+                if isinstance(a, ComputeGradient) and self._serving:
+                    self._served.add(a.iteration)
+                continue
+            if wake is not None and wake():
+                return None
+            try:
+                if hook is None:
+                    self.io.wait(self.core, a)
+                else:
+                    with watching(hook):
+                        self.io.wait(self.core, a)
+            except _Woken:
+                return None
+            except PeerFailed:
+                if self.healer is None:
+                    raise
+                self._heal()
+        return True
+
+    def _poll(self):
+        """Deliver what arrived to the core; count it as a sign of life (see :meth:`_serve`)."""
+        got = self.io.poll(self.core) if self._loop is not None and not self.finished else 0
+        heard = len(self.end.finished_ranks())
+        if got or heard != self._heard:
+            self._heard = heard
+            self._activity += 1
+        if self.io.failed:
+            from hopdec.transport.waiting import PeerFailed
+            if self.healer is None:
+                raise PeerFailed(f"rank {self.rank}: a peer failed")
+            self._heal()
+
+    def _heal(self):
+        """A peer died (``fault_tolerance=True``): the survivors heal the graph and go on; the consensus and
+        end agreements move to the survivors' communicator."""
+        event = self.healer.heal()
+        self._left_behind.append((self.end, self._ccomm))     # requests of the old communicator: untouched
+        self.comm = self.healer.comm
+        self._ccomm = self.comm.Dup()
+        done = self.end.done
+        self.end = ending.EndChannel(self.comm, self.timeout)
+        if done:
+            self.end.announce_done(self._consensus_calls)
+        self.size = self.comm.Get_size()
+        self.logger.event("heal", **{k: v for k, v in event.items() if k != "event"})
+        self.observer.on_failure(event, self.comm)
+        return event
+
+    # ---- the backend interface of hopdec.runtime.hop_loop ----
+    def send_storage(self):
+        return self.flat.send_storage()
+
+    def spare_storage(self):
+        return self.flat.spare_storage()
+
+    def write_params(self, out=None):
+        return self.flat.write_params(out)
+
+    def compute(self, iteration):
+        self._at_compute = True                        # the user's loop computes; we pause here
+        return {"loss": None, "compute_s": 0.0}
+
+    def reduce(self, pairs):
+        self.flat.reduce(pairs)
+
+    def apply(self, iteration):
+        if self._serving:                              # mixing without a gradient: no optimizer step
+            return
+        closure = self._closure
+        self._closure = None
+        self._closure_loss = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+    def _on_record(self, rec):
+        """A finished iteration's record: the user's compute time (between steps, outside hopdec) and loss
+        go in as ``compute_s`` and ``loss``; iterations mixed without a gradient say ``serving``."""
+        dt, loss = self._user.pop(rec["iter"], (0.0, None))
+        rec["compute_s"] = dt
+        rec["loss"] = loss
+        if rec["iter"] in self._served:
+            self._served.discard(rec["iter"])
+            rec["serving"] = True
+        for span in rec.get("spans", ()):
+            if span[0] == "compute":
+                span[2] = dt
+                break
+        self.logger.log(rec)
+        self.observer.on_record(rec)
+
+    # ---- the model's life (hopdec.optim.life) ----
+    def _check_model(self):
+        found = life.changes(self._tracked, [p for _, p in self.flat.expected_pointers()], self._names,
+                             self.device, self._owners)
+        if not found:
+            return
+        refused = [c for c in found if not c.can_follow]
+        if refused:
+            raise ConfigError(refused[0].message())
+        if self._loop is not None:                     # the buffer may still be on its way to neighbours
+            store = self.flat.send_storage()
+            if store is not None:
+                self.io.wait_sent(store)
+        for c in found:
+            self._adopt(c)
+
+    def _adopt(self, change):
+        """Follow a tensor the model now holds instead of a tracked one (same shape, dtype, device): its
+        values go into the buffer, it becomes the view, and the optimizer's groups and state follow it."""
+        old, new = self._tracked[change.slot], change.new
+        with torch.no_grad():
+            values = new.detach().clone()
+            if new is not old:
+                new.data = old.data                     # the slot's view of the buffer
+            new.data.copy_(values)
+        if new is not old:
+            self._tracked[change.slot] = new
+            slots = self.flat._params if change.slot < len(self.flat._params) else self.flat._buffers
+            i = change.slot if slots is self.flat._params else change.slot - len(self.flat._params)
+            slots[i] = new
+            for g in self.optimizer.param_groups:
+                g["params"] = [new if p is old else p for p in g["params"]]
+            if old in self.optimizer.state:
+                self.optimizer.state[new] = self.optimizer.state.pop(old)
+            self._owners = life.owners(self.model, self._tracked) if self.model is not None else []
+
+
+_FIXED = frozenset({"optimizer", "param_groups", "state", "defaults", "model", "flat", "core", "io"})
+"""Attributes a user might set expecting an effect that is fixed at construction."""
+
+
+class HopSGD(HopOptimizer):
+    """:class:`HopOptimizer` with ``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov)."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, dampening=0.0, nesterov=False, **hop):
+        super().__init__(params, torch.optim.SGD, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         dampening=dampening, nesterov=nesterov, **hop)
+
+
+# ---------------------------------------------------------------------- helpers
+def _inner_optimizer(params, optimizer_class, model, defaults):
+    """(the torch optimizer each worker steps with, the model or None) from the constructor's arguments."""
+    if isinstance(params, torch.optim.Optimizer):
+        if isinstance(params, HopOptimizer):
+            raise ConfigError("HopOptimizer: params is already a HopOptimizer")
+        if optimizer_class is not None or defaults:
+            raise ConfigError("HopOptimizer: params is an optimizer already built; optimizer_class and "
+                              "hyperparameters are its own (got " + ", ".join(
+                                  (["optimizer_class"] if optimizer_class is not None else []) + sorted(defaults))
+                              + ")")
+        return params, model
+    if optimizer_class is None:
+        raise ConfigError("HopOptimizer: optimizer_class is required: the torch optimizer each worker steps "
+                          "with, e.g. HopOptimizer(model, torch.optim.AdamW, lr=3e-4)")
+    if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+        raise ConfigError(f"HopOptimizer: optimizer_class={optimizer_class!r} is not a torch.optim.Optimizer "
+                          f"class")
+    if isinstance(params, torch.nn.Module):
+        if model is not None and model is not params:
+            raise ConfigError("HopOptimizer: params is a model and model= another one")
+        model = params
+        params = [p for p in params.parameters() if p.requires_grad]
+    elif isinstance(params, torch.Tensor):
+        raise ConfigError("HopOptimizer: params is one tensor; pass a model, a list of parameters or of "
+                          "parameter groups (as to any torch optimizer)")
+    params = list(params)
+    if not params:
+        raise ConfigError("HopOptimizer: no parameters to train (an empty list, or every parameter has "
+                          "requires_grad=False)")
+    try:
+        return optimizer_class(params, **defaults), model
+    except TypeError as err:
+        raise ConfigError(f"HopOptimizer: {optimizer_class.__name__}(...): {err}") from None
+
+
+def _unique(tensors):
+    out, seen = [], set()
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _names(model, tensors, what):
+    """A readable name per tensor: its name in the model, else ``param_groups[g][i]``-like."""
+    known = {}
+    if model is not None:
+        for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
+            known.setdefault(id(t), name)
+    return [known.get(id(t), f"{what} tensor {i} (shape {tuple(t.shape)})") for i, t in enumerate(tensors)]
+
+
+def _register_exit(opt):
+    """A rank that reaches the end of its script without ``finish()`` finishes there (the others may still
+    need it). Held weakly: a dropped optimizer is not kept alive."""
+    ref = weakref.ref(opt)
+
+    def at_exit():
+        o = ref()
+        if o is not None and not o.finished and o._ready:
+            o.finish()
+        if o is not None and o.fault_tolerant:
+            _leave_without_finalize()
+    atexit.register(at_exit)
+    return at_exit
+
+
+def _leave_without_finalize():
+    """``fault_tolerance=True``: Open MPI 5.0 cannot finalize after a failure (it waits for the dead), and
+    with its threaded failure detector not even without one (:func:`hopdec.cli.train._finish`); so the
+    process ends here, before mpi4py's MPI_Finalize, with exit code 0."""
+    import os
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,106 @@
+"""The model's life under a Hop optimizer: what changed since it was built, found between steps.
+
+The optimizer keeps every parameter (and every averaged buffer) as a view of one flat float32 buffer, so
+that sends and averages are single-tensor operations. A user's code can take a tensor out of it without
+knowing: ``model.load_state_dict(sd, assign=True)`` or ``module.weight = nn.Parameter(...)`` put new
+tensors into the model; ``model.to(device)``, ``model.double()`` or ``p.data = t`` give a parameter other
+storage. Training would then go on without changing the model, or fail far away. :func:`changes` finds
+each such change before a step (a loop over the tensors, microseconds); :class:`Change` says what it is
+and whether the optimizer can follow it: a new tensor of the same shape, dtype and device is adopted (its
+values are copied into the buffer and it becomes a view of it); a cast or a move is refused with a line
+naming the tensor. No MPI here.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+DTYPE = torch.float32
+
+
+@dataclass
+class Change:
+    """``kind``: ``replaced`` (the model holds another tensor under this name), ``storage`` (the same
+    tensor, other storage: ``p.data = ...``), ``cast``, ``moved`` or ``reshaped``. ``new``: the tensor to
+    adopt (replaced/storage), ``slot``: the index of the tracked tensor it takes the place of."""
+
+    kind: str
+    name: str
+    slot: int
+    new: object = None
+    detail: str = ""
+
+    @property
+    def can_follow(self):
+        return self.kind in ("replaced", "storage")
+
+    def message(self):
+        what = {"cast": f"was cast to {self.detail} after the optimizer was built (model.double() or .half()?): "
+                         f"the Hop optimizer averages float32 parameters in one float32 buffer; keep the model "
+                         f"float32 (torch.autocast gives mixed precision with float32 parameters)",
+                "moved": f"was moved to {self.detail} after the optimizer was built (model.to(...)?): move the "
+                          f"model first, then build the optimizer",
+                "reshaped": f"was replaced by a tensor of another shape {self.detail}: the optimizer's buffer "
+                            f"has a fixed layout; build a new optimizer for a new model"}
+        return f"HopOptimizer: {self.name} {what.get(self.kind, self.kind)}"
+
+
+def owners(model, tracked):
+    """``[(module, key, slot, name, kind)]``: where the model holds each tracked tensor (``kind``:
+    ``_parameters`` or ``_buffers``); a tied weight has several owners."""
+    index = {id(t): i for i, t in enumerate(tracked)}
+    out = []
+    for mname, module in model.named_modules(remove_duplicate=False):
+        for kind in ("_parameters", "_buffers"):
+            for key, t in getattr(module, kind).items():
+                if t is not None and id(t) in index:
+                    out.append((module, key, index[id(t)], f"{mname}.{key}" if mname else key, kind))
+    return out
+
+
+def changes(tracked, expected_ptrs, names, device, owned=()):
+    """Every change to the tracked tensors (see :class:`Change`): ``tracked[i]`` must still be held by each
+    owner and point at ``expected_ptrs[i]`` with dtype float32 on ``device``."""
+    found = []
+    seen = set()
+    for module, key, slot, name, kind in owned:
+        now = getattr(module, kind).get(key)
+        if now is tracked[slot] or slot in seen:
+            continue
+        seen.add(slot)
+        found.append(_classify(now, tracked[slot], name, slot, "replaced", device))
+    for slot, (t, ptr) in enumerate(zip(tracked, expected_ptrs)):
+        if slot in seen:
+            continue
+        if t.data_ptr() != ptr or t.dtype != DTYPE:
+            found.append(_classify(t, None, names[slot], slot, "storage", device))
+    return found
+
+
+def _classify(now, old, name, slot, kind, device):
+    if now is None:
+        return Change("reshaped", name, slot, detail="(it was removed)")
+    if now.dtype != DTYPE:
+        return Change("cast", name, slot, detail=str(now.dtype))
+    if old is not None and now.shape != old.shape:
+        return Change("reshaped", name, slot, detail=f"{tuple(now.shape)} (was {tuple(old.shape)})")
+    if now.device != device:
+        return Change("moved", name, slot, detail=str(now.device))
+    return Change(kind, name, slot, new=now, detail=str(device))
+
+
+def check_dtypes(tensors, names):
+    """The Hop optimizer averages float32 tensors: one line naming the first that is not (or that is not
+    on the first one's device)."""
+    from hopdec.errors import ConfigError
+    device = tensors[0].device
+    for t, name in zip(tensors, names):
+        if t.dtype != DTYPE:
+            raise ConfigError(f"HopOptimizer: {name} is {t.dtype}: the Hop optimizer averages float32 "
+                              f"parameters in one float32 buffer (messages are float32); build the model in "
+                              f"float32 (torch.autocast gives mixed precision with float32 parameters)")
+        if t.device != device:
+            raise ConfigError(f"HopOptimizer: {name} is on {t.device}, {names[0]} on {device}: every parameter "
+                              f"must be on one device")
+        if t.is_sparse or not t.is_leaf:
+            raise ConfigError(f"HopOptimizer: {name} is not a dense leaf tensor")

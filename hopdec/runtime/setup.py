@@ -1,0 +1,102 @@
+"""Everything a real run checks and loads on each rank before any training message is sent.
+
+:func:`setup` takes the run's settings (:class:`hopdec.settings.RunSettings`, valid already) and this
+rank's communicator, and makes the :class:`~hopdec.runtime.context.RunContext`: what this host and its
+files say (checkpoint directory, log directory, observers' files, fault tolerance under the launcher),
+the run assembly of its mode (:mod:`hopdec.modes`: the topology or the sync model, checked before torch
+is even imported, so a bad command line fails in about a second on every rank), then the workload
+(model, presets, data, iterations), the device and the threads. Raises HopdecError with one line; the
+caller exchanges what the ranks found (:mod:`hopdec.cli.train`).
+"""
+
+import os
+import sys
+
+from hopdec.errors import ConfigError
+
+PROG = "hopdec train"
+
+
+def setup(settings, comm):
+    """The :class:`RunContext` of this rank (see the module docstring)."""
+    from hopdec.observe.options import check_observe_options
+    from hopdec.runtime.resume import with_checkpoint_defaults
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = with_checkpoint_defaults(settings, rank)     # a resume may fill --iterations
+    check_observe_options(settings.observe, rank)
+    if settings.faults.fault_tolerance and size > 1 and "OMPI_COMM_WORLD_SIZE" in os.environ and \
+            os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
+        raise ConfigError("--fault-tolerance needs mpirun --with-ft ulfm (launch/local.sh "
+                          "--fault-tolerance adds it and the failure detector)")
+    run = _assemble(settings, rank, size)
+    ctx = _load(settings, comm, run)
+    ctx.faults.at("setup")
+    return ctx
+
+
+def _assemble(settings, rank, size):
+    """The run assembly of this mode over ``size`` ranks (cheap: no torch, no data)."""
+    from hopdec.heterogeneity import Emulator
+    if settings.mode == "ps":
+        from hopdec.modes.ps import PSRun, check_size
+        check_size(size)
+        for die in settings.faults.die_rank:
+            if not 0 <= die < size:
+                raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
+        run = PSRun(settings, size - 1)
+    else:
+        from hopdec.modes.decentralized import HopRun, resolve_topology
+        run = None
+    workers = run.workers if run is not None else range(size)
+    em = settings.emulation
+    Emulator(list(em.slowdown), workers[0], workers, compute_time=em.compute_time, seed=settings.work.seed)
+    if run is None:
+        graph = resolve_topology(settings.protocol.topology, size)
+        if rank == 0:                               # the same notes as hopdec topo analyze prints
+            for note in graph.graph.get("notes", []):
+                print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
+        n = graph.number_of_nodes()
+        if n != size:
+            raise ConfigError(f"{settings.protocol.topology or 'default topology'}: has {n} workers but the run "
+                              f"has {size} ranks (mpirun -n {n})")
+        run = HopRun(settings, graph)
+    return run
+
+
+def _load(settings, comm, run):
+    """The workload (model, data, iterations), the device and threads: the run's context on this rank."""
+    import torch
+
+    from hopdec.modes.fingerprint import fingerprint
+    from hopdec.modes.work import resolve
+    from hopdec.launcher import local_rank_and_size
+    from hopdec.runtime.context import RunContext, pick_device
+
+    run = run.with_work(resolve(settings.work, len(run.workers)))
+    if settings.observe.log_dir:
+        from hopdec.runtime.metrics import check_log_dir
+        check_log_dir(settings.observe.log_dir, comm.Get_rank())
+    local_rank, local_size = local_rank_and_size()
+    device = pick_device(settings.work.device, local_rank)
+    torch.set_num_threads(settings.work.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1)))
+    if run.mode == "decentralized":
+        from hopdec.runtime.buffers import check_buffers
+        check_buffers(run.cfg, run.views, run.work.numel(), local_size)
+    return RunContext(settings=settings, comm=comm, run=run, device=device, fingerprint=fingerprint(run))
+
+
+def check_resume_target(ctx):
+    """A resumed run must have something left to do."""
+    from hopdec.ps.server import work_budget
+    res, run = ctx.resume, ctx.run
+    if run.mode == "ps":
+        done = res["info"]["work"].get(str(res["key"]))
+        left = done is None or done < work_budget(ctx.iterations, run.n)
+        what = f"{done} mini-batches ({ctx.iterations} iterations per worker)"
+    else:
+        left = res["key"] < ctx.iterations
+        what = f"iteration {res['key']}"
+    if not left:
+        raise ConfigError(f"--resume {res['dir']}: the checkpoint is at {what}, which is --iterations "
+                          f"{ctx.iterations} already; raise --iterations to train longer")

@@ -1,0 +1,34 @@
+"""What watches a run and what it leaves behind: logs, saved models, live progress, consensus distance,
+evaluations, TensorBoard, a trace. (Whether a directory is writable is checked where the run starts:
+:func:`hopdec.observe.options.check_observe_options`, :func:`hopdec.runtime.metrics.check_log_dir`.)"""
+
+from dataclasses import dataclass
+
+from hopdec.errors import ConfigError
+from hopdec.settings.base import INT_AT_LEAST_1, SECONDS_NON_NEGATIVE, SECONDS_POSITIVE, Group, option
+
+
+@dataclass(frozen=True)
+class Observe(Group):
+    """The output options (``--log-dir`` ... ``--trace``) and ``--eval-interval``."""
+
+    eval_interval: float = option("--eval-interval", 0.0, SECONDS_NON_NEGATIVE,
+                                  "evaluate every SECONDS (0: only at the end)")
+    progress_interval: float = option("--progress-interval", None, SECONDS_POSITIVE,
+                                      "seconds between progress lines (None: 3)")
+    consensus_every: int = option("--consensus-every", None, INT_AT_LEAST_1,
+                                  "measure the consensus distance every K iterations")
+    log_dir: str = option("--log-dir", doc="DIR/rank{r}.jsonl, one JSON object per iteration")
+    save_models: bool = option("--save-models", False, doc="DIR/params_rank{r}.npy (needs --log-dir)")
+    progress: bool = option("--no-progress", True, doc="live progress (--no-progress: none)")
+    tensorboard: str = option("--tensorboard", doc="TensorBoard scalars in DIR/rank{r}")
+    trace: str = option("--trace", doc="a Chrome/Perfetto trace of every rank")
+
+    def check(self):
+        if self.save_models and not self.log_dir:
+            raise ConfigError("--save-models needs --log-dir")
+
+    @property
+    def every_s(self):
+        """Seconds between live progress lines."""
+        return self.progress_interval or 3.0

@@ -1,0 +1,258 @@
+"""What an emulated network is: hosts (with a NIC each) and the links between them, as plain data.
+
+A :class:`Testbed` says how many MPI ranks each host runs, each host's NIC capacity (per direction)
+and, for any ordered pair of hosts, the link's own capacity and one-way delay. Nothing here touches the
+kernel: :mod:`hopdec.testbed.netns` builds it, :func:`sim_topology` turns it into the simulator's edge
+and node attributes, :meth:`Testbed.conditions` is what every run's log header records.
+
+Ranks are placed on hosts in order (as ``launch/hostfile.sh -m slot`` does): host 0 runs ranks
+``0..slots0-1``, host 1 the next ``slots1``, and so on. Ranks of one host talk over shared memory (one
+machine); ranks of two hosts over TCP through the emulated network.
+"""
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hopdec.errors import ConfigError
+
+NAME = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+"""A host name: short (it becomes part of interface-free namespace and host names), lowercase."""
+MAX_HOSTS = 200
+"""Hosts get the subnets 10.213.0.0/24 .. 10.213.199.0/24 inside their namespaces."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction between two hosts: capacity in Mbit/s (``None``: only the NICs limit it) and one-way
+    delay in milliseconds."""
+
+    mbit: Optional[float] = None
+    delay_ms: float = 0.0
+
+    def __post_init__(self):
+        if self.mbit is not None and not (isinstance(self.mbit, (int, float)) and math.isfinite(self.mbit)
+                                          and self.mbit > 0):
+            raise ConfigError(f"link bandwidth must be a positive number of Mbit/s, got {self.mbit!r}")
+        if not (isinstance(self.delay_ms, (int, float)) and math.isfinite(self.delay_ms)
+                and 0 <= self.delay_ms <= 10_000):
+            raise ConfigError(f"link delay must be 0..10000 ms, got {self.delay_ms!r}")
+
+    def describe(self):
+        bw = "unshaped" if self.mbit is None else f"{self.mbit:g} Mbit/s"
+        return bw + (f", +{self.delay_ms:g} ms" if self.delay_ms else "")
+
+    def as_dict(self):
+        return {"mbit": self.mbit, "delay_ms": self.delay_ms}
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine: ``slots`` MPI ranks and a NIC of ``nic_mbit`` per direction (``None``: unshaped)."""
+
+    name: str
+    slots: int = 1
+    nic_mbit: Optional[float] = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise ConfigError(f"host name {self.name!r}: use 1-6 lowercase letters and digits, a letter first")
+        if not (isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= 256):
+            raise ConfigError(f"host {self.name}: slots must be 1..256, got {self.slots!r}")
+        Link(self.nic_mbit)                       # the same check as a link's bandwidth
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """Hosts and links. ``links[(a, b)]``: the link from host ``a`` to host ``b`` (names); a pair not
+    listed gets ``default``. ``mtu``: every emulated interface's MTU (9000: jumbo frames, as in a data
+    centre; fewer packets for the delay forwarder to carry)."""
+
+    hosts: tuple
+    links: dict = field(default_factory=dict)
+    default: Link = Link()
+    mtu: int = 9000
+
+    def __post_init__(self):
+        names = [h.name for h in self.hosts]
+        if not names:
+            raise ConfigError("a testbed needs at least one host")
+        if len(names) > MAX_HOSTS:
+            raise ConfigError(f"a testbed has at most {MAX_HOSTS} hosts, got {len(names)}")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"host names must be distinct: {names}")
+        for (a, b) in self.links:
+            if a not in names or b not in names or a == b:
+                raise ConfigError(f"link {a}->{b}: both ends must be hosts of the testbed, and different")
+        if not (isinstance(self.mtu, int) and 1280 <= self.mtu <= 65000):
+            raise ConfigError(f"mtu must be 1280..65000, got {self.mtu!r}")
+
+    # ---- what runs where ----
+    @property
+    def ranks(self):
+        """Total MPI ranks (the sum of the slots)."""
+        return sum(h.slots for h in self.hosts)
+
+    def host_of(self):
+        """Host index of every rank, in rank order (ranks fill each host before the next)."""
+        return [i for i, h in enumerate(self.hosts) for _ in range(h.slots)]
+
+    def index(self, name):
+        return [h.name for h in self.hosts].index(name)
+
+    def link(self, a, b):
+        """The :class:`Link` from host ``a`` to host ``b`` (indices or names)."""
+        a = self.hosts[a].name if isinstance(a, int) else a
+        b = self.hosts[b].name if isinstance(b, int) else b
+        return self.links.get((a, b), self.default)
+
+    def delays(self):
+        """``[(i, j, seconds)]`` of the host pairs with a delay (indices)."""
+        n = len(self.hosts)
+        return [(i, j, self.link(i, j).delay_ms / 1e3) for i in range(n) for j in range(n)
+                if i != j and self.link(i, j).delay_ms > 0]
+
+    # ---- the record ----
+    def conditions(self):
+        """The emulated network as JSON-able data: what every run's log header records."""
+        n = len(self.hosts)
+        return {
+            "emulated": "network namespaces on one machine: a host per namespace, veth links to a router "
+                        "namespace; bandwidth by htb (a NIC shared fairly between destinations, packets of "
+                        "one MTU), delay by a userspace TUN forwarder; all hosts share this machine's CPUs",
+            "hosts": [{"name": h.name, "ranks": h.slots, "nic_mbit": h.nic_mbit} for h in self.hosts],
+            "links": [{"src": self.hosts[i].name, "dst": self.hosts[j].name, **self.link(i, j).as_dict()}
+                      for i in range(n) for j in range(n) if i != j and (self.hosts[i].name, self.hosts[j].name)
+                      in self.links],
+            "default_link": self.default.as_dict(),
+            "mtu": self.mtu,
+        }
+
+    def describe(self):
+        """A few lines for a human: hosts, NICs, links."""
+        lines = ["EMULATED network (namespaces on one machine; hosts share its CPUs):"]
+        for h in self.hosts:
+            nic = "unshaped" if h.nic_mbit is None else f"{h.nic_mbit:g} Mbit/s"
+            lines.append(f"  host {h.name}: {h.slots} rank(s), NIC {nic} per direction")
+        groups = {}
+        for (a, b), lk in sorted(self.links.items()):
+            groups.setdefault(lk.describe(), []).append(f"{a}->{b}")
+        for what, pairs in groups.items():
+            lines.append(f"  links {', '.join(pairs)}: {what}")
+        lines.append(f"  other host pairs: {self.default.describe()}; MTU {self.mtu}")
+        return "\n".join(lines)
+
+    def to_json(self):
+        return json.dumps({"hosts": [{"name": h.name, "slots": h.slots, "nic_mbit": h.nic_mbit} for h in self.hosts],
+                           "links": [{"src": a, "dst": b, **lk.as_dict()} for (a, b), lk in sorted(self.links.items())],
+                           "default": self.default.as_dict(), "mtu": self.mtu}, indent=1)
+
+
+def from_json(text, source="testbed"):
+    """A :class:`Testbed` from :meth:`Testbed.to_json`'s format; a ConfigError names what is wrong."""
+    try:
+        d = json.loads(text)
+        hosts = tuple(Host(str(h["name"]), int(h.get("slots", 1)), h.get("nic_mbit")) for h in d["hosts"])
+        links = {(str(x["src"]), str(x["dst"])): Link(x.get("mbit"), x.get("delay_ms", 0.0))
+                 for x in d.get("links", [])}
+        default = Link(**d["default"]) if "default" in d else Link()
+        return Testbed(hosts, links, default, int(d.get("mtu", 9000)))
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(f"{source}: not a testbed description ({type(err).__name__}: {err})") from None
+
+
+# ---- testbeds for a topology --------------------------------------------------------------------------
+def machines_of(G):
+    """Machine name of every rank of topology ``G`` (its nodes' ``machine`` attribute; ``None`` if absent)."""
+    return [G.nodes[r].get("machine") for r in range(G.number_of_nodes())]
+
+
+def by_machine(G, nic_mbit=None, cross=Link(), names=None):
+    """One host per machine of ``G`` (node attribute ``machine``), its ranks over shared memory, every
+    pair of machines joined by ``cross``. The ranks of a machine must be consecutive (they are placed in
+    order). ``names``: host names (default ``m0, m1, ...`` in order of the machines' first rank)."""
+    owners = machines_of(G)
+    if any(m is None for m in owners):
+        raise ConfigError("placement by machine needs a `machine` attribute on every node of the topology")
+    order, sizes = [], []
+    for m in owners:
+        if order and order[-1] == m:
+            sizes[-1] += 1
+        elif m in order:
+            raise ConfigError(f"machine {m!r}: its ranks are not consecutive (ranks fill hosts in order)")
+        else:
+            order.append(m)
+            sizes.append(1)
+    names = list(names or [f"m{i}" for i in range(len(order))])
+    hosts = tuple(Host(names[i], sizes[i], nic_mbit) for i in range(len(order)))
+    links = {(a.name, b.name): cross for a in hosts for b in hosts if a is not b}
+    return Testbed(hosts, links)
+
+
+def by_rank(G, nic_mbit=None, cross=Link(), local=Link(), server_mbit=None):
+    """One host per rank (every rank has a NIC of its own, as the simulator's model does); a link
+    between ranks on different machines of ``G`` is ``cross``, on the same machine ``local`` (a rank
+    without a ``machine`` attribute is a machine of its own). ``server_mbit``: rank 0's NIC (a parameter server's)."""
+    owners = [m if m is not None else ("rank", r) for r, m in enumerate(machines_of(G))]
+    n = len(owners)
+    hosts = tuple(Host(f"r{r}", 1, server_mbit if (r == 0 and server_mbit is not None) else nic_mbit)
+                  for r in range(n))
+    links = {}
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                lk = cross if owners[a] != owners[b] else local
+                if lk != Link():
+                    links[(f"r{a}", f"r{b}")] = lk
+    return Testbed(hosts, links)
+
+
+def sim_topology(G, testbed, base_latency_s=0.0):
+    """A copy of topology ``G`` with the simulator's network attributes for ``testbed``: node
+    ``bandwidth`` (Gb/s) = the host's NIC, edge ``bandwidth`` = the link's capacity and ``latency`` =
+    ``base_latency_s`` + its one-way delay.
+
+    Exact for one rank per host (:func:`by_rank`: the simulator has one NIC per worker). With several
+    ranks per host the simulator cannot say that they share one NIC: an edge between hosts gets the
+    static share ``min(link, NIC) / max(edges leaving the sender's host, edges entering the receiver's
+    host)`` (exact when those transfers all run at once), edges inside a host are unshaped (shared
+    memory)."""
+    H = G.copy()
+    where = testbed.host_of()
+    if len(where) != G.number_of_nodes():
+        raise ConfigError(f"the testbed runs {len(where)} ranks, the topology has {G.number_of_nodes()} workers")
+    hosts = testbed.hosts
+    per_rank = all(h.slots == 1 for h in hosts)
+    out_c, in_c = [0] * len(hosts), [0] * len(hosts)
+    for u, v in G.edges():
+        if u != v and where[u] != where[v]:
+            out_c[where[u]] += 1
+            in_c[where[v]] += 1
+    for r in range(G.number_of_nodes()):
+        H.nodes[r].pop("bandwidth", None)
+        nic = hosts[where[r]].nic_mbit
+        if per_rank and nic is not None:
+            H.nodes[r]["bandwidth"] = nic / 1e3
+    for u, v, d in H.edges(data=True):
+        d.pop("bandwidth", None)
+        d.pop("latency", None)
+        if u == v:
+            continue
+        a, b = where[u], where[v]
+        if a == b:
+            continue                                # shared memory (never with one rank per host)
+        lk = testbed.link(a, b)
+        d["latency"] = base_latency_s + lk.delay_ms / 1e3
+        caps = [x for x in (lk.mbit,) if x is not None]
+        if per_rank:
+            if caps:
+                d["bandwidth"] = caps[0] / 1e3
+        else:
+            caps += [x for x in (hosts[a].nic_mbit, hosts[b].nic_mbit) if x is not None]
+            if caps:
+                d["bandwidth"] = min(caps) / max(out_c[a], in_c[b]) / 1e3
+    return H

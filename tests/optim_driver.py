@@ -1,0 +1,181 @@
+"""What each rank of the optimizer's MPI tests runs (``tests/test_optim_mpi.py``): several scenarios in one
+``mpirun`` job, one after the other; rank 0 prints one ``@@name {json}`` line per scenario."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from hopdec.optim import HopOptimizer
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+torch.set_num_threads(1)
+
+
+def model_with_batchnorm():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 3))
+
+
+def batch(step, r=None):
+    g = torch.Generator().manual_seed(1000 * (rank if r is None else r) + step)
+    return torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)
+
+
+def train_steps(model, opt, start, stop, sched=None):
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(start, stop):
+        x, y = batch(k)
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        loss.backward()
+        opt.step(loss=loss)
+        if sched is not None:
+            sched.step()
+
+
+def report(name, obj):
+    everyone = comm.gather(obj)
+    if rank == 0:
+        print(f"@@{name} {json.dumps(everyone)}", flush=True)
+
+
+def scenario_unequal(out):
+    """AdamW with two parameter groups, a scheduler, unequal step counts, averaged BatchNorm statistics,
+    logs; then the consensus model against the mean of every worker's final state."""
+    model = model_with_batchnorm()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = HopOptimizer([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                       torch.optim.AdamW, model=model, lr=0.01, topology="ring", average_buffers=True,
+                       log_dir=out, progress=True, progress_interval=0.2)
+    seen_lr = []
+    opt.optimizer.register_step_pre_hook(lambda o, a, k: seen_lr.append(o.param_groups[0]["lr"]))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+    steps = 12 + 5 * rank                                   # ranks take 12, 17, 22, 27 steps
+    train_steps(model, opt, 0, steps, sched)
+    at_finish = opt.iteration
+    opt.finish()
+    state = opt.consensus_state_dict()
+    root_only = opt.consensus_state_dict(root=1)
+    mine = {k: v.detach().double().numpy().tolist() for k, v in model.state_dict().items()
+            if v.is_floating_point()}
+    everyone = comm.allgather(mine)
+    mean = {k: np.mean([np.asarray(e[k]) for e in everyone], axis=0) for k in mine}
+    err = max(float(np.abs(state[k].double().numpy() - mean[k]).max()) for k in mean)
+    report("unequal", dict(steps=steps, at_finish=at_finish, end=opt.iteration, lr=seen_lr,
+                           sched_lr=opt.param_groups[0]["lr"], consensus_err=err,
+                           buffers_differ=bool(np.abs(np.asarray(everyone[0]["1.running_mean"])
+                                                      - np.asarray(everyone[-1]["1.running_mean"])).max() > 0),
+                           root_only=root_only is not None,
+                           groups_wd=[g["weight_decay"] for g in opt.param_groups]))
+
+
+def scenario_resume(out):
+    """AdamW's state and the protocol position survive a checkpoint: state_dict -> torch.save -> a new model
+    and optimizer -> load -> the same parameters after the same steps as an uninterrupted run."""
+    def build():
+        model = model_with_batchnorm()
+        return model, HopOptimizer(model, torch.optim.AdamW, lr=0.01, topology="ring")
+    model, opt = build()
+    train_steps(model, opt, 0, 6)
+    path = os.path.join(out, f"ck{rank}.pt")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
+    train_steps(model, opt, 6, 12)
+    opt.finish()
+    straight = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    model2, opt2 = build()
+    ck = torch.load(path, weights_only=True)
+    model2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["opt"])
+    resumed_at = opt2.iteration
+    train_steps(model2, opt2, 6, 12)
+    opt2.finish()
+    again = torch.cat([p.detach().reshape(-1) for p in model2.parameters()])
+    report("resume", dict(resumed_at=resumed_at, position=ck["opt"]["hop"]["position"],
+                          max_diff=float((straight - again).abs().max()),
+                          adam_steps=float(opt2.state[next(model2.parameters())]["step"])))
+
+
+def scenario_skip(out):
+    """A persistently slow rank (3x its compute) with backup workers and iteration skipping: it jumps, takes
+    fewer steps than the others, and the run ends cleanly (the loop stops on the iteration)."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, momentum=0.9, topology="complete",
+                       backup_workers=1, skip="max-jump=4,trigger=2", log_dir=out)
+    crit = torch.nn.CrossEntropyLoss()
+    steps = 0
+    while opt.iteration < 60:
+        t = time.perf_counter()
+        x, y = batch(steps)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        time.sleep(0.01)
+        if rank == size - 1:
+            time.sleep(2 * (time.perf_counter() - t))
+        opt.step()
+        steps += 1
+    opt.finish()
+    report("skip", dict(steps=steps, jumps=len(opt.jumps), end=opt.iteration))
+
+
+def scenario_raise(out):
+    """Rank 2 raises in the middle of its loop; the others keep stepping (and would wait for it)."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(1000):
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        if rank == 2 and k == 5:
+            print(f"@@raise {time.time()}", flush=True)
+            raise ValueError("a bad batch in the user's code")
+        opt.step()
+    opt.finish()
+
+
+
+
+def scenario_ft(out):
+    """fault_tolerance=True: rank 3 dies (os._exit) after 8 steps; the survivors heal the graph, finish
+    their loops and agree where to stop among themselves; the consensus model is theirs."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True, log_dir=out)
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(25):
+        if rank == 3 and k == 8:
+            os._exit(1)
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        time.sleep(0.01)
+        opt.step()
+    opt.finish()
+    state = opt.consensus_state_dict()
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    from hopdec.transport.collectives import allgather_json
+    everyone = allgather_json(opt.comm, mine.tolist(), 30)
+    err = float(np.abs(np.asarray(everyone).mean(0) - torch.cat([state[k].reshape(-1) for k, _ in
+                                                                  model.named_parameters()]).numpy()).max())
+    print(f"@@ft{rank} " + json.dumps(dict(survivors=opt.comm.Get_size(), end=opt.iteration, err=err,
+                                              heals=len(opt.healer.events))), flush=True)
+
+
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft)
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    for name in [a for a in sys.argv[2:] if not a.startswith("--")]:   # (launch/local.sh's --fault-tolerance)
+        d = os.path.join(out, name)
+        if rank == 0:
+            os.makedirs(d, exist_ok=True)
+        comm.Barrier()
+        SCENARIOS[name](d)
+

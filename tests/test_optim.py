@@ -1,0 +1,266 @@
+"""The Hop optimizer as a torch optimizer, in one process (one rank: the protocol runs with no neighbours),
+and the transformer workload's parts: the corpus, the model, AdamW on the flat buffer, the schedule."""
+
+import pytest
+import torch
+
+from hopdec.errors import ConfigError
+from hopdec.optim import HopOptimizer, HopSGD
+
+
+def net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+
+
+def train(model, opt, steps, start=0):
+    for k in range(start, start + steps):
+        g = torch.Generator().manual_seed(k)
+        x = torch.randn(16, 4, generator=g)
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step(loss=loss) if isinstance(opt, HopOptimizer) else opt.step()
+
+
+@pytest.fixture
+def finish_all():
+    made = []
+    yield made
+    for o in made:
+        o.finish()
+
+
+def test_it_is_a_torch_optimizer_with_the_wrapped_ones_groups(finish_all):
+    m = net()
+    opt = HopOptimizer([{"params": m[0].parameters(), "lr": 0.1}, {"params": m[2].parameters()}],
+                       torch.optim.AdamW, model=m, lr=0.01, weight_decay=0.0)
+    finish_all.append(opt)
+    assert isinstance(opt, torch.optim.Optimizer) and isinstance(opt.optimizer, torch.optim.AdamW)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.01]
+    assert opt.param_groups is opt.optimizer.param_groups
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k)
+    seen = []
+    opt.optimizer.register_step_pre_hook(lambda o, a, kw: seen.append(o.param_groups[1]["lr"]))
+    trained = list(m[0].parameters()) + list(m[2].parameters())
+    before = [p.detach().clone() for p in trained]
+    for _ in range(3):
+        train(m, opt, 1)
+        sched.step()
+    assert seen == pytest.approx([0.01, 0.005, 0.0025])
+    assert all(not torch.equal(a, p) for a, p in zip(before, trained))
+    assert torch.equal(m[1].weight, torch.ones(8))                    # not in a group: not trained
+    opt.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in trained)
+
+
+def test_hop_sgd_steps_as_torch_sgd_on_one_rank(finish_all):
+    a, b = net(1), net(1)
+    opt = HopSGD(a, lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True)
+    finish_all.append(opt)
+    ref = torch.optim.SGD(b.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True)
+    train(a, opt, 4)
+    train(b, ref, 4)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-7)
+
+
+def test_state_dict_round_trip_resumes_at_the_position(tmp_path, finish_all):
+    m = net()
+    opt = HopOptimizer(m, torch.optim.Adam, lr=0.01)
+    train(m, opt, 5)
+    torch.save({"m": m.state_dict(), "o": opt.state_dict()}, tmp_path / "ck.pt")
+    train(m, opt, 3, start=5)
+    opt.finish()
+    m2 = net(7)
+    opt2 = HopOptimizer(m2, torch.optim.Adam, lr=0.01)
+    finish_all.append(opt2)
+    ck = torch.load(tmp_path / "ck.pt", weights_only=True)
+    m2.load_state_dict(ck["m"])
+    opt2.load_state_dict(ck["o"])
+    assert opt2.iteration == 5 == ck["o"]["hop"]["position"]
+    train(m2, opt2, 3, start=5)
+    for p, q in zip(m.parameters(), m2.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="after the first step"):
+        opt2.load_state_dict(ck["o"])
+
+
+def test_nothing_is_silently_ignored(finish_all):
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    with pytest.raises(AttributeError, match="param_groups"):
+        opt.lr = 0.5
+    with pytest.raises(AttributeError, match="fixed"):
+        opt.optimizer = torch.optim.Adam(m.parameters())
+    with pytest.raises(ConfigError, match="add_param_group"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    opt.param_groups[0]["lr"] = 0.5                                   # the torch way works
+    assert opt.optimizer.param_groups[0]["lr"] == 0.5
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(params=None, optimizer_class=None), "optimizer_class is required"),
+    (dict(optimizer_class=dict), "not a torch.optim.Optimizer"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, topology="no-such-kind"), "no such file, and not a generator"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, max_ig=0), "max_ig 0"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip="max-jump=3", protocol="notify-ack"), "skip needs"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, average_buffers=True, model=None, params="list"), "needs the model"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*betas"),
+])
+def test_bad_arguments_are_one_line_errors(kwargs, match):
+    m = net()
+    params = kwargs.pop("params", m)
+    if params == "list":
+        params = list(m.parameters())
+    with pytest.raises((ConfigError, TypeError), match=match):
+        HopOptimizer(params, **kwargs)
+
+
+def test_float64_is_refused_and_a_cast_afterwards_is_named(finish_all):
+    with pytest.raises(ConfigError, match=r"0.weight is torch.float64.*float32"):
+        HopOptimizer(net().double(), torch.optim.SGD, lr=0.1)
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    train(m, opt, 1)
+    m.double()
+    with pytest.raises(ConfigError, match=r"0.weight was cast to torch.float64 .*model.double"):
+        opt.step()
+    m.float()
+
+
+def test_replaced_parameters_are_followed(finish_all):
+    """``load_state_dict(assign=True)`` puts new tensors into the model: the optimizer adopts them (their
+    values, its groups and state follow), so training goes on changing the model."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.Adam, lr=0.05)
+    finish_all.append(opt)
+    train(m, opt, 2)
+    loaded = {k: v.clone() + 1.0 if v.is_floating_point() else v.clone() for k, v in m.state_dict().items()}
+    m.load_state_dict(loaded, assign=True)
+    new = m[0].weight
+    assert opt.param_groups[0]["params"][0] is not new
+    train(m, opt, 1)
+    assert opt.param_groups[0]["params"][0] is new and new in opt.state
+    assert not torch.equal(new.detach(), loaded["0.weight"])          # still trained
+    assert new.data_ptr() == opt.flat.values().data_ptr()             # back in the flat buffer
+    m[2].bias.data = torch.zeros(2)                                   # p.data = ...: followed too
+    train(m, opt, 1)
+    assert m[2].bias.untyped_storage().data_ptr() == opt.flat.values().untyped_storage().data_ptr()
+
+
+def test_consensus_model_on_one_rank_is_the_model_with_buffers(finish_all):
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    train(m, opt, 3)
+    twin = opt.consensus_model()
+    for (k, a), b in zip(m.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
+    assert twin[0].weight.data_ptr() != m[0].weight.data_ptr()        # a copy to evaluate or save
+
+
+def test_flat_adamw_steps_exactly_as_torch_adamw():
+    """``hopdec train``'s AdamW (no torch._dynamo import at start-up) gives torch.optim.AdamW's parameters
+    bit for bit, and keeps its state where checkpoints read it."""
+    from hopdec.ml.trainer import FlatAdamW
+    g = torch.Generator().manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(1000, generator=g))
+    b = torch.nn.Parameter(a.detach().clone())
+    ours = FlatAdamW([a], lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01)
+    ref = torch.optim.AdamW([b], lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01, foreach=False)
+    for k in range(6):
+        grad = torch.randn(1000, generator=g)
+        a.grad, b.grad = grad.clone(), grad.clone()
+        ours.param_groups[0]["lr"] = ref.param_groups[0]["lr"] = 3e-3 * (k + 1) / 6
+        ours.step()
+        ref.step()
+        assert torch.equal(a, b), k
+    assert torch.equal(ours.state[a]["exp_avg_sq"], ref.state[b]["exp_avg_sq"])
+
+
+def test_the_transformer_trainer_schedules_clips_and_checkpoints():
+    from hopdec.ml.data import load_dataset, partition
+    from hopdec.ml.trainer import LocalTrainer, LRSchedule
+    s = LRSchedule(warmup=10, horizon=100, min_ratio=0.1)
+    assert s(0) == pytest.approx(0.1) and s(9) == pytest.approx(1.0) and s(10) == pytest.approx(1.0)
+    assert s(55) == pytest.approx(0.55) and s(100) == pytest.approx(0.1) and s(500) == pytest.approx(0.1)
+    d = load_dataset("kjv")
+    t = LocalTrainer("transformer", d, partition(d.train_y, 4, 0), lr=3e-3, momentum=0.9, weight_decay=0.01,
+                     batch_size=4, iterations=40)
+    assert type(t.optimizer).__name__ == "FlatAdamW" and t.clip == 1.0
+    losses = []
+    for k in range(6):
+        losses.append(t.compute())
+        assert float(torch.linalg.vector_norm(t.flat.grad)) <= 1.0 + 1e-4
+        t.apply(k)
+    assert t.optimizer.param_groups[0]["lr"] == pytest.approx(3e-3 * t.schedule(5))
+    assert losses[-1] < losses[0] and t.schedule.warmup == 10
+    state = t.state()
+    assert {"params", "adam/exp_avg", "adam/exp_avg_sq", "adam/step"} <= set(state)
+    u = LocalTrainer("transformer", d, partition(d.train_y, 4, 0), lr=3e-3, momentum=0.9, weight_decay=0.01,
+                     batch_size=4, iterations=40, seed=5)
+    u.load_state(state)
+    assert torch.equal(u.flat, t.flat)
+    assert torch.equal(u.optimizer.state[u.flat]["exp_avg"], t.optimizer.state[t.flat]["exp_avg"])
+    assert float(u.optimizer.state[u.flat]["step"]) == 6.0
+
+
+def test_the_transformer_is_causal_with_tied_weights():
+    from hopdec.ml.models import build_model
+    torch.manual_seed(0)
+    m = build_model("transformer", (16,), 256)
+    assert m.head.weight is m.tok.weight
+    names = [n for n, _ in m.named_parameters()]
+    assert "head.weight" not in names                                 # one parameter, counted once
+    x = torch.randint(0, 256, (2, 16))
+    y = x.clone()
+    y[:, 10:] = (y[:, 10:] + 1) % 256                                 # change the future only
+    a, b = m(x), m(y)
+    torch.testing.assert_close(a[:, :10], b[:, :10])
+    assert not torch.allclose(a[:, 10:], b[:, 10:])
+    with pytest.raises(ConfigError, match="token sequences"):
+        build_model("transformer", (1, 8, 8), 10)
+
+
+def test_the_corpus_splits_by_chapter_and_windows_predict_the_next_byte():
+    from hopdec.ml.data import load_dataset, partition
+    from hopdec.ml.text import decode, read_corpus, split_chapters
+    text = read_corpus("kjv")
+    assert text.startswith("Genesis 1\n1 In the beginning God created the heaven and the earth.")
+    assert len(text) == 4_234_844
+    train, val = split_chapters(text)
+    assert val.startswith("Genesis 40\n") and "Genesis 40\n" not in train
+    d = load_dataset("kjv")
+    assert d.input_shape == (128,) and d.num_classes == 256 and len(d.test_y) == 769
+    x, y = d.train_x[torch.tensor([3, 7])], d.train_y[torch.tensor([3, 7])]
+    assert x.shape == (2, 128) and torch.equal(x[:, 1:], y[:, :-1])
+    assert decode(d.train_x[0][:9]) == "Genesis 1"
+    parts = [partition(d.train_y, 4, p, "noniid", 0) for p in range(4)]
+    assert sorted(torch.cat(parts).tolist()) == list(range(len(d.train_y)))
+    assert parts[0].max() < parts[1].min()                            # noniid: contiguous stretches of text
+
+
+def test_an_optimizer_already_built_can_be_wrapped(finish_all):
+    """Horovod/BlueFog style: the user's own optimizer (its groups and state kept), plus the model."""
+    m = net()
+    inner = torch.optim.Adam([{"params": m[0].parameters(), "lr": 0.02}, {"params": m[2].parameters()}], lr=0.01)
+    opt = HopOptimizer(inner, model=m)
+    finish_all.append(opt)
+    assert opt.optimizer is inner and opt.param_groups is inner.param_groups
+    train(m, opt, 2)
+    assert m[0].weight in inner.state and inner.state[m[0].weight]["step"] == 2
+    with pytest.raises(ConfigError, match="already built.*lr"):
+        HopOptimizer(torch.optim.SGD(net().parameters(), lr=0.1), lr=0.2)
+
+
+def test_hopdec_train_offers_the_registry_s_models_and_datasets():
+    from hopdec.cli.train import build_parser
+    from hopdec.ml.registry import DATASETS, MODELS
+    args = build_parser().parse_args(["--dataset", "kjv", "--model", "transformer"])
+    assert (args.dataset, args.model) == ("kjv", "transformer")
+    assert "kjv" in DATASETS and "transformer" in MODELS
+    with pytest.raises(ConfigError, match="invalid choice"):
+        build_parser().parse_args(["--model", "resnet"])

@@ -1,0 +1,218 @@
+"""The emulated network (hopdec.testbed): its description, the simulator's view of it, and -- where the
+kernel allows network namespaces -- a real ``hopdec train`` across namespaces through the hostfile
+launcher, with its links measured, its conditions in every log header, and everything torn down.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hopdec.errors import ConfigError
+from hopdec.runtime.metrics import read_log
+from hopdec.testbed import Host, Link, by_machine, by_rank, from_json, sim_topology
+from hopdec.testbed import spec as S
+from hopdec.launcher import network_conditions as conditions, network_label as label
+from hopdec.topology import generators, graph_io
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- the description (no kernel) --------------------------------------------------------------------
+def test_hosts_and_links_are_checked():
+    with pytest.raises(ConfigError, match="host name"):
+        Host("Bad_Name")
+    with pytest.raises(ConfigError, match="slots"):
+        Host("a", 0)
+    with pytest.raises(ConfigError, match="Mbit/s"):
+        Link(-5)
+    with pytest.raises(ConfigError, match="delay"):
+        Link(10, float("nan"))
+    with pytest.raises(ConfigError, match="distinct"):
+        S.Testbed((Host("a"), Host("a")))
+    with pytest.raises(ConfigError, match="link a->z"):
+        S.Testbed((Host("a"), Host("b")), {("a", "z"): Link(1)})
+
+
+def test_json_round_trip_and_bad_files():
+    tb = S.Testbed((Host("a", 2, 100.0), Host("b")), {("a", "b"): Link(10.0, 5.0)}, Link(None, 1.0))
+    assert from_json(tb.to_json()) == tb
+    with pytest.raises(ConfigError, match="^spec.json: not a testbed"):
+        from_json("[1, 2]", "spec.json")
+    with pytest.raises(ConfigError, match="^spec.json: .*Mbit/s"):
+        from_json('{"hosts": [{"name": "a", "nic_mbit": "fast"}]}', "spec.json")
+
+
+def test_placement_by_machine_follows_the_topology():
+    G = graph_io.load(os.path.join(ROOT, "topologies", "hierarchical_a_8.json"))
+    tb = by_machine(G, nic_mbit=100.0, cross=Link(10.0, 2.0))
+    assert [(h.name, h.slots) for h in tb.hosts] == [("m0", 4), ("m1", 2), ("m2", 2)]
+    assert tb.host_of() == [0, 0, 0, 0, 1, 1, 2, 2]
+    assert tb.link("m0", "m2") == Link(10.0, 2.0) and len(tb.links) == 6
+    G.nodes[5]["machine"] = "m0"                  # m0's ranks would no longer be consecutive
+    with pytest.raises(ConfigError, match="not consecutive"):
+        by_machine(G)
+
+
+def test_placement_by_rank_and_the_simulators_view():
+    G = graph_io.load(os.path.join(ROOT, "topologies", "hierarchical_b_8.json"))
+    tb = by_rank(G, nic_mbit=50.0, cross=Link(10.0, 5.0), local=Link(None, 1.0))
+    assert tb.ranks == 8 and tb.link(0, 1) == Link(None, 1.0) and tb.link(3, 4) == Link(10.0, 5.0)
+    H = sim_topology(G, tb, base_latency_s=1e-4)
+    assert H.nodes[0]["bandwidth"] == pytest.approx(0.05)         # Gb/s
+    assert H.edges[3, 4]["bandwidth"] == pytest.approx(0.01)
+    assert H.edges[3, 4]["latency"] == pytest.approx(5.1e-3)
+    assert "bandwidth" not in H.edges[0, 1] and H.edges[0, 1]["latency"] == pytest.approx(1.1e-3)
+    assert "bandwidth" not in H.edges[0, 0]                        # self-loops carry nothing
+    # several ranks per host: a static share of the slower of link and NICs per cross-machine edge
+    tm = by_machine(G, nic_mbit=100.0, cross=Link(30.0))
+    Hm = sim_topology(G, tm)
+    cross = [(u, v) for u, v in G.edges if u != v and G.nodes[u]["machine"] != G.nodes[v]["machine"]]
+    assert cross and all(Hm.edges[e]["bandwidth"] == pytest.approx(0.03 / 2) for e in cross)
+    assert "bandwidth" not in Hm.nodes[0]
+
+
+def test_conditions_label_and_a_hostile_environment():
+    tb = S.Testbed((Host("a", 1, 20.0), Host("b", 1, None)), {("a", "b"): Link(5.0, 10.0)})
+    cond = tb.conditions()
+    env = {"HOPDEC_NETWORK": json.dumps(cond)}
+    assert conditions(env) == json.loads(json.dumps(cond))
+    line = label(conditions(env))
+    assert line.startswith("network EMULATED: 2 hosts") and "20 Mbit/s" in line and "5 Mbit/s +10 ms" in line
+    assert conditions({}) is None
+    assert conditions({"HOPDEC_NETWORK": "__import__('os')"}) == {"unparsed": "__import__('os')"}
+    assert conditions({"HOPDEC_NETWORK": "x" * 100_000})["unparsed"] == "x" * 200
+
+
+def test_command_line_refuses_bad_input_in_one_line():
+    for args, what in ((["run", "-n", "2", "--cross", "fast"], "--cross 'fast'"),
+                       (["run", "--place", "machine", "--topology", "ring", "-n", "4"], "`machine` attribute"),
+                       (["run", "-n", "3", "--host-nic", "zz=5"], "no host 'zz'")):
+        p = subprocess.run([sys.executable, "-m", "hopdec.testbed"] + args, capture_output=True, text=True,
+                           cwd=ROOT, timeout=60)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and what in lines[0] and "Traceback" not in p.stderr, (args, p.stderr)
+
+
+# ---- on this machine, for real ----------------------------------------------------------------------
+def _support():
+    from hopdec.testbed.netns import support
+    return support()
+
+
+needs_netns = pytest.mark.skipif(_support() is not None, reason=f"no network namespaces here: {_support()}")
+
+
+def _leftovers(prefix, pids=()):
+    """What of testbed ``prefix`` exists: its namespaces, the processes in them (or, once they are gone,
+    which of ``pids`` still run), its state directory."""
+    from hopdec.testbed.netns import STATE_ROOT, _alive, namespaces
+    mine = namespaces(prefix)
+    inside = set()
+    for ns in mine:
+        inside |= set(subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split())
+    return dict(namespaces=mine, processes=sorted(inside | {str(p) for p in pids if _alive(p)}),
+                state=os.path.exists(os.path.join(STATE_ROOT, prefix)))
+
+
+@pytest.fixture(scope="module")
+def two_machines(tmp_path_factory):
+    """``python -m hopdec.testbed run``: a ring of 3 workers on two hosts (ranks 0, 1 share host m0,
+    rank 2 is alone on m1) joined by a 2 Mbit/s link with 10 ms each way, 10 iterations of the mlp."""
+    if _support() is not None:
+        pytest.skip(f"no network namespaces here: {_support()}")
+    base = tmp_path_factory.mktemp("testbed")
+    G = generators.ring(3)
+    for r, m in enumerate(["m0", "m0", "m1"]):
+        G.nodes[r]["machine"] = m
+    topo = base / "ring3.json"
+    graph_io.save(G, topo)
+    cmd = [sys.executable, "-m", "hopdec.testbed", "run", "--place", "machine", "--cross", "2/10",
+           "--", "--topology", str(topo), "--iterations", "10", "--model", "mlp", "--compute-time", "0.02",
+           "--no-progress", "--log-dir", str(base / "logs")]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=240)
+    prefix = next(line.split()[1].rstrip(":") for line in p.stdout.splitlines() if line.startswith("testbed hdtb"))
+    return dict(proc=p, prefix=prefix, logs=base / "logs", wall=time.monotonic() - t0)
+
+
+@needs_netns
+@pytest.mark.mpi
+def test_train_across_namespaces_through_the_hostfile_launcher(two_machines):
+    p, prefix = two_machines["proc"], two_machines["prefix"]
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "network EMULATED: 2 hosts in network namespaces" in p.stdout
+    headers = []
+    for r in range(3):
+        with open(two_machines["logs"] / f"rank{r}.jsonl") as f:
+            headers.append(json.loads(f.readline())["run"])
+    # the ranks ran where the hostfile put them: in the namespaces (each with its own host name)
+    assert [h["host"] for h in headers] == [f"{prefix}-m0", f"{prefix}-m0", f"{prefix}-m1"]
+    net = headers[2]["network"]
+    assert net["testbed"] == prefix and net["hosts"] == [{"name": "m0", "ranks": 2, "nic_mbit": None},
+                                                         {"name": "m1", "ranks": 1, "nic_mbit": None}]
+    assert {(x["src"], x["dst"], x["mbit"], x["delay_ms"]) for x in net["links"]} == {
+        ("m0", "m1", 2.0, 10.0), ("m1", "m0", 2.0, 10.0)}
+    # the link gives what it was configured for (the delay forwarder adds well under a millisecond)
+    m = net["measured"][0]
+    assert 20.0 <= m["rtt_ms_min"] < 26.0 and m["rtt_ms_median"] < 40.0, m
+    assert m["mbit"] == pytest.approx(2.0, rel=0.15), m
+    # and training felt it: rank 2 sends its 38 KB to ranks 0 and 1 over the one 2 Mbit/s link
+    # (2 x 0.15 s), the ranks of m0 exchange through shared memory
+    recs = read_log(two_machines["logs"] / "rank0.jsonl")
+    per_iter = (recs[-1]["time"] - recs[2]["time"]) / (recs[-1]["iter"] - recs[2]["iter"])
+    assert 0.28 < per_iter < 0.6, per_iter
+
+
+@needs_netns
+@pytest.mark.mpi
+def test_nothing_is_left_after_a_run(two_machines):
+    assert two_machines["proc"].returncode == 0
+    ranks = [json.loads(open(two_machines["logs"] / f"rank{r}.jsonl").readline())["run"]["pid"] for r in range(3)]
+    assert _leftovers(two_machines["prefix"], ranks) == dict(namespaces=[], processes=[], state=False)
+    assert f"testbed {two_machines['prefix']} torn down" in two_machines["proc"].stdout
+
+
+def test_each_direction_of_a_link_is_shaped_and_delayed_on_its_own(netns_testbed):
+    """a -> b: 5 Mbit/s and 8 ms; b -> a: b's NIC (20 Mbit/s) and no delay: measured, each as configured
+    (the round trip is the sum of both directions' delays)."""
+    spec = S.Testbed((Host("a"), Host("b", 1, 20.0)), {("a", "b"): Link(5.0, 8.0)})
+    tb = netns_testbed(spec)
+    ab, ba = tb.measure(pairs=[(0, 1), (1, 0)], rtt_count=10, bulk_s=1.0)
+    assert ab["mbit"] == pytest.approx(5.0, rel=0.12) and ba["mbit"] == pytest.approx(20.0, rel=0.12), (ab, ba)
+    for m in (ab, ba):
+        assert 8.0 <= m["rtt_ms_min"] < 12.0, m
+    assert tb.conditions()["measured"] == [ab, ba]
+
+
+@needs_netns
+def test_ctrl_c_tears_it_down():
+    """``up`` builds a testbed (2 hosts, shaped and delayed links: a delay forwarder runs) and holds it;
+    SIGINT (Ctrl-C) removes everything."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", "-n", "2", "--nic", "10",
+                             "--cross", "5/5", "--no-measure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C tears it down" in line:
+                break
+        prefix = lines[0].split()[1].rstrip(":")
+        built = _leftovers(prefix)
+        assert len(built["namespaces"]) == 3 and built["state"], (built, lines)
+        assert len(built["processes"]) == 1, built        # the delay forwarder
+        proc.send_signal(signal.SIGINT)
+        forwarder = [int(x) for x in built["processes"]]
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert f"testbed {prefix} torn down" in out
+    assert _leftovers(prefix, forwarder) == dict(namespaces=[], processes=[], state=False)

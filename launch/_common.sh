@@ -57,7 +57,7 @@ has_ft() {
 # authentication, and Open MPI binds every TCP listener to all addresses; see launch/README.md).
 # - one host: no TCP between ranks at all (shared memory); with --fault-tolerance, which needs TCP, the
 #   ranks use and publish 127.0.0.1 only (btl_tcp_if_include), never the host's other addresses.
-# - cluster: HOPDEC_NETWORK (an interface, e.g. eth1) keeps the ranks' TCP traffic and the launcher's
+# - cluster: HOPDEC_INTERFACE (an interface, e.g. eth1) keeps the ranks' TCP traffic and the launcher's
 #   daemons on that network.
 net_flags() {
     local where="$1"
@@ -68,19 +68,20 @@ net_flags() {
         else
             mca mca btl ^tcp
         fi
-    elif [[ -n "${HOPDEC_NETWORK:-}" ]]; then
-        mca mca btl_tcp_if_include "$HOPDEC_NETWORK"
-        mca prtemca prte_if_include "$HOPDEC_NETWORK"
+    elif [[ -n "${HOPDEC_INTERFACE:-}" ]]; then
+        mca mca btl_tcp_if_include "$HOPDEC_INTERFACE"
+        user_sets prte_if_include || mca mca oob_tcp_if_include "$HOPDEC_INTERFACE"   # synonyms
     fi
 }
 
 # mca mca|prtemca NAME VALUE: add --mca/--prtemca NAME VALUE unless HOPDEC_MPIRUN_ARGS sets NAME (Open MPI
 # refuses a parameter given twice with different values: the user's wins).
 mca() {
-    if [[ " ${HOPDEC_MPIRUN_ARGS:-} " != *[[:space:]]"$2"[[:space:]]* ]]; then
-        MPIRUN+=("--$1" "$2" "$3")
-    fi
+    user_sets "$2" || MPIRUN+=("--$1" "$2" "$3")
 }
+
+# user_sets NAME: true when HOPDEC_MPIRUN_ARGS sets the MCA parameter NAME.
+user_sets() { [[ " ${HOPDEC_MPIRUN_ARGS:-} " == *[[:space:]]"$1"[[:space:]]* ]]; }
 
 # ULFM flags for `hopdec train --fault-tolerance` (appended to MPIRUN when an argument asks for it).
 # - A dead rank is found through its TCP connections within milliseconds; over shared memory alone

@@ -42,6 +42,28 @@ def test_hostfile_on_localhost(tmp_path):
     assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("rank")) == ["0", "1"]
 
 
+@pytest.mark.mpi
+def test_hostfile_keeps_ranks_and_daemons_on_the_interface_given(tmp_path):
+    """HOPDEC_INTERFACE (a name or a CIDR, as the network testbed gives it) restricts both the ranks' TCP
+    and the daemons' channel; a parameter HOPDEC_MPIRUN_ARGS sets is left to it; the job runs with it."""
+    hf = tmp_path / "hosts"
+    hf.write_text("localhost slots=2\n")
+    argv = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_MPIRUN="echo", HOPDEC_INTERFACE="10.1.0.0/16").stdout
+    assert "--mca btl_tcp_if_include 10.1.0.0/16 --mca oob_tcp_if_include 10.1.0.0/16" in argv, argv
+    argv = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_MPIRUN="echo", HOPDEC_INTERFACE="eth1",
+                HOPDEC_MPIRUN_ARGS="--mca prte_if_include eth2").stdout
+    assert "btl_tcp_if_include eth1" in argv and "oob_tcp_if_include" not in argv and "eth2" in argv, argv
+    nets = [line.split()[3] for line in subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True,
+                                                       text=True).stdout.splitlines()
+            if " lo " not in line] if shutil.which("ip") else []
+    if not nets:                            # the daemons' channel never uses loopback
+        pytest.skip("no IPv4 address besides loopback")
+    r = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_CMD=PRINT_RANK, HOPDEC_INTERFACE=nets[0],
+             HOPDEC_MPIRUN_ARGS="--mca btl tcp,self")
+    assert r.returncode == 0, r.stderr
+    assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("rank")) == ["0", "1"]
+
+
 def test_usage_and_bad_arguments(tmp_path):
     for script in (LOCAL, HOSTFILE):
         r = _run([script, "-h"])

@@ -56,12 +56,9 @@ def _topology_of(train_args):
 def build_spec(args, train_args=()):
     """The :class:`Testbed` the options describe."""
     if args.spec:
-        try:
-            with open(args.spec) as f:
-                text = f.read(1 << 20)
-        except OSError as err:
-            raise ConfigError(f"--spec {args.spec}: {err.strerror or err}") from None
-        return from_json(text, f"--spec {args.spec}")
+        from hopdec.files import read_bytes         # a FIFO or /dev/zero is named, never read without end
+        raw = read_bytes(args.spec, 1 << 20, "a testbed spec (JSON)", lambda m: ConfigError(f"--spec {m}"))
+        return from_json(raw.decode("utf-8", "replace"), f"--spec {args.spec}")
     import networkx as nx
     topo = args.topology or _topology_of(train_args)
     if topo:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import run_bounded
+from conftest import gone as _gone, run_bounded
 
 COMMON = ["--no-progress", "--threads", "1", "--iterations", "8"]
 
@@ -40,20 +40,6 @@ def _wrapper(tmp_path):
     path = tmp_path / "hostile_rank.py"
     path.write_text(WRAPPER)
     return str(path)
-
-
-def _gone(pid, within=5.0):
-    """True once process ``pid`` no longer exists (a zombie of a reaped job counts as gone)."""
-    deadline = time.time() + within
-    while time.time() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _errors(stderr):

@@ -248,10 +248,7 @@ def _write_raw(d, lines_by_rank):
 
 def _exercise(run, out):
     """Everything the report, the plots and the trace compute from a run, without drawing."""
-    try:
-        from hopdec.report.trace import write_trace       # where the package reorganisation puts it
-    except ImportError:
-        from hopdec.observe.trace import write_trace
+    from hopdec.report.trace import write_trace
     run.loss_vs_time(), run.loss_vs_iter(), run.timeline(), run.gap_over_time(), run.gap_matrix()
     run.consensus(), run.breakdown(), run.counters(), run.edges(), run.final(), run.describe(), run.t0
     write_trace(run, out)

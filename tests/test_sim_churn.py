@@ -12,6 +12,7 @@ import networkx as nx
 import pytest
 
 from hopdec import topology as T
+from hopdec.cli.main import main as cli_main
 from hopdec.cli.sim import main, parse
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.invariants import Invariants
@@ -61,6 +62,9 @@ def test_two_deaths_the_survivors_heal_twice_and_finish_every_iteration(tmp_path
         assert heals[1]["in_neighbors"] == list(views[r].in_neighbors)
         assert heals[1]["out_neighbors"] == list(views[r].out_neighbors)
         assert header["simulated_deaths"]["first_deaths"] == [[1.0, 3], [2.0, 6]]
+    assert cli_main(["report", str(tmp_path), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Simulated deaths (2 heal(s)" in page and "rank(s) 6 died; 6 survivors healed" in page
     for w, t in ((3, 1.0), (6, 2.0)):
         _, recs, _ = log_lines(tmp_path, w)
         assert recs and recs[-1]["time"] <= t < 60 * 0.05
@@ -166,6 +170,8 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["--topology", "one-peer-exponential", "-n", 8, "--fault-tolerance", "--deaths", "3@1"], "time-varying"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "0@1"], "the parameter server (rank 0) cannot die"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "decentralized runs only"),
+    (["--mode", "ps", "-n", 2, "--fault-tolerance", "--deaths", "1@0.5,2@0.7", "--iterations", 50],
+     "simulated death at virtual second 0.7: worker 2 was the last one"),
     (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],
      "simulated death at virtual second 0.5: only 1 worker(s) left after the failure of rank(s) 1"),
 ])

@@ -375,8 +375,13 @@ def attach(sim, hop, faults, deaths, fidelity, log_event, invariants=None, train
 def kill_ps_workers(sim, deaths):
     """Each ``(seconds, worker)`` of ``deaths`` dies in a :class:`hopdec.sim.ps.PSSim` (its server core
     drops the worker, :meth:`hopdec.ps.server.Server.on_worker_failed`); none keeps a finished run going."""
+    def kill(w, t):
+        if not sim.done[w] and sim.policy.workers == (w,):
+            raise HopdecError(f"simulated death at virtual second {t:.6g}: worker {w} was the last one: a "
+                              f"parameter server needs at least one worker")
+        sim.fail(w, t)
     for t, w in deaths:
-        _background(sim.q, t, partial(sim.fail, w, t))
+        _background(sim.q, t, partial(kill, w, t))
 
 
 def check_ps(faults, deaths):

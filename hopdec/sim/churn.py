@@ -354,11 +354,9 @@ def attach(sim, hop, faults, deaths, fidelity, log_event, invariants=None, train
             trainers.pop(w, None)
 
     def on_heal(event, joined, iterations):
-        g = churn.graph
-        event["spectral_gap"] = gap = _gap(g)
-        from hopdec.hop.worker import node_views
-        for v in node_views(g):
-            r = v.rank
+        event["spectral_gap"] = gap = _gap(churn.graph)
+        for r, core in churn.alive.items():
+            v = core.view                       # reconfigured to the healed graph
             log_event(r, "heal", time=event["time"], failed=event["failed"], survivors=event["survivors"],
                       iteration=iterations[r], stall_s=round(event["resumed_at"] - joined[r], 9),
                       spectral_gap=gap, in_neighbors=list(v.in_neighbors),
@@ -419,6 +417,10 @@ def summary_lines(churn, hop, bound, fidelity):
     return lines + ["  " + n.replace(" s (spectral gap", " virtual s (spectral gap") for n in notes]
 
 
+GAP_UP_TO = 2048
+"""A heal records the healed graph's spectral gap up to this many workers (a sparse eigenproblem per heal)."""
+
+
 def _gap(graph):
     from hopdec.runtime.heal import _gap as spectral
-    return spectral(graph) if graph.number_of_nodes() <= 4096 else None
+    return spectral(graph) if graph.number_of_nodes() <= GAP_UP_TO else None

@@ -108,6 +108,16 @@ def test_deaths_after_the_end_change_nothing():
     assert "0 worker(s) died" in out
 
 
+def test_math_averages_the_survivors_models():
+    """--math: the dead worker's replica leaves the average; the survivors train on and report accuracies."""
+    res, out = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,
+                    "--fault-tolerance", "--deaths", "0@0.5", "--eval-interval", 2])
+    assert sorted(res["churn"].alive) == [1, 2, 3, 4, 5] and res["avg_acc"] > 0.7
+    assert len(res["evals"]) >= 3 and "averaged model: test loss" in out
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3, 4, 5] and all(float(r[-1]) > 0.5 for r in rows)
+
+
 # ---- deaths from a trace file ---------------------------------------------------------------------
 def test_a_trace_file_gives_the_same_run_as_the_same_deaths_on_the_command_line(tmp_path):
     trace = tmp_path / "deaths.trace"
@@ -246,6 +256,8 @@ def test_churn_with_invariants_at_every_event(graph, mech):
         s.run()
         assert inv.checks == s.q.events > 300
         assert sorted(c.alive) == sorted(set(g.nodes) - {w for _, w in deaths})
+        if detect and graph != "ring_based_8":      # 6 died during the recovery from 3 and 5: folded in
+            assert [h["failed"] for h in c.heals] == [[3, 5, 6]]
         assert all(s.done[r] and s.cores[r].iteration == 39 for r in c.alive), s.describe()
 
 

@@ -17,7 +17,7 @@ EXAMPLES = """examples:
       --compute-time 0.25 --slowdown random:factor=6,prob=1/n --backup-workers 1 --log-dir runs/sim_b1
   hopdec sim --mode ps --sync dssp -n 16 --compute-time normal:mean=0.25,std=0.02 --slowdown rank=3,factor=4
   hopdec sim --topology topologies/ring_based_8.json --math --iterations 300 --eval-interval 5
-  hopdec sim --topology ring-based -n 1024 --iterations 500 --fault-tolerance --churn-mttf 20000
+  hopdec sim --topology ring-based -n 1024 --iterations 100 --fault-tolerance --churn-mttf 1000 --seed 1
 """
 
 

@@ -1,5 +1,5 @@
 """Churn at 1,024 workers in the simulator: what worker deaths, healed by the ``--fault-tolerance`` code,
-cost in time per iteration (``hopdec sim --fault-tolerance --churn-mttf``; issue 21 item 3).
+cost in time per iteration (``hopdec sim --fault-tolerance --churn-mttf``).
 
 Timing only, ring-based graph, tokens, max_ig 2, compute 0.1 virtual s per iteration, 1 MiB messages,
 10 Gb/s NICs; every worker's lifetime is exponential with the given mean (seeded, ``--seed``). A row per

@@ -253,16 +253,25 @@ def _run_hop(S):
     bound = hop.bound() if n <= BOUND_UP_TO else None
     header = hop.header(S.numel, S.compute.describe(), bound, **S.header())
     logs = _Logs(log_dir, workers, lambda r: header)
+    compute_time, on_record = S.compute.step, logs.log
+    if hop.cfg.rounds:                  # a round of local steps costs its inner steps' times
+        from hopdec.sim.costs import RoundCompute
+        compute_time = RoundCompute(S.compute.step, hop.round_steps)
+
+        def on_record(rank, rec):
+            steps = hop.round_steps(rec["iter"])
+            rec["inner_steps"], rec["first_step"] = len(steps), steps.start
+            logs.log(rank, rec)
     factory, trainers = None, None
     if cost.math:
         trainers = S.trainers(workers)
-        factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
+        factory = lambda r: MathBackend(trainers[r], r, compute_time)  # noqa: E731
     inv = None
     if S.check:
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
-    sim = HopSim(hop.views, hop.cfg, S.compute.step, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=logs.log, send_path=S.sends,
+    sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
+                 backend_factory=factory, on_record=on_record, send_path=S.sends,
                  compress=hop.cfg.compress, numel=S.coded_numel,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
@@ -272,7 +281,8 @@ def _run_hop(S):
             loss, acc = trainers[workers[0]].evaluate(avg)
             its = [c.iteration for c in sim.cores]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
-                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity))
+                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity,
+                              sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
     t0 = time.perf_counter()
@@ -286,7 +296,7 @@ def _run_hop(S):
         avg_loss, avg_acc = trainers[workers[0]].evaluate(avg)
         evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=hop.cfg.iterations - 1,
                           iter_mean=hop.cfg.iterations - 1, model=hop.eval_model, simulated=cost.fidelity,
-                          final=True))
+                          sent_bytes=sum(io.bytes_sent for io in sim.ios) / n, final=True))
         if n <= EVAL_EACH_UP_TO:
             each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
         for r, t in trainers.items():
@@ -304,11 +314,13 @@ def _run_hop(S):
         text += "\n" + note
     cfg = hop.cfg
     sent = sum(io.bytes_sent for io in sim.ios)                     # what the updates moved
-    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and iteration"
+    text += "".join("\n" + line for line in hop.round_notes(bound))
+    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and "
+             f"{'round' if cfg.rounds else 'iteration'}"
              + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "
                 f"bytes, keys of {4 * S.coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
-    checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost) held at all "
-               f"{inv.checks} events" if inv else "; Hop invariants not checked (" + (
+    checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost"
+               + (", in rounds" if cfg.rounds else "") + f") held at all {inv.checks} events" if inv else "; Hop invariants not checked (" + (
                    f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"
                    if cost.invariants == "auto" else "--invariants off)"))
     text += "\n" + S.footer(sim, wall, checked)

@@ -324,6 +324,14 @@ class HopOptimizer(torch.optim.Optimizer):
             return
         if self._loop is None:
             self._start()
+        r = self.rounds
+        if r is not None and r.begun is not None and r.taken:
+            # the last round was cut short (steps not a multiple of local_steps): it still ends with its
+            # exchange and outer step, as hopdec train's shorter last round does -- one more step() without
+            # a gradient (a neighbour that finished earlier serves it: this rank's round was sent, so it is ahead)
+            serving, self._serving = self._serving, True
+            self._advance()
+            self._serving = serving
         self.end.announce_done(self._consensus_calls)
         self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
         stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)

@@ -182,3 +182,15 @@ def test_topo_analyze_says_the_bounds_count_rounds(tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["local_steps"] == 8
     assert s["gap_bounds_inner_steps"]["standard"] == 8 * s["gap_bounds"]["standard"]
+
+
+def test_math_with_message_mb_charges_coded_messages_of_that_size(tmp_path):
+    """--math --message-mb M --compress int8: each coded message weighs what M MiB of values coded would
+    (the real model is coded, its size scaled), as in a timing-only run; it used to charge the real small
+    model's coded size against an uncoded M MiB, a compression ratio of thousands."""
+    argv = ["-n", 4, "--topology", "one-peer-exponential", "--model", "mlp", "--iterations", 8, "--compress",
+            "int8", "--message-mb", 8, "--no-progress"]
+    _, text = sim(argv + ["--math"])
+    per_worker = lambda t: float(t.split("traffic: ")[1].split()[0].replace(",", ""))  # noqa: E731
+    assert "coded to 2.031 MB by --compress int8" in text
+    assert per_worker(text) == pytest.approx(per_worker(sim(argv)[1]), rel=0.01)

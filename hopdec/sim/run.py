@@ -194,8 +194,12 @@ class Simulation:
                                network=self.link.as_dict(), invariants_checked=self.check)
         if run.mode == "decentralized":
             self.cost_model["sends"] = self.sends.as_dict()
-        # --compress: what a coded update message weighs (numel from --message-mb when the model is not counted)
-        self.coded_numel = self.numel if self.numel is not None else int(self.message_bytes // 4)
+        # --compress: what a coded update message weighs: of the model, or of --message-mb's values when
+        # given (with --math the real model is coded and each message charged message_bytes / its bytes)
+        self.coded_numel = self.numel if cost.message_mb is None else int(self.message_bytes // 4)
+        self.math_numel = self.numel if cost.math else self.coded_numel
+        self.coded_scale = (self.message_bytes / (4 * self.numel)
+                            if cost.math and cost.message_mb is not None else 1.0)
         cfg = getattr(run, "cfg", None)
         if cfg is not None and cfg.compress != "none":
             from hopdec.transport.codec import message_bytes as coded_bytes
@@ -272,7 +276,7 @@ def _run_hop(S):
         inv = Invariants(hop.graph, hop.cfg)
     sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
                  backend_factory=factory, on_record=on_record, send_path=S.sends,
-                 compress=hop.cfg.compress, numel=S.coded_numel,
+                 compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     evals = []
     if trainers and ob.eval_interval:

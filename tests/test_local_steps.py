@@ -194,3 +194,13 @@ def test_math_with_message_mb_charges_coded_messages_of_that_size(tmp_path):
     per_worker = lambda t: float(t.split("traffic: ")[1].split()[0].replace(",", ""))  # noqa: E731
     assert "coded to 2.031 MB by --compress int8" in text
     assert per_worker(text) == pytest.approx(per_worker(sim(argv)[1]), rel=0.01)
+
+
+def test_fault_tolerance_refuses_local_steps_with_one_line():
+    from hopdec.hop.config import check_config
+    from hopdec.hop.worker import node_views
+    from hopdec import topology as T
+    cfg = ProtocolConfig(iterations=4, local_steps=4, outer_optimizer="nesterov", outer_lr=0.7, outer_momentum=0.9,
+                         fault_tolerant=True)
+    with pytest.raises(ConfigError, match="--local-steps.*--fault-tolerance"):
+        check_config(cfg, node_views(T.ring(4)))

@@ -146,6 +146,9 @@ def check_config(cfg, views):
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.fault_tolerant and cfg.rounds:
+        raise ConfigError("--local-steps / --outer-optimizer with --fault-tolerance: not supported (a heal "
+                          "may restart a round whose inner steps are under way; not handled yet)")
     if cfg.fault_tolerant and cfg.compress != "none":
         raise ConfigError(f"--compress {cfg.compress} with --fault-tolerance: not supported (a heal loses "
                           f"messages of the compressed streams, whose receivers need every one in order)")

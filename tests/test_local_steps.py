@@ -204,3 +204,12 @@ def test_fault_tolerance_refuses_local_steps_with_one_line():
                          fault_tolerant=True)
     with pytest.raises(ConfigError, match="--local-steps.*--fault-tolerance"):
         check_config(cfg, node_views(T.ring(4)))
+
+
+def test_the_report_says_a_run_took_local_steps(tmp_path):
+    from hopdec.report.data import Run
+    header = dict(mode="decentralized", setting="standard", protocol="tokens", topology="ring(4)", compress="int8",
+                  local_steps=8, outer=dict(optimizer="nesterov", lr=0.7, momentum=0.9))
+    text = Run(header, {}, {}).describe()
+    assert "--compress int8" in text and "rounds of 8 local steps (outer nesterov lr 0.7 momentum 0.9" in text
+    assert "local" not in Run(dict(header, local_steps=None, compress="none"), {}, {}).describe()

@@ -213,3 +213,14 @@ def test_the_report_says_a_run_took_local_steps(tmp_path):
     text = Run(header, {}, {}).describe()
     assert "--compress int8" in text and "rounds of 8 local steps (outer nesterov lr 0.7 momentum 0.9" in text
     assert "local" not in Run(dict(header, local_steps=None, compress="none"), {}, {}).describe()
+
+
+@pytest.mark.parametrize("local,ft,words", [((0, None, None, None), False, "local_steps 0"),
+                                            ((4, "adam", None, None), False, "outer_optimizer 'adam'"),
+                                            ((4, None, None, 1.0), False, "outer_momentum 1"),
+                                            ((4, None, None, None), True, "with fault_tolerance")])
+def test_the_optimizer_names_its_own_keywords_in_refusals(local, ft, words):
+    from hopdec import topology as T
+    from hopdec.optim import assembly
+    with pytest.raises(ConfigError, match=words):
+        assembly.protocol_config("tokens", 2, "parallel", 0, None, "weighted", None, T.ring(4), ft, "none", local)

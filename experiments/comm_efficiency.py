@@ -4,12 +4,15 @@
         [--local-steps 1,8,32] [--codecs none,bf16,int8] [--graphs ring-based,one-peer-exponential] \\
         [--straggler no,yes] [--outer sgd] [--message-mb 42.6] [--bandwidth 1]
     python3 experiments/comm_efficiency.py real [--ranks 8] [--iterations 240] [--budget 2] ...
+    python3 experiments/comm_efficiency.py timing --workers 512 --iterations 32 --budget 4 \
+        --only one-peer-exponential:8:int8,...
 
 ``sim``: ``hopdec sim --math`` -- every worker a real replica of the digits MLP (9,610 parameters, its
 presets), messages charged as ``--message-mb`` MiB (ResNet-18's 42.6 by default; coded messages scaled
 alike) on a ``--bandwidth`` Gb/s link, 0.1 s of compute per mini-batch, the straggler (``yes``) worker 0
 4x slower on every step. ``real``: ``mpirun hopdec train`` of the digits CNN on this machine (bytes from
-the transport's counters; time is measured on a shared machine).
+the transport's counters; time is measured on a shared machine). ``timing``: timing-only simulator runs
+(no loss: for 512 workers, where --math is too costly here): virtual time and bytes per mini-batch.
 
 Today's exchange is the baseline: ring-based, float32, one step per exchange (H = 1), ``--iterations``
 mini-batches per worker. Its final test loss (the averaged model's) plus 1% is the target; every other
@@ -76,6 +79,41 @@ def real_run(args, H, codec, graph, straggler, steps, log_dir):
     return [(e["time"] - t_start, e["test_loss"], per_round * e["at"]) for e in evals], time.time() - t0
 
 
+def timing_run(args, H, codec, graph, straggler, steps):
+    """A timing-only run (no --math: no loss): virtual seconds and bytes per worker per mini-batch."""
+    cmd = [sys.executable, "-m", "hopdec.cli", "sim", "-n", str(args.workers), "--topology", graph,
+           "--iterations", str(steps), "--local-steps", str(H), "--compress", codec, "--message-mb",
+           str(args.message_mb), "--bandwidth", str(args.bandwidth), "--compute-time", "0.1", "--no-progress",
+           "--seed", str(args.seed), "--invariants", "off"] + (STRAGGLER if straggler else [])
+    if H > 1:
+        cmd += ["--outer-optimizer", args.outer]
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(" ".join(cmd) + "\n" + p.stdout[-2000:] + p.stderr[-2000:])
+    virtual = float(p.stdout.split("\nsimulated ")[1].split()[0])
+    per = float(p.stdout.split("\ntraffic: ")[1].split()[0].replace(",", ""))    # per worker and round
+    rounds = -(-steps // H)
+    return virtual / steps, per * rounds / steps, time.time() - t0
+
+
+def timing(args):
+    """``timing``: per mini-batch, the virtual time and the bytes each worker sends (no loss)."""
+    print("| straggler | graph | H | --compress | mini-batches | virtual s per mini-batch | vs today | "
+          "bytes/worker per mini-batch | vs today | wall s |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for straggler in [s == "yes" for s in args.straggler.split(",")]:
+        base = None
+        for item in ["ring-based:1:none"] + [x for x in (args.only or "").split(",") if x]:
+            graph, H, codec = item.split(":")
+            H = int(H)
+            steps = args.iterations * (1 if H == 1 else int(args.budget))
+            t, b, wall = timing_run(args, H, codec, graph, straggler, steps)
+            base = base or (t, b)
+            print(f"| {'yes' if straggler else 'no'} | {graph} | {H} | {codec} | {steps} | {t:.3f} | "
+                  f"{base[0] / t:.1f}x | {b:,.0f} | {base[1] / b:.1f}x | {wall:.0f} |", flush=True)
+
+
 def reached(evals, target):
     """(time, bytes) at the first evaluation at or under the target, or None."""
     for t, loss, sent in evals:
@@ -86,7 +124,7 @@ def reached(evals, target):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("where", choices=["sim", "real"])
+    p.add_argument("where", choices=["sim", "real", "timing"])
     p.add_argument("--workers", type=int, default=64)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--iterations", type=int, default=160, help="the baseline's mini-batches per worker")
@@ -102,6 +140,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default=None, help="graph:H:codec,... (the baseline always runs)")
     args = p.parse_args(argv)
+    if args.where == "timing":
+        return timing(args)
     run = sim_run if args.where == "sim" else real_run
     only = None if args.only is None else set(args.only.split(","))
     print("| straggler | graph | H | --compress | mini-batches | bytes/worker to target | vs today | "

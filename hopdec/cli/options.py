@@ -51,6 +51,17 @@ def add_run_arguments(p, mpi=True):
                    help="code the exchanges: fp16, bf16, int8 or topk:F (the largest fraction F), with error "
                         "feedback per edge (Choco-SGD); ,gamma=G: the consensus step (Reduce moves G of the way to "
                         "the average; default 1); default none (float32)")
+    g.add_argument("--local-steps", type=int, default=1, metavar="H",
+                   help="local steps: each iteration (a round of the protocol) takes H inner steps of the "
+                        "model's optimizer, then exchanges and takes the outer step (DiLoCo); --iterations "
+                        "counts inner steps; default 1")
+    g.add_argument("--outer-optimizer", choices=["sgd", "nesterov"], default=None,
+                   help="the outer step on a round's pseudo-gradient (default: nesterov with --local-steps "
+                        "> 1, as DiLoCo; else sgd with lr 1: the plain step, Hop's own)")
+    g.add_argument("--outer-lr", type=float, default=None, metavar="LR",
+                   help="the outer step's learning rate (default: 0.7 nesterov, 1 sgd)")
+    g.add_argument("--outer-momentum", type=float, default=None, metavar="M",
+                   help="the outer step's momentum in [0, 1) (default: 0.9 nesterov, 0 sgd)")
     d = p.add_argument_group("model and data")
     from hopdec.ml.registry import DATASETS, MODELS
     d.add_argument("--dataset", choices=DATASETS, default="digits",
@@ -73,7 +84,8 @@ def add_run_arguments(p, mpi=True):
     d.add_argument("--batch-size", type=int, default=None,
                    help="mini-batch size per worker (default: the model's preset)")
     d.add_argument("--iterations", type=int, default=None, metavar="K",
-                   help="iterations per worker (default 200)")
+                   help="iterations (mini-batches) per worker (default 200); with --local-steps H they make "
+                        "ceil(K/H) rounds")
     d.add_argument("--epochs", type=float, default=None, metavar="E",
                    help="instead of --iterations: passes over each worker's shard")
     d.add_argument("--seed", type=int, default=0,

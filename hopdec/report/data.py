@@ -294,6 +294,12 @@ class Run:
                 s += " " + " ".join(f"{k}={v}" for k, v in st.items())
         else:
             s = f"{h.get('setting', 'decentralized')} ({h.get('protocol')}) on {h.get('topology')}"
+            if h.get("compress") not in (None, "none"):                     # --compress
+                s += f", --compress {h['compress']}"
+            if h.get("local_steps"):                        # --local-steps: iterations are rounds
+                o = h.get("outer") or {}
+                s += (f", rounds of {h['local_steps']} local steps (outer {o.get('optimizer')} lr {o.get('lr')}"
+                      f" momentum {o.get('momentum')}; iterations count rounds)")
         return s
 
     # ---- series ----

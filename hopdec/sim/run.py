@@ -209,8 +209,12 @@ class Simulation:
                                network=self.link.as_dict(), invariants_checked=self.check)
         if run.mode == "decentralized":
             self.cost_model["sends"] = self.sends.as_dict()
-        # --compress: what a coded update message weighs (numel from --message-mb when the model is not counted)
-        self.coded_numel = self.numel if self.numel is not None else int(self.message_bytes // 4)
+        # --compress: what a coded update message weighs: of the model, or of --message-mb's values when
+        # given (with --math the real model is coded and each message charged message_bytes / its bytes)
+        self.coded_numel = self.numel if cost.message_mb is None else int(self.message_bytes // 4)
+        self.math_numel = self.numel if cost.math else self.coded_numel
+        self.coded_scale = (self.message_bytes / (4 * self.numel)
+                            if cost.math and cost.message_mb is not None else 1.0)
         cfg = getattr(run, "cfg", None)
         if cfg is not None and cfg.compress != "none":
             from hopdec.transport.codec import message_bytes as coded_bytes
@@ -276,17 +280,26 @@ def _run_hop(S):
     bound = hop.bound() if n <= BOUND_UP_TO else None
     header = hop.header(S.numel, S.compute.describe(), bound, **S.header())
     logs = _Logs(log_dir, workers, lambda r: header)
+    compute_time, on_record = S.compute.step, logs.log
+    if hop.cfg.rounds:                  # a round of local steps costs its inner steps' times
+        from hopdec.sim.costs import RoundCompute
+        compute_time = RoundCompute(S.compute.step, hop.round_steps)
+
+        def on_record(rank, rec):
+            steps = hop.round_steps(rec["iter"])
+            rec["inner_steps"], rec["first_step"] = len(steps), steps.start
+            logs.log(rank, rec)
     factory, trainers = None, None
     if cost.math:
         trainers = S.trainers(workers)
-        factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
+        factory = lambda r: MathBackend(trainers[r], r, compute_time)  # noqa: E731
     inv = None
     if S.check:
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
-    sim = HopSim(hop.views, hop.cfg, S.compute.step, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=logs.log, send_path=S.sends,
-                 compress=hop.cfg.compress, numel=S.coded_numel,
+    sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
+                 backend_factory=factory, on_record=on_record, send_path=S.sends,
+                 compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     churn = None
     if S.deaths is not None:                    # worker deaths, healed as --fault-tolerance heals them
@@ -299,7 +312,8 @@ def _run_hop(S):
             loss, acc = next(iter(trainers.values())).evaluate(avg)
             its = [c.iteration for c in sim.cores]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
-                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity))
+                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity,
+                              sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
     t0 = time.perf_counter()
@@ -313,7 +327,7 @@ def _run_hop(S):
         avg_loss, avg_acc = next(iter(trainers.values())).evaluate(avg)
         evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=hop.cfg.iterations - 1,
                           iter_mean=hop.cfg.iterations - 1, model=hop.eval_model, simulated=cost.fidelity,
-                          final=True))
+                          sent_bytes=sum(io.bytes_sent for io in sim.ios) / n, final=True))
         if n <= EVAL_EACH_UP_TO:
             each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
         for r, t in trainers.items():
@@ -335,11 +349,13 @@ def _run_hop(S):
         text += "\n" + "\n".join(summary_lines(churn, hop, bound, cost.fidelity))
     cfg = hop.cfg
     sent = sum(io.bytes_sent for io in sim.ios)                     # what the updates moved
-    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and iteration"
+    text += "".join("\n" + line for line in hop.round_notes(bound))
+    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and "
+             f"{'round' if cfg.rounds else 'iteration'}"
              + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "
                 f"bytes, keys of {4 * S.coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
-    checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost) held at all "
-               f"{inv.checks} events" if inv else "; Hop invariants not checked (" + (
+    checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost"
+               + (", in rounds" if cfg.rounds else "") + f") held at all {inv.checks} events" if inv else "; Hop invariants not checked (" + (
                    f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"
                    if cost.invariants == "auto" else "--invariants off)"))
     text += "\n" + S.footer(sim, wall, checked)

@@ -5,10 +5,11 @@ drivers: transfers that share NICs (contention, the general rule and its re-rati
 their own from a topology file, half duplex, stragglers with backup workers and skipping, bounded
 staleness, notify-ack, the serial graph, update queues only, every parameter-server sync model through
 the server's hub NIC, the send model's paths (:mod:`hopdec.sim.sends`: zero-copy with take and push
-rendezvous, copy, eager), compressed exchanges (coded sizes) and time-varying topologies. The golden
-values were recorded from main's simulator (commit f588899: the zero-copy send model and coded streams,
-without this branch's speed-ups): every log record's virtual times and protocol fields (hashed), the
-virtual time, the largest gap, and the numbers of events, data messages and control messages.
+rendezvous, copy, eager), compressed exchanges (coded sizes), local steps, time-varying topologies and
+simulated deaths healed. The golden values were recorded from main's simulator (commit 2da2bc8: the
+send model, coded streams, local steps and simulated deaths, without this branch's speed-ups): every
+log record's virtual times and protocol fields (hashed), the virtual time, the largest gap, and the
+numbers of events, data messages and control messages.
 
 A deliberate change of the cost model changes them: re-record with
 ``python tests/test_sim_golden.py --record`` and say why in the commit.
@@ -81,6 +82,16 @@ CASES = {
     "one-peer-exponential-topk-skip": [
         "--topology", "one-peer-exponential", "-n", "16", "--iterations", "40", "--compress", "topk:0.05",
         "--skip", "max-jump=2,trigger=2", "--slowdown", "rank=2,factor=5", *CONTENDED],
+    "ring-based-local-steps-int8": ["--topology", "ring-based", "-n", "16", "--iterations", "40", "--local-steps", "4",
+                                    "--compress", "int8", "--slowdown", "rank=3,factor=2", *CONTENDED],
+    # simulated deaths healed through the heal code (hopdec.sim.churn): the network behind its gate
+    "ring-based-deaths-healed": ["--topology", "ring-based", "-n", "16", "--iterations", "30", "--fault-tolerance",
+                                 "--deaths", "3@0.4,9@0.41,12@1.2", *CONTENDED],
+    "exponential-churn-push": ["--topology", "exponential", "-n", "32", "--iterations", "30", "--fault-tolerance",
+                               "--churn-mttf", "40", "--seed", "2", "--rendezvous", "push", "--backup-workers", "1",
+                               *CONTENDED],
+    "ps-asp-deaths": ["--mode", "ps", "--sync", "asp", "-n", "8", "--iterations", "15", "--fault-tolerance",
+                      "--deaths", "2@0.3,5@0.6", *CONTENDED],
 }
 
 KEYS = ("rank", "iter", "time", "compute_s", "slowdown", "wait_s", "wait_updates_s", "wait_tokens_s",
@@ -137,6 +148,8 @@ GOLDEN = {
         transfers=1920, controls=5232, logs='6e67c354070ca086fe41'),
     'exponential-backup-zero-copy': dict(virtual_s='4.266304532740139', max_gap=2, events=1325,
         transfers=1919, controls=1392, logs='d83190983e02417a080a'),
+    'exponential-churn-push': dict(virtual_s='16.327680670927535', max_gap=2, events=34431,
+        transfers=8065, controls=20680, logs='4feca259056e450753c4'),
     'exponential-free-network': dict(virtual_s='2.329411260728595', max_gap=3, events=1888,
         transfers=3200, controls=2432, logs='0683c97a63a47a757044'),
     'exponential-straggler-backup-skip': dict(virtual_s='9.353403001690213', max_gap=4, events=2942,
@@ -147,6 +160,8 @@ GOLDEN = {
         transfers=640, controls=2336, logs='fa93887348355b584388'),
     'one-peer-exponential-topk-skip': dict(virtual_s='6.3208409920314', max_gap=4, events=1985,
         transfers=640, controls=2336, logs='399f660019f29a176ce0'),
+    'ps-asp-deaths': dict(virtual_s='4.652257898315571', max_gap=0, events=633,
+        transfers=194, controls=6, logs='846762436bfbb6307fdc'),
     'ps-asp-fast-server': dict(virtual_s='2.1127049919464485', max_gap=2, events=3297,
         transfers=382, controls=12, logs='e73560f6b8c7022eb1d1'),
     'ps-backup': dict(virtual_s='8.777288874437376', max_gap=1, events=671,
@@ -165,8 +180,12 @@ GOLDEN = {
         transfers=4608, controls=0, logs='b29751a5a906114e09f0'),
     'ring-based-contended': dict(virtual_s='3.02139888', max_gap=0, events=757,
         transfers=1440, controls=0, logs='8e07b39198f314d7cae3'),
+    'ring-based-deaths-healed': dict(virtual_s='4.4181577439999975', max_gap=2, events=752,
+        transfers=1489, controls=0, logs='54749c8521d7fbd41796'),
     'ring-based-int8': dict(virtual_s='1.2187497257346895', max_gap=2, events=1265,
         transfers=1440, controls=0, logs='1250808ea19df0e87ab2'),
+    'ring-based-local-steps-int8': dict(virtual_s='2.3148563559205', max_gap=4, events=618,
+        transfers=480, controls=0, logs='2fbf930c0ae207d0c6fd'),
     'ring-based-mixed-no-latency': dict(virtual_s='1.7234605140739652', max_gap=4, events=767,
         transfers=1440, controls=0, logs='0603a7774258006ea78f'),
     'ring-based-small-eager': dict(virtual_s='2.2664241599999992', max_gap=0, events=757,

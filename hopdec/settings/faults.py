@@ -5,7 +5,10 @@ fault injection (hidden options ``--die-rank R --die-at K --die-how H --die-phas
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
-from hopdec.settings.base import SECONDS_POSITIVE, Group, option
+from hopdec.settings.base import Group, between, option
+
+MAX_PEER_TIMEOUT = 86400.0
+"""A day: a peer silent for longer is a hung job, whatever the model."""
 
 PHASES = ("setup", "train", "evaluate", "shutdown")
 HOWS = ("exit", "hang", "raise")
@@ -23,7 +26,8 @@ def ints(value, option_name):
 
 @dataclass(frozen=True)
 class Faults(Group):
-    peer_timeout: float = option("--peer-timeout", 120.0, SECONDS_POSITIVE,
+    peer_timeout: float = option("--peer-timeout", 120.0,
+                                 between(0, MAX_PEER_TIMEOUT, "a finite number of seconds", low_open=True),
                                  "seconds a worker waits for a neighbour before giving up on the run")
     fault_tolerance: bool = option("--fault-tolerance", False, doc="survive dead workers (ULFM)")
     die_rank: tuple = option("--die-rank", (), doc="fault injection: the ranks that fail")
@@ -35,6 +39,13 @@ class Faults(Group):
         bad = [p for p in self.die_phase if p not in PHASES]
         if bad:
             raise ConfigError(f"--die-phase {bad[0]}: expected {', '.join(PHASES)} (or a comma-separated list)")
+
+    def ignores(self, run):
+        if run.mode != "allreduce":
+            return {}
+        return {"--fault-tolerance": "a synchronous all-reduce needs every worker at every step and cannot go "
+                                     "on without one (PyTorch DDP neither: torchrun restarts the job); "
+                                     "use --checkpoint-dir and --resume"}
 
     @property
     def timeout(self):

@@ -6,7 +6,7 @@ so the workers' parameters stay identical (synchronous SGD without backup worker
 *Revisiting Distributed Synchronous SGD*, sec. 2; Li et al., *PyTorch Distributed*, VLDB 2020, sec. 3).
 :mod:`.worker` holds the one core: when a worker computes, reduces, applies, checkpoints and stops. No
 MPI, torch or clock here; the MPI runner (:mod:`hopdec.runtime.allreduce_mpi`) and the simulator
-(:mod:`hopdec.sim.allreduce`) carry its actions out.
+(:mod:`hopdec.sim.allreduce`) carry its actions out through one loop (:mod:`hopdec.runtime.allreduce_loop`).
 """
 
-from hopdec.allreduce.worker import GAP_BOUND, AllReduce, Checkpoint, Enter, Worker  # noqa: F401
+from hopdec.allreduce.worker import GAP_BOUND, AllReduce, Worker  # noqa: F401

@@ -2,28 +2,26 @@
 
 One iteration k::
 
-    Enter(k) -> [Checkpoint(k)] -> ComputeGradient(k) -> AllReduce(k) -> Wait -> ApplyGradient(k)
+    Enter(k) -> ComputeGradient(k) -> AllReduce(k) -> Wait ... -> ApplyGradient(k)
 
-:class:`AllReduce` contributes ``weight`` (1/n) times this worker's gradient to a sum over all n workers, so
-the sum is the mean gradient -- the division before the reduction that DDP's default communication hook
-makes -- and every worker then applies the same mean with the same optimizer. The driver reports the
-completed reduction with :meth:`Worker.on_reduced`. No worker enters iteration k + 1 before every worker
-has contributed its iteration-k gradient, so two workers are never more than one iteration apart
-(:data:`GAP_BOUND`).
+:class:`AllReduce` adds ``weight`` (1/n) times this worker's gradient to a sum over all n workers, so the
+sum is the mean gradient -- the division before the reduction that DDP's default communication hook
+makes -- and every worker applies the same mean with the same optimizer, so the parameters stay
+identical. The driver reports the completed reduction with :meth:`Worker.on_reduced`. No worker enters
+k + 1 before every worker has contributed its iteration-k gradient, so two workers are never more than
+one iteration apart (:data:`GAP_BOUND`).
 
-Checkpoints and stops are decided here too. A cut is Enter(K) on every worker: the parameters are the
-same everywhere, nothing is in flight, and each worker's own state (optimizer, data position) is that of
-K applied steps, so states saved there fit together and a resumed run continues exactly
-(:func:`hopdec.hop.cuts.checkpoint_due` says which K, the same rule as the decentralized mode). A stop
-(Ctrl-C) needs no messages of its own: a worker asked to stop votes in its next all-reduce (the driver
-carries the vote beside the gradient), every worker learns the same outcome from the same reduction,
-and all of them stop at the next cut, Enter(k + 1), with the final checkpoint.
+Cuts, checkpoints and stops follow the decentralized worker's interface (:attr:`Worker.position`,
+:meth:`Worker.stop_at`, :meth:`Worker.resume_at`, :class:`hopdec.hop.actions.Enter`), so the same
+drivers save and stop it: Enter(K) on every worker is a consistent cut (the parameters are the same
+everywhere, nothing is in flight, each worker's optimizer and data position are those of K applied
+steps), and :func:`hopdec.hop.cuts.checkpoint_due` says which K.
 """
 
 from dataclasses import dataclass
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.hop.cuts import checkpoint_due
+from hopdec.hop.actions import Enter
 
 GAP_BOUND = 1
 """The largest iteration gap between two workers: a worker that completed iteration k's all-reduce may
@@ -31,98 +29,87 @@ enter k + 1 while another is still receiving k's result."""
 
 
 @dataclass(frozen=True)
-class Enter:
-    """The worker enters ``iteration`` (its record starts here)."""
-
-    iteration: int
-
-
-@dataclass(frozen=True)
 class AllReduce:
     """Start the all-reduce of iteration ``iteration``: add ``weight`` x this worker's gradient to the sum
-    over every worker (the result replaces the gradient), with this worker's ``stop`` vote; a
-    :class:`~hopdec.core.Wait` follows until :meth:`Worker.on_reduced`."""
+    over every worker (the result replaces the gradient); a :class:`~hopdec.core.Wait` follows until
+    :meth:`Worker.on_reduced`."""
 
     iteration: int
     weight: float
-    stop: bool = False
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """Save this worker's state at the cut Enter(``iteration``); ``cause``: periodic, end or stop."""
-
-    iteration: int
-    cause: str = "periodic"
-
-    @property
-    def final(self):
-        return self.cause != "periodic"
 
 
 class Worker:
-    """Worker ``rank`` of ``n``, for ``iterations`` iterations. ``checkpoints``: emit the periodic cuts
-    (every ``checkpoint_every`` iterations) and the final one; ``start``: the iteration a resumed run
-    starts at (its checkpoint's cut)."""
+    """Worker ``rank`` of ``n``, for ``iterations`` iterations."""
 
-    def __init__(self, rank, n, iterations, checkpoint_every=0, checkpoints=False, start=0):
+    def __init__(self, rank, n, iterations):
         if not 0 <= rank < n:
             raise ValueError(f"rank {rank} is not one of the {n} workers")
+        if iterations < 1:
+            raise ValueError(f"iterations must be >= 1, got {iterations}")
         self.rank, self.n = int(rank), int(n)
-        self.target = self.budget = int(iterations)
-        self.every = int(checkpoint_every or 0)
-        self.checkpoints = bool(checkpoints)
-        self.start = self.iteration = int(start)
+        self.budget = int(iterations)
+        self.iteration = self._start = 0
+        self._entered = -1
         self.peers = tuple(r for r in range(self.n) if r != self.rank)
-        self._vote = False
         self._reduced = None            # the iteration whose all-reduce completed last
         self._reducing = None           # the iteration whose all-reduce is under way
         self.finished = False
-        self._steps = self._run()
+        self._steps = None
+
+    # ---- before the start ----
+    def resume_at(self, k):
+        """Start at Enter(k), as if iterations 0..k-1 had run (every worker resumes at the same k; the
+        driver restores the trainer's state saved at that cut)."""
+        if self._steps is not None or self._start:
+            raise RuntimeError("resume_at must be called once, before the worker starts")
+        if not 0 <= k < self.budget:
+            raise ValueError(f"resume_at({k}): the run has iterations 0..{self.budget - 1}")
+        self.iteration = self._start = int(k)
+        self._entered = k - 1
 
     # ---- events ----
-    def request_stop(self):
-        """This worker was asked to stop (Ctrl-C): it votes so in its next all-reduce."""
-        self._vote = True
-
-    def on_reduced(self, iteration, stop=False):
-        """The all-reduce of ``iteration`` completed; ``stop``: some worker voted to stop in it."""
+    def on_reduced(self, iteration):
+        """The all-reduce of ``iteration`` completed (the reduced gradient is in place)."""
         if iteration != self._reducing:
             raise ValueError(f"worker {self.rank}: all-reduce of iteration {iteration} completed, but "
-                             f"iteration {self._reducing} is the one under way")
+                             f"{self._reducing} is the one under way")
         self._reducing, self._reduced = None, iteration
-        if stop and self.budget > iteration + 1:
-            self.budget = iteration + 1           # every worker saw the same votes: the same cut
+
+    def stop_at(self, n):
+        """End after iteration n - 1 (n never raises the budget); every worker gets the same n > every
+        worker's :attr:`position` (:func:`hopdec.hop.cuts.stop_agreement`), so Enter(n) is a cut."""
+        if n <= self._entered:
+            raise ValueError(f"stop_at({n}): worker {self.rank} is already at iteration {self._entered}")
+        self.budget = min(self.budget, int(n))
 
     # ---- what the driver asks ----
-    def next_action(self):
-        return next(self._steps)
+    @property
+    def reducing(self):
+        """The iteration whose all-reduce is under way, or None."""
+        return self._reducing
 
     @property
     def position(self):
-        """The last iteration entered."""
-        return self.iteration
+        """The last iteration entered (``start - 1`` before the start)."""
+        return self._entered
 
-    @property
-    def stopped(self):
-        """A stop ended the run before its last iteration."""
-        return self.budget < self.target
+    def next_action(self):
+        if self._steps is None:
+            self._steps = self._run()
+        return next(self._steps)
 
     def _run(self):
         while self.iteration < self.budget:
             k = self.iteration
+            self._entered = k
             yield Enter(k)
-            if self.checkpoints and checkpoint_due(k, self.every, self.start, self.budget):
-                yield Checkpoint(k)
             yield ComputeGradient(k)
             self._reducing = k
-            yield AllReduce(k, 1.0 / self.n, self._vote)
+            yield AllReduce(k, 1.0 / self.n)
             while self._reduced != k:
                 yield Wait(self.peers, "all-reduce")
             yield ApplyGradient(k)
             self.iteration = k + 1
-        if self.checkpoints and self.budget > self.start:
-            yield Checkpoint(self.budget, "stop" if self.stopped else "end")
         self.finished = True
         while True:
             yield Finished()

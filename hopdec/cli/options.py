@@ -23,8 +23,9 @@ def add_run_arguments(p, mpi=True):
     timeout, fault tolerance and injection, the observers that talk between ranks, and ``--compute-time``
     (the simulator's takes distributions)."""
     p.add_argument("--mode", choices=list(MODES), default=None,
-                   help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
-                        "default: decentralized)")
+                   help="decentralized (Hop), a central parameter server on rank 0 (--sync implies ps), or "
+                        "allreduce: synchronous data parallelism, the mean gradient by one all-reduce per "
+                        "iteration (what PyTorch DDP does); default: decentralized")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
     g.add_argument("--topology", metavar="FILE|KIND",
                    help="topology file (node-link JSON, edge list or schedule), or a generator kind "

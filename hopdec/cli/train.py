@@ -6,7 +6,7 @@ against the number of ranks, model, data, log directory, checkpoints) *before* a
 sent; the ranks exchange what they found (a bounded allgather) and a problem is printed once, by the
 lowest rank that found it, and every rank exits 2. Anything that goes wrong later ends every rank with one
 line naming the rank and the cause (:mod:`hopdec.runtime.failures`). The run goes to its mode's MPI runner
-(:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`).
+(:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`, :mod:`hopdec.runtime.allreduce_mpi`).
 """
 
 import argparse
@@ -48,7 +48,8 @@ def parse(argv):
     return settings_from(build_parser().parse_args(argv), argv)
 
 
-RUNNERS = {"decentralized": "hopdec.runtime.hop_mpi", "ps": "hopdec.runtime.ps_mpi"}
+RUNNERS = {"decentralized": "hopdec.runtime.hop_mpi", "ps": "hopdec.runtime.ps_mpi",
+           "allreduce": "hopdec.runtime.allreduce_mpi"}
 """Each mode's MPI runner (a module with ``run(ctx)``)."""
 
 

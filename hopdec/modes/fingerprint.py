@@ -39,7 +39,7 @@ def fingerprint(run):
                    staleness=cfg.staleness, stale_reduce=cfg.stale_reduce,
                    skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None,
                    compress=None if cfg.compress == "none" else cfg.compress)
-    else:
+    elif run.mode == "ps":
         out.update(sync=run.sync, **{k: (list(v) if isinstance(v, tuple) else v)
                                      for k, v in run.policy.settings().items() if k in SETTINGS})
     return json.loads(json.dumps(out))

@@ -38,7 +38,10 @@ def setup(settings, comm):
 def _assemble(settings, rank, size):
     """The run assembly of this mode over ``size`` ranks (cheap: no torch, no data)."""
     from hopdec.heterogeneity import Emulator
-    if settings.mode == "ps":
+    if settings.mode == "allreduce":
+        from hopdec.modes.allreduce import AllReduceRun
+        run = AllReduceRun(settings, size)
+    elif settings.mode == "ps":
         from hopdec.modes.ps import PSRun, check_size
         check_size(size)
         for die in settings.faults.die_rank:
@@ -46,12 +49,12 @@ def _assemble(settings, rank, size):
                 raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
         run = PSRun(settings, size - 1)
     else:
-        from hopdec.modes.decentralized import HopRun, resolve_topology
         run = None
     workers = run.workers if run is not None else range(size)
     em = settings.emulation
     Emulator(list(em.slowdown), workers[0], workers, compute_time=em.compute_time, seed=settings.work.seed)
     if run is None:
+        from hopdec.modes.decentralized import HopRun, resolve_topology
         graph = resolve_topology(settings.protocol.topology, size)
         if rank == 0:                               # the same notes as hopdec topo analyze prints
             for note in graph.graph.get("notes", []):

@@ -34,6 +34,11 @@ def assemble(settings):
     from hopdec.modes.decentralized import HopRun, is_generator, resolve_topology
     from hopdec.modes.ps import PSRun
     n, spec = settings.cost.workers, settings.protocol.topology
+    if settings.mode == "allreduce":
+        from hopdec.modes.allreduce import AllReduceRun
+        if n is None:
+            raise ConfigError("--mode allreduce: give the number of workers with -n")
+        return AllReduceRun(settings, n)
     if settings.mode == "ps":
         if n is None:
             raise ConfigError("--mode ps: give the number of workers with -n (the server is rank 0, the "
@@ -236,7 +241,7 @@ def simulate(settings, out=sys.stdout):
     sim = Simulation(settings, out)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
-    return _run_ps(sim) if sim.run.mode == "ps" else _run_hop(sim)
+    return {"ps": _run_ps, "allreduce": _run_allreduce}.get(sim.run.mode, _run_hop)(sim)
 
 
 def _run_hop(S):
@@ -403,3 +408,52 @@ def _run_ps(S):
     return dict(text=text, sim=sim, max_gap=gap, bound=bound, avg_loss=avg_loss, avg_acc=avg_acc,
                 evals=evals, wall_s=wall, events=sim.q.events, virtual_s=elapsed, rows=_rows(logs.stats),
                 stats=logs.stats, policy=policy, title=ps.title())
+
+
+def _run_allreduce(S):
+    from hopdec.modes.work import save_params
+    from hopdec.runtime.summary import summary_text
+    from hopdec.sim.allreduce import AllReduceSim, MathBackend
+
+    ar, cost, ob = S.run, S.cost, S.settings.observe
+    workers, n = ar.workers, ar.n
+    log_dir = ob.log_dir
+    header = ar.header(S.numel, S.compute.describe(), **S.header())
+    logs = _Logs(log_dir, workers, lambda r: header)
+    factory = trainers = None
+    if cost.math:
+        trainers = S.trainers(workers)
+        factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
+    sim = AllReduceSim(n, ar.work.iterations, S.compute.step, network=S.link, message_bytes=S.message_bytes,
+                       backend_factory=factory, on_record=logs.log)
+    t0 = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - t0
+    logs.flush()
+    avg_loss = avg_acc = None
+    each = None
+    if trainers:
+        avg_loss, avg_acc = trainers[0].evaluate()
+        if log_dir:
+            with open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
+                f.write(json.dumps(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, model=ar.eval_model,
+                                        simulated=cost.fidelity, final=True)) + "\n")
+        if n <= EVAL_EACH_UP_TO:
+            each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
+        for r, t in trainers.items():
+            if ar.saves(r):
+                save_params(log_dir, r, t.write_params())
+    rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
+    text = summary_text(f"{cost.fidelity}: {ar.title()}", rows, sim.max_gap, S.times_line(), avg_loss=avg_loss,
+                        avg_acc=avg_acc, bound=ar.bound(), model_label=ar.model_label, bound_label=ar.bound_label)
+    if note:
+        text += "\n" + note
+    text += (f"\ntraffic: {sim.bytes / max(n * ar.work.iterations, 1):,.0f} bytes per worker and iteration (a ring "
+             f"all-reduce: 2(n-1) chunks of {S.message_bytes / max(n, 1):,.0f} bytes)")
+    text += "\n" + S.footer(sim, wall)
+    if log_dir:
+        text += f"\nlogs: {log_dir}/rank*.jsonl"
+    print(text, file=S.out, flush=True)
+    return dict(text=text, sim=sim, max_gap=sim.max_gap, bound=ar.bound(), avg_loss=avg_loss, avg_acc=avg_acc,
+                evals=[], wall_s=wall, events=sim.q.events, virtual_s=sim.now, rows=_rows(logs.stats),
+                stats=logs.stats, header=header, title=ar.title())

@@ -54,13 +54,15 @@ def add_run_arguments(p, mpi=True):
                         "the average; default 1); default none (float32)")
     d = p.add_argument_group("model and data")
     from hopdec.ml.registry import DATASETS, MODELS
-    d.add_argument("--dataset", choices=DATASETS, default="digits",
-                   help="digits ships with scikit-learn, kjv (the King James Bible, bytes) with hopdec: no download")
+    d.add_argument("--dataset", default="digits", metavar="{" + ",".join(DATASETS) + "}|MODULE:FACTORY",
+                   help="digits ships with scikit-learn, kjv (the King James Bible, bytes) with hopdec: no "
+                        "download; pkg.module:factory or file.py:factory: a dataset of your own (see the README)")
     d.add_argument("--data-dir", metavar="DIR", help="cifar10: folder with the python batches")
     d.add_argument("--data-path", metavar="FILE", help="libsvm: training file")
     d.add_argument("--test-path", metavar="FILE", help="libsvm: test file (default: 20%% held out)")
-    d.add_argument("--model", choices=MODELS, default=None,
-                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm, transformer for kjv")
+    d.add_argument("--model", default=None, metavar="{" + ",".join(MODELS) + "}|MODULE:FACTORY",
+                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm, transformer for kjv; "
+                        "pkg.module:factory or file.py:factory: a model of your own (see the README)")
     d.add_argument("--norm", choices=["batch", "running", "group", "none"], default="batch",
                    help="vgg11 normalisation (batch: batch statistics only, no buffers to keep apart)")
     d.add_argument("--partition", choices=["iid", "noniid"], default="iid",

@@ -196,4 +196,28 @@ def settings_from(args, argv=(), simulated=False):
                     **_picked(args, ["workers", "message_mb", "latency", "nic_duplex", "math", "invariants",
                                      "send_path", "eager_limit", "rendezvous"]))
     return RunSettings(mode=args.mode, work=work, protocol=protocol, ps=ps, emulation=emulation,
-                       observe=observe, checkpoints=checkpoints, faults=faults, cost=cost, argv=tuple(argv))
+                       observe=observe, checkpoints=checkpoints, faults=faults, cost=cost, argv=tuple(argv),
+                       typed=typed_options(argv))
+
+
+def typed_options(argv):
+    """The settings options the command line ``argv`` typed (``--lr 0.1``, ``--lr=0.1``, or an abbreviation
+    argparse accepted, ``--iter 5``), by their full names: the ones a run refuses when its mode would
+    ignore them (:meth:`hopdec.settings.RunSettings.unused`)."""
+    known = {opt for group in (Work, Protocol, PS, Emulation, Observe, Checkpoints, Faults, Cost)
+             for opt in group.options().values() if opt.startswith("--")}
+    out = set()
+    for tok in argv or ():
+        tok = str(tok)
+        if tok == "--":
+            break
+        if not tok.startswith("--"):
+            continue
+        name = tok.split("=", 1)[0]
+        if name in known:
+            out.add(name)
+        else:
+            match = [k for k in known if k.startswith(name)]
+            if len(match) == 1:
+                out.add(match[0])
+    return frozenset(out)

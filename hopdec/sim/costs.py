@@ -94,7 +94,7 @@ def parse_dist(text, option="--compute-time", spec=None):
         except ValueError:
             fail(f"{key} {v!r} is not a number")
         if not math.isfinite(x) or not 0 <= x <= MAX_VIRTUAL_S:
-            fail(f"{key} must be a finite number of seconds in [0, {MAX_VIRTUAL_S:g}], got {v}")
+            fail(f"{key} must be a finite number >= 0 and at most {MAX_VIRTUAL_S:g} s, got {v}")
         return x
 
     if ":" not in body:

@@ -18,7 +18,7 @@ from hopdec.sim.run import simulate
 
 COMMON = ["--model", "mlp", "--iterations", "5", "--seed", "2", "--no-progress", "--threads", "1"]
 EXECUTOR_FIELDS = {"pid", "host", "device", "emulation", "simulated", "cost_model", "mpi_buffers",
-                   "message_bytes", "consensus_every", "fault_tolerance"}
+                   "message_bytes", "consensus_every", "fault_tolerance", "run_id"}
 """Header fields that say what executed the run (where the parameters lived, what was emulated or
 simulated), not what the run is: the only ones a real and a simulated header may differ in."""
 

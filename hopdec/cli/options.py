@@ -96,6 +96,9 @@ def add_run_arguments(p, mpi=True):
     o = p.add_argument_group("output")
     o.add_argument("--log-dir", metavar="DIR", help="write DIR/rank{r}.jsonl, one JSON object per iteration "
                    "(hopdec report DIR makes a page of it)")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace the logs an earlier run left in --log-dir (without it such a directory is "
+                        "refused: its rank files would be overwritten or mixed with this run's)")
     o.add_argument("--save-models", action="store_true", help="save each rank's final flat parameters "
                    "as DIR/params_rank{r}.npy (needs --log-dir)")
     o.add_argument("--no-progress", action="store_true",

@@ -84,7 +84,11 @@ def main(argv):
     except Exception as e:                  # bad input (one line), or a bug: still one line
         err = cause(e)
     try:
-        found = first_error(allgather_json(comm, err, timeout, "setup"))
+        import uuid
+        got = allgather_json(comm, [err, uuid.uuid4().hex[:12]], timeout, "setup")
+        found = first_error([g[0] for g in got])
+        if found is None:
+            ctx.run_id = got[0][1]          # rank 0's: one id for every rank's log header
     except Exception as e:
         abort(comm, e, PROG)
     if found is None and settings.checkpoints.resume is not None:  # the ranks compare their manifests

@@ -76,6 +76,14 @@ class Run:
         if os.path.exists(ev_path):
             evals, b = _read_jsonl(ev_path)
             bad += b
+        ids = {}
+        for r, h in headers.items():                # one run per directory: never merge two runs' ranks
+            if isinstance(h, dict) and isinstance(h.get("run_id"), str):
+                ids.setdefault(h["run_id"], r)
+        if len(ids) > 1:
+            (a, ra), (b, rb) = sorted(ids.items(), key=lambda kv: kv[1])[:2]
+            raise FileNotFoundError(f"{path}: rank files of {len(ids)} different runs (rank{ra}.jsonl is run {a}, "
+                                    f"rank{rb}.jsonl run {b}); give each run its own --log-dir")
         header = headers.get(0) or next(iter(headers.values()))
         return cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                    path=path, bad_lines=bad, headers=headers)

@@ -116,7 +116,7 @@ class HopRank:
         self.saved_final = False
 
     def header(self):
-        return {"resumed_from": self.start} if self.start else {}
+        return {"run_id": self.ctx.run_id, **({"resumed_from": self.start} if self.start else {})}
 
     # ---- during training ----
     @contextlib.contextmanager
@@ -224,7 +224,7 @@ class PSRank:
         return self.store is not None
 
     def header(self):
-        return {"resumed_from_cut": self.resume["key"]} if self.resume else {}
+        return {"run_id": self.ctx.run_id, **({"resumed_from_cut": self.resume["key"]} if self.resume else {})}
 
     # ---- server ----
     def resume_server(self, core, io):

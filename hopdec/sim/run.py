@@ -176,11 +176,17 @@ class Simulation:
 
     def __init__(self, settings, out):
         from hopdec.modes.work import INPUTS, resolve
+        import uuid
+
+        from hopdec.runtime.setup import check_fresh_log_dir
         cost = settings.cost
         self.settings, self.cost, self.out = settings, cost, out
+        self.run_id = uuid.uuid4().hex[:12]
         run = assemble(settings)
         n = len(run.workers)
         nodes = n + (1 if run.mode == "ps" else 0)
+        if settings.observe.log_dir:
+            check_fresh_log_dir(settings.observe.log_dir, 0, nodes, settings.observe.overwrite)
         self.compute = ComputeModel(list(cost.compute_time), run.workers, seed=settings.work.seed,
                                     slowdowns=list(settings.emulation.slowdown))
         self.link = link_model(cost, nodes, getattr(run, "graph", None))
@@ -212,7 +218,7 @@ class Simulation:
 
     def header(self):
         """What the executor adds to the run's header: the fidelity, the device, the cost model."""
-        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model)
+        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model, run_id=self.run_id)
 
     def trainers(self, ranks):
         return {r: self.run.trainer(r) for r in ranks}

@@ -2,6 +2,7 @@
 on real MPI ranks, with checkpoints that resume exactly."""
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -85,7 +86,8 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     common = ["--mode", "allreduce", "--model", "mlp", "--seed", "3", "--no-progress", "--threads", "1",
               "--slowdown", "rank=1,factor=2"]
     ck = tmp_path / "ck"
-    outs = mpirun.batch(2, [common + ["--iterations", "8", "--save-models", "--log-dir", tmp_path / "whole"],
+    outs = mpirun.batch(2, [common + ["--iterations", "8", "--save-models", "--log-dir", tmp_path / "whole",
+                                      "--eval-interval", "0.001"],
                             common + ["--iterations", "4", "--checkpoint-dir", ck],
                             common + ["--iterations", "8", "--resume", ck, "--save-models",
                                       "--log-dir", tmp_path / "resumed"]], timeout=120)
@@ -95,3 +97,15 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     for r in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / "whole" / f"params_rank{r}.npy"),
                                       np.load(tmp_path / "resumed" / f"params_rank{r}.npy"))
+    evals = [json.loads(line) for line in open(tmp_path / "whole" / "eval.jsonl")]
+    assert sorted({e["iter_min"] for e in evals[:-1]}) == list(range(8))   # every iteration boundary,
+    assert evals[-1]["iter_min"] == 8                                       # then the end
+    assert evals[-1]["final"] and all(e["eval_s"] > 0 for e in evals[:-1])
+
+
+def test_a_simulated_all_reduce_evaluates_every_interval(tmp_path):
+    res = simulate(["--mode", "allreduce", "-n", 2, "--iterations", 10, "--model", "mlp", "--math", "--threads", 1,
+                    "--compute-time", 0.1, "--eval-interval", 0.35, "--log-dir", tmp_path])
+    evals = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
+    assert evals == res["evals"] and len(evals) >= 4 and evals[-1]["final"]
+    assert evals[-1]["test_loss"] < evals[0]["test_loss"]

@@ -85,7 +85,7 @@ def test_defaults_and_options_the_mode_reads_pass():
 def test_the_simulator_refuses_the_same(tmp_path):
     refused(["--mode", "allreduce", "-n", "4", "--max-ig", "3"], "--max-ig is not used in --mode allreduce",
             parse=sim_parse)
-    refused(["--mode", "ps", "-n", "4", "--send-path", "copy"], "--send-path is not used in --mode ps",
+    refused(["--mode", "ps", "-n", "4", "--compress", "fp16"], "--compress is not used in --mode ps",
             parse=sim_parse)
 
 
@@ -118,9 +118,56 @@ def test_the_readers_refuse_rank_files_of_two_runs(tmp_path):
     from hopdec.cli import report
     a, b = tmp_path / "a", tmp_path / "b"
     sim(["-n", 4, "--iterations", 2, "--log-dir", a])
-    sim(["-n", 4, "--iterations", 2, "--log-dir", b])
+    sim(["-n", 4, "--iterations", 2, "--log-dir", b, "--seed", 1])     # (the same simulation: the same id)
     os.replace(b / "rank3.jsonl", a / "rank3.jsonl")
     for cmd in ("report", "plot", "trace"):
         with pytest.raises(ConfigError, match=r"rank files of 2 different runs \(rank0.jsonl is run \w+, "
                                                r"rank3.jsonl run \w+\)"):
             getattr(report, f"{cmd}_main")([str(a), "-o", str(tmp_path / "out")])
+
+
+# ---- ranges a machine can do (issue 17 item 10) -------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["--compute-time", "1e9"], "--compute-time 1000000000.0: must be a finite number of seconds in (0, 3600]"),
+    (["--lr", "1e300"], "--lr 1e+300: must be a finite number in (0, 1000]"),
+    (["--weight-decay", "1e300"], "--weight-decay 1e+300: must be a finite number in [0, 1000]"),
+    (["--slowdown", "rank=1,factor=1e308"], "factor 1e+308 must be in [1, 1000]"),
+    (["--iterations", str(10 ** 12)], "--iterations 1000000000000: must be an integer in [1, 1e+09]"),
+    (["--batch-size", str(2 ** 40)], "--batch-size"),
+    (["--max-ig", str(10 ** 9)], "--max-ig"),
+    (["--peer-timeout", "1e300"], "--peer-timeout"),
+    (["--compute-time", "100", "--peer-timeout", "60"], "longer than --peer-timeout 60"),
+    (["--compute-time", "1", "--slowdown", "rank=1,factor=200"], "with --slowdown factors up to 200x"),
+])
+def test_a_huge_finite_number_is_refused_before_anything_starts(argv, says):
+    refused(argv, says)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["-n", str(10 ** 7)], "-n 10000000: must be an integer in [1, 1e+06]"),
+    (["-n", "4", "--compute-time", "1e300"], "at most 1e+06 s"),
+    (["-n", "4", "--latency", "1e300"], "--latency"),
+    (["-n", "4", "--bandwidth", "1e-300"], "must be at least"),
+])
+def test_the_simulators_ranges(argv, says):
+    with pytest.raises(ConfigError) as err:
+        sim(argv)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind, n, says", [
+    ("complete", 100000, "of memory for the graph, more than this host's"),
+    ("ring", 10 ** 7, "at most 1,000,000"),
+    ("hierarchical-a", 10 ** 5, "of memory for the graph"),
+])
+def test_a_topology_too_large_for_the_machine_is_refused_before_it_is_built(kind, n, says, tmp_path, monkeypatch):
+    from hopdec.cli.topo import main as topo
+    from hopdec.topology import generators as G
+    built = []
+    monkeypatch.setattr(G.nx, "DiGraph", lambda *a, **k: built.append(1))    # nothing may be built
+    with pytest.raises(ConfigError, match=says):
+        topo(["generate", kind, "-n", str(n), "-o", str(tmp_path / "g.json")])
+    if n <= 10 ** 6:                                                         # (larger: -n's own range)
+        with pytest.raises(ConfigError, match=says):
+            sim(["--topology", kind, "-n", n])
+    assert not built

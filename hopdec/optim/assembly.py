@@ -1,9 +1,10 @@
 """How one rank of :class:`hopdec.optim.HopOptimizer` is put together: the topology, the protocol settings,
 the core, the transport, the log header, the observers, the healer.
 
-The topology is resolved as ``hopdec train`` resolves it (:mod:`hopdec.modes.decentralized`); the
-protocol settings, transport and header repeat, with the optimizer's keyword names, what
-:class:`hopdec.modes.decentralized.HopRun` does for a run whose workload hopdec owns.
+The topology is resolved as ``hopdec train`` resolves it (:mod:`hopdec.modes.decentralized`), the
+protocol settings are checked by the same settings group (:class:`hopdec.settings.Protocol`), with the
+optimizer's keyword names in the errors; the transport and header are those of
+:class:`hopdec.modes.decentralized.HopRun` for a run whose workload is the user's.
 """
 
 import os
@@ -47,21 +48,23 @@ def resolve_topology(spec, size):
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
                     fault_tolerant=False):
-    """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names). The run has
-    no iteration budget: it ends when every rank has called ``finish()``."""
-    from hopdec.hop.config import ProtocolConfig, check_config, parse_skip
+    """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names) by the same
+    rules as ``hopdec train``'s options: the values by :class:`hopdec.settings.Protocol` (ranges, the skip
+    syntax), the protocol's constraints by :func:`hopdec.hop.config.check_config`. The run has no iteration
+    budget: it ends when every rank has called ``finish()``."""
+    from hopdec.hop.config import check_config
     from hopdec.hop.worker import node_views
+    from hopdec.settings.protocol import Protocol
     try:
         if isinstance(skip, dict):
             unknown = set(skip) - {"max_jump", "trigger"}
             if unknown or "max_jump" not in skip:
                 raise ConfigError(f"--skip {skip!r}: expected {{'max_jump': J, 'trigger': G}}")
-            max_jump, trigger = int(skip["max_jump"]), int(skip.get("trigger", 2))
-        else:
-            max_jump, trigger = parse_skip(skip)
-        cfg = ProtocolConfig(iterations=2 ** 62, protocol=protocol, max_ig=max_ig, compute_graph=compute_graph,
-                             backup_workers=backup_workers or 0, staleness=staleness, stale_reduce=stale_reduce,
-                             skip_max_jump=max_jump, skip_trigger=trigger, fault_tolerant=bool(fault_tolerant))
+            skip = f"max-jump={int(skip['max_jump'])},trigger={int(skip.get('trigger', 2))}"
+        settings = Protocol(protocol=protocol, max_ig=max_ig, compute_graph=compute_graph,
+                            backup_workers=backup_workers, staleness=staleness, stale_reduce=stale_reduce,
+                            skip=skip)
+        cfg = settings.config(2 ** 62, fault_tolerant=bool(fault_tolerant))
         views = node_views(graph)
         check_config(cfg, views)
     except ConfigError as err:

@@ -69,6 +69,53 @@ class AllReduceBackend:
         self.b.apply(iteration)
 
 
+class Evaluations:
+    """``--eval-interval``: rank 0 evaluates the model (every worker's: they are identical) at the first
+    iteration boundary every SECONDS of wall time, and writes ``DIR/eval.jsonl`` (``time``, ``test_loss``,
+    ``test_acc``, ``iter_min``/``iter_mean``: the iteration, ``eval_s``: what the evaluation took -- every
+    worker waited that long in the next all-reduce, so a reader can take it out of the run's time)."""
+
+    def __init__(self, run, trainer, interval, log_dir):
+        import os
+        self.run, self.trainer, self.interval = run, trainer, float(interval or 0.0)
+        self.path = os.path.join(log_dir, "eval.jsonl") if log_dir and self.interval > 0 else None
+        self.records, self.last = [], None
+
+    def start(self):
+        import time
+        self.last = time.time()
+        if self.interval > 0:
+            self._evaluate(0)
+
+    def after(self, action):
+        import time
+
+        from hopdec.hop.actions import Enter
+        if self.interval > 0 and type(action) is Enter and time.time() - self.last >= self.interval:
+            self._evaluate(action.iteration)
+
+    def _evaluate(self, k):
+        import time
+        t0 = time.time()
+        loss, acc = self.trainer.evaluate()
+        self.last = time.time()
+        self._write(dict(time=t0, test_loss=loss, test_acc=acc, iter_min=k, iter_mean=k, eval_s=self.last - t0,
+                         model=self.run.eval_model))
+
+    def final(self, k, loss, acc):
+        import time
+        if self.interval > 0:
+            self._write(dict(time=time.time(), test_loss=loss, test_acc=acc, iter_min=k, iter_mean=k,
+                             model=self.run.eval_model, final=True))
+
+    def _write(self, rec):
+        import json
+        self.records.append(rec)
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
 def run(ctx):
     """Train on this rank until the run's last iteration; print the summary on rank 0. Collective."""
     from hopdec.core import Wait
@@ -102,12 +149,15 @@ def run(ctx):
         obs.on_record(rec)
 
     backend = AllReduceBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
+    evals = Evaluations(ar, trainer, s.observe.eval_interval if rank == 0 else 0, ctx.log_dir)
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
     obs.begin()
+    evals.start()
     with keep.running():                            # every wait notices a stop request (Ctrl-C)
         for a in worker_loop(core, io, backend, on_record=on_record, spans=obs.spans, step=True):
             if not isinstance(a, Wait):
                 keep.after(a, logger)               # Enter(K): the periodic checkpoint; a stop request
+                evals.after(a)                      # Enter(K): rank 0's evaluation, when one is due
                 continue
             with keep.wakeable():                   # a stop agreed meanwhile ends the wait
                 io.wait(core, a)
@@ -133,5 +183,6 @@ def run(ctx):
     if out is not None:
         logger.event("summary", test_acc=out["avg_acc"], test_loss=out["avg_loss"], max_gap=out["max_gap"],
                      model=ar.eval_model)
+        evals.final(core.iteration, out["avg_loss"], out["avg_acc"])
     logger.close()
     return out

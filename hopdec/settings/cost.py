@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from hopdec.settings.base import Group, Rule, between, one_of, option
 
+MAX_WORKERS = 10 ** 6
+"""The most simulated workers (:data:`hopdec.topology.generators.MAX_NODES`: a million)."""
 MAX_VIRTUAL_S = 1e6
 """The largest virtual time one mini-batch or one message latency may take (11 days): larger ones make
 virtual times that overflow to infinity once slowdowns multiply them."""
@@ -25,7 +27,7 @@ simulation itself at 64 workers)."""
 class Cost(Group):
     """A simulated run's cost model and fidelity."""
 
-    workers: int = option("-n", None, Rule(">= 1", lambda x: isinstance(x, int) and x >= 1),
+    workers: int = option("-n", None, between(1, MAX_WORKERS, "an integer", integer=True),
                           "workers (None: the topology file's)")
     message_mb: float = option("--message-mb", None, between(0, MAX_MESSAGE_MB),
                                "MiB per parameter message (None: the model's size)")
@@ -45,12 +47,6 @@ class Cost(Group):
                                 "messages up to it are eager (None: 65536, Open MPI over TCP)")
     rendezvous: str = option("--rendezvous", "take", one_of("take", "push"),
                              "how larger messages move: take (shared memory) or push (TCP)")
-
-    def ignores(self, run):
-        if run.mode == "decentralized":
-            return {}
-        return {opt: "only the decentralized mode's sends are modelled (hopdec.sim.sends)"
-                for opt in ("--send-path", "--eager-limit", "--rendezvous")}
 
     @property
     def fidelity(self):

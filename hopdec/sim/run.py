@@ -171,17 +171,26 @@ def _condensed(rows, logged):
 
 
 # ---- the run -----------------------------------------------------------------------------------
+def run_id(settings):
+    """A simulated run's id in its logs' headers: a hash of what it computes (its settings but where its
+    output goes), so the same simulation writes the same logs, and two different ones never share an id."""
+    import hashlib
+    from dataclasses import fields
+    output = {"log_dir", "overwrite", "progress", "progress_interval", "trace", "tensorboard"}
+    what = [(f.name, getattr(settings, f.name)) for f in fields(settings) if f.name not in ("observe", "argv", "typed")]
+    what += [(f.name, getattr(settings.observe, f.name)) for f in fields(settings.observe) if f.name not in output]
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:12]
+
+
 class Simulation:
     """One simulated run: the assembly with its workload, the cost model, and what the summary says of it."""
 
     def __init__(self, settings, out):
         from hopdec.modes.work import INPUTS, resolve
-        import uuid
-
         from hopdec.runtime.setup import check_fresh_log_dir
         cost = settings.cost
         self.settings, self.cost, self.out = settings, cost, out
-        self.run_id = uuid.uuid4().hex[:12]
+        self.run_id = run_id(settings)
         run = assemble(settings)
         n = len(run.workers)
         nodes = n + (1 if run.mode == "ps" else 0)
@@ -432,6 +441,15 @@ def _run_allreduce(S):
         factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
     sim = AllReduceSim(n, ar.work.iterations, S.compute.step, network=S.link, message_bytes=S.message_bytes,
                        backend_factory=factory, on_record=logs.log)
+    evals = []
+    if trainers and ob.eval_interval:              # the model every worker holds, every SECONDS (virtual)
+        def evaluate():
+            loss, acc = trainers[0].evaluate()
+            k = sim.cores[0].iteration
+            evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=k, iter_mean=k,
+                              model=ar.eval_model, simulated=cost.fidelity))
+        evaluate()
+        sim.q.every(ob.eval_interval, evaluate)
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0
@@ -440,10 +458,12 @@ def _run_allreduce(S):
     each = None
     if trainers:
         avg_loss, avg_acc = trainers[0].evaluate()
+        k = ar.work.iterations
+        evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=k, iter_mean=k,
+                          model=ar.eval_model, simulated=cost.fidelity, final=True))
         if log_dir:
             with open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
-                f.write(json.dumps(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, model=ar.eval_model,
-                                        simulated=cost.fidelity, final=True)) + "\n")
+                f.writelines(json.dumps(e) + "\n" for e in evals)
         if n <= EVAL_EACH_UP_TO:
             each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
         for r, t in trainers.items():
@@ -461,5 +481,5 @@ def _run_allreduce(S):
         text += f"\nlogs: {log_dir}/rank*.jsonl"
     print(text, file=S.out, flush=True)
     return dict(text=text, sim=sim, max_gap=sim.max_gap, bound=ar.bound(), avg_loss=avg_loss, avg_acc=avg_acc,
-                evals=[], wall_s=wall, events=sim.q.events, virtual_s=sim.now, rows=_rows(logs.stats),
+                evals=evals, wall_s=wall, events=sim.q.events, virtual_s=sim.now, rows=_rows(logs.stats),
                 stats=logs.stats, header=header, title=ar.title())

@@ -22,15 +22,14 @@ def make_model(input_shape, num_classes):
 
 def make_data(seed):
     """``--dataset``: returns (train_x, train_y, test_x, test_y); every rank calls it with the same seed
-    and must get the same data (hopdec splits the training set over the workers). Here: two noisy
-    spirals, 2-D points in 2 classes."""
+    and must get the same data (hopdec splits the training set over the workers). Here: 2-D points around
+    three centres, one class each, with overlapping tails."""
     rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 1.0], [-0.9, -0.5], [0.9, -0.5]], dtype=np.float32)
 
-    def spirals(n):
-        t = rng.uniform(0.5, 3 * np.pi, n)
-        y = rng.integers(0, 2, n)
-        r = t / (3 * np.pi)
-        x = np.stack([r * np.cos(t + np.pi * y), r * np.sin(t + np.pi * y)], axis=1)
-        return (x + rng.normal(0, 0.03, x.shape)).astype(np.float32), y.astype(np.int64)
-    (tx, ty), (vx, vy) = spirals(4000), spirals(1000)
-    return torch.from_numpy(tx), torch.from_numpy(ty), torch.from_numpy(vx), torch.from_numpy(vy)
+    def points(n):
+        y = rng.integers(0, 3, n)
+        x = centres[y] + rng.normal(0, 0.45, (n, 2)).astype(np.float32)
+        return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.int64))
+    (tx, ty), (vx, vy) = points(4000), points(1000)
+    return tx, ty, vx, vy

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 from hopdec.settings.base import Group, Rule, between, one_of, option
 
-MAX_WORKERS = 10 ** 6
-"""The most simulated workers (:data:`hopdec.topology.generators.MAX_NODES`: a million)."""
 MAX_VIRTUAL_S = 1e6
 """The largest virtual time one mini-batch or one message latency may take (11 days): larger ones make
 virtual times that overflow to infinity once slowdowns multiply them."""
@@ -27,8 +25,8 @@ simulation itself at 64 workers)."""
 class Cost(Group):
     """A simulated run's cost model and fidelity."""
 
-    workers: int = option("-n", None, between(1, MAX_WORKERS, "an integer", integer=True),
-                          "workers (None: the topology file's)")
+    workers: int = option("-n", None, Rule(">= 1", lambda x: isinstance(x, int) and x >= 1),
+                          "workers (None: the topology file's; at most hopdec.limits.MAX_WORKERS)")
     message_mb: float = option("--message-mb", None, between(0, MAX_MESSAGE_MB),
                                "MiB per parameter message (None: the model's size)")
     latency: float = option("--latency", DEFAULT_LATENCY_S,

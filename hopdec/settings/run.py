@@ -116,6 +116,9 @@ class RunSettings:
             raise ConfigError(f"--compress {self.protocol.compress}: decentralized mode only (--mode "
                               f"{self.mode} exchanges gradients{' and weights' if self.mode == 'ps' else ''} "
                               f"uncompressed)")
+        if self.mode != "decentralized" and self.protocol.local:
+            raise ConfigError(f"--local-steps and --outer-*: decentralized mode only (--mode {self.mode} "
+                              f"applies every worker's gradient as it comes)")
         if self.protocol.compressed and self.work.cuda_aware_mpi == "yes":
             raise ConfigError(f"--compress {self.protocol.compress}: codes on host buffers; use "
                               f"--cuda-aware-mpi auto or no")

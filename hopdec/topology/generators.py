@@ -192,66 +192,52 @@ def hierarchical(sizes=(4, 2, 2), variant="a"):
     return G
 
 
-MAX_NODES = 10 ** 6
-"""The most workers a generated topology may have: a million is beyond any cluster hopdec runs on and
-beyond what the simulator finishes in minutes; larger graphs only fill memory."""
-BYTES_PER_EDGE = 1024
-"""What one edge of a built graph costs in memory (networkx with weights: ~750 bytes measured, plus
-what saving or analysing it copies)."""
+BYTES_PER_EDGE = 600
+"""What an edge (with its weight) costs a networkx DiGraph while it is built, measured (peak ~550 bytes)."""
 
 
-def edge_count(kind, n, sizes=None):
-    """Edges (self-loops included) the generator ``kind`` makes on ``n`` workers, from its formula: what
-    :func:`check_size` weighs before anything is built."""
-    log = math.ceil(math.log2(max(n, 2)))
-    per_node = {"ring": 3, "ring-based": 4, "double-ring": 5, "torus": 5, "exponential": log + 1,
-                "one-peer-exponential": log + 1}
-    if kind == "complete":
-        return n * n
-    if kind.startswith("hierarchical"):
-        return sum(s * s for s in (sizes or (n,))) + 3 * n
-    return per_node.get(kind, log + 1) * n
-
-
-def check_size(kind, n, sizes=None):
-    """ValueError, before anything is built, unless the graph ``kind`` on ``n`` workers is one a machine
-    can build: at most :data:`MAX_NODES` nodes, and its edges within this host's memory."""
-    from hopdec.limits import gib, host_memory_bytes
-    _need(n <= MAX_NODES, f"{n} workers: at most {MAX_NODES:,} (a larger graph only fills memory)")
-    need = edge_count(kind, n, sizes) * BYTES_PER_EDGE
-    limit = host_memory_bytes()
-    _need(limit is None or need <= limit,
-          f"{n} workers would need {gib(need)} of memory for the graph, more than this host's {gib(limit or 0)}")
+def check_size(name, n, edges=None):
+    """Before a graph is built: ``n`` within :data:`hopdec.limits.MAX_WORKERS` and its edges -- ``edges``,
+    else a sparse family's ``n (2 log2 n + 4)`` -- within this host's memory; ConfigError naming the kind
+    (``topo generate complete -n 100000`` asked for 6 TB and ended in a MemoryError traceback)."""
+    from hopdec.limits import check_alloc, check_workers
+    n = _int(n)
+    check_workers(n, f"{name}({n})")
+    if edges is None:
+        edges = n * (2 * math.ceil(math.log2(max(n, 2))) + 4)
+    check_alloc((edges + n) * BYTES_PER_EDGE, f"{name}({n}): {edges + n} edges")
 
 
 def _hier(variant):
     def build(n=None, machines=None):
         sizes = tuple(machines) if machines else default_machine_sizes(n)
-        check_size(f"hierarchical-{variant}", sum(sizes), sizes)
         _need(n is None or sum(sizes) == n,
               f"machine sizes {','.join(map(str, sizes))} add up to {sum(sizes)}, not n={n}")
+        check_size(f"hierarchical-{variant}", sum(sizes), sum(s * s for s in sizes) + 2 * len(sizes))
         return hierarchical(sizes, variant)
     build.__doc__ = f"hierarchical(sizes, {variant!r}): {HIERARCHICAL_VARIANTS[variant]}"
     return build
 
 
-def _plain(fn, kind):
+def _plain(fn, edges=None):
+    """``build(n)`` of a one-parameter family, its size checked first (``edges(n)``: how many it has, when
+    more than a sparse family's)."""
     def build(n, machines=None):
-        _need(not machines, f"--machines applies to the hierarchical kinds only")
-        if isinstance(n, int) and not isinstance(n, bool):
-            check_size(kind, n)
+        _need(not machines, "--machines applies to the hierarchical kinds only")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            check_size(fn.__name__.replace("_", "-"), n, edges(n) if edges else None)
         return fn(n)
     build.__doc__ = fn.__doc__
     return build
 
 
 GENERATORS = {
-    "ring": _plain(ring, "ring"),
-    "ring-based": _plain(ring_based, "ring-based"),
-    "double-ring": _plain(double_ring, "double-ring"),
-    "exponential": _plain(exponential, "exponential"),
-    "torus": _plain(torus, "torus"),
-    "complete": _plain(complete, "complete"),
+    "ring": _plain(ring),
+    "ring-based": _plain(ring_based),
+    "double-ring": _plain(double_ring),
+    "exponential": _plain(exponential),
+    "torus": _plain(torus),
+    "complete": _plain(complete, edges=lambda n: n * (n - 1)),
     "hierarchical-a": _hier("a"),
     "hierarchical-b": _hier("b"),
 }
@@ -301,7 +287,7 @@ def one_peer_exponential(n):
 
 
 SCHEDULE_GENERATORS = {
-    "one-peer-exponential": _plain(one_peer_exponential, "one-peer-exponential"),
+    "one-peer-exponential": _plain(one_peer_exponential),
 }
 """Kinds whose graph changes every step (a schedule; ``hopdec topo generate`` writes a schedule file)."""
 GENERATORS.update(SCHEDULE_GENERATORS)

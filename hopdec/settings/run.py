@@ -103,8 +103,7 @@ class RunSettings:
                          if any(opt in every[name].options().values() for name in groups if name in every)]
                 if not modes:
                     continue                    # not a settings option (--mode, --help)
-                lines.append(f"{opt} is not used in {where}: it is an option of "
-                             f"{' and '.join('--mode ' + m for m in modes)} (drop it)")
+                lines.append(f"{opt} is not used in {where}: {' and '.join(modes)} mode only (drop it)")
             elif opt in ignored:
                 lines.append(f"{opt} is not used in {where}: {ignored[opt]} (drop it)")
         return lines

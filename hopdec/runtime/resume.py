@@ -106,8 +106,8 @@ class HopRank:
         self.every = ctx.settings.checkpoints.every or 0
         self.gap = gap_bound if gap_bound is not None and math.isfinite(gap_bound) else None
         self.target = ctx.iterations
-        cfg = ctx.run.cfg
-        self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if cfg.rounds else None)
+        rounds = getattr(getattr(ctx.run, "cfg", None), "rounds", False)    # (the all-reduce mode has none)
+        self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if rounds else None)
         res = ctx.resume
         self.start = 0
         if res is not None:

@@ -45,7 +45,7 @@ CASES = {
         "--compute-graph", "serial", *CONTENDED],
     "double-ring-queue-only": [
         "--topology", "double-ring", "-n", "16", "--iterations", "30", "--protocol", "queue-only",
-        "--max-ig", "3", "--bandwidth", "3@0.2", "--latency", "0", *CONTENDED],
+        "--bandwidth", "3@0.2", "--latency", "0", *CONTENDED],
     "links-from-file": None,            # filled in by _links_file
     "ring-based-mixed-no-latency": ["--topology", "ring-based", "-n", "16", "--iterations", "30", "--message-mb",
                                     "1", "--bandwidth", "2", "--latency", "0", "--compute-time",

@@ -46,8 +46,12 @@ ROWS = {
     "ddp": None,
     "hop": {},
     "hop-backup": {"backup_workers": 1},
+    "hop-backup-ig4": {"backup_workers": 1, "max_ig": 4},      # Hop sec. 7's max_ig for these mechanisms
+    "hop-stale": {"max_ig": 4, "staleness": 5},
     "hop-skip": {"backup_workers": 1, "max_ig": 4, "skip": "max-jump=4,trigger=2"},
+    "allreduce": None,
 }
+DEFAULT_ROWS = "ddp,hop,hop-backup,hop-backup-ig4,hop-stale,hop-skip"   # allreduce: added where `hopdec train` has it
 HOP_TOPOLOGY = "ring-based"                    # hopdec's default for 4 workers
 
 
@@ -61,7 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats of every (condition, row)")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated subset of "
                    + ", ".join(CONDITIONS))
-    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of " + ", ".join(ROWS))
+    p.add_argument("--rows", default=DEFAULT_ROWS, help="comma-separated subset of " + ", ".join(ROWS))
     p.add_argument("--with-allreduce", choices=("auto", "yes", "no"), default="auto",
                    help="add a row of `hopdec train --mode allreduce` (auto: when `hopdec train --help` "
                         "offers it)")
@@ -96,10 +100,12 @@ def parse_args(argv=None):
         a.steps, a.repeats = min(a.steps, 24), 1
         if a.conditions == ",".join(CONDITIONS):
             a.conditions = "none"
-        if a.rows == ",".join(ROWS):
+        if a.rows == DEFAULT_ROWS:
             a.rows = "ddp,hop"
     a.conditions = [c for c in a.conditions.split(",") if c]
     a.rows = [r for r in a.rows.split(",") if r]
+    if a.quick and a.with_allreduce == "auto":
+        a.with_allreduce = "no"
     bad = [c for c in a.conditions if c not in CONDITIONS] + [r for r in a.rows if r not in ROWS]
     if bad:
         p.error(f"unknown condition or row: {', '.join(bad)}")
@@ -149,6 +155,24 @@ def param_groups(model):
             {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
 
 
+def make_model(input_shape, num_classes):
+    """``hopdec train --model ddp_compare.py:make_model`` (the allreduce row): this script's transformer,
+    its size from ``DDP_COMPARE_MODEL`` (dim,layers,heads), which the job sets."""
+    from hopdec.ml.models import TransformerLM
+    dim, layers, heads = (int(x) for x in os.environ.get("DDP_COMPARE_MODEL", "64,2,4").split(","))
+    return TransformerLM(num_classes, input_shape[0], dim, layers, heads)
+
+
+def make_data(seed=0):
+    """``hopdec train --dataset ddp_compare.py:make_data``: the kjv windows of ``DDP_COMPARE_SEQ`` bytes, as
+    plain tensors (what the factory contract names; 2 x 33 MB at 32 bytes)."""
+    import torch
+    from hopdec.ml.text import load_text
+    d = load_text("kjv", int(os.environ.get("DDP_COMPARE_SEQ", "32")))
+    train, test = torch.arange(len(d.train_y)), torch.arange(len(d.test_y))
+    return d.train_x[train], d.train_y[train], d.test_x[test], d.test_y[test]
+
+
 # --------------------------------------------------------------------------------------- the job
 def job(a):
     """Every rank of the one mpirun job: calibrate the compute time, then each run of the plan ``a.job`` in order
@@ -178,7 +202,10 @@ def job(a):
                                 world_size=comm.Get_size())
     for r in plan["runs"]:
         t = time.time()
-        train(a, r["row"], r["condition"], sleep, r["dir"], comm)
+        if r["row"] == "allreduce":
+            train_allreduce(a, r["condition"], r["dir"], comm)
+        else:
+            train(a, r["row"], r["condition"], sleep, r["dir"], comm)
         comm.Barrier()
         if comm.Get_rank() == 0:
             print(f"  ran {r['dir']} in {time.time() - t:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -277,6 +304,22 @@ def train(a, row, condition, sleep, run_dir, comm):
              params=np.stack(snaps), steps=step, jumps=jumps, t_end=t_end, slept=slept, cpu=cpu, in_step=in_step)
 
 
+def train_allreduce(a, condition, run_dir, comm):
+    """The allreduce row: ``hopdec train --mode allreduce`` in this job (its own loop, logs, slowdown
+    emulation and recipe for a model of one's own), on this script's model and data by factories."""
+    from hopdec.cli.train import main as hopdec_train
+    os.environ["DDP_COMPARE_MODEL"] = f"{a.dim},{a.layers},{a.heads}"
+    os.environ["DDP_COMPARE_SEQ"] = str(a.seq_len)
+    me = os.path.abspath(__file__)
+    slowdown = {"none": [], "straggler": ["--slowdown", f"rank={a.slow_rank},factor={a.factor:g}"],
+                "random": ["--slowdown", f"random:factor={a.factor:g},prob={a.random_prob:g}"]}[condition]
+    rc = hopdec_train(["--mode", "allreduce", "--model", f"{me}:make_model", "--dataset", f"{me}:make_data",
+                       "--iterations", str(a.steps), "--batch-size", str(a.batch_size), "--seed", str(a.seed),
+                       "--log-dir", run_dir, "--save-models", "--no-progress"] + slowdown)
+    if rc:
+        raise RuntimeError(f"hopdec train --mode allreduce exited {rc}")
+
+
 def _free_port():
     import socket
     with socket.socket() as s:
@@ -348,6 +391,18 @@ class Evaluator:
                 x, y = self.x[s:s + 256], self.y[s:s + 256]
                 total += float(self.crit(self.model(x), y)) * y.numel()
             return total / self.y.numel()
+
+
+def collect_allreduce(run_dir, ranks, steps, evaluate):
+    """The allreduce row's figures from ``hopdec train``'s logs: iteration times, the final model."""
+    from hopdec.runtime.metrics import read_log
+    logs = [read_log(os.path.join(run_dir, f"rank{r}.jsonl")) for r in range(ranks)]
+    t0 = min(recs[0]["time"] for recs in logs)
+    t_end = max(recs[-1]["time"] for recs in logs) - t0
+    final = np.load(os.path.join(run_dir, "params_rank0.npy"), allow_pickle=False).astype(np.float32)
+    return {"iters": [steps], "times": [t_end], "loss": [evaluate(final)], "t_end": t_end,
+            "steps": [len(recs) for recs in logs], "jumps": [0] * ranks, "slept": [0.0] * ranks,
+            "cpu": [0.0] * ranks, "in_step": [0.0] * ranks}
 
 
 def collect(run_dir, ranks, evaluate):
@@ -422,7 +477,8 @@ def summarize(runs, target, steps):
                 "reached": len(reached),
                 "speedup_to_target": statistics.median(tt_ratio) if tt_ratio else None,
                 "loss_at_steps": statistics.median(loss),
-                "loss_half": statistics.median(r["loss"][len(r["loss"]) // 2 - 1] for r in mine),
+                "loss_half": statistics.median(r["loss"][len(r["loss"]) // 2 - 1] for r in mine)
+                if len(mine[0]["loss"]) > 1 else None,
                 "slow_rank_steps": statistics.median(r["steps"][-1] for r in mine)
                 if mine[0].get("steps") else None,
                 "jumps": statistics.median(sum(r["jumps"]) for r in mine) if mine[0].get("jumps") else 0,
@@ -443,7 +499,7 @@ def table(summary, target, steps, slow_rank=3):
         tt = _f(s["time_to_target"], ".1f") + ("" if s["reached"] == s["runs"] else
                                                 f" ({s['reached']}/{s['runs']} reached)")
         lines.append(f"| {s['condition']} | {s['row']} | {s['steps_per_s']:.2f} | {_f(s['steps_ratio'], '.2f')}x"
-                     f" | {tt} | {_f(s['speedup_to_target'], '.2f')}x | {s['loss_half']:.3f} | "
+                     f" | {tt} | {_f(s['speedup_to_target'], '.2f')}x | {_f(s['loss_half'], '.3f')} | "
                      f"{s['loss_at_steps']:.3f} | {_f(s['slow_rank_steps'], '.0f')} | {s['jumps']:.0f} |")
     return "\n".join(lines)
 
@@ -452,10 +508,13 @@ def main(argv=None):
     a = parse_args(argv)
     if a.job is not None:
         return job(a)
-    with_ar = a.with_allreduce == "yes" or (a.with_allreduce == "auto" and allreduce_available())
-    if with_ar:
-        print("ddp_compare: `hopdec train --mode allreduce` found; its row is not wired into this script yet "
-              "(see experiments/README.md)", flush=True)
+    if a.with_allreduce != "no" and "allreduce" not in a.rows:
+        if allreduce_available():
+            a.rows.append("allreduce")
+        elif a.with_allreduce == "yes":
+            print("ddp_compare: --with-allreduce yes: this hopdec's `hopdec train` has no --mode allreduce",
+                  file=sys.stderr)
+            return 2
     out = a.out or tempfile.mkdtemp(prefix="ddp_compare-")
     os.makedirs(out, exist_ok=True)
     try:
@@ -495,7 +554,9 @@ def _drive(a, out):
     compute, sleep = cal["compute_time"], cal["sleep"]
     evaluate = Evaluator(a)
     for r in runs:
-        r.update(collect(r.pop("dir"), a.ranks, evaluate))
+        d = r.pop("dir")
+        r.update(collect_allreduce(d, a.ranks, a.steps, evaluate) if r["row"] == "allreduce"
+                 else collect(d, a.ranks, evaluate))
         print(f"repeat {r['repeat']} {r['condition']:9s} {r['row']:10s} {a.steps / r['t_end']:6.2f} steps/s  "
               f"loss@{a.steps} {r['loss'][-1]:.3f}  steps {r['steps']} jumps {r['jumps']}  CPU/step "
               f"{1e3 * sum(r['cpu']) / sum(r['steps']):.0f} ms, in step() "

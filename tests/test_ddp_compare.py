@@ -28,7 +28,8 @@ def test_quick_defaults_and_bad_arguments(dc, capsys):
     a = dc.parse_args(["--quick", "--conditions", "straggler", "--rows", "ddp,hop-skip"])
     assert (a.conditions, a.rows) == (["straggler"], ["ddp", "hop-skip"])
     a = dc.parse_args([])
-    assert a.conditions == list(dc.CONDITIONS) and a.rows == list(dc.ROWS) and a.eval_every == 10
+    assert a.conditions == list(dc.CONDITIONS) and a.rows == ["ddp", "hop", "hop-backup", "hop-backup-ig4", "hop-stale", "hop-skip"]
+    assert a.eval_every == 10 and a.with_allreduce == "auto"
     for bad in (["--rows", "hop"], ["--conditions", "slow"], ["--rows", "ddp,adam"], ["--slow-rank", "4"],
                 ["--random-prob", "2"]):
         with pytest.raises(SystemExit) as e:

@@ -1,13 +1,13 @@
 """Hop against PyTorch DDP on the transformer language model, 4 ranks, with and without stragglers.
 
 One training loop (:func:`train`, below) runs under ``mpirun`` either with ``torch.nn.parallel.
-DistributedDataParallel`` (gloo) and ``torch.optim.AdamW``, or with ``hopdec.optim.HopOptimizer`` wrapping
-the same AdamW (no mechanism, backup workers, iteration skipping): the same model (the kjv transformer of
-``hopdec train --dataset kjv --model transformer``, made smaller by ``--dim/--layers/--seq-len`` so that 4
-ranks run on 2 shared cores), the same data shards, batch size, seed, warmup + cosine schedule (set from
-the iteration each step), clipping, and the same launcher. The driver starts ONE ``mpirun`` job that runs
-every (condition, row) pair interleaved, repeat after repeat (the ranks start once), then evaluates the
-snapshots offline and prints the table::
+DistributedDataParallel`` (gloo) and ``torch.optim.AdamW``, or with ``hopdec.optim.HopOptimizer``
+wrapping the same AdamW (no mechanism, backup workers, staleness, iteration skipping): the same model (the
+kjv transformer of ``hopdec train --dataset kjv --model transformer``, made smaller by
+``--dim/--layers/--seq-len`` so that 4 ranks run on 2 shared cores), the same data shards, batch size,
+seed, warmup + cosine schedule (set from the iteration each step), clipping, and the same launcher. The
+driver starts ONE ``mpirun`` job that runs every (condition, row) pair interleaved, repeat after repeat
+(the ranks start once), then evaluates the snapshots offline and prints the table::
 
     python3 experiments/ddp_compare.py --quick                       # smoke: seconds per run
     python3 experiments/ddp_compare.py --steps 200 --repeats 3 --out ddp-out
@@ -160,7 +160,8 @@ def make_model(input_shape, num_classes):
     its size from ``DDP_COMPARE_MODEL`` (dim,layers,heads), which the job sets."""
     from hopdec.ml.models import TransformerLM
     dim, layers, heads = (int(x) for x in os.environ.get("DDP_COMPARE_MODEL", "64,2,4").split(","))
-    return TransformerLM(num_classes, input_shape[0], dim, layers, heads)
+    # vocabulary 256 (bytes) as the other rows, whatever num_classes was inferred from the targets (123)
+    return TransformerLM(256, input_shape[0], dim, layers, heads)
 
 
 def make_data(seed=0):

@@ -28,7 +28,8 @@ def test_quick_defaults_and_bad_arguments(dc, capsys):
     a = dc.parse_args(["--quick", "--conditions", "straggler", "--rows", "ddp,hop-skip"])
     assert (a.conditions, a.rows) == (["straggler"], ["ddp", "hop-skip"])
     a = dc.parse_args([])
-    assert a.conditions == list(dc.CONDITIONS) and a.rows == ["ddp", "hop", "hop-backup", "hop-backup-ig4", "hop-stale", "hop-skip"]
+    assert a.conditions == list(dc.CONDITIONS)
+    assert a.rows == ["ddp", "hop", "hop-backup", "hop-backup-ig4", "hop-stale", "hop-skip"]
     assert a.eval_every == 10 and a.with_allreduce == "auto"
     for bad in (["--rows", "hop"], ["--conditions", "slow"], ["--rows", "ddp,adam"], ["--slow-rank", "4"],
                 ["--random-prob", "2"]):
@@ -93,6 +94,7 @@ def test_run_plan_interleaves_and_rotates(dc):
     assert order[6:9] == [(1, "none", "hop"), (1, "none", "hop-skip"), (1, "none", "ddp")]
 
 
+@pytest.mark.mpi
 def test_quick_runs_ddp_and_hop_for_real(tmp_path):
     """The smallest real comparison: one mpirun job, 4 ranks, DDP (gloo) then HopOptimizer."""
     out = tmp_path / "out"

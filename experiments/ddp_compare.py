@@ -49,6 +49,7 @@ ROWS = {
     "hop-backup-ig4": {"backup_workers": 1, "max_ig": 4},      # Hop sec. 7's max_ig for these mechanisms
     "hop-stale": {"max_ig": 4, "staleness": 5},
     "hop-skip": {"backup_workers": 1, "max_ig": 4, "skip": "max-jump=4,trigger=2"},
+    "hop-skip-stale": {"staleness": 5, "max_ig": 4, "skip": "max-jump=4,trigger=2"},
     "allreduce": None,
 }
 DEFAULT_ROWS = "ddp,hop,hop-backup,hop-backup-ig4,hop-stale,hop-skip"   # allreduce: added where `hopdec train` has it

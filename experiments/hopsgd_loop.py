@@ -23,6 +23,10 @@ def main():
     p.add_argument("--topology", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", default=None, help="save each rank's final parameters as SAVE/params_rank{r}.npy")
+    p.add_argument("--compress", default="none", help="as hopdec train --compress (e.g. int8)")
+    p.add_argument("--local-steps", type=int, default=1, help="as hopdec train --local-steps")
+    p.add_argument("--outer-optimizer", default=None, help="as hopdec train --outer-optimizer")
+    p.add_argument("--compute-graph", default="parallel", help="as hopdec train --compute-graph")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -36,7 +40,8 @@ def main():
                      h["batch_size"], seed=args.seed * 7919 + rank)
     criterion = loss_fn("cnn")
     opt = HopSGD(model, lr=h["lr"], momentum=h["momentum"], weight_decay=h["weight_decay"],
-                 topology=args.topology, steps=args.steps)
+                 topology=args.topology, steps=args.steps, compress=args.compress, local_steps=args.local_steps,
+                 outer_optimizer=args.outer_optimizer, compute_graph=args.compute_graph)
 
     for step in range(args.steps):
         xb, yb = next(stream)

@@ -14,7 +14,7 @@ from hopdec.hop.protocols import PROTOCOLS, protocol_usage
 from hopdec.ps.sync import POLICIES, sync_usage
 from hopdec.settings import (MODES, PS, Checkpoints, Cost, Emulation, Faults, Observe, Protocol, RunSettings,
                              Work)
-from hopdec.settings.faults import ints
+from hopdec.settings.faults import deaths, ints
 
 
 def add_run_arguments(p, mpi=True):
@@ -51,6 +51,17 @@ def add_run_arguments(p, mpi=True):
                    help="code the exchanges: fp16, bf16, int8 or topk:F (the largest fraction F), with error "
                         "feedback per edge (Choco-SGD); ,gamma=G: the consensus step (Reduce moves G of the way to "
                         "the average; default 1); default none (float32)")
+    g.add_argument("--local-steps", type=int, default=1, metavar="H",
+                   help="local steps: each iteration (a round of the protocol) takes H inner steps of the "
+                        "model's optimizer, then exchanges and takes the outer step (DiLoCo); --iterations "
+                        "counts inner steps; default 1")
+    g.add_argument("--outer-optimizer", choices=["sgd", "nesterov"], default=None,
+                   help="the outer step on a round's pseudo-gradient (default: nesterov with --local-steps "
+                        "> 1, as DiLoCo; else sgd with lr 1: the plain step, Hop's own)")
+    g.add_argument("--outer-lr", type=float, default=None, metavar="LR",
+                   help="the outer step's learning rate (default: 0.7 nesterov, 1 sgd)")
+    g.add_argument("--outer-momentum", type=float, default=None, metavar="M",
+                   help="the outer step's momentum in [0, 1) (default: 0.9 nesterov, 0 sgd)")
     d = p.add_argument_group("model and data")
     from hopdec.ml.registry import DATASETS, MODELS
     d.add_argument("--dataset", choices=DATASETS, default="digits",
@@ -73,7 +84,8 @@ def add_run_arguments(p, mpi=True):
     d.add_argument("--batch-size", type=int, default=None,
                    help="mini-batch size per worker (default: the model's preset)")
     d.add_argument("--iterations", type=int, default=None, metavar="K",
-                   help="iterations per worker (default 200)")
+                   help="iterations (mini-batches) per worker (default 200); with --local-steps H they make "
+                        "ceil(K/H) rounds")
     d.add_argument("--epochs", type=float, default=None, metavar="E",
                    help="instead of --iterations: passes over each worker's shard")
     d.add_argument("--seed", type=int, default=0,
@@ -178,10 +190,12 @@ def settings_from(args, argv=(), simulated=False):
     protocol = Protocol(**_picked(args, Protocol.options()))
     emulation = Emulation(**{**_picked(args, ["compute_time"] if not simulated else []),
                              "slowdown": tuple(args.slowdown or ())})
-    faults = Faults(**_picked(args, ["peer_timeout", "fault_tolerance", "die_how"]),
+    faults = Faults(**_picked(args, ["peer_timeout", "fault_tolerance", "die_how", "death_trace", "churn_mttf",
+                                     "detect_s", "heal_stall_s"]),
                     **({"die_rank": ints(args.die_rank, "--die-rank"), "die_at": ints(args.die_at, "--die-at"),
                         "die_phase": tuple(p.strip() for p in str(args.die_phase or "train").split(","))}
-                       if hasattr(args, "die_rank") else {}))
+                       if hasattr(args, "die_rank") else {}),
+                    **({"deaths": deaths(args.deaths)} if hasattr(args, "deaths") else {}))
     ps = PS(**_picked(args, PS.options()))
     observe = Observe(progress=not args.no_progress,
                       **_picked(args, [f for f in Observe.options() if f != "progress"]))

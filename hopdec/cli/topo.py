@@ -85,6 +85,9 @@ def build_parser():
                         f"{DEFAULT_MAX_IG})")
     a.add_argument("--staleness", type=_nonneg_int, metavar="S",
                    help="bounded staleness s: adds the (s+1)*len rows")
+    a.add_argument("--local-steps", type=_positive_int, default=1, metavar="H",
+                   help="rounds of H local steps (hopdec train --local-steps): the bounds count rounds; "
+                        "says each in inner steps too (default 1)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--plot", metavar="OUT.png", help="draw the graph and W's eigenvalue moduli "
                    f"(graphs of up to {PLOT_MAX_N} nodes)")
@@ -183,6 +186,11 @@ def _analyze(args):
         raise ConfigError(f"analyze --plot: draws graphs of up to {PLOT_MAX_N} nodes, "
                           f"{args.file} has {G.number_of_nodes()}")
     s = summarize(G, args.max_ig, args.staleness)
+    h = args.local_steps
+    if h > 1:                                       # Theorem 2 holds per round: the core counts rounds
+        s["local_steps"] = h
+        s["gap_bounds_inner_steps"] = {name: (None if v is None else v if v == "inf" or math.isinf(float(v))
+                                              else v * h) for name, v in (s["gap_bounds"] or {}).items()}
     _warnings(s)
     if args.plot:
         plot(G, args.plot)
@@ -223,7 +231,10 @@ def _analyze(args):
         f"  diameter              {_fmt(s['diameter'])}",
         "",
         f"Hop Table 1: max over pairs of the bound on Iter(i)-Iter(j)  (max_ig={k}"
-        + (f", s={st}" if st is not None else "") + ")",
+        + (f", s={st}" if st is not None else "") + ")" + (
+            f"\n  with --local-steps {h} an iteration is a round of {h} inner steps: every bound below and "
+            f"max_ig count rounds;\n  a bound of B rounds is B*{h} inner steps between two workers' round "
+            f"starts" if h > 1 else ""),
         _row("standard (update queues)", b.get("standard"), "len(Path j->i)"),
         _row("standard + token queues", b.get("standard+tokens"), f"min(len j->i, {k}*len i->j)"),
     ]

@@ -6,6 +6,7 @@ its mechanisms is there, once -- and returns the notes worth telling the user. T
 needs (``max_ig``, backup workers per node) live here once and are used by the core's constructors too.
 """
 
+import math
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
@@ -13,6 +14,9 @@ from hopdec.hop.protocols import PROTOCOLS
 from hopdec.topology.bounds import check_max_ig  # noqa: F401  (the one max_ig check; hop.token_queue uses it)
 
 COMPUTE_GRAPHS = ("parallel", "serial")
+OUTER_OPTIMIZERS = ("sgd", "nesterov")
+DILOCO_OUTER = dict(optimizer="nesterov", lr=0.7, momentum=0.9)
+"""DiLoCo's outer step (Douillard et al. 2023): SGD with Nesterov momentum 0.9, lr 0.7."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,75 @@ class ProtocolConfig:
     fault_tolerant: bool = False    # survivors of a failure heal the graph and go on (Worker.reconfigure)
     compress: str = "none"          # --compress: the codec of the exchanges (hopdec.transport.codec)
     consensus_step: float = 1.0     # Choco's gamma: Reduce moves this far to the average (hop.receive.damped)
+    # --local-steps: an iteration is a round of this many inner steps, then the outer step (the trainer's:
+    # hopdec.ml.trainer.LocalRounds); the core never sees inner steps, so every bound here is in rounds
+    local_steps: int = 1
+    outer_optimizer: str = "sgd"    # the outer step on the round's pseudo-gradient (resolved: outer_step)
+    outer_lr: float = 1.0
+    outer_momentum: float = 0.0
+
+    @property
+    def rounds(self):
+        """Whether an iteration is a round of local steps with an outer step (anything but Hop's own step)."""
+        return self.local_steps > 1 or not plain_outer(self.outer_optimizer, self.outer_lr, self.outer_momentum)
+
+
+def plain_outer(optimizer, lr, momentum):
+    """The plain outer step -- SGD, lr 1, no momentum: a round ends where its inner steps and the exchange
+    left it (with one local step: Hop's own step)."""
+    return optimizer == "sgd" and lr == 1 and momentum == 0
+
+
+def outer_step(local_steps=1, optimizer=None, lr=None, momentum=None):
+    """``(optimizer, lr, momentum)`` of the outer step, defaults filled in: DiLoCo's (:data:`DILOCO_OUTER`)
+    with local steps (H > 1) and no optimizer named, else the plain step; an optimizer named without lr
+    or momentum gets its own defaults (nesterov: DiLoCo's; sgd: lr 1, momentum 0). ConfigError names the
+    option that cannot work."""
+    if optimizer is None:
+        optimizer = DILOCO_OUTER["optimizer"] if local_steps > 1 else "sgd"
+    if optimizer not in OUTER_OPTIMIZERS:
+        raise ConfigError(f"--outer-optimizer {optimizer!r}: expected one of {', '.join(OUTER_OPTIMIZERS)}")
+    diloco = optimizer == "nesterov"
+    lr = (DILOCO_OUTER["lr"] if diloco else 1.0) if lr is None else float(lr)
+    momentum = (DILOCO_OUTER["momentum"] if diloco else 0.0) if momentum is None else float(momentum)
+    if not (math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"--outer-lr {lr:g}: must be a finite number > 0")
+    if not 0 <= momentum < 1:
+        raise ConfigError(f"--outer-momentum {momentum:g}: must be in [0, 1)")
+    if diloco and momentum == 0:
+        raise ConfigError("--outer-optimizer nesterov needs --outer-momentum > 0 (Nesterov momentum; "
+                          "--outer-optimizer sgd is the step without momentum)")
+    return optimizer, lr, momentum
+
+
+def rounds(steps, local_steps):
+    """The rounds of a run of ``steps`` inner steps per worker, ``local_steps`` per round (the last one may
+    be shorter): what the core counts as iterations."""
+    return -(-int(steps) // int(local_steps))
+
+
+def round_steps(k, local_steps, steps=None):
+    """Round k's inner step indices: ``k*H .. (k+1)*H - 1``, cut at ``steps`` (the run's inner steps)."""
+    end = (k + 1) * local_steps
+    return range(k * local_steps, end if steps is None else min(end, int(steps)))
+
+
+def in_steps(value, cfg):
+    """A bound of ``value`` rounds said in inner steps too, for the summary, ``topo analyze`` and the
+    invariants (e.g. "2 rounds = 16 inner steps")."""
+    if cfg.local_steps == 1:
+        return f"{value:g}"
+    return f"{value:g} rounds = {value * cfg.local_steps:g} inner steps"
+
+
+def describe_rounds(cfg):
+    """The local steps and the outer step in words (empty without them)."""
+    if not cfg.rounds:
+        return ""
+    outer = ("plain outer step" if plain_outer(cfg.outer_optimizer, cfg.outer_lr, cfg.outer_momentum) else
+             f"outer {cfg.outer_optimizer} lr {cfg.outer_lr:g}"
+             + (f" momentum {cfg.outer_momentum:g}" if cfg.outer_momentum else ""))
+    return f"rounds of {cfg.local_steps} local step{'s' if cfg.local_steps > 1 else ''}, {outer}"
 
 
 def check_backup(backup, node, in_neighbors):
@@ -57,6 +130,9 @@ def check_config(cfg, views):
         raise ConfigError(f"--compute-graph {cfg.compute_graph!r}: expected parallel or serial")
     if cfg.iterations < 1:
         raise ConfigError("--iterations must be >= 1")
+    if cfg.local_steps < 1:
+        raise ConfigError(f"--local-steps {cfg.local_steps}: must be >= 1")
+    outer_step(cfg.local_steps, cfg.outer_optimizer, cfg.outer_lr, cfg.outer_momentum)
     check_max_ig(cfg.max_ig)
     if cfg.staleness is not None and cfg.staleness < 0:
         raise ConfigError(f"--staleness {cfg.staleness}: must be >= 0")
@@ -70,6 +146,9 @@ def check_config(cfg, views):
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"
         raise ConfigError(f"{what} needs --protocol tokens: without token queues the iteration gap is "
                           f"unbounded (Hop sec. 4.3/4.4)")
+    if cfg.fault_tolerant and cfg.rounds:
+        raise ConfigError("--local-steps / --outer-optimizer with --fault-tolerance: not supported (a heal "
+                          "may restart a round whose inner steps are under way; not handled yet)")
     if cfg.fault_tolerant and cfg.compress != "none":
         raise ConfigError(f"--compress {cfg.compress} with --fault-tolerance: not supported (a heal loses "
                           f"messages of the compressed streams, whose receivers need every one in order)")
@@ -136,7 +215,9 @@ def describe(cfg, graph=None):
     """A run's setting for titles: the Table 1 row, plus iteration skipping when on."""
     return setting_name(cfg, graph) + (f"+skip(max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger})"
                                        if cfg.skip_max_jump else "") + (
-        f"+compress({cfg.compress})" if cfg.compress != "none" else "")           # gossip
+        f"+compress({cfg.compress})" if cfg.compress != "none" else "") + (        # gossip
+        f"+local(H={cfg.local_steps}, outer {cfg.outer_optimizer} lr {cfg.outer_lr:g}"
+        + (f" momentum {cfg.outer_momentum:g}" if cfg.outer_momentum else "") + ")" if cfg.rounds else "")
 
 
 def gap_bound(graph, cfg):

@@ -8,7 +8,9 @@ one update per sender is outstanding (sec. 3.3), and no update is lost (each one
 used or dropped as late).
 
 On a time-varying topology (a schedule, :mod:`hopdec.hop.time_varying`) the token relation is checked on
-every union edge and the gaps against Table 1 with activation gaps.
+every union edge and the gaps against Table 1 with activation gaps. With local steps (``--local-steps H``)
+every iteration is a round of H inner steps and every bound is in rounds (a gap of B rounds is B*H inner
+steps between the workers' round starts): the messages say so.
 
 After a heal (workers failed, :meth:`Invariants.rebase`), newly connected workers may be further apart than
 the healed graph allows: the ahead one then waits (for updates, or with a token deficit). The token relation
@@ -19,7 +21,7 @@ its Recv may still enter (then the ahead workers wait).
 
 import numpy as np
 
-from hopdec.hop.config import setting_name
+from hopdec.hop.config import in_steps, setting_name
 from hopdec.hop.protocols import PROTOCOLS
 
 
@@ -38,6 +40,9 @@ class Invariants:
 
     def __init__(self, graph, cfg):
         self.cfg = cfg
+        # with local steps an iteration is a round of them: the core, and so every bound here, counts
+        # rounds (the inner steps run inside a round's ComputeGradient and never reach the protocol)
+        self.unit = f"rounds of {cfg.local_steps} local steps" if cfg.local_steps > 1 else "iterations"
         self.deficit = 0
         self.healed = False                 # after a heal a catch-up update may sit beside the others
         self.checks = 0
@@ -88,10 +93,10 @@ class Invariants:
         self.max_gap = np.maximum(self.max_gap, gap)
         if not (gap <= self.bounds + self.deficit).all():
             a, b = np.argwhere(gap > self.bounds + self.deficit)[0]
-            raise InvariantError(f"Iter({self.ids[a]}) - Iter({self.ids[b]}) = {gap[a, b]} exceeds Table 1's "
-                                 f"bound {self.bounds[a, b]:g}" + (f" + the heal's deficit {self.deficit}"
-                                                                  if self.deficit else "")
-                                 + f" (iterations {dict(zip(self.ids, it.tolist()))})")
+            raise InvariantError(f"Iter({self.ids[a]}) - Iter({self.ids[b]}) = {in_steps(gap[a, b], self.cfg)} "
+                                 f"exceeds Table 1's bound {in_steps(self.bounds[a, b], self.cfg)}"
+                                 + (f" + the heal's deficit {self.deficit}" if self.deficit else "")
+                                 + f" ({self.unit} {dict(zip(self.ids, it.tolist()))})")
         for c in by_id.values():
             if c.held_updates > c.capacity() + (len(c.view.in_neighbors) if self.healed else 0):
                 raise InvariantError(f"worker {c.rank} holds {c.held_updates} updates, capacity "
@@ -115,7 +120,8 @@ class Invariants:
                 size = led.issued[i] - by_id[i].ledger.taken[c.rank]
                 if size != c.iteration - by_id[i].iteration + led.max_ig or size < -self.deficit:
                     raise InvariantError(f"TokenQ({c.rank}->{i}) holds {size} tokens; Theorem 2 says "
-                                         f"{c.iteration - by_id[i].iteration + led.max_ig}")
+                                         f"{c.iteration - by_id[i].iteration + led.max_ig} (Iter counts "
+                                         f"{self.unit})")
                 if by_id[i].ledger.granted[c.rank] > led.issued[i]:
                     raise InvariantError(f"worker {i} counts {by_id[i].ledger.granted[c.rank]} tokens "
                                          f"from {c.rank}, which issued {led.issued[i]}")

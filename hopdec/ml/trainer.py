@@ -5,8 +5,10 @@ ONE contiguous flat tensor: every ``nn.Parameter`` is a view into it, and so is 
 averaging are single-tensor operations, with no per-parameter messages or loops. :class:`FlatSGD` adds SGD
 (momentum, weight decay) on the flat tensor; :class:`LocalTrainer` adds a model, a data shard, the model's
 preset optimizer (SGD, or AdamW with warmup + cosine and gradient clipping for the transformer) and
-evaluation: ``t.compute(); t.reduce([...]); t.apply()``. :class:`hopdec.optim.HopOptimizer` keeps a user's
-own model in a :class:`FlatModel` and steps it with the user's torch optimizer. No MPI here.
+evaluation: ``t.compute(); t.reduce([...]); t.apply()``. :class:`LocalRounds` and :class:`OuterStep` make
+an iteration a round of local steps with an outer step (``--local-steps``, DiLoCo).
+:class:`hopdec.optim.HopOptimizer` keeps a user's own model in a :class:`FlatModel` and steps it with the
+user's torch optimizer. No MPI here.
 """
 
 import collections
@@ -245,6 +247,7 @@ class FlatModel:
         self.numel = self.numel_params + sum(b.numel() for b in buffers)
         self._stores = None                         # the two buffers, once double-buffered
         self._cur = 0
+        self._views = None                          # what the views are on when not the values (local steps)
         self._stage = None                          # device staging for received host buffers (GPU)
         if buffers:                                 # buffers live in the second half of the stores
             self._double_buffer(self.numel)
@@ -315,7 +318,22 @@ class FlatModel:
     def _point_at(self, i):
         """Make store ``i`` the values: the flat tensor, every parameter view and every buffer move to it."""
         self._cur = i
-        store = _as_tensor(self._stores[i])
+        self._point_views(_as_tensor(self._stores[i]) if self._views is None else self._views)
+
+    def views_on(self, work):
+        """Point the parameters (and averaged buffers) at ``work`` (a tensor of :attr:`numel` on the device)
+        while the values stay where they are: local steps train a copy while the values are sent
+        (:class:`LocalRounds`); they stay there across :meth:`reduce` until :meth:`views_home`."""
+        self._views = work
+        self._point_views(work)
+
+    def views_home(self):
+        """Point the parameters back at the values (after :meth:`views_on`)."""
+        if self._views is not None:
+            self._views = None
+            self._point_at(self._cur)
+
+    def _point_views(self, store):
         data = store[:self.numel_params]
         self.flat.data = data
         off = 0
@@ -331,13 +349,168 @@ class FlatModel:
     def expected_pointers(self):
         """``[(tensor, data_ptr it must have)]`` for every parameter and averaged buffer: anything else was
         replaced, moved or cast behind this object's back (see :mod:`hopdec.optim.life`)."""
-        base = self.values()
+        base = self.values() if self._views is None else self._views
         ptr, size = base.data_ptr(), base.element_size()
         out, off = [], 0
         for t in self._params + self._buffers:
             out.append((t, ptr + off * size))
             off += t.numel()
         return out
+
+
+class OuterStep:
+    """The outer optimizer of local steps (DiLoCo): ``x <- base - lr * d``, where ``d`` is the round's
+    pseudo-gradient ``delta`` under SGD momentum (``sgd``, heavy ball) or Nesterov momentum (``nesterov``),
+    with ``torch.optim.SGD``'s arithmetic (dampening 0; the first step's buffer is ``delta`` itself) on one
+    flat tensor. ``sgd`` with lr 1 and momentum 0 is :attr:`plain`: ``x <- base - delta``, the round's own
+    result, which :class:`LocalRounds` takes without any arithmetic (so one local step is Hop's step)."""
+
+    def __init__(self, kind="sgd", lr=1.0, momentum=0.0):
+        self.kind, self.lr, self.momentum = kind, float(lr), float(momentum)
+        self.buf = None                             # the momentum buffer, from the first step
+
+    @property
+    def plain(self):
+        return self.kind == "sgd" and self.lr == 1.0 and self.momentum == 0.0
+
+    def describe(self):
+        return "plain (sgd, lr 1)" if self.plain else (
+            f"{self.kind} lr {self.lr:g}" + (f" momentum {self.momentum:g}" if self.momentum else ""))
+
+    @torch.no_grad()
+    def step(self, base, delta, out=None):
+        """``out <- base - lr * d(delta)`` (``out``: ``base`` itself by default). ``delta`` is overwritten."""
+        d = delta
+        if self.momentum:
+            if self.buf is None:
+                self.buf = delta.clone()
+            else:
+                self.buf.mul_(self.momentum).add_(delta)
+            if self.kind == "nesterov":
+                d = delta.add_(self.buf, alpha=self.momentum)
+            else:
+                d = self.buf
+        torch.add(base, d, alpha=-self.lr, out=base if out is None else out)
+
+
+class LocalRounds:
+    """Rounds of local steps on a :class:`FlatModel`: Hop's iteration k is a *round* of H inner steps (the
+    model's own optimizer), whose exchange and outer step replace Hop's gradient step (DiLoCo's H inner
+    steps and outer step on the pseudo-gradient, on Hop's two computation graphs, sec. 3.2):
+
+    * parallel graph -- Send(k) sends the anchor ``a`` (the parameters at the round's start) while the
+      inner steps train a copy ``w`` of it (the exchange overlaps the round's compute); Reduce averages the
+      neighbours' anchors into ``x_bar``; Apply: ``x <- x_bar - outer(a - w_H)``;
+    * serial graph -- the inner steps train the parameters in place; Apply: ``z <- a - outer(a - w_H)``;
+      Send(k) sends ``z``; Reduce: ``x <- sum_j W_ji z_j``.
+
+    With the plain outer step (SGD, lr 1, no momentum) Apply takes the round's last inner step at
+    ``x_bar + (w_{H-1} - a)`` (parallel) or in place (serial), so H = 1 is Hop's step bit for bit and
+    H > 1 is gossip with H local steps. The core sees only rounds: the inner steps run inside its
+    ComputeGradient (:meth:`begin`, then the caller's steps), the outer step inside its ApplyGradient
+    (:meth:`end`). ``steps_of(k)``: round k's inner step indices (a range).
+    """
+
+    def __init__(self, model, steps, outer, compute_graph="parallel", steps_of=None):
+        self.m, self.steps, self.outer, self.graph = model, int(steps), outer, compute_graph
+        self.steps_of = steps_of or (lambda k: range(k * self.steps, (k + 1) * self.steps))
+        if model._stores is None:                   # the anchor needs the values in stores of their own
+            model._double_buffer(model.numel)
+        self.work = None                            # parallel: the copy the inner steps train
+        self.anchor = None                          # serial, outer step: the parameters at the round's start
+        self.begun = None                           # the round whose inner steps are under way
+        self.taken = 0                              # inner steps taken in it (the last is end()'s)
+        self._anchor_store = None
+
+    @property
+    def trains_a_copy(self):
+        """Whether the inner steps train a copy (parallel graph: the values are being sent meanwhile)."""
+        return self.graph == "parallel" and (self.steps > 1 or not self.outer.plain)
+
+    def begin(self, k):
+        """Round k starts (its ComputeGradient): keep the anchor, point the model at what the inner steps
+        train. Once per round (a resumed round has begun already)."""
+        if self.begun == k:
+            return
+        m = self.m
+        self.begun, self.taken, self._anchor_store = k, 0, m._cur
+        if self.trains_a_copy:
+            if self.work is None:
+                self.work = torch.empty(m.numel, dtype=torch.float32, device=m.device)
+            with torch.no_grad():
+                self.work.copy_(m.values())
+            m.views_on(self.work)
+        elif self.graph == "serial" and not self.outer.plain:
+            if self.anchor is None:
+                self.anchor = torch.empty(m.numel, dtype=torch.float32, device=m.device)
+            with torch.no_grad():
+                self.anchor.copy_(m.values())
+
+    def resume(self, k, taken, anchor=None):
+        """Continue round k after ``taken`` inner steps (a checkpoint saved mid-round): the values hold the
+        model as trained so far, ``anchor`` the parameters at the round's start (the parallel graph sends
+        it again; the serial graph's outer step starts from it)."""
+        m = self.m
+        self.begin(k)
+        self.taken = int(taken)
+        if not taken or anchor is None:
+            return
+        with torch.no_grad():
+            if self.trains_a_copy:                  # begin() copied the trained model into the copy
+                m.values().copy_(anchor.to(m.device))
+            elif self.anchor is not None:
+                self.anchor.copy_(anchor.to(m.device))
+
+    def mid_round_anchor(self):
+        """The anchor a checkpoint saved mid-round needs (None where the round needs none)."""
+        if self.begun is None or not self.taken:
+            return None
+        if self.trains_a_copy:
+            return self._anchor().clone()
+        return None if self.anchor is None else self.anchor.clone()
+
+    def _anchor(self):
+        return _as_tensor(self.m._stores[self._anchor_store])[:self.m.numel]
+
+    @torch.no_grad()
+    def end(self, k, last_step=None):
+        """Round k's ApplyGradient: the last inner step ``last_step()`` (None: the round ends without one,
+        e.g. a rank that stops mid-round) and the outer step. Parallel: after Reduce (the values are
+        ``x_bar``); serial: before Send."""
+        m, plain = self.m, self.outer.plain
+        if self.begun != k:                         # (no ComputeGradient began it: a plain step)
+            if last_step is not None:
+                last_step()
+            return
+        self.begun = None
+        if last_step is None and self.taken == 0:   # nothing trained (mixing without a gradient): no
+            m.views_home()                          # outer step either, or its momentum would move on
+            return
+        if self.graph == "serial":
+            if last_step is not None:
+                last_step()
+            if not plain:                           # z <- a - outer(a - w_H), into the values
+                delta = torch.sub(self.anchor, m.values(), out=m.values())
+                self.outer.step(self.anchor, delta, out=m.values())
+            return
+        x_bar = m.values()
+        if not self.trains_a_copy:                  # one plain step: Hop's Apply, on x_bar
+            if last_step is not None:
+                last_step()
+            return
+        a = self._anchor()
+        if plain:                                   # x <- step(x_bar + (w - a))
+            self.work.sub_(a)
+            x_bar.add_(self.work)
+            m.views_home()
+            if last_step is not None:
+                last_step()
+            return
+        if last_step is not None:                   # w_H, then x <- x_bar - outer(a - w_H)
+            last_step()
+        m.views_home()
+        torch.sub(a, self.work, out=self.work)
+        self.outer.step(x_bar, self.work)
 
 
 class FlatSGD(FlatModel):
@@ -431,6 +604,8 @@ class LocalTrainer(FlatSGD):
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
                               seed=seed if data_seed is None else data_seed)
         self.loss = None
+        self.local = None                           # LocalRounds: rounds of local steps (use_local_steps)
+        self._last_step = None
 
     def compute(self):
         """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad`` (clipped to the
@@ -446,9 +621,39 @@ class LocalTrainer(FlatSGD):
         self.loss = float(loss.detach())
         return self.loss
 
+    def use_local_steps(self, steps, outer, compute_graph="parallel", steps_of=None):
+        """Train in rounds of ``steps`` inner steps with the outer step ``outer`` (:class:`OuterStep`)
+        (:class:`LocalRounds`): the worker loop's iteration k is then round k, :meth:`compute_round` its
+        inner steps and :meth:`apply` its end. ``steps_of(k)``: round k's inner step indices (the last
+        round may be shorter); the schedule's learning rate follows the inner step."""
+        self.local = LocalRounds(self, steps, outer, compute_graph, steps_of)
+        return self
+
+    def compute_round(self, k):
+        """Round k's inner steps, a generator: yields ``(inner step, loss)`` after each mini-batch's gradient;
+        every step but the last is applied here (the last is :meth:`apply`'s, with the outer step)."""
+        r = self.local
+        steps = r.steps_of(k)
+        r.begin(k)
+        for n, s in enumerate(steps):
+            loss = self.compute()
+            if n < len(steps) - 1:
+                self._step(s)
+                r.taken += 1
+            yield s, loss
+        self._last_step = steps[-1]
+
     def apply(self, iteration=None):
         """The optimizer step at the schedule's learning rate for ``iteration`` (default: the number of steps
-        applied so far, e.g. a parameter server's)."""
+        applied so far, e.g. a parameter server's); with local steps, round ``iteration``'s last inner step
+        and its outer step (:meth:`LocalRounds.end`)."""
+        if self.local is not None and iteration is not None:
+            last = self._last_step
+            self.local.end(iteration, lambda: self._step(last))
+            return
+        self._step(iteration)
+
+    def _step(self, iteration=None):
         k = self.applied if iteration is None else iteration
         if self.schedule is not None:
             for g in self.optimizer.param_groups:
@@ -461,6 +666,8 @@ class LocalTrainer(FlatSGD):
         (``rng/torch``, ``rng/cuda``: dropout draws), so a restored trainer continues exactly."""
         out = super().state()
         out.update({f"stream/{k}": v for k, v in self.stream.state().items()})
+        if self.local is not None and self.local.outer.buf is not None:
+            out["outer/momentum"] = self.local.outer.buf.detach().cpu().numpy().copy()
         out["rng/torch"] = torch.get_rng_state().numpy().copy()
         if self.device.type == "cuda":
             out["rng/cuda"] = torch.cuda.get_rng_state(self.device).numpy().copy()
@@ -469,6 +676,14 @@ class LocalTrainer(FlatSGD):
     def load_state(self, state):
         super().load_state(state)
         self.stream.load_state({k[len("stream/"):]: v for k, v in state.items() if k.startswith("stream/")})
+        if self.local is not None:
+            buf = state.get("outer/momentum")
+            if buf is not None and np.shape(buf) != (self.numel,):
+                from hopdec.errors import ConfigError
+                raise ConfigError(f"the checkpoint's outer/momentum has shape {np.shape(buf)}, this model needs "
+                                  f"({self.numel},)")
+            self.local.outer.buf = None if buf is None else torch.from_numpy(
+                np.asarray(buf, dtype=np.float32).copy()).to(self.device)
         torch.set_rng_state(torch.from_numpy(np.asarray(state["rng/torch"], dtype=np.uint8).copy()))
         if self.device.type == "cuda" and "rng/cuda" in state:
             torch.cuda.set_rng_state(torch.from_numpy(np.asarray(state["rng/cuda"], dtype=np.uint8).copy()),

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 from hopdec.errors import ConfigError
-from hopdec.hop.config import check_config, describe, gap_bound, setting_name
+from hopdec.hop.config import check_config, describe, gap_bound, in_steps, round_steps, rounds, setting_name
 from hopdec.hop.time_varying import describe as describe_schedule
 from hopdec.hop.worker import Worker, node_views
 
@@ -62,9 +62,9 @@ class HopRun:
         self.work = None
 
     def with_work(self, work):
-        """This run with its workload (``cfg.iterations`` becomes the workload's)."""
+        """This run with its workload (``cfg.iterations`` becomes the workload's, in rounds of local steps)."""
         run = copy.copy(self)
-        run.work, run.cfg = work, replace(self.cfg, iterations=work.iterations)
+        run.work, run.cfg = work, replace(self.cfg, iterations=rounds(work.iterations, self.cfg.local_steps))
         return run
 
     # ---- who takes part ----
@@ -86,8 +86,19 @@ class HopRun:
         return Worker(self.views[rank], self.cfg)
 
     def trainer(self, rank, device="cpu"):
-        """Worker ``rank``'s trainer: shard ``rank`` of n."""
-        return self.work.trainer(rank, self.n, device)
+        """Worker ``rank``'s trainer: shard ``rank`` of n; with local steps, in rounds of them
+        (:class:`hopdec.ml.trainer.LocalRounds`: inner steps in ComputeGradient, the outer step in Apply)."""
+        t = self.work.trainer(rank, self.n, device)
+        cfg = self.cfg
+        if cfg.rounds:
+            from hopdec.ml.trainer import OuterStep
+            t.use_local_steps(cfg.local_steps, OuterStep(cfg.outer_optimizer, cfg.outer_lr, cfg.outer_momentum),
+                              cfg.compute_graph, self.round_steps)
+        return t
+
+    def round_steps(self, k):
+        """Round (iteration) k's inner steps: ``k`` itself without local steps."""
+        return round_steps(k, self.cfg.local_steps, self.work.iterations)
 
     # ---- what is reported ----
     @property
@@ -109,7 +120,27 @@ class HopRun:
                     skip=self.settings.protocol.skip, compute_graph=cfg.compute_graph, iterations=cfg.iterations,
                     model=self.work.model, params=params, hparams=self.work.hparams, emulation=emulation,
                     gap_bound=bound, seed=self.settings.work.seed, compress=cfg.compress,
-                    consensus_step=cfg.consensus_step, schedule=describe_schedule(self.graph), **executor)
+                    consensus_step=cfg.consensus_step, schedule=describe_schedule(self.graph),
+                    **self.rounds_header(), **executor)
+
+    def rounds_header(self):
+        """The header's local-steps fields (none without them, so older logs and a plain run look alike):
+        ``iterations`` counts rounds, ``inner_steps`` the mini-batches per worker."""
+        cfg = self.cfg
+        if not cfg.rounds:
+            return {}
+        return dict(local_steps=cfg.local_steps, inner_steps=self.work.iterations, outer=dict(
+            optimizer=cfg.outer_optimizer, lr=cfg.outer_lr, momentum=cfg.outer_momentum))
+
+    def round_notes(self, bound):
+        """The summary's line on rounds of local steps (none without them)."""
+        cfg = self.cfg
+        if not cfg.rounds:
+            return []
+        b = ("not computed" if bound is None else "unbounded" if bound == float("inf") else
+             in_steps(bound, cfg))
+        return [f"rounds: {cfg.iterations} rounds of {cfg.local_steps} local steps ({self.work.iterations} "
+                f"inner steps per worker; the iterations above are rounds); gap bound {b}"]
 
     def message_bytes(self, params):
         """Bytes one update message puts on the wire: the codec's coded message, or the float32 message."""
@@ -119,7 +150,8 @@ class HopRun:
     def traffic_notes(self, counters, iterations, rank):
         """The summary's line on what a rank's updates put on the wire (``counters``: its transport's)."""
         c, its = counters, max(iterations, 1)
-        line = (f"traffic: rank {rank} sent {c['bytes'] / its:,.0f} bytes of updates per iteration "
+        line = (f"traffic: rank {rank} sent {c['bytes'] / its:,.0f} bytes of updates per "
+                f"{'round' if self.cfg.rounds else 'iteration'} "
                 f"({c['updates']} messages, {c['bytes']:,} bytes in all")
         if self.cfg.compress != "none":
             line += f"; --compress {self.cfg.compress}, of which {c['key_messages']} full-size keys"

@@ -6,7 +6,8 @@ import hashlib
 import json
 
 SETTINGS = ("mode", "sync", "topology", "protocol", "max_ig", "compute_graph", "backup_workers",
-            "staleness", "stale_reduce", "skip", "compress", "staleness_range", "lookahead", "esync_epsilon",
+            "staleness", "stale_reduce", "skip", "compress", "local_steps", "outer_optimizer", "outer_lr",
+            "outer_momentum", "staleness_range", "lookahead", "esync_epsilon",
             "dataset", "partition", "model", "norm", "lr", "momentum", "weight_decay", "batch_size", "seed")
 """The options that decide what a run computes, as resolved from the options and the presets."""
 
@@ -39,6 +40,9 @@ def fingerprint(run):
                    staleness=cfg.staleness, stale_reduce=cfg.stale_reduce,
                    skip=f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None,
                    compress=None if cfg.compress == "none" else cfg.compress)
+        if cfg.rounds:                              # (absent without: older checkpoints still match)
+            out.update(local_steps=cfg.local_steps, outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
+                       outer_momentum=cfg.outer_momentum)
     else:
         out.update(sync=run.sync, **{k: (list(v) if isinstance(v, tuple) else v)
                                      for k, v in run.policy.settings().items() if k in SETTINGS})

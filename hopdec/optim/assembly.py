@@ -14,7 +14,9 @@ OPTION_NAMES = {"--max-ig": "max_ig", "--protocol": "protocol", "--compute-graph
                 "--backup-workers": "backup_workers", "--staleness": "staleness", "--skip": "skip",
                 "--stale-reduce": "stale_reduce", "--iterations": "steps", "--topology": "topology",
                 "--fault-tolerance": "fault_tolerance", "--peer-timeout": "peer_timeout",
-                "--progress-interval": "progress_interval", "--log-dir": "log_dir"}
+                "--progress-interval": "progress_interval", "--log-dir": "log_dir", "--compress": "compress",
+                "--local-steps": "local_steps", "--outer-optimizer": "outer_optimizer", "--outer-lr": "outer_lr",
+                "--outer-momentum": "outer_momentum"}
 """``hopdec train``'s option names in the shared checks' messages -> the optimizer's keyword names."""
 
 
@@ -46,12 +48,19 @@ def resolve_topology(spec, size):
 
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
-                    fault_tolerant=False):
+                    fault_tolerant=False, compress="none", local=(1, None, None, None)):
     """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names). The run has
-    no iteration budget: it ends when every rank has called ``finish()``."""
-    from hopdec.hop.config import ProtocolConfig, check_config, parse_skip
+    no iteration budget: it ends when every rank has called ``finish()``. ``local``: (local_steps,
+    outer_optimizer, outer_lr, outer_momentum) as given (None: the defaults)."""
+    from hopdec.hop.config import ProtocolConfig, check_config, outer_step, parse_skip
     from hopdec.hop.worker import node_views
+    from hopdec.transport.codec import parse_compress
     try:
+        steps = local[0]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"--local-steps {steps!r}: must be an integer >= 1")
+        opt, lr, momentum = outer_step(*local)
+        spec = parse_compress(compress)
         if isinstance(skip, dict):
             unknown = set(skip) - {"max_jump", "trigger"}
             if unknown or "max_jump" not in skip:
@@ -61,7 +70,9 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
             max_jump, trigger = parse_skip(skip)
         cfg = ProtocolConfig(iterations=2 ** 62, protocol=protocol, max_ig=max_ig, compute_graph=compute_graph,
                              backup_workers=backup_workers or 0, staleness=staleness, stale_reduce=stale_reduce,
-                             skip_max_jump=max_jump, skip_trigger=trigger, fault_tolerant=bool(fault_tolerant))
+                             skip_max_jump=max_jump, skip_trigger=trigger, fault_tolerant=bool(fault_tolerant),
+                             compress=str(spec), consensus_step=spec.gamma, local_steps=steps,
+                             outer_optimizer=opt, outer_lr=lr, outer_momentum=momentum)
         views = node_views(graph)
         check_config(cfg, views)
     except ConfigError as err:
@@ -69,8 +80,13 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
     return cfg, views
 
 
-def make_transport(comm, view, numel, slots, peer_timeout, device, fault_tolerant):
-    """The Hop messages of this rank (host buffers; pinned when the model is on a GPU)."""
+def make_transport(comm, view, numel, slots, peer_timeout, device, fault_tolerant, compress="none"):
+    """The Hop messages of this rank (host buffers; pinned when the model is on a GPU); coded per-edge
+    streams with ``compress`` (as ``hopdec train --compress``)."""
+    if compress != "none":
+        from hopdec.transport.coded_mpi import CodedMPITransport
+        return CodedMPITransport(comm, view, numel, slots, compress, peer_timeout=peer_timeout,
+                                 host_pinned=device.type == "cuda")
     from hopdec.transport.mpi import MPITransport
     return MPITransport(comm, view, numel, slots, peer_timeout=peer_timeout,
                         host_pinned=device.type == "cuda", fault_tolerant=fault_tolerant)
@@ -79,12 +95,16 @@ def make_transport(comm, view, numel, slots, peer_timeout, device, fault_toleran
 def header(graph, cfg, skip, numel, device, message_floats, bound, ft, extra):
     """The first line of ``rank{r}.jsonl``: what ``hopdec report/plot/trace`` read about the run."""
     from hopdec.hop.config import setting_name
+    from hopdec.transport.codec import message_bytes as coded_bytes
     return dict(mode="decentralized", topology=graph.graph.get("source"), protocol=cfg.protocol,
                 setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,
                 backup_workers=cfg.backup_workers,
                 skip=(f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None),
                 compute_graph=cfg.compute_graph, params=numel, device=str(device), mpi_buffers="host",
-                gap_bound=bound, message_bytes=4 * message_floats, fault_tolerance=ft,
+                gap_bound=bound, message_bytes=coded_bytes(cfg.compress, numel) if cfg.compress != "none" else
+                4 * message_floats, fault_tolerance=ft, compress=cfg.compress,
+                **({"local_steps": cfg.local_steps, "outer": dict(optimizer=cfg.outer_optimizer, lr=cfg.outer_lr,
+                                                                   momentum=cfg.outer_momentum)} if cfg.rounds else {}),
                 emulation="no emulation (the user's own loop: compute_s is the time between steps)", **extra)
 
 

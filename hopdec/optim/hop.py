@@ -62,6 +62,7 @@ class HopOptimizer(torch.optim.Optimizer):
     def __init__(self, params, optimizer_class=None, *, model=None, topology=None, comm=None,
                  protocol="tokens", max_ig=2, compute_graph="parallel", backup_workers=0, staleness=None,
                  stale_reduce="weighted", skip=None, fault_tolerance=False, average_buffers=False,
+                 compress="none", local_steps=1, outer_optimizer=None, outer_lr=None, outer_momentum=None,
                  log_dir=None, progress=False, progress_interval=3.0, trace=None, steps=None,
                  peer_timeout=120.0, **defaults):
         from mpi4py import MPI
@@ -112,13 +113,21 @@ class HopOptimizer(torch.optim.Optimizer):
             raise ConfigError(f"HopOptimizer: topology {graph.graph.get('source', topology)} has "
                               f"{graph.number_of_nodes()} workers but the communicator has {self.size} ranks")
         self.cfg, views = assembly.protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness,
-                                                   stale_reduce, skip, graph, self.fault_tolerant)
+                                                   stale_reduce, skip, graph, self.fault_tolerant, compress,
+                                                   (local_steps, outer_optimizer, outer_lr, outer_momentum))
         from hopdec.hop.config import gap_bound
         from hopdec.hop.worker import Worker
         self.core = Worker(views[self.rank], self.cfg)
         self.io = assembly.make_transport(comm, self.core.view, self.flat.numel, self.core.slots, self.timeout,
-                                          self.device, self.fault_tolerant)
+                                          self.device, self.fault_tolerant, self.cfg.compress)
         self.flat.use_send_storage(self.io.message_floats())        # CPU: sends without a copy
+        # local steps: step() is called every inner step, every local_steps-th ends a round (LocalRounds)
+        self.rounds = None
+        if self.cfg.rounds:
+            from hopdec.ml.trainer import LocalRounds, OuterStep
+            cfg = self.cfg
+            self.rounds = LocalRounds(self.flat, cfg.local_steps, OuterStep(cfg.outer_optimizer, cfg.outer_lr,
+                                                                            cfg.outer_momentum), cfg.compute_graph)
         self.bound = gap_bound(graph, self.cfg)
         self._ccomm = comm.Dup()                                     # consensus_model()'s reductions
         self.end = ending.EndChannel(comm, self.timeout)
@@ -134,12 +143,14 @@ class HopOptimizer(torch.optim.Optimizer):
             raise ConfigError(f"HopOptimizer: steps={steps!r}: the expected steps per rank (for live "
                               f"progress), an integer >= 1, or None")
         self.steps = steps
+        expected = None if steps is None else -(-steps // self.cfg.local_steps)    # rounds, for progress
         groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"
                    and isinstance(v, (int, float, str, bool, tuple, type(None)))} for g in inner.param_groups]
         self.header = assembly.header(graph, self.cfg, skip, self.flat.numel, self.device,
                                       self.io.message_floats(), self.bound, self.fault_tolerant, dict(
                                           driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,
-                                          param_groups=groups, iterations=steps, average_buffers=bool(buffers)))
+                                          param_groups=groups, iterations=expected, average_buffers=bool(buffers),
+                                          **({"inner_steps": steps} if self.cfg.rounds else {})))
         from hopdec.runtime.metrics import RankLogger
         if log_dir is not None:
             from hopdec.runtime.metrics import check_log_dir
@@ -151,12 +162,13 @@ class HopOptimizer(torch.optim.Optimizer):
         from hopdec.observe import RunObserver
         watch = assembly.observe_settings(log_dir, progress, progress_interval, trace)
         self.observer = RunObserver(watch, comm, self.timeout, self.logger.event, "worker", range(self.size),
-                                    steps, self.header,
+                                    expected, self.header,
                                     bound=self.bound, write_params=self.flat.write_params, numel=self.flat.numel)
 
         # ---- where the loop stands ----
         self._loop = None                      # the worker loop (a generator), from the first step
         self._resume_at = 0                    # a loaded checkpoint's position
+        self._resume_round = None              # ... and where in its round (local steps)
         self._at_compute = False
         self._serving = False                  # True: no gradient (finish(), consensus waits)
         self._paused_at = time.time()          # when the user's loop got control (its compute time)
@@ -182,14 +194,28 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._loop is None:
             self._start()
         k = self.core.iteration
-        self._user[k] = (now - self._paused_at, None if loss is None else float(
-            loss.detach() if torch.is_tensor(loss) else loss))
+        user = self._user.setdefault(k, [0.0, 0.0, 0, 0])       # compute seconds, loss sum, losses, steps
+        user[0] += now - self._paused_at
+        user[3] += 1
+        if loss is not None:
+            user[1] += float(loss.detach() if torch.is_tensor(loss) else loss)
+            user[2] += 1
         self._closure_loss = None
         self._closure = closure
         self._serving = False
-        self._advance()
+        r = self.rounds
+        if r is not None and r.taken + 1 < r.steps:              # an inner step inside the round
+            self._inner_step()
+            r.taken += 1
+        else:
+            self._advance()
         self._paused_at = time.time()
         return self._closure_loss
+
+    def _inner_step(self):
+        """The wrapped optimizer's step (given the step's closure)."""
+        closure, self._closure = self._closure, None
+        self._closure_loss = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
 
     def zero_grad(self, set_to_none=True):
         """The wrapped optimizer's ``zero_grad`` (gradients are the user's tensors; nothing else to reset)."""
@@ -208,6 +234,11 @@ class HopOptimizer(torch.optim.Optimizer):
         out = self.optimizer.state_dict()
         out["hop"] = dict(position=int(self.position), rank=self.rank, ranks=self.size,
                           topology=str(self.graph.graph.get("source")), protocol=self.cfg.protocol)
+        r = self.rounds
+        if r is not None:               # local steps: where in the round, what it started from, the outer state
+            out["hop"].update(local_steps=r.steps, round_step=r.taken if r.begun is not None else 0,
+                              anchor=r.mid_round_anchor(), outer_momentum=None if r.outer.buf is None
+                              else r.outer.buf.detach().clone())
         return out
 
     def load_state_dict(self, state_dict):
@@ -226,6 +257,13 @@ class HopOptimizer(torch.optim.Optimizer):
                                   f"{hop.get('ranks')}; this is rank {self.rank} of {self.size} (each rank "
                                   f"loads its own checkpoint)")
             self._resume_at = int(hop["position"])
+            if self.rounds is not None:
+                if int(hop.get("local_steps", 1)) != self.rounds.steps:
+                    raise ConfigError(f"HopOptimizer: this state dict was saved with local_steps="
+                                      f"{hop.get('local_steps', 1)}; this optimizer has local_steps="
+                                      f"{self.rounds.steps}")
+                self.rounds.outer.buf = hop.get("outer_momentum")
+                self._resume_round = (int(hop.get("round_step", 0)), hop.get("anchor"))
 
     def _inner_attr(name):
         """``param_groups``, ``state``, ``defaults``: the wrapped optimizer's (torch's ``__init__`` sets
@@ -286,6 +324,14 @@ class HopOptimizer(torch.optim.Optimizer):
             return
         if self._loop is None:
             self._start()
+        r = self.rounds
+        if r is not None and r.begun is not None and r.taken:
+            # the last round was cut short (steps not a multiple of local_steps): it still ends with its
+            # exchange and outer step, as hopdec train's shorter last round does -- one more step() without
+            # a gradient (a neighbour that finished earlier serves it: this rank's round was sent, so it is ahead)
+            serving, self._serving = self._serving, True
+            self._advance()
+            self._serving = serving
         self.end.announce_done(self._consensus_calls)
         self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
         stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)
@@ -417,6 +463,8 @@ class HopOptimizer(torch.optim.Optimizer):
                               f"checkpoint of the same iteration, or none")
         if self._resume_at:
             self.core.resume_at(self._resume_at)
+        if self._resume_round is not None and self._resume_round[0]:     # a round saved mid-way
+            self.rounds.resume(self._resume_at, *self._resume_round)
         self.observer.begin()
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
@@ -491,24 +539,29 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def compute(self, iteration):
         self._at_compute = True                        # the user's loop computes; we pause here
+        if self.rounds is not None:                    # its inner steps train from here (LocalRounds)
+            self.rounds.begin(iteration)
         return {"loss": None, "compute_s": 0.0}
 
     def reduce(self, pairs):
         self.flat.reduce(pairs)
 
     def apply(self, iteration):
+        if self.rounds is not None:                    # the round's last inner step and its outer step
+            self.rounds.end(iteration, None if self._serving else self._inner_step)
+            return
         if self._serving:                              # mixing without a gradient: no optimizer step
             return
-        closure = self._closure
-        self._closure = None
-        self._closure_loss = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        self._inner_step()
 
     def _on_record(self, rec):
         """A finished iteration's record: the user's compute time (between steps, outside hopdec) and loss
         go in as ``compute_s`` and ``loss``; iterations mixed without a gradient say ``serving``."""
-        dt, loss = self._user.pop(rec["iter"], (0.0, None))
+        dt, total, count, steps = self._user.pop(rec["iter"], (0.0, 0.0, 0, 0))
         rec["compute_s"] = dt
-        rec["loss"] = loss
+        rec["loss"] = total / count if count else None
+        if self.rounds is not None:
+            rec["inner_steps"] = steps
         if rec["iter"] in self._served:
             self._served.discard(rec["iter"])
             rec["serving"] = True
@@ -640,9 +693,16 @@ def _register_exit(opt):
 def _leave_without_finalize():
     """``fault_tolerance=True``: Open MPI 5.0 cannot finalize after a failure (it waits for the dead), and
     with its threaded failure detector not even without one (:func:`hopdec.cli.train._finish`); so the
-    process ends here, before mpi4py's MPI_Finalize, with exit code 0."""
+    process ends here, before mpi4py's MPI_Finalize, with exit code 0 -- after ending the ranks declared
+    dead that still exist (stopped, hung), for which ``mpirun`` would otherwise wait forever
+    (:func:`hopdec.runtime.failures.end_dead_ranks`)."""
     import os
     import sys
     sys.stdout.flush()
     sys.stderr.flush()
+    try:
+        from hopdec.runtime.failures import end_dead_ranks
+        end_dead_ranks()
+    except Exception:                       # leaving must not fail: the launcher's own timeout remains
+        pass
     os._exit(0)

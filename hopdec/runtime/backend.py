@@ -27,16 +27,40 @@ class TorchBackend:
     def compute(self, iteration):
         if self.faults is not None:
             self.faults.at("train", iteration)
+        if getattr(self.t, "local", None) is not None:
+            return self._compute_round(iteration)
         t0 = time.perf_counter()
         loss = self.t.compute()
+        self._check(loss, iteration)
+        measured = time.perf_counter() - t0
+        total, factor = self.emu.run(iteration, measured)
+        return {"loss": loss, "compute_s": total, "measured_compute_s": measured, "slowdown": factor}
+
+    def _check(self, loss, iteration):
         if not math.isfinite(loss):
             raise RunError(f"the training loss became {loss} at iteration {iteration}: training diverged "
                            f"(a smaller --lr may help)")
         if self.t.device.type == "cuda":
             torch.cuda.synchronize(self.t.device)
-        measured = time.perf_counter() - t0
-        total, factor = self.emu.run(iteration, measured)
-        return {"loss": loss, "compute_s": total, "measured_compute_s": measured, "slowdown": factor}
+
+    def _compute_round(self, k):
+        """Round k's inner steps (``--local-steps``): each mini-batch is emulated as an iteration is
+        (``--compute-time`` pads each, ``--slowdown`` draws per inner step); the record has the round's
+        mean loss, its inner steps (``inner_steps``, from ``first_step``) and their summed times."""
+        total = measured = 0.0
+        losses, factors, first = [], [], None
+        t0 = time.perf_counter()
+        for s, loss in self.t.compute_round(k):
+            self._check(loss, f"{s} (round {k})")
+            m = time.perf_counter() - t0
+            t, f = self.emu.run(s, m)
+            total, measured = total + t, measured + m
+            losses.append(loss)
+            factors.append(f)
+            first = s if first is None else first
+            t0 = time.perf_counter()
+        return {"loss": sum(losses) / len(losses), "compute_s": total, "measured_compute_s": measured,
+                "slowdown": max(factors), "inner_steps": len(losses), "first_step": first}
 
     def reduce(self, pairs):
         self.t.reduce(pairs)

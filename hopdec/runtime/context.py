@@ -73,7 +73,9 @@ class RunContext:
 
     @property
     def iterations(self):
-        return self.run.work.iterations
+        """The core's iterations per worker: ``--iterations``, or in rounds of ``--local-steps``."""
+        cfg = getattr(self.run, "cfg", None)
+        return cfg.iterations if cfg is not None else self.run.work.iterations
 
     @property
     def faults(self):

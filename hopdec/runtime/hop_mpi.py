@@ -143,7 +143,8 @@ def run(ctx):
             out = gather_summary(ctx, logger, trainer, emulator, hop.title(), bound=bound, extra=extra,
                                  model_label=hop.model_label, bound_label=hop.bound_label,
                                  notes=(hop.heal_notes(healer.events, healer.graph, bound) if healer else [])
-                                 + hop.traffic_notes(io.counters(), logger.iterations, rank))
+                                 + hop.traffic_notes(io.counters(), logger.iterations, rank)
+                                 + hop.round_notes(bound))
             break
         except Exception as err:
             if healer is None or not _is_failure(err, healer.comm):

@@ -37,8 +37,11 @@ def with_checkpoint_defaults(settings, rank):
     if man is None:
         return settings
     changes = {}
-    if work.iterations is None and work.epochs is None and isinstance(man.get("iterations"), int):
-        changes["work"] = replace(work, iterations=man["iterations"])
+    # the run's --iterations: its rounds' inner steps with --local-steps (the manifest's "iterations"
+    # counts the core's iterations, rounds then)
+    steps = man.get("inner_steps", man.get("iterations"))
+    if work.iterations is None and work.epochs is None and isinstance(steps, int):
+        changes["work"] = replace(work, iterations=steps)
     if ck.every is None and isinstance(man.get("checkpoint_every"), int) and man["checkpoint_every"]:
         changes["checkpoints"] = replace(ck, every=man["checkpoint_every"])
     return settings.replace(**changes) if changes else settings
@@ -103,7 +106,8 @@ class HopRank:
         self.every = ctx.settings.checkpoints.every or 0
         self.gap = gap_bound if gap_bound is not None and math.isfinite(gap_bound) else None
         self.target = ctx.iterations
-        self.store = _store(ctx, self.target)
+        cfg = ctx.run.cfg
+        self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if cfg.rounds else None)
         res = ctx.resume
         self.start = 0
         if res is not None:

@@ -4,9 +4,11 @@ that need the graph (backup workers per node, what each protocol allows) are
 
 from dataclasses import dataclass
 
-from hopdec.hop.config import ProtocolConfig, parse_skip
+from hopdec.hop.config import OUTER_OPTIMIZERS, ProtocolConfig, outer_step, parse_skip, rounds
 from hopdec.transport.codec import parse_compress
-from hopdec.settings.base import INT_AT_LEAST_0, INT_AT_LEAST_1, Group, option
+from hopdec.settings.base import INT_AT_LEAST_0, INT_AT_LEAST_1, POSITIVE, Group, Rule, is_finite, one_of, option
+
+FRACTION = Rule("a number in [0, 1)", lambda x: is_finite(x) and 0 <= x < 1)
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,29 @@ class Protocol(Group):
     skip: str = option("--skip", doc="iteration skipping: max-jump=J,trigger=G")
     compress: str = option("--compress", "none", doc="the exchanges' codec: none, fp16, bf16, int8, topk:F "
                                                      "(,gamma=G)")
+    local_steps: int = option("--local-steps", 1, INT_AT_LEAST_1, "inner steps per round (DiLoCo's H; "
+                              "--iterations counts inner steps, the protocol counts rounds)")
+    outer_optimizer: str = option("--outer-optimizer", None, one_of(*OUTER_OPTIMIZERS),
+                                  "the outer step on a round's pseudo-gradient (None: nesterov with local steps, "
+                                  "else the plain sgd step)")
+    outer_lr: float = option("--outer-lr", None, POSITIVE, "the outer step's lr (None: 0.7 nesterov, 1 sgd)")
+    outer_momentum: float = option("--outer-momentum", None, FRACTION,
+                                   "the outer step's momentum (None: 0.9 nesterov, 0 sgd)")
 
     def check(self):
         parse_skip(self.skip)
         parse_compress(self.compress)
+        self.outer()
+
+    def outer(self):
+        """The outer step ``(optimizer, lr, momentum)``, defaults filled in (DiLoCo's with local steps)."""
+        return outer_step(self.local_steps, self.outer_optimizer, self.outer_lr, self.outer_momentum)
+
+    @property
+    def local(self):
+        """Whether any local-steps option was given (a mode without rounds refuses them)."""
+        return self.local_steps != 1 or any(v is not None for v in (self.outer_optimizer, self.outer_lr,
+                                                                       self.outer_momentum))
 
     @property
     def compressed(self):
@@ -35,10 +56,14 @@ class Protocol(Group):
         return not parse_compress(self.compress).lossless
 
     def config(self, iterations, checkpoint_every=0, fault_tolerant=False):
-        """The protocol core's settings for a run of ``iterations`` per worker."""
+        """The protocol core's settings for a run of ``iterations`` inner steps per worker (rounds of
+        ``--local-steps`` of them are the core's iterations)."""
         max_jump, trigger = parse_skip(self.skip)
         spec = parse_compress(self.compress)
-        return ProtocolConfig(iterations=iterations, protocol=self.protocol, max_ig=self.max_ig,
+        opt, lr, momentum = self.outer()
+        return ProtocolConfig(iterations=rounds(iterations, self.local_steps), protocol=self.protocol,
+                              max_ig=self.max_ig, local_steps=self.local_steps, outer_optimizer=opt,
+                              outer_lr=lr, outer_momentum=momentum,
                               compute_graph=self.compute_graph, backup_workers=self.backup_workers or 0,
                               staleness=self.staleness, stale_reduce=self.stale_reduce,
                               skip_max_jump=max_jump, skip_trigger=trigger,

@@ -2,7 +2,8 @@
 
 :class:`MathBackend` adapts a :class:`~hopdec.ml.trainer.LocalTrainer` to the Hop loop's backend interface
 (the same calls :class:`hopdec.runtime.backend.TorchBackend` makes under MPI): ``compute`` runs a real
-forward/backward pass, ``reduce`` averages real parameter arrays, ``apply`` takes a real SGD step. Only
+forward/backward pass (with ``--local-steps``, a round's inner steps), ``reduce`` averages real parameter
+arrays, ``apply`` takes a real SGD step (or a round's last inner step and outer step). Only
 time is virtual: ``compute`` reports the cost model's ``compute_time(rank, iteration)``, never the
 measured time (so a run is deterministic for its seed and does not depend on this machine's speed).
 :class:`PSMathBackend` does the same for a parameter-server worker (on top of
@@ -36,7 +37,11 @@ class MathBackend:
         return self.t.write_params(out)
 
     def compute(self, iteration):
-        loss = self.t.compute()
+        if getattr(self.t, "local", None) is not None:        # a round of local steps (--local-steps)
+            losses = [loss for _, loss in self.t.compute_round(iteration)]
+            loss = sum(losses) / len(losses)
+        else:
+            loss = self.t.compute()
         self.duration, factor = step_of(self.compute_time, self.rank, iteration)
         return compute_record(self.duration, factor, loss)
 

@@ -12,9 +12,12 @@ from hopdec.transport.streams import ReceiverStreams, SenderStreams
 
 
 class CodedEnds:
-    """One worker's sending and receiving streams (``dry``: sizes only)."""
+    """One worker's sending and receiving streams (``dry``: sizes only). ``scale``: each message is
+    charged ``scale`` times its size (the simulator's ``--math`` with ``--message-mb``: the real model is
+    coded, a model of the given message size is charged)."""
 
-    def __init__(self, spec, numel, dry=False):
+    def __init__(self, spec, numel, dry=False, scale=1.0):
+        self.scale = float(scale)
         self.codec = C.make_codec(spec, numel)
         self.tx = SenderStreams(self.codec, numel, dry=dry)
         self.rx = None if dry else ReceiverStreams(self.codec, numel)
@@ -27,6 +30,8 @@ class CodedEnds:
             code = None if buf is None else C.payload(buf)
             h = None if buf is None else C.header(buf)
             seq, kind = (None, None) if h is None else (int(h[C.SEQ]), int(h[C.KIND]))
+            if self.scale != 1.0:
+                nbytes = nbytes * self.scale
             out.append((ds, (rank, seq, kind, code), nbytes))
             self.bytes_sent += nbytes * len(ds)
         return out
@@ -84,9 +89,9 @@ class CodedSimIO:
 
     carries_grants = True           # as the MPI transport's coded messages (their header has a grant field)
 
-    def __init__(self, sim, rank, spec, numel, grantees=()):
+    def __init__(self, sim, rank, spec, numel, grantees=(), scale=1.0):
         self.sim, self.rank = sim, rank
-        self.ends = CodedEnds(spec, numel, dry=not sim.math)
+        self.ends = CodedEnds(spec, numel, dry=not sim.math, scale=scale)
         self.grantees = set(grantees)
         self.held = {}
         self._next = 0

@@ -235,6 +235,24 @@ class ComputeModel:
                     if self.emulators else [])
 
 
+class RoundCompute:
+    """``(seconds, slowdown)`` of a worker's round of local steps (``--local-steps``): the sum of its inner
+    steps' mini-batch times, each drawn and slowed down as one iteration is (``step(w, s)`` of a
+    :class:`ComputeModel`), so a round of H steps costs H per-step times. ``steps_of(k)``: round k's
+    inner step indices; the slowdown reported is the largest of the round's."""
+
+    def __init__(self, step, steps_of):
+        self.step, self.steps_of = step, steps_of
+
+    def __call__(self, w, k):
+        total, factor = 0.0, 1.0
+        for s in self.steps_of(k):
+            t, f = self.step(w, s)
+            total += t
+            factor = max(factor, f)
+        return total, factor
+
+
 def _span(ws):
     ws = sorted(ws)
     if ws == list(range(ws[0], ws[-1] + 1)) and len(ws) > 2:

@@ -194,7 +194,7 @@ class HopSim:
     """
 
     def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None, send_path=None, compress=None, numel=None):
+                 check=None, on_record=None, send_path=None, compress=None, numel=None, coded_scale=1.0):
         self.views, self.cfg = views, cfg
         self.n = len(views)
         self.q = EventQueue()
@@ -206,7 +206,7 @@ class HopSim:
         coded = compress is not None and str(compress) != "none"
         if coded:                                   # per-edge coded streams: each message its own size
             from hopdec.sim.compressed import CodedSimIO
-            self.ios = [CodedSimIO(self, v.rank, compress, numel, v.in_neighbors) for v in views]
+            self.ios = [CodedSimIO(self, v.rank, compress, numel, v.in_neighbors, coded_scale) for v in views]
         else:
             self.ios = [_IO(self, v.rank, v.in_neighbors) for v in views]
         # zero-copy sends that wait for their receivers (else every send completes at once, and the

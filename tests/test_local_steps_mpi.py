@@ -1,0 +1,41 @@
+"""Local steps under real ``mpirun`` (issue 18 item 1): a user's loop with ``HopSGD(local_steps=4)`` computes
+exactly what ``hopdec train --local-steps 4`` computes (DiLoCo's Nesterov outer step, int8 exchanges), and
+the run's logs count rounds. One job for both."""
+
+import json
+
+import numpy as np
+
+DRIVER = """
+import runpy, sys
+save, loop_argv, train_argv = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+sys.argv = ["hopsgd_loop.py", "--steps", "30", "--seed", "2", "--save", save] + loop_argv
+runpy.run_path("experiments/hopsgd_loop.py", run_name="__main__")   # the user's loop, as they run it
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print("@@train@@", flush=True)
+from hopdec.cli.train import main
+sys.exit(main(train_argv))
+"""
+
+
+def test_a_users_loop_with_local_steps_matches_hopdec_train(mpirun, tmp_path):
+    """30 steps in rounds of 4 (the last round has 2): the same parameters on every rank."""
+    (tmp_path / "loop").mkdir()
+    local = ["--local-steps", "4", "--compress", "int8"]
+    out = mpirun.python(4, ["-c", DRIVER, tmp_path / "loop", " ".join(local), "--no-progress", "--threads", "1",
+                            "--iterations", 30, "--seed", 2, "--log-dir", tmp_path / "train", "--save-models",
+                            *local], timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    loop_out, _, train_out = out.stdout.partition("@@train@@")
+    assert "+local(H=4, outer nesterov lr 0.7 momentum 0.9)" in train_out
+    assert "rounds: 8 rounds of 4 local steps (30 inner steps per worker" in train_out
+    for r in range(4):
+        a = np.load(tmp_path / "loop" / f"params_rank{r}.npy")
+        b = np.load(tmp_path / "train" / f"params_rank{r}.npy")
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    with open(tmp_path / "train" / "rank0.jsonl") as f:
+        header = json.loads(f.readline())["run"]
+        recs = [json.loads(x) for x in f if '"iter"' in x]
+    assert header["local_steps"] == 4 and header["iterations"] == 8 and header["inner_steps"] == 30
+    assert [r.get("inner_steps") for r in recs if "iter" in r] == [4] * 7 + [2]

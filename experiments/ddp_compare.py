@@ -359,6 +359,10 @@ def launch(cmd, timeout):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise SystemExit(f"ddp_compare: the mpirun job ran past {timeout:.0f} s; killed")
+    except BaseException:                      # Ctrl-C: the job runs in a session of its own; end it too
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     if rc != 0:
         raise SystemExit(f"ddp_compare: the mpirun job failed (exit {rc}): {' '.join(map(str, cmd))}")
 

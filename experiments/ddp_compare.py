@@ -514,13 +514,15 @@ def main(argv=None):
     a = parse_args(argv)
     if a.job is not None:
         return job(a)
-    if a.with_allreduce != "no" and "allreduce" not in a.rows:
-        if allreduce_available():
-            a.rows.append("allreduce")
-        elif a.with_allreduce == "yes":
-            print("ddp_compare: --with-allreduce yes: this hopdec's `hopdec train` has no --mode allreduce",
+    want = "allreduce" in a.rows or a.with_allreduce == "yes"
+    if want or a.with_allreduce == "auto":
+        have = allreduce_available()
+        if want and not have:
+            print("ddp_compare: the allreduce row: this hopdec's `hopdec train` has no --mode allreduce",
                   file=sys.stderr)
             return 2
+        if have and "allreduce" not in a.rows:
+            a.rows.append("allreduce")
     out = a.out or tempfile.mkdtemp(prefix="ddp_compare-")
     os.makedirs(out, exist_ok=True)
     try:

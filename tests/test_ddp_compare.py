@@ -111,3 +111,11 @@ def test_quick_runs_ddp_and_hop_for_real(tmp_path):
     table = (out / "table.md").read_text()
     assert "| none | ddp |" in table and "| none | hop |" in table and "emulated" in table
     assert "| none | hop |" in proc.stdout
+
+
+def test_allreduce_row_refused_where_hopdec_train_lacks_the_mode(dc, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(dc, "allreduce_available", lambda: False)
+    for argv in (["--rows", "ddp,allreduce"], ["--with-allreduce", "yes"]):
+        assert dc.main(argv + ["--quick", "--out", str(tmp_path / "o")]) == 2
+        assert "no --mode allreduce" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()                       # refused before anything ran

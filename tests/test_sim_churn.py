@@ -146,7 +146,7 @@ def _big(tmp_path):
     (lambda p: p, "is a directory"),
     (_fifo, "not a regular file"),
     (lambda p: "/dev/zero", "not a regular file"),
-    (_big, "more than a death trace may have"),
+    (_big, "more than a death trace file may have"),
     (lambda p: (p / "bin").write_bytes(b"\xff\xfe\x00\x01" * 10) and p / "bin", "not a text file"),
     (lambda p: (p / "t").write_text("1.0 3 7\n") and p / "t", "line 1: expected 'SECONDS WORKER'"),
     (lambda p: (p / "t").write_text("# ok\nsoon 3\n") and p / "t", "line 2: expected 'SECONDS WORKER'"),

@@ -29,9 +29,7 @@ server core drops the worker at once (no detection delay or stall there).
 """
 
 import math
-import os
 import random
-import stat
 from functools import partial
 
 from hopdec.core import Wait
@@ -49,44 +47,17 @@ DEAD = Wait((), "nothing: this worker is dead (simulated)")
 
 # ---- where the deaths come from ------------------------------------------------------------------
 def _read_text(path, option):
-    """The text of a trace file: a regular UTF-8 file of sane size, opened without blocking (a FIFO would
-    wait for a writer forever) and checked after opening; ConfigError naming the file otherwise."""
-    name = f"{option} {path}"
-    if not str(path):
-        raise ConfigError(f"{option}: an empty path, expected a death trace file")
+    """The text of a trace file, read with the file guards (:func:`hopdec.files.read_bytes`: a regular
+    file of sane size, opened without blocking); ConfigError naming the option and the file otherwise."""
+    from hopdec.files import read_bytes
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ConfigError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{name}: is a directory, not a death trace file") from None
-    except OSError as err:
-        raise ConfigError(f"{name}: cannot read ({err.strerror or err})") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{name}: is a directory, not a death trace file")
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{name}: not a regular file (a FIFO, device or socket would block or never "
-                              f"end); give a death trace file")
-        if st.st_size > MAX_TRACE_BYTES:
-            raise ConfigError(f"{name}: {st.st_size} bytes, more than a death trace may have "
-                              f"({MAX_TRACE_BYTES} bytes)")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as fh:
-            fd = None
-            raw = fh.read(MAX_TRACE_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"{name}: cannot read ({err.strerror or err})") from None
-    finally:
-        if fd is not None:
-            os.close(fd)
-    if len(raw) > MAX_TRACE_BYTES:
-        raise ConfigError(f"{name}: more than a death trace may have ({MAX_TRACE_BYTES} bytes)")
+        raw = read_bytes(path, MAX_TRACE_BYTES, "a death trace file")
+    except ConfigError as err:
+        raise ConfigError(f"{option} {err}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{name}: not a text file (expected 'SECONDS WORKER' lines)") from None
+        raise ConfigError(f"{option} {path}: not a text file (expected 'SECONDS WORKER' lines)") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 

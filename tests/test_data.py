@@ -132,6 +132,16 @@ def test_partition_disjoint_covering_deterministic(scheme):
     assert not all(torch.equal(p, partition(y, 4, r, scheme, seed=8)) for r, p in enumerate(parts))
 
 
+def test_partition_of_per_position_targets_splits_samples():
+    """A language model's targets are (samples, positions) tensors: the shards split the samples (a
+    flattened (N, T) tensor gave indices up to N*T, out of range: IndexError in the first batch)."""
+    y = torch.randint(0, 256, (50, 8))
+    parts = [partition(y, 4, r, "iid", seed=1) for r in range(4)]
+    assert sorted(torch.cat(parts).tolist()) == list(range(50))
+    with pytest.raises(ConfigError, match="noniid.*one class per sample"):
+        partition(y, 4, 0, "noniid")
+
+
 def test_partition_noniid_is_label_skewed():
     y = load_dataset("digits").train_y
     iid = [len(set(y[partition(y, 5, r, "iid")].tolist())) for r in range(5)]

@@ -252,7 +252,12 @@ def partition(labels, n_parts: int, part: int, scheme: str = "iid", seed: int = 
         raise ConfigError(f"partition: part {part} out of range 0..{n_parts - 1}")
     if scheme not in SCHEMES:
         raise ConfigError(f"--partition {scheme!r}: unknown scheme (expected one of {', '.join(SCHEMES)})")
-    y = torch.as_tensor(getattr(labels, "labels", labels)).reshape(-1)
+    y = torch.as_tensor(getattr(labels, "labels", labels))
+    if y.dim() > 1:                          # per-position targets (a language model's): split the samples
+        if scheme == "noniid":
+            raise ConfigError(f"--partition noniid: the targets have shape {tuple(y.shape)}, not one class per "
+                              f"sample; use iid (or give the windows' place in the text as labels)")
+        y = y.reshape(len(y), -1)[:, 0]
     g = torch.Generator().manual_seed(int(seed))
     order = torch.randperm(len(y), generator=g)
     if scheme == "noniid":

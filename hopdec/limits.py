@@ -38,3 +38,16 @@ def check_alloc(nbytes, what):
     if limit is not None and nbytes > limit:
         raise ConfigError(f"{what} would need {gib(nbytes)} of memory, more than this host's "
                           f"{gib(limit)}")
+
+
+MAX_WORKERS = 100_000
+"""The most workers a topology, ``hopdec topo generate`` or ``hopdec sim -n`` may have: the simulator and
+``topo analyze`` are built for thousands (10,000 workers simulate in minutes), an MPI job for far fewer;
+``ring -n 10000000`` used to run for hours."""
+
+
+def check_workers(n, what):
+    """ConfigError unless 1 <= ``n`` <= :data:`MAX_WORKERS` (``what`` names the option or kind)."""
+    if n > MAX_WORKERS:
+        raise ConfigError(f"{what}: {n} workers, more than hopdec handles ({MAX_WORKERS}: the simulator and "
+                          f"topo analyze are built for thousands)")

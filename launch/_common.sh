@@ -31,7 +31,11 @@ mpirun_base() {
     if [[ "$(id -u)" == 0 ]]; then
         MPIRUN+=(--allow-run-as-root)
     fi
-    # Extra launcher flags, e.g. HOPDEC_MPIRUN_ARGS="--mca btl_tcp_if_include eth0".
+}
+
+# extra_flags: the user's launcher flags, last (so they win over ours), e.g.
+# HOPDEC_MPIRUN_ARGS="--mca btl_tcp_if_include eth0".
+extra_flags() {
     if [[ -n "${HOPDEC_MPIRUN_ARGS:-}" ]]; then
         local extra
         eval "extra=(${HOPDEC_MPIRUN_ARGS})"
@@ -42,9 +46,46 @@ mpirun_base() {
 # is_count VALUE: true for a positive integer.
 is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 
+# has_ft ARGS...: true when the hopdec arguments ask for --fault-tolerance.
+has_ft() {
+    local a
+    for a in "$@"; do [[ "$a" == "--fault-tolerance" ]] && return 0; done
+    return 1
+}
+
+# net_flags one-host|cluster ARGS...: what the ranks may listen on (Open MPI's TCP endpoints have no
+# authentication, and Open MPI binds every TCP listener to all addresses; see launch/README.md).
+# - one host: no TCP between ranks at all (shared memory); with --fault-tolerance, which needs TCP, the
+#   ranks use and publish 127.0.0.1 only (btl_tcp_if_include), never the host's other addresses.
+# - cluster: HOPDEC_INTERFACE (an interface, e.g. eth1) keeps the ranks' TCP traffic and the launcher's
+#   daemons on that network.
+net_flags() {
+    local where="$1"
+    shift
+    if [[ "$where" == one-host ]]; then
+        if has_ft "$@"; then
+            mca mca btl_tcp_if_include 127.0.0.1/8
+        else
+            mca mca btl ^tcp
+        fi
+    elif [[ -n "${HOPDEC_INTERFACE:-}" ]]; then
+        mca mca btl_tcp_if_include "$HOPDEC_INTERFACE"
+        user_sets prte_if_include || mca mca oob_tcp_if_include "$HOPDEC_INTERFACE"   # synonyms
+    fi
+}
+
+# mca mca|prtemca NAME VALUE: add --mca/--prtemca NAME VALUE unless HOPDEC_MPIRUN_ARGS sets NAME (Open MPI
+# refuses a parameter given twice with different values: the user's wins).
+mca() {
+    user_sets "$2" || MPIRUN+=("--$1" "$2" "$3")
+}
+
+# user_sets NAME: true when HOPDEC_MPIRUN_ARGS sets the MCA parameter NAME.
+user_sets() { [[ " ${HOPDEC_MPIRUN_ARGS:-} " == *[[:space:]]"$1"[[:space:]]* ]]; }
+
 # ULFM flags for `hopdec train --fault-tolerance` (appended to MPIRUN when an argument asks for it).
 # - A dead rank is found through its TCP connections within milliseconds; over shared memory alone
-#   ULFM never notices, so fault-tolerant runs use TCP (loopback on one host; HOPDEC_FT_BTL overrides,
+#   ULFM never notices, so fault-tolerant runs use TCP (loopback on one host: net_flags; HOPDEC_FT_BTL overrides,
 #   e.g. self,sm to measure the heartbeat detector alone: experiments/bench_failover.py).
 # - Every message up to 1 GiB is sent eagerly: with Open MPI 5.0's rendezvous protocol, a failure while a
 #   large message is in flight aborts the whole job ("Recv error after request freed").
@@ -55,39 +96,64 @@ is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 # - A job whose survivors finished is a success (each death is in the summary); hopdec's own errors still
 #   end it through MPI_Abort, whose code comes through.
 ft_flags() {
-    local a eager=1073741824
-    for a in "$@"; do
-        if [[ "$a" == "--fault-tolerance" ]]; then
-            MPIRUN+=(--with-ft ulfm --mca btl "${HOPDEC_FT_BTL:-tcp,self}"
-                     --mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
-                     --mca btl_tcp_max_send_size "$eager"
-                     --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
-                     --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"
-                     --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-30}"
-                     --prtemca state_base_error_non_zero_exit 0)
-            # Open MPI 5.0 exits 0 when the rank calling MPI_Abort is the last one alive (one survivor
-            # that cannot heal): that rank writes its exit code here and run_job returns it.
-            HOPDEC_EXIT_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-exit.XXXXXX")"
-            export HOPDEC_EXIT_FILE
-            MPIRUN+=(-x HOPDEC_EXIT_FILE)
-            return
-        fi
-    done
+    local eager=1073741824
+    if has_ft "$@"; then
+        MPIRUN+=(--with-ft ulfm)            # first: Open MPI reads the flags after it as a fault-tolerant job's
+        mca mca btl "${HOPDEC_FT_BTL:-tcp,self}"
+        MPIRUN+=(--mca btl_tcp_eager_limit "$eager" --mca btl_tcp_rndv_eager_limit "$eager"
+                 --mca btl_tcp_max_send_size "$eager"
+                 --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
+                 --mca mpi_ft_detector_period "${HOPDEC_FT_PERIOD:-1}"
+                 --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-30}"
+                 --prtemca state_base_error_non_zero_exit 0)
+        # Open MPI 5.0 exits 0 when the rank calling MPI_Abort is the last one alive (one survivor
+        # that cannot heal): that rank writes its exit code here and run_job returns it.
+        HOPDEC_EXIT_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-exit.XXXXXX")"
+        export HOPDEC_EXIT_FILE
+        MPIRUN+=(-x HOPDEC_EXIT_FILE)
+    fi
 }
 
-# run_job CMD...: run the launcher so that Ctrl-C and SIGTERM stop the run cleanly. mpirun (Open MPI 5's
-# PRRTE) turns SIGINT/SIGTERM into a kill of every rank within 0.5 s, but forwards SIGUSR1 untouched, and
-# hopdec's ranks take SIGUSR1 as "stop cleanly": they agree where, write a final checkpoint (with
-# --checkpoint-dir) and print how to resume. So the launcher runs in its own session (Ctrl-C reaches
-# this script, not mpirun), the first INT/TERM/USR1 becomes SIGUSR1 to mpirun, a second INT/TERM is
-# passed on as it is (the hard kill). Exit status: mpirun's, or 128 + the signal after a clean stop.
-run_job() {
-    local pid rc sig="" stops=0
-    if command -v setsid >/dev/null 2>&1; then
+# start_tied CMD...: start CMD in the background, in a session of its own (Ctrl-C at the terminal reaches
+# this script, not mpirun), and tied to this script: if the script dies -- even by SIGKILL, which no trap
+# sees -- CMD gets SIGUSR1, the clean stop (Linux PR_SET_PDEATHSIG, which survives exec): no job outlives
+# its launcher. Without Python or prctl (not Linux), only the session.
+_HOPDEC_TIE='
+import ctypes, os, signal, sys
+try:
+    os.setsid()
+except OSError:
+    pass
+try:
+    ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))          # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):                         # the launcher died before the tie
+    sys.exit(128 + signal.SIGTERM)
+os.execvp(sys.argv[2], sys.argv[2:])
+'
+start_tied() {
+    local py="${HOPDEC_PYTHON:-python3}"
+    if command -v "$py" >/dev/null 2>&1; then
+        "$py" -c "$_HOPDEC_TIE" "$$" "$@" </dev/null &
+    elif command -v setsid >/dev/null 2>&1; then
         setsid "$@" </dev/null &
     else
         set -m; "$@" </dev/null & set +m
     fi
+}
+
+# run_job CMD...: run the launcher so that Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the run
+# cleanly. mpirun (Open MPI 5's PRRTE) turns SIGINT/SIGTERM/SIGHUP into a kill of every rank within 0.5 s,
+# but forwards SIGUSR1 untouched, and hopdec's ranks take SIGUSR1 as "stop cleanly": they agree where,
+# write a final checkpoint (with --checkpoint-dir) and print how to resume. So the launcher runs in its
+# own session, tied to this script (start_tied), the first INT/TERM/HUP/USR1 becomes SIGUSR1 to mpirun, a
+# second INT/TERM/HUP is passed on as it is (the hard kill). Exit status: mpirun's, or 128 + the signal
+# after a stop (the ranks of a stopped run exit 128 + SIGUSR1 = 138, which becomes the signal this script
+# got; a stopped run never exits 0).
+run_job() {
+    local pid rc sig="" stops=0
+    start_tied "$@"
     pid=$!
     _hopdec_stop() {
         stops=$((stops + 1))
@@ -100,22 +166,23 @@ run_job() {
     }
     trap '_hopdec_stop INT' INT
     trap '_hopdec_stop TERM' TERM
+    trap '_hopdec_stop HUP' HUP
     trap '_hopdec_stop USR1' USR1
     while :; do
         rc=0
         wait "$pid" || rc=$?
         kill -0 "$pid" 2>/dev/null || break    # a trapped signal ends `wait` early: wait again
     done
-    trap - INT TERM USR1
+    trap - INT TERM HUP USR1
     if [[ -n "${HOPDEC_EXIT_FILE:-}" && -f "$HOPDEC_EXIT_FILE" ]]; then
         local code
         code="$(head -c 16 "$HOPDEC_EXIT_FILE" 2>/dev/null | tr -dc 0-9)"
         rm -f "$HOPDEC_EXIT_FILE"
         if [[ "$rc" == 0 && -n "$code" ]]; then
-            rc="$code"                          # an abort that mpirun did not pass on (see ft_flags)
+            rc="$code"                          # an abort or a stop mpirun did not pass on (see ft_flags)
         fi
     fi
-    if [[ -n "$sig" && "$rc" == 0 ]]; then
+    if [[ -n "$sig" && ( "$rc" == 0 || "$rc" == $((128 + $(kill -l USR1))) ) ]]; then
         rc=$((128 + $(kill -l "$sig")))
     fi
     return "$rc"

@@ -13,8 +13,9 @@ Runs N workers across the machines in HOSTFILE (Open MPI format, one "host slots
 Every host needs the same Python environment and checkout path (PATH, PYTHONPATH and
 VIRTUAL_ENV are passed on with -x) and passwordless ssh between hosts.
 
-Environment: HOPDEC_CMD, HOPDEC_MPIRUN, HOPDEC_MPIRUN_ARGS, HOPDEC_PYTHON as in local.sh; e.g.
-  HOPDEC_MPIRUN_ARGS="--mca btl_tcp_if_include eth0"   pick the network interface
+Environment: HOPDEC_CMD, HOPDEC_MPIRUN, HOPDEC_MPIRUN_ARGS, HOPDEC_PYTHON as in local.sh, and
+  HOPDEC_INTERFACE=eth1  keep the ranks' and daemons' traffic on that interface's network;
+                         what a job exposes, and how to firewall it: launch/README.md
 USAGE
 }
 
@@ -45,8 +46,10 @@ is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of wo
 worker_cmd
 mpirun_base
 ft_flags "$@"
+net_flags cluster "$@"
 MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
 for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
 done
+extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -7,15 +7,18 @@ usage() {
 usage: launch/local.sh [-n N] [--] [hopdec train args...]
 
 Runs N workers (default 4) on this machine, one MPI rank each:
-  mpirun -n N --oversubscribe --bind-to none [--allow-run-as-root] hopdec train ARGS...
-(--oversubscribe: more ranks than cores is fine on one box; --allow-run-as-root only as root.)
+  mpirun -n N --oversubscribe --bind-to none --mca btl ^tcp [--allow-run-as-root] hopdec train ARGS...
+(--oversubscribe: more ranks than cores is fine on one box; --mca btl ^tcp: the ranks talk over shared
+memory and listen on no network port -- with --fault-tolerance, TCP over 127.0.0.1 only;
+--allow-run-as-root only as root.) Ctrl-C, SIGTERM, SIGHUP: a clean stop (launch/README.md).
 
 Environment:
   HOPDEC_CMD          run this command on every rank instead of `hopdec train`
                       (the arguments are appended), e.g.
                       HOPDEC_CMD="python3 -c 'from mpi4py import MPI; print(MPI.COMM_WORLD.rank)'"
   HOPDEC_MPIRUN       launcher binary (default: mpirun)
-  HOPDEC_MPIRUN_ARGS  extra launcher flags, e.g. "--mca btl self,tcp"
+  HOPDEC_MPIRUN_ARGS  extra launcher flags (last: they win), e.g. "--mca btl self,tcp"
+  HOPDEC_STARTUP_TIMEOUT  seconds every rank has to get through MPI_Init (default: --peer-timeout, >= 60)
   HOPDEC_PYTHON       python used when hopdec is not on PATH (default: python3)
 USAGE
 }
@@ -38,5 +41,7 @@ is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of worke
 worker_cmd
 mpirun_base
 ft_flags "$@"
+net_flags one-host "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
+extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -5,12 +5,14 @@ Every test that starts MPI processes uses the :func:`mpirun` fixture (and so car
 process group and the test fails with what it printed: a hang is a failure, never a stuck CI.
 """
 
+import contextlib
 import functools
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -39,11 +41,36 @@ def run_bounded(cmd, timeout, env=None, cwd=ROOT):
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        doomed = descendants(proc.pid)      # launch/*.sh run mpirun in a session of its own: not in the group
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         out, err = proc.communicate()
         pytest.fail(f"hung for {timeout} s and was killed: {' '.join(map(str, cmd))}\n"
                     f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def descendants(pid):
+    """Every process below ``pid`` (children, theirs, ...), read from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 class MPIRun:
@@ -110,6 +137,22 @@ class MPIRun:
         return json.loads(out.stdout)["gap_bounds"]
 
 
+@contextlib.contextmanager
+def address_space_capped(extra=2 ** 31):
+    """This process may grow by at most ``extra`` bytes of address space inside: a regression that
+    allocates what a header claims is a MemoryError here, not a machine pushed into the OOM killer."""
+    import resource
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = size + extra if old[1] == resource.RLIM_INFINITY else min(size + extra, old[1])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
 BATCH_MARK = "@@hopdec-batch-run@@\n"
 BATCH_RC = "@@rc="
 BATCH_DRIVER = f"""
@@ -164,3 +207,17 @@ def netns_testbed():
     yield build
     for tb in made:
         tb.down()
+
+
+def gone(pid, within=5.0):
+    """True once process ``pid`` no longer exists (a zombie of a reaped job counts as gone)."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False

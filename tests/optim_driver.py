@@ -3,6 +3,7 @@
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -151,6 +152,9 @@ def scenario_ft(out):
     crit = torch.nn.CrossEntropyLoss()
     for k in range(25):
         if rank == 3 and k == 8:
+            if os.environ.get("FT_HOW") == "stop":      # hung: found by the failure detector, never exits
+                print(f"@@victim {os.getpid()}", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
             os._exit(1)
         x, y = batch(k)
         opt.zero_grad()

@@ -148,3 +148,55 @@ def test_train_command_refuses_crafted_batch(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr and not marker.exists()
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "data_batch_1" in lines[0] and "os.system" in lines[0]
+
+
+# ---- arrays of a size no batch has (issue 17 item 8) ---------------------------------------------------
+def _reconstruct_then_build(shape_ops, data_len):
+    """_reconstruct an empty ndarray, then BUILD with a uint8 state of the given shape and data length."""
+    return (b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R(K\x01"
+            + shape_ops + b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xff"
+            b"K\x00tb\x89T" + struct.pack("<i", data_len) + b"\0" * data_len + b"tb.")
+
+
+ALLOC_ATTACKS = {
+    # numpy.ndarray((2**30,), "O"): 8 GiB of object pointers from 29 bytes
+    "ndarray-objects": b"\x80\x02cnumpy\nndarray\nJ\x00\x00\x00@\x85U\x01O\x86R.",
+    # numpy.ndarray((2**36,), numpy.dtype("u1")): 64 GiB
+    "ndarray-uint8": b"\x80\x02cnumpy\nndarray\n\x8a\x05\x00\x00\x00\x00\x10\x85cnumpy\ndtype\nU\x02u1\x85R\x86R.",
+    "build-huge-shape": _reconstruct_then_build(b"J\x00\x00\x00@M\x00\x0c\x86", 16),
+    "build-3d": _reconstruct_then_build(b"K\x02K\x02K\x02\x87", 8),
+    "build-short-data": _reconstruct_then_build(b"K\x02M\x00\x0c\x86", 100),
+}
+
+
+def test_a_batch_cannot_ask_for_memory_a_real_batch_does_not_hold():
+    """Each crafted batch (a few dozen bytes) asks numpy for up to 64 GiB, or for arrays of shapes no batch
+    has: refused before anything is allocated (run under a 2 GiB address-space limit, so a regression is
+    a MemoryError there, not a swapping machine here)."""
+    prog = ("import json, resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+            "from hopdec.ml.safe_pickle import loads_batch\n"
+            "out = {}\n"
+            "for name, data in json.loads(sys.stdin.read()).items():\n"
+            "    try:\n"
+            "        x = loads_batch(bytes.fromhex(data))\n"
+            "        out[name] = 'built ' + type(x).__name__\n"
+            "    except Exception as err:\n"
+            "        out[name] = type(err).__name__ + ': ' + str(err)[:120]\n"
+            "print(json.dumps(out))\n")
+    import json
+    r = subprocess.run([sys.executable, "-c", prog], input=json.dumps({k: v.hex() for k, v in ALLOC_ATTACKS.items()}),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name, outcome in json.loads(r.stdout).items():
+        assert outcome.startswith("RefusedPickle"), (name, outcome)
+
+
+def test_protocol_5_buffers_are_checked_too():
+    """Protocol 5 rebuilds arrays with _frombuffer: the same shapes are refused there."""
+    from hopdec.ml.safe_pickle import RefusedPickle, loads_batch
+    assert loads_batch(pickle.dumps({b"data": np.zeros((2, 3072), dtype=np.uint8)}, protocol=5))[b"data"].shape \
+        == (2, 3072)
+    for shape in ((2, 3073), (2, 2, 768), (1, 1, 1, 3072)):
+        with pytest.raises(RefusedPickle):
+            loads_batch(pickle.dumps({b"data": np.zeros(shape, dtype=np.uint8)}, protocol=5))

@@ -1,6 +1,7 @@
 """Training goes on when workers die (``--fault-tolerance``, ULFM; issue 11), through ``launch/local.sh``
 as a user runs it. Every job runs under a timeout (a hang fails the test)."""
 
+import io
 import json
 import os
 import re
@@ -72,6 +73,23 @@ def test_two_workers_killed_mid_run_the_survivors_heal_and_finish(mpirun, tmp_pa
     gap = int(max_iteration_gap(after).max())
     assert gap <= healed + 1, f"gap {gap} after the heals, healed bound {healed}"   # +1: the rebase
     assert "6 workers" in out and out.count("\n   ") >= 6
+    # hopdec sim, the same deaths (at the virtual times of those iterations): the same heals (issue 21)
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    sim_log, text = str(tmp_path / "sim"), io.StringIO()
+    simulate(parse(["--topology", "topologies/exponential_8.json", "--protocol", "tokens", "--iterations",
+                    str(iters), "--compute-time", "0.03", "--fault-tolerance", "--deaths", "3@0.75,6@1.8",
+                    "--log-dir", sim_log]), out=text)
+    bound = re.compile(r"after the failures the gap bound is .*")
+    assert bound.search(text.getvalue()).group(0) == bound.search(out).group(0)
+    for r in survivors:
+        heals = {}
+        for kind, where in (("real", log), ("sim", sim_log)):
+            _, recs, events = records(where, r)
+            assert [x["iter"] for x in recs] == list(range(iters)), f"{kind} rank {r}"
+            heals[kind] = [{k: e[k] for k in ("failed", "survivors", "in_neighbors", "out_neighbors",
+                                              "spectral_gap", "notes")} for e in events if e["event"] == "heal"]
+        assert heals["real"] == heals["sim"], f"rank {r}"
 
 
 def test_deaths_while_training_skipping_and_at_shutdown_and_in_the_summary(mpirun, tmp_path):
@@ -107,6 +125,8 @@ def test_a_dead_ps_worker_is_dropped_and_the_others_finish(mpirun, sync):
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"failure: worker 2 died after \d+ mini-batches", out.stdout), out.stdout
     assert "2 of 3 workers finished" in out.stdout
+    notice = "hopdec: rank 2 (a worker) failed; the server drops it and 2 workers go on"    # when it happens
+    assert out.stdout.count(notice) == 1 and out.stdout.index(notice) < out.stdout.index("failure: worker 2")
     rows = [ln.split() for ln in out.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
     assert sorted(int(r[0]) for r in rows) == [1, 3], out.stdout
     if sync == "bsp":

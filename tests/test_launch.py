@@ -1,8 +1,14 @@
 """launch/local.sh starts N MPI ranks on one box and runs HOPDEC_CMD (or hopdec train) on each."""
 
+import json
 import os
+import re
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,6 +42,28 @@ def test_hostfile_on_localhost(tmp_path):
     assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("rank")) == ["0", "1"]
 
 
+@pytest.mark.mpi
+def test_hostfile_keeps_ranks_and_daemons_on_the_interface_given(tmp_path):
+    """HOPDEC_INTERFACE (a name or a CIDR, as the network testbed gives it) restricts both the ranks' TCP
+    and the daemons' channel; a parameter HOPDEC_MPIRUN_ARGS sets is left to it; the job runs with it."""
+    hf = tmp_path / "hosts"
+    hf.write_text("localhost slots=2\n")
+    argv = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_MPIRUN="echo", HOPDEC_INTERFACE="10.1.0.0/16").stdout
+    assert "--mca btl_tcp_if_include 10.1.0.0/16 --mca oob_tcp_if_include 10.1.0.0/16" in argv, argv
+    argv = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_MPIRUN="echo", HOPDEC_INTERFACE="eth1",
+                HOPDEC_MPIRUN_ARGS="--mca prte_if_include eth2").stdout
+    assert "btl_tcp_if_include eth1" in argv and "oob_tcp_if_include" not in argv and "eth2" in argv, argv
+    nets = [line.split()[3] for line in subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True,
+                                                       text=True).stdout.splitlines()
+            if " lo " not in line] if shutil.which("ip") else []
+    if not nets:                            # the daemons' channel never uses loopback
+        pytest.skip("no IPv4 address besides loopback")
+    r = _run([HOSTFILE, "-f", str(hf), "-n", "2"], HOPDEC_CMD=PRINT_RANK, HOPDEC_INTERFACE=nets[0],
+             HOPDEC_MPIRUN_ARGS="--mca btl tcp,self")
+    assert r.returncode == 0, r.stderr
+    assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("rank")) == ["0", "1"]
+
+
 def test_usage_and_bad_arguments(tmp_path):
     for script in (LOCAL, HOSTFILE):
         r = _run([script, "-h"])
@@ -48,3 +76,207 @@ def test_usage_and_bad_arguments(tmp_path):
     assert r.returncode == 2 and "nope" in r.stderr
     r = _run(["-n", os.path.join(ROOT, "launch", "slurm.sbatch")])  # bash -n: syntax check
     assert r.returncode == 0, r.stderr
+
+
+# ---- the launcher never leaves a job behind (issue 17 item 3), and a stopped run is not a success (item 11)
+STOP_RUN = ["--no-progress", "--threads", "1", "--topology", "complete", "--iterations", "400",
+            "--compute-time", "0.05"]
+
+
+def _log_records(log_dir, rank):
+    try:
+        with open(os.path.join(log_dir, f"rank{rank}.jsonl")) as f:
+            return [json.loads(ln) for ln in f.read().splitlines() if ln.endswith("}")]
+    except FileNotFoundError:
+        return []
+
+
+def _wait_running(log_dir, ranks, n=5, timeout=120):
+    """Pids of every rank once each logged ``n`` iteration records."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        recs = [_log_records(log_dir, r) for r in range(ranks)]
+        if all(sum("iter" in x for x in rs) > n for rs in recs):
+            return [rs[0]["run"]["pid"] for rs in recs]
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not log {n} iterations within {timeout} s")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _all_gone(pids, within=30):
+    deadline = time.time() + within
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return not any(_alive(p) for p in pids)
+
+
+def _stopped_cleanly(ck, ranks):
+    """Every rank's last checkpoint is the one a stop wrote, at the same iteration on every rank."""
+    from hopdec.runtime import checkpoint as C
+    last = []
+    for r in range(ranks):
+        man = C.read_manifest(str(ck), r)
+        key = max(int(k) for k in man["complete"])
+        assert man["complete"][str(key)]["cause"] == "stop", man["complete"]
+        last.append(key)
+    return len(set(last)) == 1
+
+
+def _launch_env():
+    from conftest import mpi_env
+    return mpi_env(HOPDEC_CMD=f"{sys.executable} -m hopdec.cli train")
+
+
+@pytest.mark.mpi
+def test_a_closed_terminal_stops_the_run_cleanly(tmp_path):
+    """Closing the terminal (SIGHUP to the launcher, whose output goes to it) is a Ctrl-C: the ranks stop
+    at one iteration, write a final checkpoint and exit; the launcher exits 129; nothing is left."""
+    import pty
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    argv = ["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir", str(ck)]
+    env = _launch_env()
+    pid, fd = pty.fork()
+    if pid == 0:                                    # the child: a session whose terminal is the pty
+        os.chdir(ROOT)
+        os.execvpe("bash", argv, env)
+    try:
+        ranks = []
+        deadline = time.time() + 120
+        while not ranks:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    os.read(fd, 65536)
+                except OSError:
+                    break
+            try:
+                ranks = _wait_running(str(logs), 2, timeout=0.01)
+            except AssertionError:
+                assert time.time() < deadline, "the run did not start"
+        os.close(fd)                                # the terminal goes away: SIGHUP
+        fd = None
+        deadline = time.time() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.time() < deadline, "the launcher did not end after SIGHUP"
+            time.sleep(0.1)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    assert _all_gone(ranks)
+    assert _stopped_cleanly(ck, 2)
+
+
+@pytest.mark.mpi
+def test_a_killed_launcher_takes_its_job_along(tmp_path):
+    """SIGKILL to the launcher script (no trap sees it): mpirun, in a session of its own, used to train on,
+    orphaned. Now it gets the clean stop: the ranks checkpoint and exit."""
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir",
+                             str(ck)], env=_launch_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        ranks = _wait_running(str(logs), 2)
+        proc.kill()
+        proc.wait(10)
+        assert _all_gone(ranks), "the job outlived its launcher"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert _stopped_cleanly(ck, 2)
+
+
+@pytest.mark.mpi
+def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
+    """SIGTERM to one rank (as Slurm sends it) under plain mpirun: every rank stops at one iteration, and
+    the job exits 128 + SIGTERM -- it used to exit 0, as if it had completed."""
+    from conftest import mpi_env
+    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", sys.executable, "-m",
+                             "hopdec.cli", "train", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir", str(ck)],
+                            env=mpi_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        ranks = _wait_running(str(logs), 2)
+        os.kill(ranks[1], signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped at iteration" in err and "(SIGTERM)" in err
+    assert _stopped_cleanly(ck, 2)
+
+
+# ---- what a one-host job listens on (issue 17 item 7) ---------------------------------------------------------
+LISTENER = (f"{sys.executable} -c '"
+            "import os, sys, time; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+            "x = c.sendrecv(os.getpid(), dest=(c.rank + 1) % c.size, source=(c.rank - 1) % c.size); "
+            "print(\"pid\", os.getpid(), flush=True); time.sleep(4); c.Barrier(); "
+            "os._exit(0) if \"--fault-tolerance\" in sys.argv else None'")   # ULFM: no MPI_Finalize
+
+
+def _sockets(kind, pids):
+    """``(local, peer)`` addresses of ``ss -tnp`` sockets (kind: -l listening, or established) owned by pids."""
+    args = ["ss", "-Htnp"] + (["-l"] if kind == "listen" else ["state", "established"])
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
+    found = []
+    for line in out.splitlines():
+        owners = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if owners & set(pids):
+            cols = line.split()
+            found.append((cols[-3], cols[-2]))
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+@pytest.mark.parametrize("ft", [False, True])
+def test_a_one_host_job_talks_over_loopback_only(tmp_path, ft):
+    """Without --fault-tolerance the ranks open no TCP listener at all (shared memory; they listened on
+    0.0.0.0 and [::]); with it they talk TCP over 127.0.0.1 only (their peers were the host's other
+    addresses). Either way every connection a rank has is on loopback (its launcher's PMIx server too).
+    mpirun's own daemon port is Open MPI's (launch/README.md says what it exposes)."""
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *(["--fault-tolerance"] if ft else [])],
+                            env={**os.environ, "HOPDEC_CMD": LISTENER, "HOPDEC_STARTUP_TIMEOUT": "60"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pids = []
+        deadline = time.time() + 90
+        while len(pids) < 2:
+            line = proc.stdout.readline()
+            assert line and time.time() < deadline, proc.stderr.read()[-2000:]
+            if line.startswith("pid "):
+                pids.append(int(line.split()[1]))
+        listening, talking = _sockets("listen", pids), _sockets("established", pids)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert talking and all(a.startswith("127.") and b.startswith("127.") for a, b in talking), talking
+    if not ft:
+        assert listening == [], listening
+
+
+@pytest.mark.mpi
+def test_the_users_launcher_flags_win_over_the_scripts(tmp_path):
+    """HOPDEC_MPIRUN_ARGS setting a parameter the script sets too (btl, btl_tcp_if_include): Open MPI
+    refuses a parameter given twice with different values, so the script leaves it to the user."""
+    for args, extra in (("--mca btl self,sm", []), ("--mca btl_tcp_if_include lo", ["--fault-tolerance"])):
+        r = _run([LOCAL, "-n", "1", *extra], HOPDEC_CMD=PRINT_RANK, HOPDEC_MPIRUN_ARGS=args)
+        assert r.returncode == 0 and "rank 0 of 1" in r.stdout, r.stderr

@@ -224,3 +224,13 @@ def test_report_refuses_a_folder_without_logs(tmp_path):
     p = subprocess.run([sys.executable, "-m", "hopdec.cli", "report", str(tmp_path), "-o",
                         str(tmp_path / "x.html")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no rank*.jsonl" in p.stderr
+
+
+def test_a_trace_in_the_log_dir_is_accepted_before_the_log_dir_exists(tmp_path):
+    """--log-dir D --trace D/trace.json: rank 0's check used to pass only when another rank had made D
+    already (a race the start-up roll call, which starts setup on every rank at once, made visible)."""
+    from hopdec.cli.train import build_parser
+    from hopdec.observe.options import check_observe_options
+    d = tmp_path / "logs"
+    check_observe_options(build_parser().parse_args(["--log-dir", str(d), "--trace", str(d / "trace.json")]))
+    assert d.is_dir()

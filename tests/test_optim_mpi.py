@@ -6,12 +6,15 @@ line; a public example's structure ported to it runs. Scenarios share jobs (``te
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+
+from conftest import gone
 
 DRIVER = """
 import runpy, sys
@@ -135,6 +138,23 @@ def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_p
     for r in got.values():
         assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
     assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
+
+
+def test_a_stopped_rank_does_not_keep_a_users_fault_tolerant_job_alive(mpirun, tmp_path):
+    """Rank 3 of 5 is stopped (SIGSTOP) instead: the failure detector declares it dead, the survivors heal
+    and finish -- and the job ends, the stopped process killed as they leave (mpirun waited for it
+    forever: issue 17 item 1, in a user's loop)."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft", FT_HOW="stop",
+                     HOPDEC_FT_TIMEOUT="3")
+    out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=150)
+    victim = re.search(r"^@@victim (\d+)$", out.stdout, re.M)
+    try:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert sorted(int(m) for m in re.findall(r"^@@ft(\d) ", out.stdout, re.M)) == [0, 1, 2, 4]
+        assert victim and gone(int(victim.group(1)), 10), "the stopped rank is still there"
+    finally:
+        if victim and os.path.exists(f"/proc/{victim.group(1)}"):
+            os.kill(int(victim.group(1)), signal.SIGKILL)
 
 
 def test_a_ported_public_example_runs_under_mpirun(mpirun, tmp_path):

@@ -88,8 +88,11 @@ def test_conditions_label_and_a_hostile_environment():
     assert conditions({"HOPDEC_NETWORK": "x" * 100_000})["unparsed"] == "x" * 200
 
 
-def test_command_line_refuses_bad_input_in_one_line():
+def test_command_line_refuses_bad_input_in_one_line(tmp_path):
+    fifo = tmp_path / "spec.fifo"
+    os.mkfifo(fifo)                         # opened as a plain file, it waited for a writer forever
     for args, what in ((["run", "-n", "2", "--cross", "fast"], "--cross 'fast'"),
+                       (["run", "--spec", str(fifo)], "not a regular file"),
                        (["run", "--place", "machine", "--topology", "ring", "-n", "4"], "`machine` attribute"),
                        (["run", "-n", "3", "--host-nic", "zz=5"], "no host 'zz'")):
         p = subprocess.run([sys.executable, "-m", "hopdec.testbed"] + args, capture_output=True, text=True,

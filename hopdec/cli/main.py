@@ -41,6 +41,20 @@ def main(argv=None):
     except HopdecError as err:
         print(f"hopdec {cmd}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:                 # `hopdec topo analyze ... | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 128 + 13                     # as a process SIGPIPE ended: 141
+
+
+def _quiet_stdout():
+    """After a broken pipe: stdout to /dev/null, so the interpreter's final flush does not raise again."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

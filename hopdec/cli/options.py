@@ -14,7 +14,7 @@ from hopdec.hop.protocols import PROTOCOLS, protocol_usage
 from hopdec.ps.sync import POLICIES, sync_usage
 from hopdec.settings import (MODES, PS, Checkpoints, Cost, Emulation, Faults, Observe, Protocol, RunSettings,
                              Work)
-from hopdec.settings.faults import ints
+from hopdec.settings.faults import deaths, ints
 
 
 def add_run_arguments(p, mpi=True):
@@ -190,10 +190,12 @@ def settings_from(args, argv=(), simulated=False):
     protocol = Protocol(**_picked(args, Protocol.options()))
     emulation = Emulation(**{**_picked(args, ["compute_time"] if not simulated else []),
                              "slowdown": tuple(args.slowdown or ())})
-    faults = Faults(**_picked(args, ["peer_timeout", "fault_tolerance", "die_how"]),
+    faults = Faults(**_picked(args, ["peer_timeout", "fault_tolerance", "die_how", "death_trace", "churn_mttf",
+                                     "detect_s", "heal_stall_s"]),
                     **({"die_rank": ints(args.die_rank, "--die-rank"), "die_at": ints(args.die_at, "--die-at"),
                         "die_phase": tuple(p.strip() for p in str(args.die_phase or "train").split(","))}
-                       if hasattr(args, "die_rank") else {}))
+                       if hasattr(args, "die_rank") else {}),
+                    **({"deaths": deaths(args.deaths)} if hasattr(args, "deaths") else {}))
     ps = PS(**_picked(args, PS.options()))
     observe = Observe(progress=not args.no_progress,
                       **_picked(args, [f for f in Observe.options() if f != "progress"]))

@@ -9,10 +9,12 @@ run had ``--trace``, which records the spans).
 
 import argparse
 import os
+import stat
 import sys
 
 from hopdec.cli.helpfmt import HelpFormatter
 from hopdec.errors import ConfigError
+from hopdec.files import shown
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
-def _load(paths, labels):
+def _load(paths, labels, prog):
     from hopdec.report.data import Run
     if labels is not None:
         labels = labels.split(",")
@@ -29,13 +31,15 @@ def _load(paths, labels):
     runs = []
     for i, p in enumerate(paths):
         if not os.path.isdir(p):
-            raise ConfigError(f"{p}: not a directory (give the --log-dir of a run)")
-        try:
-            run = Run.load(p, label=labels[i] if labels else None)
-        except FileNotFoundError as err:
-            raise ConfigError(str(err)) from None
+            raise ConfigError(f"{shown(p)}: not a directory (give the --log-dir of a run)")
+        run = Run.load(p, label=labels[i] if labels else None)
         if not run.records:
-            raise ConfigError(f"{p}: the logs hold no iteration record")
+            raise ConfigError(f"{shown(p)}: the logs hold no iteration record")
+        for note in run.notes:
+            print(f"{prog}: note: {note}", file=sys.stderr)
+        if run.bad_lines:
+            print(f"{prog}: note: {shown(p)}: {run.bad_lines} log line(s) or field(s) unreadable or of the wrong "
+                  f"type, skipped (a rank killed mid-line leaves one)", file=sys.stderr)
         runs.append(run)
     if labels is None:                     # folder names that repeat get their parent too
         names = [r.label for r in runs]
@@ -45,14 +49,47 @@ def _load(paths, labels):
     return runs
 
 
+def output_path(path, default_suffix=None):
+    """Where a command writes its output: ``path`` (plus ``default_suffix`` when it has no suffix), checked
+    before any work -- its folder exists, and it is not a directory, FIFO or device (writing to those
+    fails late or blocks). ConfigError naming the path otherwise."""
+    if path == "":
+        raise ConfigError("-o '': an empty output path")
+    if default_suffix and not os.path.splitext(os.path.basename(path))[1]:
+        path += default_suffix
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise ConfigError(f"-o {shown(path)}: folder {shown(folder)} does not exist")
+    if os.path.lexists(path):
+        st = os.stat(path) if os.path.exists(path) else os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"-o {shown(path)}: is a directory; give a file name")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            raise ConfigError(f"-o {shown(path)}: not a regular file (a FIFO or device would block or "
+                              f"swallow the output)")
+    return path
+
+
+def _written(path, write):
+    """Run ``write()``; an OSError (full disk, no permission) becomes one line naming the path."""
+    try:
+        return write()
+    except OSError as err:
+        raise ConfigError(f"-o {shown(path)}: cannot write ({err.strerror or err})") from None
+
+
 def report_main(argv):
     args = report_parser().parse_args(argv)
-    runs = _load(args.runs, args.labels)
+    out = output_path(args.output)
+    runs = _load(args.runs, args.labels, "hopdec report")
     from hopdec.report.html import render
     page = render(runs, title=args.title)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(page)
-    print(f"wrote {args.output} ({len(page) // 1024} KiB, {len(runs)} run(s))")
+
+    def write():
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    _written(out, write)
+    print(f"wrote {out} ({len(page) // 1024} KiB, {len(runs)} run(s))")
     return 0
 
 
@@ -92,9 +129,14 @@ def plot_parser():
 def _plot(args):
     if args.smooth < 1:
         raise ConfigError(f"--smooth {args.smooth}: must be >= 1")
-    runs = _load(args.runs, args.labels)
+    out = output_path(args.output, ".png")
     from hopdec.report import plots
     plt = plots.matplotlib()
+    fmt = os.path.splitext(out)[1][1:].lower()
+    if fmt not in plt.gcf().canvas.get_supported_filetypes():
+        raise ConfigError(f"-o {shown(out)}: matplotlib cannot write .{fmt} files (png, pdf, svg, ... can)")
+    plt.close("all")
+    runs = _load(args.runs, args.labels, "hopdec plot")
     if args.what == "loss":
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
         plots.loss_curves(a, b, runs, smooth_k=args.smooth)
@@ -111,8 +153,8 @@ def _plot(args):
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
-    print(f"wrote {args.output}")
+    _written(out, lambda: fig.savefig(out, dpi=110))
+    print(f"wrote {out}")
     return 0
 
 
@@ -130,11 +172,12 @@ def trace_parser():
 
 
 def _trace(args):
-    run = _load([args.run], None)[0]
+    out = output_path(args.output)
+    run = _load([args.run], None, "hopdec trace")[0]
     from hopdec.report.trace import write_trace
-    obj = write_trace(run, args.output)
+    obj = _written(out, lambda: write_trace(run, out))
     spans = any(r.get("spans") for recs in run.records.values() for r in recs)
-    print(f"wrote {args.output} ({len(obj['traceEvents'])} events"
+    print(f"wrote {out} ({len(obj['traceEvents'])} events"
           + ("" if spans or run.mode == "ps" else "; iterations only: train with --trace for their parts")
           + "); open it in ui.perfetto.dev", file=sys.stdout)
     return 0

@@ -17,6 +17,7 @@ EXAMPLES = """examples:
       --compute-time 0.25 --slowdown random:factor=6,prob=1/n --backup-workers 1 --log-dir runs/sim_b1
   hopdec sim --mode ps --sync dssp -n 16 --compute-time normal:mean=0.25,std=0.02 --slowdown rank=3,factor=4
   hopdec sim --topology topologies/ring_based_8.json --math --iterations 300 --eval-interval 5
+  hopdec sim --topology ring-based -n 1024 --iterations 100 --fault-tolerance --churn-mttf 1000 --seed 1
 """
 
 
@@ -24,6 +25,7 @@ def build_parser():
     from hopdec.cli.options import add_run_arguments
     from hopdec.cli.train import _Parser
     from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+    from hopdec.settings.faults import DETECT_S, HEAL_STALL_S
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
 
     p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
@@ -71,6 +73,23 @@ def build_parser():
     c.add_argument("--invariants", choices=["auto", "on", "off"], default="auto",
                    help=f"check the Hop invariants (PS: the sync model's gap bound) after every event; "
                         f"auto: on up to {CHECK_UP_TO} workers (the check is O(n^2))")
+    f = p.add_argument_group("failures (simulated: worker deaths replayed through the heal code of "
+                             "hopdec train --fault-tolerance)")
+    f.add_argument("--fault-tolerance", action="store_true",
+                   help="the survivors of a death heal the graph and go on, as hopdec train --fault-tolerance "
+                        "(needs --protocol tokens; --mode ps: the server drops the dead worker)")
+    f.add_argument("--deaths", action="append", default=None, metavar="W@T[,W@T...]",
+                   help="worker W dies at virtual second T (repeatable)")
+    f.add_argument("--death-trace", default=None, metavar="FILE",
+                   help="deaths from a file: one 'SECONDS WORKER' per line ('#' comments)")
+    f.add_argument("--churn-mttf", type=float, default=None, metavar="SECONDS",
+                   help="churn: every worker dies after an exponential lifetime of this mean (drawn from --seed)")
+    f.add_argument("--failure-detection", type=float, default=DETECT_S, metavar="SECONDS", dest="detect_s",
+                   help=f"virtual seconds from a death until the survivors start healing (default {DETECT_S:g}: "
+                        f"a crash over TCP, measured; a hang is found after ULFM's detector timeout, 30)")
+    f.add_argument("--heal-stall", type=float, default=HEAL_STALL_S, metavar="SECONDS", dest="heal_stall_s",
+                   help=f"virtual seconds the survivors' recovery takes once all joined it (default "
+                        f"{HEAL_STALL_S:g}: measured on 8 workers)")
     return p
 
 

@@ -66,23 +66,22 @@ def main(argv):
         return _finish(2, ft)
     import importlib
 
-    from mpi4py import MPI
-
-    from hopdec.runtime.failures import abort, cause, first_error, watch_failures
+    from hopdec.runtime.failures import abort, cause, first_error
     from hopdec.runtime.resume import plan
     from hopdec.runtime.setup import check_resume_target, setup
+    from hopdec.runtime.startup import setup_done, start
     from hopdec.transport.collectives import allgather_json
 
-    comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
     timeout = settings.faults.timeout
-    watch_failures(comm)
+    comm = start(timeout, PROG)             # MPI_Init and a roll call, each bounded: one line names who is missing
+    rank = comm.Get_rank()
     err = None
     try:
         ctx = setup(settings, comm)
     except Exception as e:                  # bad input (one line), or a bug: still one line
         err = cause(e)
     try:
+        setup_done(comm, timeout)           # one line names a rank still in setup
         found = first_error(allgather_json(comm, err, timeout, "setup"))
     except Exception as e:
         abort(comm, e, PROG)
@@ -111,10 +110,11 @@ def main(argv):
         importlib.import_module(RUNNERS[settings.mode]).run(ctx)
     except BaseException as e:              # training, evaluation or shutdown, on any rank
         abort(comm, e, PROG)
-    return _finish(0, ft)
+    from hopdec.runtime.failures import stop_exit_code
+    return _finish(stop_exit_code(), ft, stopped=True)     # a stopped run must not look completed
 
 
-def _finish(code, fault_tolerant, reporter=True):
+def _finish(code, fault_tolerant, reporter=True, stopped=False):
     """The process's exit. Without fault tolerance: return ``code`` (MPI_Finalize follows). With it, the
     process never calls MPI_Finalize -- it waits for dead ranks forever, and with Open MPI 5.0's threaded
     failure detector it hangs even when nobody died -- and since a fault-tolerant launch counts only
@@ -124,11 +124,16 @@ def _finish(code, fault_tolerant, reporter=True):
         return code
     sys.stdout.flush()
     sys.stderr.flush()
-    if code:
+    if code and not stopped:
         from mpi4py import MPI
         if reporter:
             from hopdec.runtime.failures import record_exit
             record_exit(code)
             MPI.COMM_WORLD.Abort(code)
         time.sleep(5)                       # the reporting rank's abort ends this one
+    else:
+        from hopdec.runtime.failures import end_dead_ranks, record_exit
+        end_dead_ranks()                    # a stopped dead rank would keep mpirun waiting forever
+        if code:
+            record_exit(code)               # a clean stop: 128 + signal, which mpirun does not pass on here
     os._exit(code)

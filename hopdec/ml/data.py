@@ -180,6 +180,11 @@ def _read_svmlight(path: str):
     labels = np.unique(y)
     if len(y) == 0:
         raise ConfigError(f"{path}: no samples")
+    bad = np.flatnonzero(~np.isfinite(x.data))
+    if bad.size:                            # nan, inf, or too large for float32: not a learning-rate problem
+        row = int(np.searchsorted(x.indptr, bad[0], side="right")) - 1
+        raise ConfigError(f"{path}: sample {row + 1} has a feature value that is not a finite float32 "
+                          f"({x.data[bad[0]]}); {bad.size} such value(s) in the file")
     if set(labels) <= {-1.0, 1.0}:
         y01 = (y > 0).astype(np.int64)
     elif set(labels) <= {0.0, 1.0}:

@@ -17,6 +17,12 @@ def check_observe_options(observe, rank=0):
     trace = observe.trace
     if trace and rank == 0:
         parent = os.path.dirname(os.path.abspath(trace))
+        log_dir = observe.log_dir
+        if log_dir and parent == os.path.abspath(log_dir):
+            try:                            # the --log-dir, which setup makes anyway: make it now (a trace
+                os.makedirs(parent, exist_ok=True)   # beside the logs was refused unless another rank
+            except OSError:                          # happened to make the log dir first)
+                pass
         if os.path.isdir(trace) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise ConfigError(f"--trace {trace}: cannot write a file there")
 

@@ -693,9 +693,16 @@ def _register_exit(opt):
 def _leave_without_finalize():
     """``fault_tolerance=True``: Open MPI 5.0 cannot finalize after a failure (it waits for the dead), and
     with its threaded failure detector not even without one (:func:`hopdec.cli.train._finish`); so the
-    process ends here, before mpi4py's MPI_Finalize, with exit code 0."""
+    process ends here, before mpi4py's MPI_Finalize, with exit code 0 -- after ending the ranks declared
+    dead that still exist (stopped, hung), for which ``mpirun`` would otherwise wait forever
+    (:func:`hopdec.runtime.failures.end_dead_ranks`)."""
     import os
     import sys
     sys.stdout.flush()
     sys.stderr.flush()
+    try:
+        from hopdec.runtime.failures import end_dead_ranks
+        end_dead_ranks()
+    except Exception:                       # leaving must not fail: the launcher's own timeout remains
+        pass
     os._exit(0)

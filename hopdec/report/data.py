@@ -5,8 +5,13 @@ records with an ``iter`` key, events with an ``event`` key) and, from the simula
 decentralized evaluations, ``eval.jsonl``. The same reader takes real runs, parameter-server runs and
 simulated runs: a header with ``simulated`` makes every time a *virtual* time, and every label says so.
 
-Only JSON is read (``json.loads``); a line that does not parse -- the last line of a killed rank -- is
-counted and skipped, never executed or unpickled.
+Logs are read as defensively as topology files (:mod:`hopdec.files`): only regular files of at most
+:data:`MAX_LOG_BYTES` (a FIFO or ``/dev/zero`` as a rank log is named and left out, never opened for
+reading without end), lines of at most :data:`MAX_LINE_BYTES`, only JSON (never executed or unpickled),
+nesting at most :data:`MAX_DEPTH` deep, and every field the figures use checked for its type
+(:data:`RECORD_FIELDS`, :data:`EVENT_FIELDS`, :data:`HEADER_FIELDS`; numbers finite). A line that fails
+-- the last line of a killed rank, or anything hostile -- is skipped and counted (``Run.bad_lines``,
+``Run.notes``), so what the report draws has the types it expects and no time is NaN.
 """
 
 import glob
@@ -17,26 +22,165 @@ import re
 
 import numpy as np
 
+from hopdec.errors import ConfigError
+from hopdec.files import open_regular, shown
+
 WAIT_KINDS = ("updates", "tokens", "acks")
+MAX_LOG_BYTES = 2 ** 30
+"""Largest log file read (1 GiB: 100,000 iterations of a rank with a trace are about 100 MiB)."""
+MAX_LINE_BYTES = 2 ** 20
+MAX_DEPTH = 12
+MAX_INT = 2 ** 53
 
 
-def _read_jsonl(path):
+# ---- what a record may hold --------------------------------------------------------------------------------
+def _num(v):
+    """A finite number (not a bool; an int small enough to be a float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) < MAX_INT if isinstance(v, int) else math.isfinite(v)
+
+
+def _int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT
+
+
+def _nat(v):
+    return _int(v) and v >= 0
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+def _list_of(check, n=None):
+    return lambda v: isinstance(v, list) and (n is None or len(v) == n) and all(check(x) for x in v)
+
+
+def _str(v):
+    return isinstance(v, str)
+
+
+def _dict(v):
+    return isinstance(v, dict)
+
+
+def _span(v):
+    """``[kind, start offset, seconds, detail]`` (see :func:`hopdec.runtime.hop_loop.worker_loop`), the detail
+    of the kind the trace reads: send -> ranks, wait -> [what, ranks], jump -> [from, to]."""
+    if not (isinstance(v, list) and len(v) == 4 and _str(v[0]) and _num(v[1]) and _num(v[2])):
+        return False
+    kind, detail = v[0], v[3]
+    if kind == "send":
+        return detail is None or _list_of(_int)(detail)
+    if kind == "wait":
+        return isinstance(detail, list) and len(detail) == 2 and _str(detail[0]) and _list_of(_int)(detail[1])
+    if kind == "jump":
+        return _list_of(_int, 2)(detail)
+    return True
+
+
+_term = _list_of(_num, 3)
+RECORD_FIELDS = dict(
+    iter=_nat, time=_num, loss=_opt(_num), jumped_from=_opt(_int), jump=_opt(_list_of(_int, 2)),
+    staleness=_opt(_int), tokens=_opt(_num), held=_opt(_num), used_total=_opt(_num), dropped_total=_opt(_num),
+    sent=_opt(_num), send_skipped=_opt(_num), version=_opt(_int), sent_to=_opt(_list_of(_int)),
+    spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
+    **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
+                                       "wait_sends", "reduce", "send", "apply", "push")},
+    t_push=_opt(_num), t_recv=_num)
+"""Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
+are required)."""
+EVENT_FIELDS = dict(
+    event=_str, time=_opt(_num), at=_opt(_int), dist_mean=_opt(_num), dist_max=_opt(_num), test_acc=_opt(_num),
+    test_loss=_opt(_num), elapsed=_opt(_num), records=_opt(_num), per_record_ms=_opt(_num), what=_opt(_str),
+    dur=_opt(_num), worker=_opt(_int), workers=_opt(lambda v: _int(v) or _list_of(_int)(v)))
+"""Event lines (and ``eval.jsonl`` rows, which need ``time``): the fields read, where present."""
+HEADER_FIELDS = dict(
+    mode=lambda v: v in ("decentralized", "ps"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
+    iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
+    sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
+    hparams=_opt(_dict), cost_model=_opt(_dict))
+"""The run header: a field of the wrong type is dropped (and counted); the rest of the header is kept."""
+
+
+def _depth_ok(obj, limit=MAX_DEPTH):
+    stack = [(obj, 0)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (list, dict)):
+            if d >= limit:
+                return False
+            stack.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    return True
+
+
+def _fits(obj, fields, required=()):
+    return all(k in obj for k in required) and all(check(obj[k]) for k, check in fields.items() if k in obj)
+
+
+def _json_lines(fh):
+    """Parsed JSON objects of a binary file, and how many lines were not one (too long, not UTF-8 JSON,
+    nested too deeply, not an object)."""
     rows, bad = [], 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            break
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            bad += 1
+            while line and not line.endswith(b"\n"):          # the rest of the overlong line
+                line = fh.readline(MAX_LINE_BYTES)
+            continue
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            bad += 1
+            continue
+        if isinstance(obj, dict) and _depth_ok(obj):
+            rows.append(obj)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def read_jsonl(path):
+    """``(objects, bad lines)`` of one log file; ConfigError (one line naming it) when it is not a regular
+    file of at most :data:`MAX_LOG_BYTES`, or cannot be read."""
+    fh, _ = open_regular(path, MAX_LOG_BYTES, "a JSON-lines log (--log-dir)")
+    try:
+        with fh:
+            return _json_lines(fh)
+    except OSError as err:
+        raise ConfigError(f"{shown(path)}: cannot read ({err.strerror or err})") from None
+
+
+def split_rank_log(rows):
+    """``(header, records, events, bad)`` of one rank's parsed lines, each checked against the fields above."""
+    header, records, events, bad = None, [], [], 0
+    for x in rows:
+        if "event" in x:
+            if _fits(x, EVENT_FIELDS):
+                events.append(x)
             else:
                 bad += 1
-    return rows, bad
+        elif "iter" in x:
+            if _fits(x, RECORD_FIELDS, required=("iter", "time")):
+                records.append(x)
+            else:
+                bad += 1
+        elif "run" in x and header is None:
+            if isinstance(x["run"], dict):
+                header = {k: v for k, v in x["run"].items() if k not in HEADER_FIELDS or HEADER_FIELDS[k](v)}
+                bad += len(x["run"]) - len(header)
+            else:
+                bad += 1
+        elif "run" not in x:
+            bad += 1
+    return header or {}, records, events, bad
 
 
 class Run:
@@ -53,32 +197,46 @@ class Run:
         self.label = label or "run"
         self.path = path
         self.bad_lines = bad_lines
+        self.notes = []
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
         self.evals.sort(key=lambda e: e.get("time", 0.0))
 
     @classmethod
     def load(cls, path, label=None):
-        files = glob.glob(os.path.join(path, "rank*.jsonl"))
+        """The run in directory ``path``. A rank log that cannot be read (not a regular file, too large) is
+        left out and named in ``notes``; ConfigError when no rank log is left."""
+        files = glob.glob(os.path.join(glob.escape(path), "rank*.jsonl"))
         ranked = sorted((int(m.group(1)), f) for f in files
-                        if (m := re.fullmatch(r"rank(\d+)\.jsonl", os.path.basename(f))))
+                        if (m := re.fullmatch(r"rank(\d{1,9})\.jsonl", os.path.basename(f))))
         if not ranked:
-            raise FileNotFoundError(f"{path}: no rank*.jsonl (a --log-dir of hopdec train or hopdec sim)")
-        headers, records, events, bad = {}, {}, {}, 0
+            raise ConfigError(f"{shown(path)}: no rank*.jsonl (a --log-dir of hopdec train or hopdec sim)")
+        headers, records, events, bad, notes = {}, {}, {}, 0, []
         for r, f in ranked:
-            rows, b = _read_jsonl(f)
-            bad += b
-            headers[r] = next((x["run"] for x in rows if isinstance(x.get("run"), dict)), {})
-            records[r] = [x for x in rows if "iter" in x and "event" not in x]
-            events[r] = [x for x in rows if "event" in x]
+            try:
+                rows, b = read_jsonl(f)
+            except ConfigError as err:
+                notes.append(f"{err}: left out")
+                continue
+            headers[r], records[r], events[r], b2 = split_rank_log(rows)
+            bad += b + b2
+        if not headers:
+            raise ConfigError(f"{shown(path)}: no rank log could be read ({notes[0]})")
         evals = []
         ev_path = os.path.join(path, "eval.jsonl")
-        if os.path.exists(ev_path):
-            evals, b = _read_jsonl(ev_path)
-            bad += b
+        if os.path.lexists(ev_path):
+            try:
+                rows, b = read_jsonl(ev_path)
+            except ConfigError as err:
+                notes.append(f"{err}: left out")
+                rows, b = [], 0
+            evals = [e for e in rows if "time" in e and _fits(e, EVENT_FIELDS) and e["time"] is not None]
+            bad += b + len(rows) - len(evals)
         header = headers.get(0) or next(iter(headers.values()))
-        return cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
-                   path=path, bad_lines=bad, headers=headers)
+        run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
+                  path=path, bad_lines=bad, headers=headers)
+        run.notes = notes
+        return run
 
     @classmethod
     def from_parts(cls, header, records, events, label=None):

@@ -94,6 +94,7 @@ def run_section(run, idx):
     if run.simulated:
         parts.append(f'<p class="sim">{html.escape(run.simulated)}: every time on this page is virtual '
                      f'(seconds of the simulator\'s clock), not measured.</p>')
+    parts.append(_failures_html(run))
     if run.bad_lines:
         parts.append(f'<p class="note">{run.bad_lines} unreadable log line(s) skipped (a rank killed while '
                      f'writing its last record).</p>')
@@ -127,6 +128,21 @@ def run_section(run, idx):
     parts.append(_ps_decisions(run) if run.mode == "ps" else "")
     parts.append(_settings_html(run))
     return "\n".join(parts)
+
+
+def _failures_html(run):
+    """The heals of a ``--fault-tolerance`` run (a survivor's ``heal`` events; simulated deaths say so)."""
+    heals = next((h for h in (run.events_of("heal", r) for r in sorted(run.events)) if h), [])
+    if not heals:
+        return ""
+    what = "Simulated deaths" if run.simulated else "Failures"
+    items = "".join(f"<li>rank(s) {html.escape(', '.join(map(str, h.get('failed', []))))} died; "
+                    f"{len(h.get('survivors', []))} survivors healed the graph at {_fmt(h.get('time'))} "
+                    f"{run.time_unit}, a stall of {_fmt(h.get('stall_s'))} {run.time_unit}</li>"
+                    for h in heals[:20])
+    more = f"<li>… {len(heals) - 20} more</li>" if len(heals) > 20 else ""
+    return f'<p class="note">{what} ({len(heals)} heal(s), healed by the survivors as --fault-tolerance ' \
+           f'does; a dead rank\'s records stop at its death):</p><ul>{items}{more}</ul>'
 
 
 COUNTER_COLS = {

@@ -16,6 +16,7 @@ same way -- a rank killed mid-write leaves the previous checkpoints intact. Load
 
 import json
 import os
+import secrets
 import shlex
 import time
 
@@ -57,11 +58,14 @@ def _fsync_dir(path):
 
 def atomic_write(path, write):
     """Write ``path`` through ``write(file)`` into a temporary file beside it, fsync, rename: readers see
-    the old file or the complete new one, never a part."""
+    the old file or the complete new one, never a part. The temporary name is unpredictable and the file is
+    created exclusively (:func:`hopdec.files.create_exclusive`): a symlink planted where it would be is
+    never followed, and the rename replaces a link at ``path`` itself, not what it points to."""
+    from hopdec.files import create_exclusive
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}-{secrets.token_hex(6)}")
     try:
-        with open(tmp, "wb") as f:
+        with create_exclusive(tmp) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -85,50 +89,108 @@ def write_arrays(path, arrays, meta):
     atomic_write(path, lambda f: np.savez(f, **payload))
 
 
+def max_checkpoint_bytes():
+    """Largest checkpoint file read: this host's memory (a file claiming more could not be loaded anyway)."""
+    from hopdec.limits import host_memory_bytes
+    return host_memory_bytes() or 2 ** 40
+
+
+def _check_members(z, size, path):
+    """Before any array is read: every member of the ``.npz`` is a ``.npy`` whose header asks for no more
+    bytes than the member holds (a 1 KB file must not allocate gigabytes) and for no Python objects."""
+    total = 0
+    for info in z.infolist():
+        if not info.filename.endswith(".npy"):
+            raise ValueError(f"member {info.filename[:60]!r} is not a numpy array")
+        total += info.file_size
+        if total > max(size, 1) * 1024 + 2 ** 20:   # a stored .npz holds its arrays as they are
+            raise ValueError(f"its members claim {total} bytes, far more than the {size}-byte file holds")
+        with z.open(info) as m:
+            version = np.lib.format.read_magic(m)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read_header is None:
+                raise ValueError(f"array {info.filename[:-4]!r}: .npy format version {version}")
+            shape, _, dtype = read_header(m)
+            if dtype.hasobject:
+                raise ValueError(f"array {info.filename[:-4]!r} holds Python objects")
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if need > info.file_size:
+                raise ValueError(f"array {info.filename[:-4]!r} claims {need} bytes in a {info.file_size}-byte "
+                                 f"member")
+
+
 def read_arrays(path):
-    """``(arrays, meta)`` of a checkpoint file; ConfigError (one line) if it is missing, damaged, or
-    holds anything but plain arrays (nothing is unpickled: ``allow_pickle=False``)."""
+    """``(arrays, meta)`` of a checkpoint file; ConfigError (one line naming the file and the problem) if
+    it is missing, not a regular file, damaged, or holds anything but plain arrays. Nothing is unpickled
+    (``allow_pickle=False``) and nothing is allocated before the headers are checked (:func:`_check_members`)."""
+    import zipfile
+    import zlib
+
+    from hopdec.files import open_regular
+    fh, size = open_regular(path, max_checkpoint_bytes(), "a hopdec checkpoint (.npz)")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        with fh:
+            with zipfile.ZipFile(fh) as z:
+                _check_members(z, size, path)
+                bad = z.testzip()                   # every member's CRC: damage is found here, not mid-run
+                if bad is not None:
+                    raise ValueError(f"member {bad!r} is damaged (CRC mismatch)")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        if "meta" not in arrays:
+            raise ValueError("it has no meta record")
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise ValueError("not a hopdec checkpoint")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: checkpoint file missing") from None
-    except (ValueError, KeyError, OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (ValueError, KeyError, OSError, EOFError, UnicodeDecodeError, RecursionError, MemoryError,
+            zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, zlib.error) as err:
         msg = " ".join(str(err).split())[:200] or type(err).__name__
+        if isinstance(err, zipfile.BadZipFile):
+            msg = f"damaged or not a zip archive: {msg}"
         raise ConfigError(f"{path}: refused: not a readable hopdec checkpoint ({msg})") from None
     return arrays, meta
 
 
 # ---- manifests ---------------------------------------------------------------------------------------
 def read_manifest(directory, rank):
-    """Rank ``rank``'s manifest in ``directory`` (a dict), or None when it has none."""
+    """Rank ``rank``'s manifest in ``directory`` (a dict), or None when it has none. ConfigError naming the
+    file when it is not a regular file of at most :data:`MAX_MANIFEST_BYTES`, not JSON, or not shaped as
+    a manifest (keys that are iterations, entries naming a file)."""
+    from hopdec.files import read_bytes
     path = os.path.join(rank_dir(directory, rank), MANIFEST)
-    try:
-        if os.path.getsize(path) > MAX_MANIFEST_BYTES:
-            raise ConfigError(f"{path}: larger than {MAX_MANIFEST_BYTES >> 20} MiB, not a hopdec manifest")
-        with open(path, "rb") as f:
-            man = json.loads(f.read().decode("utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError, UnicodeDecodeError) as err:
+    raw = read_bytes(path, MAX_MANIFEST_BYTES, "a hopdec checkpoint manifest")
+    try:
+        man = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
         raise ConfigError(f"{path}: unreadable checkpoint manifest ({' '.join(str(err).split())[:200]})") \
             from None
     if not isinstance(man, dict) or man.get("format") != FORMAT or not isinstance(man.get("complete"), dict):
         raise ConfigError(f"{path}: not a hopdec checkpoint manifest")
+    for k, e in man["complete"].items():
+        if not (isinstance(k, str) and k.isdigit() and len(k) < 16 and isinstance(e, dict)
+                and isinstance(e.get("file"), str)):
+            raise ConfigError(f"{path}: damaged checkpoint manifest (entry {str(k)[:20]!r} is not an "
+                              f"iteration with a file)")
+    for key, check in (("world", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0),
+                       ("settings", lambda v: isinstance(v, dict)), ("mode", lambda v: isinstance(v, str))):
+        if key in man and not check(man[key]):
+            raise ConfigError(f"{path}: damaged checkpoint manifest (its {key!r} is {str(man[key])[:30]!r})")
     return man
 
 
 def check_fresh(directory, rank):
     """Setup check of ``--checkpoint-dir`` for a new run: writable, and not holding another run's
     checkpoints (they would be mixed up with this run's at a later ``--resume``)."""
+    from hopdec.files import create_exclusive
     where = rank_dir(directory, rank)
     try:
         os.makedirs(where, exist_ok=True)
-        probe = os.path.join(where, f".probe{os.getpid()}")
-        with open(probe, "w"):
+        probe = os.path.join(where, f".probe{os.getpid()}-{secrets.token_hex(6)}")
+        with create_exclusive(probe):
             pass
         os.unlink(probe)
     except OSError as err:
@@ -227,21 +289,33 @@ def load(directory, rank, manifest, key):
 
 # ---- which checkpoint a resume starts from --------------------------------------------------------------
 def summary(directory, rank):
-    """What rank ``rank`` tells the others at ``--resume``: its manifest's keys and settings, or an error."""
+    """What rank ``rank`` tells the others at ``--resume``: its manifest's keys and settings, or an error.
+    Each listed checkpoint file is read and checked here (:func:`read_arrays`), during setup: a damaged
+    file is a setup error naming it (exit 2), not a failure after training began."""
     try:
         man = read_manifest(directory, rank)
     except ConfigError as err:
         return {"error": str(err)}
     if man is None:
         return {"missing": True}
+    damaged = {}
+    for k, e in man["complete"].items():
+        path = os.path.join(rank_dir(directory, rank), os.path.basename(e["file"]))
+        try:
+            _, meta = read_arrays(path)
+            if meta.get("rank") != rank:
+                raise ConfigError(f"{path}: written by rank {meta.get('rank')}, not rank {rank}")
+        except ConfigError as err:
+            damaged[k] = str(err)
     return {k: man.get(k) for k in ("world", "mode", "settings", "checkpoint_every", "iterations")} | \
-        {"keys": sorted(int(k) for k in man["complete"]),
+        {"keys": sorted(int(k) for k in man["complete"]), "damaged": damaged,
          "work": {k: e["work"] for k, e in man["complete"].items() if isinstance(e.get("work"), int)}}
 
 
 def choose(directory, summaries, world, settings):
     """The key every rank has, latest first, from every rank's :func:`summary` (the same answer on every
-    rank, so a problem is one ConfigError raised everywhere). Checks the number of ranks and settings."""
+    rank, so a problem is one ConfigError raised everywhere). Checks the number of ranks and settings,
+    and that the files of the chosen checkpoint are intact on every rank."""
     where = f"--resume {directory}"
     for r, s in enumerate(summaries):
         if s.get("error"):
@@ -250,10 +324,16 @@ def choose(directory, summaries, world, settings):
     if not present:
         raise ConfigError(f"{where}: no checkpoint there (expected {directory}/rank0/{MANIFEST})")
     worlds = {s["world"] for s in present}
-    if worlds != {world} or len(present) != len(summaries):
+    if worlds != {world}:
         written = max(worlds)
         raise ConfigError(f"{where}: written by {written} ranks, this run has {world}: resume onto a "
                           f"different number of ranks is out of scope (mpirun -n {written})")
+    missing = [r for r, s in enumerate(summaries) if s.get("missing")]
+    if missing:
+        r = missing[0]
+        raise ConfigError(f"{where}: rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:8]))} "
+                          f"of {world} {'have' if len(missing) > 1 else 'has'} no checkpoint there (no "
+                          f"{os.path.join(rank_dir(directory, r), MANIFEST)}): the directory is incomplete")
     first = summaries[0]                                   # rank 0's: the server's, in PS mode
     for s in present[1:]:
         if s["settings"] != first["settings"] or s["mode"] != first["mode"]:
@@ -267,7 +347,12 @@ def choose(directory, summaries, world, settings):
     if not common:
         raise ConfigError(f"{where}: no checkpoint is complete on every rank (a run killed before its "
                           f"first checkpoint)")
-    return max(common), first
+    key = max(common)
+    for r, s in enumerate(summaries):
+        bad = (s.get("damaged") or {}).get(str(key))
+        if bad:
+            raise ConfigError(f"{bad} (rank {r}; the checkpoint --resume would start from)")
+    return key, first
 
 
 def compare_settings(saved, current):

@@ -11,6 +11,7 @@
 """
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -178,6 +179,57 @@ def record_exit(code):
                 f.write(f"{int(code)}\n")
         except OSError:
             pass
+
+
+def end_dead_ranks():
+    """End the processes of the ranks this one knows failed (``--fault-tolerance``): a rank declared dead
+    may still exist -- stopped (SIGSTOP), or hung -- and ``mpirun`` waits for every process it started,
+    so a run whose survivors finished would never end. They are killed by pid when they run on this host (from the start-up roll call, checked by start time: SIGKILL
+    ends a stopped process without waking it), else through the launcher (:func:`hopdec.runtime.pmix.kill`,
+    on any host; it sends SIGCONT first). Returns the ranks."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    try:
+        failed = world.Get_failed()
+        try:
+            n = failed.Get_size()
+            ranks = MPI.Group.Translate_ranks(failed, list(range(n)), world.Get_group()) if n else []
+        finally:
+            failed.Free()
+    except (MPI.Exception, NotImplementedError, AttributeError):
+        return []
+    ranks = sorted(r for r in ranks if r is not None and r >= 0 and r != world.Get_rank())
+    if not ranks:
+        return []
+    from hopdec.runtime import pmix, startup
+    here, elsewhere = startup.me(), []
+    for r in ranks:
+        t = startup.table[r] if startup.table and r < len(startup.table) else {}
+        if t.get("host") == here["host"] and t.get("start") and startup.start_time(int(t["pid"])) == t["start"]:
+            try:
+                os.kill(int(t["pid"]), signal.SIGKILL)     # at once: a stopped process is not woken first
+                continue
+            except OSError:
+                pass
+        elsewhere.append(r)
+    pmix.kill(elsewhere)
+    return ranks
+
+
+def announce_ps_failure(worker, left):
+    """The server's line when a worker dies (``--fault-tolerance``), as it happens: the decentralized
+    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`)."""
+    print(f"hopdec: rank {worker} (a worker) failed; the server drops it and {left} worker"
+          f"{'s' if left != 1 else ''} go{'es' if left == 1 else ''} on (the logs go on)", flush=True)
+
+
+def stop_exit_code():
+    """The exit status of a run that ended normally: 0, or 128 + the signal after a stop request reached
+    this rank (Ctrl-C, SIGTERM from Slurm, SIGUSR1 from the launch scripts), as a shell reports a process
+    a signal ended -- a stopped run, checkpoint or not, must not look completed to a scheduler or script."""
+    from hopdec.runtime import interrupt
+    sig = interrupt.requested()
+    return 128 + int(sig) if sig else 0
 
 
 def first_error(errors):

@@ -17,14 +17,26 @@ def log_path(log_dir, rank):
 def check_log_dir(log_dir, rank):
     """Raise ConfigError unless this rank can write ``DIR/rank{r}.jsonl`` (run during setup, so a bad
     ``--log-dir`` is one line before training instead of a failure on one rank mid-run)."""
+    import stat
+
     from hopdec.errors import ConfigError
     path = log_path(log_dir, rank)
     try:
         os.makedirs(log_dir, exist_ok=True)
-        with open(path, "a"):
-            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)  # a FIFO: no wait
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
     except OSError as err:
-        raise ConfigError(f"--log-dir {log_dir}: cannot write {path} ({err.strerror or err})") from None
+        if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+            raise ConfigError(f"--log-dir {log_dir}: is a file, not a directory") from None
+        regular = not os.path.exists(path) or stat.S_ISREG(os.stat(path).st_mode)
+        if regular:
+            raise ConfigError(f"--log-dir {log_dir}: cannot write {path} ({err.strerror or err})") from None
+    if not regular:
+        raise ConfigError(f"--log-dir {log_dir}: {path} is not a regular file (a FIFO or device would "
+                          f"block or swallow the log)")
 
 
 def open_jsonl(log_dir, rank, header, append=False):

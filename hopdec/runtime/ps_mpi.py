@@ -23,6 +23,7 @@ def run(ctx):
     from hopdec.modes.work import save_params
     from hopdec.observe import RunObserver
     from hopdec.runtime.backend import ServerModel, TorchBackend, WorkerBackend
+    from hopdec.runtime.failures import announce_ps_failure
     from hopdec.runtime.metrics import EventLog, RankLogger, log_path
     from hopdec.runtime.ps_loop import server_loop, worker_loop
     from hopdec.runtime.resume import PSRank, open_log
@@ -51,6 +52,7 @@ def run(ctx):
         io = ServerIO(comm, workers, trainer.numel, timeout, fault_tolerant=ft)
         core = ps.server_core(checkpoints=keep.checkpoints)
         io.on_stop_notice = lambda w, signum: keep.on_stop_notice(core, signum)
+        io.on_worker_failed = announce_ps_failure   # when it happens, not only in the summary
         obs = RunObserver(s.observe, comm, timeout, events, "ps-server", workers, ctx.iterations, header,
                           bound=ps.bound(), board_extra=lambda: f"server v{policy.version}, {core.dropped} dropped")
 

@@ -34,6 +34,9 @@ def assemble(settings):
     from hopdec.modes.decentralized import HopRun, is_generator, resolve_topology
     from hopdec.modes.ps import PSRun
     n, spec = settings.cost.workers, settings.protocol.topology
+    if n is not None:
+        from hopdec.limits import check_workers
+        check_workers(n, f"-n {n}")
     if settings.mode == "ps":
         if n is None:
             raise ConfigError("--mode ps: give the number of workers with -n (the server is rank 0, the "
@@ -123,6 +126,12 @@ class _Logs:
             if self._count >= self.FLUSH_LINES:
                 self.flush()
 
+    def event(self, rank, name, **data):
+        """A line that is not an iteration record (``{"event": name, ...}``), as :meth:`RankLogger.event`."""
+        if self.dir:
+            self._lines[rank].append(json.dumps(dict(event=name, **data)))
+            self._count += 1
+
     def flush(self):
         if not self.dir:
             return
@@ -176,6 +185,12 @@ class Simulation:
         run = assemble(settings)
         n = len(run.workers)
         nodes = n + (1 if run.mode == "ps" else 0)
+        self.deaths = None                  # simulated deaths (hopdec.sim.churn), read before any data
+        if settings.faults.simulates_deaths:
+            from hopdec.sim.churn import check_ps, planned_deaths
+            if run.mode == "ps":
+                check_ps(settings.faults, settings.faults.deaths)
+            self.deaths = planned_deaths(settings.faults, run.workers, settings.work.seed)
         self.compute = ComputeModel(list(cost.compute_time), run.workers, seed=settings.work.seed,
                                     slowdowns=list(settings.emulation.slowdown))
         self.link = link_model(cost, nodes, getattr(run, "graph", None))
@@ -211,7 +226,12 @@ class Simulation:
 
     def header(self):
         """What the executor adds to the run's header: the fidelity, the device, the cost model."""
-        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model)
+        more = {}
+        if self.deaths is not None:
+            from hopdec.sim.churn import describe
+            more = dict(fault_tolerance=True, simulated_deaths=describe(self.settings.faults, self.deaths,
+                                                                        self.run.mode))
+        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model, **more)
 
     def trainers(self, ranks):
         return {r: self.run.trainer(r) for r in ranks}
@@ -237,6 +257,9 @@ class Simulation:
 def simulate(settings, out=sys.stdout):
     """Run ``hopdec sim`` for ``settings`` (:class:`hopdec.settings.RunSettings` with a cost model); print
     the summary to ``out`` and return the figures."""
+    if settings.observe.log_dir:                        # a file or a FIFO there, no permission: one line, first
+        from hopdec.runtime.metrics import check_log_dir
+        check_log_dir(settings.observe.log_dir, 0)
     sim = Simulation(settings, out)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
@@ -278,11 +301,15 @@ def _run_hop(S):
                  backend_factory=factory, on_record=on_record, send_path=S.sends,
                  compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale,
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
+    churn = None
+    if S.deaths is not None:                    # worker deaths, healed as --fault-tolerance heals them
+        from hopdec.sim.churn import attach
+        churn = attach(sim, hop, S.settings.faults, S.deaths, cost.fidelity, logs.event, inv, trainers)
     evals = []
     if trainers and ob.eval_interval:
         def evaluate():
             avg = np.mean([t.write_params() for t in trainers.values()], axis=0)
-            loss, acc = trainers[workers[0]].evaluate(avg)
+            loss, acc = next(iter(trainers.values())).evaluate(avg)
             its = [c.iteration for c in sim.cores]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
                               iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity,
@@ -297,7 +324,7 @@ def _run_hop(S):
     each = None
     if trainers:
         avg = np.mean([t.write_params() for t in trainers.values()], axis=0)
-        avg_loss, avg_acc = trainers[workers[0]].evaluate(avg)
+        avg_loss, avg_acc = next(iter(trainers.values())).evaluate(avg)
         evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=hop.cfg.iterations - 1,
                           iter_mean=hop.cfg.iterations - 1, model=hop.eval_model, simulated=cost.fidelity,
                           sent_bytes=sum(io.bytes_sent for io in sim.ios) / n, final=True))
@@ -309,13 +336,17 @@ def _run_hop(S):
     if log_dir and evals:
         with open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
             f.writelines(json.dumps(e) + "\n" for e in evals)
-    rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
+    stats = logs.stats if churn is None else {r: s for r, s in logs.stats.items() if r in churn.alive}
+    rows, note = _condensed(_rows(stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {hop.title()}", rows, sim.max_gap, S.times_line(), avg_loss=avg_loss,
                         avg_acc=avg_acc, bound=bound, model_label=hop.model_label, bound_label=hop.bound_label)
     if bound is None:
         text += f"\n(Table 1's gap bound is not computed above {BOUND_UP_TO} workers: it needs all-pairs paths)"
     if note:
         text += "\n" + note
+    if churn is not None:
+        from hopdec.sim.churn import summary_lines
+        text += "\n" + "\n".join(summary_lines(churn, hop, bound, cost.fidelity))
     cfg = hop.cfg
     sent = sum(io.bytes_sent for io in sim.ios)                     # what the updates moved
     text += "".join("\n" + line for line in hop.round_notes(bound))
@@ -334,7 +365,7 @@ def _run_hop(S):
     return dict(text=text, sim=sim, max_gap=sim.max_gap, bound=bound, avg_loss=avg_loss, avg_acc=avg_acc,
                 evals=evals, wall_s=wall, events=sim.q.events, virtual_s=sim.now, rows=_rows(logs.stats),
                 stats=logs.stats, checks=inv.checks if inv else 0, header=header, title=hop.title(),
-                setting=hop.setting)
+                setting=hop.setting, churn=churn)
 
 
 def _run_ps(S):
@@ -370,6 +401,9 @@ def _run_ps(S):
     sim = PSSim(policy, S.compute.step, budget=ps.budget, network=S.link, message_bytes=S.message_bytes,
                 backend_factory=factory, server_model=server_model, numel=S.numel, on_record=logs.log,
                 on_event=events, check=check)
+    if S.deaths is not None:                    # worker deaths: the server core drops each one
+        from hopdec.sim.churn import kill_ps_workers
+        kill_ps_workers(sim, S.deaths)
     evals = []
 
     def evaluate():
@@ -410,6 +444,8 @@ def _run_ps(S):
                         avg_acc=avg_acc, bound=bound, model_label=ps.model_label, bound_label=ps.bound_label)
     if note:
         text += "\n" + note
+    if S.deaths is not None:
+        text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")
     text += "\n" + S.footer(sim, wall, checked)

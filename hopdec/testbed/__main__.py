@@ -56,12 +56,9 @@ def _topology_of(train_args):
 def build_spec(args, train_args=()):
     """The :class:`Testbed` the options describe."""
     if args.spec:
-        try:
-            with open(args.spec) as f:
-                text = f.read(1 << 20)
-        except OSError as err:
-            raise ConfigError(f"--spec {args.spec}: {err.strerror or err}") from None
-        return from_json(text, f"--spec {args.spec}")
+        from hopdec.files import read_bytes         # a FIFO or /dev/zero is named, never read without end
+        raw = read_bytes(args.spec, 1 << 20, "a testbed spec (JSON)", lambda m: ConfigError(f"--spec {m}"))
+        return from_json(raw.decode("utf-8", "replace"), f"--spec {args.spec}")
     import networkx as nx
     topo = args.topology or _topology_of(train_args)
     if topo:
@@ -208,7 +205,7 @@ def main(argv=None):
         if args.cmd == "up":
             print(f"hosts: {', '.join(tb.ns(i) for i in range(len(spec.hosts)))} (addresses 10.213.<i>.2)\n"
                   f"run a command on host i: ip netns exec {tb.ns(0)} COMMAND\n"
-                  f"launch across it: HOPDEC_MPIRUN_ARGS='{tb.mpirun_args()}' "
+                  f"launch across it: HOPDEC_INTERFACE={tb.interface} HOPDEC_MPIRUN_ARGS='{tb.mpirun_args()}' "
                   f"ip netns exec {tb.ns(0)} launch/hostfile.sh -f {tb.hostfile} -n {spec.ranks} ...\n"
                   f"Ctrl-C tears it down.", flush=True)
             while True:

@@ -283,10 +283,15 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
                 'hostname "$1" && shift && exec "$@"', "sh", ns] + list(argv)
 
     def mpirun_args(self):
-        """What ``HOPDEC_MPIRUN_ARGS`` gives ``launch/hostfile.sh`` (or anything running ``mpirun``) to run
-        inside the testbed: the rsh agent, TCP only over the testbed's addresses, the conditions passed on."""
-        return (f"--mca plm_rsh_agent {self.agent} --mca btl_tcp_if_include {NET}.0.0/16 "
-                f"--mca oob_tcp_if_include {NET}.0.0/16 -x HOPDEC_NETWORK")
+        """What ``HOPDEC_MPIRUN_ARGS`` gives ``launch/hostfile.sh`` to run inside the testbed: the rsh agent and
+        the conditions passed on (:meth:`launch_env` adds ``HOPDEC_INTERFACE``: TCP only over the testbed's
+        addresses, see launch/README.md)."""
+        return f"--mca plm_rsh_agent {self.agent} -x HOPDEC_NETWORK"
+
+    @property
+    def interface(self):
+        """The testbed's addresses, as ``HOPDEC_INTERFACE`` gives them to the launch scripts."""
+        return f"{NET}.0.0/16"
 
     def conditions(self):
         """The spec's conditions plus this instance's names and what was measured."""
@@ -299,6 +304,7 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
         env = dict(os.environ if env is None else env)
         env["HOPDEC_MPIRUN_ARGS"] = (self.mpirun_args() + " " + env.get("HOPDEC_MPIRUN_ARGS", "")).strip()
         env["HOPDEC_NETWORK"] = json.dumps(self.conditions(), separators=(",", ":"))
+        env["HOPDEC_INTERFACE"] = self.interface    # launch/hostfile.sh keeps ranks and daemons on it
         return env
 
     def launch_argv(self, n, train_args, map_by="slot"):

@@ -192,19 +192,40 @@ def hierarchical(sizes=(4, 2, 2), variant="a"):
     return G
 
 
+BYTES_PER_EDGE = 600
+"""What an edge (with its weight) costs a networkx DiGraph while it is built, measured (peak ~550 bytes)."""
+
+
+def check_size(name, n, edges=None):
+    """Before a graph is built: ``n`` within :data:`hopdec.limits.MAX_WORKERS` and its edges -- ``edges``,
+    else a sparse family's ``n (2 log2 n + 4)`` -- within this host's memory; ConfigError naming the kind
+    (``topo generate complete -n 100000`` asked for 6 TB and ended in a MemoryError traceback)."""
+    from hopdec.limits import check_alloc, check_workers
+    n = _int(n)
+    check_workers(n, f"{name}({n})")
+    if edges is None:
+        edges = n * (2 * math.ceil(math.log2(max(n, 2))) + 4)
+    check_alloc((edges + n) * BYTES_PER_EDGE, f"{name}({n}): {edges + n} edges")
+
+
 def _hier(variant):
     def build(n=None, machines=None):
         sizes = tuple(machines) if machines else default_machine_sizes(n)
         _need(n is None or sum(sizes) == n,
               f"machine sizes {','.join(map(str, sizes))} add up to {sum(sizes)}, not n={n}")
+        check_size(f"hierarchical-{variant}", sum(sizes), sum(s * s for s in sizes) + 2 * len(sizes))
         return hierarchical(sizes, variant)
     build.__doc__ = f"hierarchical(sizes, {variant!r}): {HIERARCHICAL_VARIANTS[variant]}"
     return build
 
 
-def _plain(fn):
+def _plain(fn, edges=None):
+    """``build(n)`` of a one-parameter family, its size checked first (``edges(n)``: how many it has, when
+    more than a sparse family's)."""
     def build(n, machines=None):
-        _need(not machines, f"--machines applies to the hierarchical kinds only")
+        _need(not machines, "--machines applies to the hierarchical kinds only")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            check_size(fn.__name__.replace("_", "-"), n, edges(n) if edges else None)
         return fn(n)
     build.__doc__ = fn.__doc__
     return build
@@ -216,7 +237,7 @@ GENERATORS = {
     "double-ring": _plain(double_ring),
     "exponential": _plain(exponential),
     "torus": _plain(torus),
-    "complete": _plain(complete),
+    "complete": _plain(complete, edges=lambda n: n * (n - 1)),
     "hierarchical-a": _hier("a"),
     "hierarchical-b": _hier("b"),
 }

@@ -13,8 +13,6 @@ numbers too long for Python is an error like any other.
 
 import json
 import math
-import os
-import stat
 
 import networkx as nx
 import numpy as np
@@ -183,28 +181,13 @@ def effective_graph(G, source="<graph>", connected=True):
 
 
 def _read_text(path, src):
-    """The file's text; TopologyError for anything but a readable regular UTF-8 file of sane size."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise TopologyError(f"{src}: no such file") from None
-    except OSError as err:
-        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TopologyError(f"{src}: is a directory, not a topology file")
-    if not stat.S_ISREG(st.st_mode):
-        raise TopologyError(f"{src}: not a regular file (a FIFO, device or socket would block or "
-                            f"never end); give a topology file")
-    too_big = f"{src}: {{}} bytes, more than a topology file may have ({MAX_FILE_BYTES} bytes)"
-    if st.st_size > MAX_FILE_BYTES:
-        raise TopologyError(too_big.format(st.st_size))
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise TopologyError(f"{src}: cannot read ({err.strerror or err})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise TopologyError(too_big.format(f"over {MAX_FILE_BYTES}"))
+    """The file's text; TopologyError for anything but a readable regular UTF-8 file of sane size
+    (:func:`hopdec.files.read_bytes`)."""
+    from hopdec.files import read_bytes
+    if str(src) == "":
+        raise TopologyError("an empty topology path: give a topology file (node-link JSON or an edge list) "
+                            "or a generator kind (ring, ring-based, complete, ...)")
+    raw = read_bytes(path, MAX_FILE_BYTES, "a topology file", TopologyError)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -21,6 +21,9 @@ from hopdec.errors import TopologyError
 
 TOL = 1e-9
 """Tolerance for the stochasticity checks."""
+NEGLIGIBLE = 1e-200
+"""A weight this many times smaller than its column's largest is 0: normalising it would give subnormal
+numbers whose reciprocals overflow (a file of subnormal weights made ``topo analyze`` fail in numpy)."""
 
 
 def with_default_weights(G):
@@ -46,7 +49,8 @@ def effective_weights(G, source="<graph>", copy=True):
     """``(H, notes)``: the weights training uses, and one line per change for the commands to print.
 
     Edges of weight 0 other than self-loops are removed (a self-loop of weight 0 stays: the worker
-    keeps its own parameters but gives them no weight). Every column whose in-weights do not sum to
+    keeps its own parameters but gives them no weight), and so are weights :data:`NEGLIGIBLE` against
+    their column's largest. Every column whose in-weights do not sum to
     1 (beyond :data:`TOL`) is divided by its sum, scaled by its largest weight first so that huge
     weights cannot overflow. ``G`` must already have non-negative finite weights with positive
     column sums (``validate`` checks that). ``copy=False`` changes ``G`` itself.
@@ -64,6 +68,22 @@ def effective_weights(G, source="<graph>", copy=True):
         u, v = zero[0]
         notes.append(f"{source}: {len(zero)} edge(s) of weight 0 are not edges (e.g. {u}->{v}): "
                      f"no messages go along them and they do not count for connectivity")
+    tiny = []
+    for j in sorted(H.nodes):
+        ins = [(i, float(d["weight"])) for i, _, d in H.in_edges(j, data=True)]
+        top = max(w for _, w in ins)
+        for i, w in ins:
+            if 0 < w < top * NEGLIGIBLE:
+                if i == j:
+                    H[i][j]["weight"] = 0.0
+                else:
+                    H.remove_edge(i, j)
+                tiny.append((i, j))
+    if tiny:
+        u, v = tiny[0]
+        notes.append(f"{source}: {len(tiny)} weight(s) are more than {1 / NEGLIGIBLE:.0e} times smaller than "
+                     f"their worker's largest in-weight (e.g. {u}->{v}): they count as 0 (no edge), as they "
+                     f"would underflow in the average")
     off = []
     for j in sorted(H.nodes):
         ins = [(i, float(d["weight"])) for i, _, d in H.in_edges(j, data=True)]

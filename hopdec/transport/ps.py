@@ -57,6 +57,7 @@ class ServerIO:
         self._graveyard = []                        # their requests: kept referenced, never touched again
         self._new_dead = []                         # found failed, not yet told to the core
         self.on_stop_notice = None                  # (worker, signal number) -> None: a worker's Ctrl-C
+        self.on_worker_failed = None                # (worker, workers left) -> None: said when it happens
         self.push_bufs = {w: _data_buffer(numel) for w in self.workers}
         self.query_bufs = {w: np.zeros(NF, dtype=np.int64) for w in self.workers}
         self.send_bufs = {w: _data_buffer(numel) for w in self.workers}
@@ -106,7 +107,10 @@ class ServerIO:
 
     def _report_failures(self, core):
         while self._new_dead:
-            core.on_worker_failed(self._new_dead.pop(0), time.time())
+            w = self._new_dead.pop(0)
+            core.on_worker_failed(w, time.time())
+            if self.on_worker_failed:
+                self.on_worker_failed(w, len(self.workers) - len(self.dead))
 
     def _wait_any(self, wait_action):
         what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still "

@@ -1,0 +1,76 @@
+"""Opening the files a user (or anyone who can write where they point) gives hopdec: never block, never read
+without end, never follow a planted link when writing.
+
+Reading (topology files, checkpoint manifests and arrays, run logs): only a regular file is read, at most
+a cap of bytes. The file is opened with ``O_NONBLOCK`` -- opening a FIFO for reading would otherwise wait
+for a writer forever -- and checked with ``fstat`` *after* opening, so what is read is what was checked
+(``/dev/zero`` behind a symlink reports size 0 to ``stat`` but is a character device). Every refusal is a
+:class:`hopdec.errors.HopdecError` (the class the caller gives) with one line naming the file.
+
+Writing: :func:`create_exclusive` makes a new file that did not exist (``O_CREAT | O_EXCL``, which also
+refuses to follow a symlink at that name), so a link planted at a predictable temporary name cannot
+redirect the write (see :func:`hopdec.runtime.checkpoint.atomic_write`).
+"""
+
+import os
+import stat
+
+from hopdec.errors import ConfigError
+
+
+def shown(path):
+    """The path as a message shows it: quoted when empty, padded or unprintable."""
+    p = os.fspath(path)
+    return p if p and p.strip() == p and p.isprintable() else repr(p)
+
+
+def open_regular(path, max_bytes, what="the file", error=ConfigError):
+    """``(binary file object, size)`` of ``path`` if it is a regular file of at most ``max_bytes``; else
+    ``error`` naming the file and the problem (``what`` says what the file should have been)."""
+    name = shown(path)
+    if os.fspath(path) == "":
+        raise error(f"{name}: an empty path, expected {what}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{name}: no such file (expected {what})") from None
+    except IsADirectoryError:
+        raise error(f"{name}: is a directory, not {what}") from None
+    except OSError as err:
+        raise error(f"{name}: cannot read ({err.strerror or err})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{name}: is a directory, not {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{name}: not a regular file (a FIFO, device or socket would block or never end); "
+                        f"expected {what}")
+        if st.st_size > max_bytes:
+            raise error(f"{name}: {st.st_size} bytes, more than {what} may have ({max_bytes} bytes)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path, max_bytes, what="the file", error=ConfigError):
+    """The bytes of ``path`` (see :func:`open_regular`); a file that grew past the cap while read is
+    refused too."""
+    fh, _ = open_regular(path, max_bytes, what, error)
+    try:
+        with fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as err:
+        raise error(f"{shown(path)}: cannot read ({err.strerror or err})") from None
+    if len(raw) > max_bytes:
+        raise error(f"{shown(path)}: more than {what} may have ({max_bytes} bytes)")
+    return raw
+
+
+def create_exclusive(path, mode=0o644):
+    """A new file at ``path`` opened for binary writing; FileExistsError if anything -- a file, a directory,
+    a symlink (followed or not) -- is there already."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, mode), "wb")

@@ -1,0 +1,209 @@
+"""Checkpoint files that are not what they claim (issue 17 items 5-6), made here: FIFOs and ``/dev/zero``
+behind links as manifests and arrays, damaged and crafted ``.npz`` files, manifests of the wrong shape, a
+missing rank directory -- each refused in bounded time with one line naming the file and the problem --
+and symlinks planted where the writer puts its files, which it must never follow."""
+
+import json
+import os
+import signal
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import address_space_capped
+from hopdec.errors import ConfigError
+from hopdec.runtime import checkpoint as C
+
+SETTINGS = {"lr": 0.1}
+
+
+def _bounded(fn, seconds=20):
+    def alarm(*_):
+        raise AssertionError(f"still reading after {seconds} s")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return fn()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _two_ranks(d, keys=(4, 8)):
+    for r in range(2):
+        ck = C.RankCheckpoints(str(d), r, 2, "decentralized", SETTINGS, 4, 20)
+        for k in keys:
+            ck.save(k, {"params": np.full(1000, k, dtype=np.float32)}, {"iteration": k})
+    return str(d)
+
+
+def _resume(d):
+    """What ``--resume d`` decides on 2 ranks (the ranks' summaries as they would exchange them)."""
+    return _bounded(lambda: C.choose(d, [C.summary(d, r) for r in range(2)], 2, SETTINGS))
+
+
+def _one_line(err, *words):
+    text = str(err.value)
+    assert "\n" not in text and all(w in text for w in words), text
+
+
+# ---- manifests ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("what", ["fifo", "devzero", "directory", "huge", "garbage", "not-json", "bad-key",
+                                  "bad-entry", "bad-world", "deep"])
+def test_a_manifest_that_is_not_one_is_refused_naming_it(tmp_path, what):
+    d = _two_ranks(tmp_path)
+    man = os.path.join(d, "rank1", C.MANIFEST)
+    good = json.load(open(man))
+    os.unlink(man)
+    if what == "fifo":
+        os.mkfifo(man)
+    elif what == "devzero":
+        os.symlink("/dev/zero", man)
+    elif what == "directory":
+        os.mkdir(man)
+    elif what == "huge":
+        with open(man, "wb") as f:
+            f.truncate(C.MAX_MANIFEST_BYTES + 1)
+    elif what == "garbage":
+        open(man, "wb").write(os.urandom(3000))
+    elif what == "not-json":
+        open(man, "w").write("{'complete': }")
+    elif what == "deep":
+        open(man, "w").write("[" * 100000 + "]" * 100000)
+    else:
+        bad = dict(good)
+        if what == "bad-key":
+            bad["complete"] = {"abc": good["complete"]["8"]}
+        elif what == "bad-entry":
+            bad["complete"] = {"8": "ckpt-8.npz"}
+        else:
+            bad["world"] = "two"
+        open(man, "w").write(json.dumps(bad))
+    with pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, man)
+
+
+def test_a_missing_rank_directory_says_which_rank(tmp_path):
+    d = _two_ranks(tmp_path)
+    os.rename(os.path.join(d, "rank1"), os.path.join(d, "gone"))
+    with pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, "rank 1 of 2 has no checkpoint there", os.path.join("rank1", C.MANIFEST))
+    assert "written by" not in str(err.value)         # it said "written by 2 ranks, this run has 2"
+
+
+# ---- arrays ------------------------------------------------------------------------------------------------
+def _flip(path, at):
+    raw = bytearray(open(path, "rb").read())
+    raw[at] ^= 0xFF
+    open(path, "wb").write(bytes(raw))
+
+
+def _crafted(path, header_shape=None, member="params.npy", dtype="<f4"):
+    """A .npz whose member's .npy header claims ``header_shape`` (with almost no data behind it)."""
+    hdr = {"descr": dtype, "fortran_order": False, "shape": header_shape or (4,)}
+    text = repr(hdr).encode()
+    text += b" " * (63 - (len(text) + 10) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + b"\0" * 16
+    meta = np.frombuffer(json.dumps({"format": C.FORMAT, "rank": 1, "key": 8}).encode(), dtype=np.uint8)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(member, npy)
+        import io
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, meta)
+        z.writestr("meta.npy", buf.getvalue())
+
+
+@pytest.mark.parametrize("what", ["fifo", "devzero", "directory", "truncated", "flipped-data", "flipped-header",
+                                  "8-gib-header", "object-array", "not-npy-member", "empty"])
+def test_a_damaged_checkpoint_is_found_while_choosing_not_mid_run(tmp_path, what):
+    """Every checkpoint file a resume would use is read and checked when the ranks choose (setup, exit 2),
+    with one line naming the file: FIFOs and devices are not opened for reading, nothing is allocated on a
+    header's word, and a flipped bit is a CRC mismatch, not a BadZipFile traceback after setup."""
+    d = _two_ranks(tmp_path)
+    path = os.path.join(d, "rank1", C.ckpt_name(8))
+    size = os.path.getsize(path)
+    if what in ("fifo", "devzero", "directory", "empty"):
+        os.unlink(path)
+        {"fifo": os.mkfifo, "devzero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir,
+         "empty": lambda p: open(p, "w").close()}[what](path)
+    elif what == "truncated":
+        os.truncate(path, size // 2)
+    elif what == "flipped-data":
+        _flip(path, 400)
+    elif what == "flipped-header":
+        _flip(path, 30)                            # the first member's name in its local header
+    elif what == "8-gib-header":
+        _crafted(path, header_shape=(2 ** 31,))
+    elif what == "object-array":
+        _crafted(path, dtype="|O")
+    else:
+        _crafted(path, member="params.pkl")
+    with address_space_capped(), pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, path, "rank 1", *(["claims"] if what == "8-gib-header" else []))
+
+
+def test_an_older_damaged_checkpoint_does_not_stop_a_resume_from_the_latest(tmp_path):
+    d = _two_ranks(tmp_path)
+    _flip(os.path.join(d, "rank0", C.ckpt_name(4)), 400)
+    assert _resume(d)[0] == 8
+
+
+# ---- the writer never follows a planted link -------------------------------------------------------------
+def test_links_planted_where_the_writer_writes_are_never_followed(tmp_path):
+    """Symlinks at every name the writer used to use -- the temporary name (``.NAME.tmpPID``), the file
+    itself, the manifest, the directory probe -- pointing at a file of the user's: after a run's saves,
+    the file is untouched."""
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"keep me")
+    d = tmp_path / "ck"
+    where = d / "rank0"
+    where.mkdir(parents=True)
+    pid = os.getpid()
+    for name in (C.ckpt_name(4), C.ckpt_name(8), C.MANIFEST):
+        os.symlink(victim, where / f".{name}.tmp{pid}")
+    os.symlink(victim, where / f".probe{pid}")
+    os.symlink(victim, where / C.ckpt_name(8))
+    C.check_fresh(str(d), 0)
+    ck = C.RankCheckpoints(str(d), 0, 1, "decentralized", SETTINGS, 4, 20)
+    for k in (4, 8):
+        ck.save(k, {"params": np.full(10, k, dtype=np.float32)}, {"iteration": k})
+    assert victim.read_bytes() == b"keep me"
+    assert not os.path.islink(where / C.ckpt_name(8))
+    assert C.load(str(d), 0, C.read_manifest(str(d), 0), 8)[0]["params"][0] == 8
+
+
+def test_an_exclusive_create_refuses_links_and_existing_files(tmp_path):
+    from hopdec.files import create_exclusive
+    victim = tmp_path / "v"
+    victim.write_text("x")
+    os.symlink(victim, tmp_path / "link")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for name in ("link", "dangling", "v"):
+        with pytest.raises(FileExistsError):
+            create_exclusive(str(tmp_path / name))
+    assert victim.read_text() == "x" and not (tmp_path / "nowhere").exists()
+
+
+# ---- on real ranks: exit 2 at setup, one line --------------------------------------------------------------
+def test_a_resume_from_damaged_checkpoints_is_a_setup_error(mpirun, tmp_path):
+    """Two runs write checkpoints (one job); one gets a flipped bit in rank 1's latest file, the other loses
+    rank 1's directory; resuming each (a second job) is refused during setup -- exit 2 on every rank, one
+    line naming the file or the rank -- where the damaged file used to abort the job after setup (exit 3)."""
+    base = ["--no-progress", "--threads", "1", "--topology", "complete"]
+    run = base + ["--iterations", "6", "--checkpoint-every", "3"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    first = mpirun.batch(2, [run + ["--checkpoint-dir", a], run + ["--checkpoint-dir", b]], timeout=180)
+    assert [r.returncode for r in first] == [0, 0], first[0].stderr
+    damaged = os.path.join(a, "rank1", C.ckpt_name(6))
+    _flip(damaged, 400)
+    os.rename(os.path.join(b, "rank1"), os.path.join(b, "elsewhere"))
+    more = base + ["--iterations", "9"]
+    second = mpirun.batch(2, [more + ["--resume", a], more + ["--resume", b]], timeout=180)
+    for res, words in zip(second, ([damaged, "CRC"], ["rank 1 of 2 has no checkpoint there"])):
+        errors = [ln for ln in res.stderr.splitlines() if "error" in ln]
+        assert res.returncode == 2 and len(errors) == 1, res.stderr
+        assert all(w in errors[0] for w in words), errors

@@ -1,0 +1,124 @@
+"""No job that never ends (issue 17 items 1-2): a rank that never reaches or never leaves MPI_Init, one
+stuck in setup, and a rank stopped mid-run under ``--fault-tolerance``. Real ``mpirun`` jobs with short
+bounds (``HOPDEC_STARTUP_TIMEOUT``, ``--peer-timeout``, ``HOPDEC_FT_TIMEOUT``); each runs under a timeout,
+so a hang fails the test."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import gone as _gone, run_bounded
+
+COMMON = ["--no-progress", "--threads", "1", "--iterations", "8"]
+
+WRAPPER = """
+import os, signal, sys, time
+# What a hostile host does to one rank before it reaches MPI_Init.
+if os.environ.get("OMPI_COMM_WORLD_RANK") == os.environ["VICTIM"]:
+    with open(os.environ["VICTIM_PID"], "w") as f:
+        f.write(str(os.getpid()))
+    how = os.environ["HOW"]
+    if how == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif how == "killed":
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "slow":
+        time.sleep(60)
+from hopdec.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _wrapper(tmp_path):
+    path = tmp_path / "hostile_rank.py"
+    path.write_text(WRAPPER)
+    return str(path)
+
+
+def _errors(stderr):
+    return [ln for ln in stderr.splitlines() if ln.startswith("hopdec train: error:")]
+
+
+@pytest.mark.parametrize("how", ["stop", "slow"])
+def test_a_rank_that_never_reaches_mpi_init_ends_the_job_with_one_line(mpirun, tmp_path, how):
+    """Rank 2 of 3 is stopped (SIGSTOP) or too slow before MPI_Init: the others, waiting in MPI_Init,
+    end the job after the start-up bound with one line naming rank 2; the stopped process is gone too."""
+    pidfile = tmp_path / "victim.pid"
+    t0 = time.time()
+    out = mpirun.python(3, [_wrapper(tmp_path), "train", *COMMON], timeout=60,
+                        env=mpirun.env(HOPDEC_STARTUP_TIMEOUT="3", VICTIM="2", HOW=how, VICTIM_PID=str(pidfile)))
+    took = time.time() - t0
+    assert out.returncode != 0
+    errors = _errors(out.stderr)
+    assert len(errors) == 1, out.stderr[-3000:]
+    assert re.search(r"start-up: MPI_Init did not complete within 3 s: rank 2 never reached it", errors[0])
+    assert took < 30, took
+    assert _gone(int(pidfile.read_text()))
+
+
+def test_under_fault_tolerance_a_rank_killed_before_mpi_init_ends_the_job(mpirun, tmp_path):
+    """The launcher does not end a fault-tolerant job when a process is killed, so a rank killed 0.3 s after
+    launch left the others in MPI_Init forever: now they end it after the start-up bound, exit 3, with one
+    line naming it. (A rank that exits non-zero instead is ended at once by Open MPI, rank and all.)"""
+    pidfile = tmp_path / "victim.pid"
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} {_wrapper(tmp_path)} train", HOPDEC_STARTUP_TIMEOUT="3",
+                     VICTIM="1", HOW="killed", VICTIM_PID=str(pidfile))
+    out = run_bounded(mpirun.launch_cmd(3, ["--fault-tolerance", *COMMON]), 60, env=env)
+    assert out.returncode == 3, out.stderr[-3000:]
+    errors = _errors(out.stderr)
+    assert len(errors) == 1 and "rank 1 never reached it" in errors[0], out.stderr[-3000:]
+
+
+def test_a_rank_stuck_in_setup_is_named(mpirun):
+    """After MPI_Init the bound is --peer-timeout: a rank that hangs in setup is named in one line (the
+    setup exchange alone could only say that not every rank got there)."""
+    out = mpirun(3, ["train", *COMMON, "--peer-timeout", "4", "--die-rank", "1", "--die-phase", "setup",
+                     "--die-how", "hang"], timeout=60)
+    assert out.returncode == 3
+    errors = _errors(out.stderr)
+    assert len(errors) == 1, out.stderr[-3000:]
+    assert re.search(r"setup: rank 1 did not finish setup within 4 s", errors[0]), errors
+
+
+def test_a_stopped_rank_under_fault_tolerance_does_not_keep_the_job_alive(mpirun, tmp_path):
+    """SIGSTOP one of 4 ranks mid-run with --fault-tolerance: the detector declares it dead (after
+    HOPDEC_FT_TIMEOUT s), the survivors heal and finish -- and the job ends, exit 0, with the stopped
+    process gone, instead of mpirun waiting for it forever."""
+    log = str(tmp_path / "logs")
+    args = ["--fault-tolerance", "--no-progress", "--threads", "1", "--topology", "ring", "--iterations", "60",
+            "--compute-time", "0.05", "--log-dir", log]
+    proc = subprocess.Popen([str(c) for c in mpirun.launch_cmd(4, args)], cwd=mpirun.root,
+                            env=mpirun.launch_env(HOPDEC_FT_TIMEOUT="3"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    path = os.path.join(log, "rank2.jsonl")
+    deadline = time.time() + 150
+    victim = None
+    try:
+        while victim is None:
+            assert proc.poll() is None and time.time() < deadline, "the run ended before the stop"
+            try:
+                with open(path) as f:
+                    lines = f.read().splitlines()
+            except FileNotFoundError:
+                lines = []
+            if len(lines) > 10:
+                victim = json.loads(lines[0])["run"]["pid"]
+                os.kill(victim, signal.SIGSTOP)
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        if victim:
+            os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"failure: rank\(s\) 2 died near iteration \d+", out), out
+    assert _gone(victim)

@@ -1,0 +1,265 @@
+"""Worker deaths in the simulator (``hopdec sim --fault-tolerance --deaths / --death-trace / --churn-mttf``,
+:mod:`hopdec.sim.churn`; issue 21 item 3): the survivors heal through the heal code of a real
+``--fault-tolerance`` run, in virtual time, with the Hop invariants checked at every event; hostile trace
+files are one line; and the same death gives the same survivors and healed graph as a real ULFM run."""
+
+import io
+import json
+import os
+import re
+
+import networkx as nx
+import pytest
+
+from hopdec import topology as T
+from hopdec.cli.main import main as cli_main
+from hopdec.cli.sim import main, parse
+from hopdec.hop.config import ProtocolConfig
+from hopdec.hop.invariants import Invariants
+from hopdec.hop.worker import node_views
+from hopdec.sim.churn import MAX_TRACE_BYTES, Churn, churn_deaths
+from hopdec.sim.costs import ComputeModel
+from hopdec.sim.hop import HopSim
+from hopdec.sim.network import LinkModel
+from hopdec.sim.run import simulate
+from hopdec.topology.heal import heal_graph
+
+EXP8 = "topologies/exponential_8.json"
+BASE = ["--topology", EXP8, "--iterations", 60, "--compute-time", 0.05, "--fault-tolerance"]
+
+
+def sim(argv):
+    out = io.StringIO()
+    res = simulate(parse([str(a) for a in argv]), out=out)
+    return res, out.getvalue()
+
+
+def log_lines(log_dir, rank):
+    with open(os.path.join(log_dir, f"rank{rank}.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    return lines[0]["run"], [x for x in lines[1:] if "iter" in x], [x for x in lines[1:] if x.get("event")]
+
+
+# ---- deaths at given times ------------------------------------------------------------------------
+def test_two_deaths_the_survivors_heal_twice_and_finish_every_iteration(tmp_path):
+    """Workers 3 and 6 of 8 die at virtual 1.0 s and 2.0 s: the six survivors heal twice (the graph is
+    heal_graph's, each survivor's view its node view), log every iteration once, the invariants hold at
+    every event, the dead stop logging at their death, and the run takes longer than without deaths."""
+    res, out = sim(BASE + ["--deaths", "3@1.0", "--deaths", "6@2.0", "--log-dir", tmp_path])
+    base, _ = sim(BASE)
+    churn = res["churn"]
+    assert sorted(churn.alive) == [0, 1, 2, 4, 5, 7] and [w for _, w, _ in churn.died] == [3, 6]
+    assert [h["failed"] for h in churn.heals] == [[3], [6]]
+    assert res["checks"] == res["events"] > 500                       # every event, on the survivors
+    expected = heal_graph(heal_graph(T.load(EXP8), [3])[0], [6])[0]
+    assert sorted(churn.graph.edges) == sorted(expected.edges)
+    views = {v.rank: v for v in node_views(expected)}
+    for r in churn.alive:
+        header, recs, events = log_lines(tmp_path, r)
+        assert [x["iter"] for x in recs] == list(range(60)), f"rank {r}"
+        heals = [e for e in events if e["event"] == "heal"]
+        assert [h["failed"] for h in heals] == [[3], [6]] and heals[0]["simulated"].startswith("SIMULATED")
+        assert heals[1]["in_neighbors"] == list(views[r].in_neighbors)
+        assert heals[1]["out_neighbors"] == list(views[r].out_neighbors)
+        assert header["simulated_deaths"]["first_deaths"] == [[1.0, 3], [2.0, 6]]
+    assert cli_main(["report", str(tmp_path), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Simulated deaths (2 heal(s)" in page and "rank(s) 6 died; 6 survivors healed" in page
+    for w, t in ((3, 1.0), (6, 2.0)):
+        _, recs, _ = log_lines(tmp_path, w)
+        assert recs and recs[-1]["time"] <= t < 60 * 0.05
+    assert res["virtual_s"] > base["virtual_s"] + 2 * 0.07            # nobody computes during a recovery
+    assert "deaths (SIMULATED (timing only)): 2 worker(s) died, 2 heal(s)" in out
+    assert re.search(r"failure: rank\(s\) 3 died near iteration \d+; 7 survivors healed the graph in "
+                     r"[\d.]+ virtual s", out)
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [0, 1, 2, 4, 5, 7]      # the survivors' table, as a real run
+
+
+def test_detection_and_stall_are_what_the_survivors_wait():
+    """One death, every other worker waiting for it soon: the run ends later by about the detection delay
+    plus the stall (plus the compute a worker in the middle of one finishes before it joins)."""
+    runs = {}
+    for detect, stall in ((0.0, 0.0), (1.0, 0.0), (1.0, 2.0)):
+        res, _ = sim(BASE + ["--deaths", "5@0.52", "--failure-detection", detect, "--heal-stall", stall])
+        runs[(detect, stall)] = res["virtual_s"]
+    assert 0.9 < runs[(1.0, 0.0)] - runs[(0.0, 0.0)] <= 1.0 + 1e-9
+    assert abs(runs[(1.0, 2.0)] - runs[(1.0, 0.0)] - 2.0) < 1e-9
+
+
+def test_a_death_that_disconnects_the_graph_is_bypassed(tmp_path):
+    """On a one-way ring every worker is a cut vertex: without the bypass 1 -> 3 nobody would reach 3 again."""
+    ring = tmp_path / "one_way_ring.txt"
+    ring.write_text("".join(f"{i} {(i + 1) % 6}\n" for i in range(6)))
+    g = T.load(str(ring))
+    assert not nx.is_strongly_connected(g.subgraph(set(g) - {2}))
+    res, out = sim(["--topology", ring, "--iterations", 40, "--compute-time", 0.05, "--fault-tolerance",
+                    "--deaths", "2@0.5"])
+    c = res["churn"]
+    assert sorted(c.alive) == [0, 1, 3, 4, 5] and c.graph.has_edge(1, 3) and nx.is_strongly_connected(c.graph)
+    assert all(c.sim.cores[r].iteration == 39 and c.sim.done[r] for r in c.alive)
+    assert res["checks"] > 100
+
+
+def test_deaths_after_the_end_change_nothing():
+    base, _ = sim(BASE)
+    res, out = sim(BASE + ["--deaths", "3@1000"])
+    assert res["virtual_s"] == base["virtual_s"] and not res["churn"].died       # the run did not wait for it
+    assert "0 worker(s) died" in out
+
+
+def test_math_averages_the_survivors_models():
+    """--math: the dead worker's replica leaves the average; the survivors train on and report accuracies."""
+    res, out = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,
+                    "--fault-tolerance", "--deaths", "0@0.5", "--eval-interval", 2])
+    assert sorted(res["churn"].alive) == [1, 2, 3, 4, 5] and res["avg_acc"] > 0.7
+    assert len(res["evals"]) >= 3 and "averaged model: test loss" in out
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3, 4, 5] and all(float(r[-1]) > 0.5 for r in rows)
+
+
+# ---- deaths from a trace file ---------------------------------------------------------------------
+def test_a_trace_file_gives_the_same_run_as_the_same_deaths_on_the_command_line(tmp_path):
+    trace = tmp_path / "deaths.trace"
+    trace.write_text("\ufeff# seconds worker\n\n2.0, 6   # a comma is fine\n1.0\t3\n3.5 6\n")   # 6 twice: once
+    a, out_a = sim(BASE + ["--death-trace", trace])
+    b, out_b = sim(BASE + ["--deaths", "6@2.0,3@1.0"])
+    assert [h["failed"] for h in a["churn"].heals] == [[3], [6]]
+    assert out_a.split("\nsimulated ")[0] == out_b.split("\nsimulated ")[0]      # all but the wall time
+
+
+def _fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+def _big(tmp_path):
+    path = tmp_path / "big.trace"
+    with open(path, "wb") as f:
+        f.truncate(MAX_TRACE_BYTES + 1)
+    return path
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p / "missing.trace", "no such file"),
+    (lambda p: p, "is a directory"),
+    (_fifo, "not a regular file"),
+    (lambda p: "/dev/zero", "not a regular file"),
+    (_big, "more than a death trace may have"),
+    (lambda p: (p / "bin").write_bytes(b"\xff\xfe\x00\x01" * 10) and p / "bin", "not a text file"),
+    (lambda p: (p / "t").write_text("1.0 3 7\n") and p / "t", "line 1: expected 'SECONDS WORKER'"),
+    (lambda p: (p / "t").write_text("# ok\nsoon 3\n") and p / "t", "line 2: expected 'SECONDS WORKER'"),
+    (lambda p: (p / "t").write_text("1.5 3.5\n") and p / "t", "line 1: expected 'SECONDS WORKER'"),
+    (lambda p: (p / "t").write_text("nan 3\n") and p / "t", "finite number of seconds"),
+    (lambda p: (p / "t").write_text("1e999 3\n") and p / "t", "finite number of seconds"),
+    (lambda p: (p / "t").write_text("-1 3\n") and p / "t", "finite number of seconds"),
+    (lambda p: (p / "t").write_text("1 8\n") and p / "t", "no worker 8 in this run (workers 0..7)"),
+    (lambda p: (p / "t").write_text("1 -1\n") and p / "t", "no worker -1"),
+    (lambda p: "", "an empty path"),
+])
+def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
+    path = make(tmp_path)
+    assert main([str(a) for a in BASE + ["--death-trace", path]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hopdec sim: error: --death-trace") and words in err and "\n" not in err, err
+
+
+# ---- what cannot be simulated, refused with one line -----------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (["-n", 8, "--deaths", "3@1"], "simulated deaths need --fault-tolerance"),
+    (["-n", 8, "--churn-mttf", "100"], "--churn-mttf: simulated deaths need --fault-tolerance"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@x"], "expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3"], "expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "9@1"], "no worker 9 in this run"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@-1"], "finite time >= 0"),
+    (["-n", 8, "--fault-tolerance", "--churn-mttf", "0"], "--churn-mttf 0.0: must be"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@1", "--failure-detection", "-1"], "--failure-detection"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@1", "--protocol", "notify-ack"], "needs --protocol tokens"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@1", "--compress", "int8"], "--compress int8 with --fault"),
+    (["--topology", "one-peer-exponential", "-n", 8, "--fault-tolerance", "--deaths", "3@1"], "time-varying"),
+    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "0@1"], "the parameter server (rank 0) cannot die"),
+    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "decentralized runs only"),
+    (["--mode", "ps", "-n", 2, "--fault-tolerance", "--deaths", "1@0.5,2@0.7", "--iterations", 50],
+     "simulated death at virtual second 0.7: worker 2 was the last one"),
+    (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],
+     "simulated death at virtual second 0.5: only 1 worker(s) left after the failure of rank(s) 1"),
+])
+def test_what_cannot_work_is_refused_with_one_line(argv, words, capsys):
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hopdec sim: error:") and words in err and "\n" not in err, err
+
+
+def test_a_parameter_server_drops_its_dead_worker():
+    res, out = sim(["--mode", "ps", "--sync", "bsp", "-n", 4, "--iterations", 30, "--compute-time", 0.05,
+                    "--fault-tolerance", "--deaths", "2@0.4"])
+    assert re.search(r"failure: worker 2 died after \d+ mini-batches .*SIMULATED", out), out
+    assert "3 of 4 workers finished" in out and res["policy"].version == 30
+    assert res["sim"].server.failed == [2]
+
+
+# ---- churn ----------------------------------------------------------------------------------------
+def test_churn_draws_depend_on_seed_and_worker_only():
+    a, b = churn_deaths(100.0, range(8), 1), churn_deaths(100.0, range(16), 1)
+    assert a == b[:8] and a != churn_deaths(100.0, range(8), 2)
+    assert all(t > 0 for t, _ in a)
+
+
+def test_a_thousand_workers_with_churn():
+    """1,000 workers, a death every ~0.3 virtual s: each heal is the whole graph's, the survivors finish."""
+    res, out = sim(["--topology", "ring-based", "-n", 1000, "--iterations", 12, "--compute-time", 0.1,
+                    "--message-mb", 1, "--fault-tolerance", "--churn-mttf", 300, "--seed", 3,
+                    "--invariants", "off"])
+    c = res["churn"]
+    assert len(c.died) >= 2 and len(c.heals) >= 1
+    assert len(c.alive) == 1000 - len(c.died) == c.graph.number_of_nodes()
+    assert all(c.sim.cores[r].iteration == 11 and c.sim.done[r] for r in c.alive)
+    assert f"{len(c.alive)} survivors finished" in out
+
+
+def random_directed(n, extra, seed):
+    """A random directed graph: two rings through random orders (strongly connected, in-degree 2 mostly)
+    plus random edges."""
+    import random
+    rng = random.Random(seed)
+    g = nx.DiGraph()
+    for _ in range(2):
+        order = rng.sample(range(n), n)
+        g.add_edges_from((order[i], order[(i + 1) % n]) for i in range(n))
+    pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
+    g.add_edges_from(rng.sample(pairs, extra))
+    return T.with_default_weights(g)
+
+
+GRAPHS = {"ring_based_8": lambda: T.load("topologies/ring_based_8.json"), "exponential_8": lambda: T.load(EXP8),
+          "torus_3x4": lambda: T.torus(3, 4), "random_directed_10": lambda: random_directed(10, 8, seed=5)}
+MECHANISMS = [dict(), dict(backup_workers=1), dict(staleness=2), dict(max_ig=3, backup_workers=1,
+                                                                      skip_max_jump=3, skip_trigger=2)]
+
+
+@pytest.mark.parametrize("mech", MECHANISMS, ids=lambda m: ",".join(f"{k}={v}" for k, v in m.items()) or "tokens")
+@pytest.mark.parametrize("graph", list(GRAPHS))
+def test_churn_with_invariants_at_every_event(graph, mech):
+    """Small graphs, every mechanism, a straggler, three deaths (two at the same instant), deaths during a
+    recovery and with no detection delay: invariants at every event; the survivors finish."""
+    g = GRAPHS[graph]()
+    cfg = ProtocolConfig(iterations=40, fault_tolerant=True, **mech)
+    views = node_views(g)
+    cm = ComputeModel(["normal:mean=0.05,std=0.01"], sorted(g.nodes), seed=1, slowdowns=["rank=1,factor=3"])
+    deaths = [(0.3, 3), (0.3, 5), (0.31, 6)] if graph != "ring_based_8" else [(0.3, 3), (0.9, 6)]
+    for detect, stall in ((0.05, 0.02), (0.0, 0.0)):
+        s = HopSim(views, cfg, cm.step, network=LinkModel(bandwidth=1e7, latency=0.002), message_bytes=2e5)
+        inv = Invariants(g, cfg)
+        c = Churn(s, g, deaths, detect, stall, invariants=inv)
+        s.check = c.check
+        s.run()
+        assert inv.checks == s.q.events > 300
+        assert sorted(c.alive) == sorted(set(g.nodes) - {w for _, w in deaths})
+        if detect and graph != "ring_based_8":      # 6 died during the recovery from 3 and 5: folded in
+            assert [h["failed"] for h in c.heals] == [[3, 5, 6]]
+        assert all(s.done[r] and s.cores[r].iteration == 39 for r in c.alive), s.describe()
+
+
+# ---- the same deaths as a real run: tests/test_fault_tolerance_mpi.py (its kill -9 run is simulated too,
+# and the heals compared, without a second MPI job)

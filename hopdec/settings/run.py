@@ -66,9 +66,9 @@ class RunSettings:
         if self.mode == "ps" and self.protocol.compressed:
             raise ConfigError(f"--compress {self.protocol.compress}: decentralized mode only (the parameter "
                               f"server exchanges gradients and weights uncompressed)")
-        if self.mode == "ps" and self.protocol.local:
-            raise ConfigError("--local-steps and --outer-*: decentralized mode only (the parameter server "
-                              "applies every worker's gradient as it comes)")
+        if self.mode != "decentralized" and self.protocol.local:       # (any mode but Hop's rounds)
+            raise ConfigError(f"--local-steps and --outer-*: decentralized mode only (--mode {self.mode} "
+                              f"applies every worker's gradient as it comes)")
         if self.protocol.compressed and self.work.cuda_aware_mpi == "yes":
             raise ConfigError(f"--compress {self.protocol.compress}: codes on host buffers; use "
                               f"--cuda-aware-mpi auto or no")

@@ -1,4 +1,4 @@
-"""Bytes and time to a target loss: local steps x compression x graph, with and without a straggler (issue 18 item 4).
+"""Bytes and time to a target loss: local steps x compression x graph, with and without a straggler.
 
     python3 experiments/comm_efficiency.py sim [--workers 64] [--iterations 160] [--budget 2.5] \\
         [--local-steps 1,8,32] [--codecs none,bf16,int8] [--graphs ring-based,one-peer-exponential] \\

@@ -17,7 +17,7 @@ LAYERS = [
     {"hopdec", "hopdec.errors", "hopdec.limits", "hopdec.files", "hopdec.core", "hopdec.launcher",
      "hopdec.heterogeneity"},
     {"hopdec.topology", "hopdec.ml", "hopdec.transport", "hopdec.report"},
-    {"hopdec.hop", "hopdec.ps"},
+    {"hopdec.hop", "hopdec.ps", "hopdec.allreduce"},
     {"hopdec.settings", "hopdec.observe"},
     {"hopdec.modes"},
     {"hopdec.runtime"},
@@ -30,7 +30,7 @@ log model); the protocol cores; the settings and the observers; the run assembli
 the loops every executor shares); the simulator and the optimizer; the command line; the network testbed and the simulator's validation
 against real runs (they launch ``hopdec train`` and ``hopdec sim``)."""
 LAYER = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
-CORES = ("hopdec.hop", "hopdec.ps", "hopdec.core")
+CORES = ("hopdec.hop", "hopdec.ps", "hopdec.allreduce", "hopdec.core")
 """Sans-I/O: no MPI, no torch, no clock."""
 
 

@@ -18,7 +18,7 @@ RUNS = {
                       "--staleness", "2"],
 }
 REFUSED = [
-    (["--mode", "ps", "--compress", "int8"], "--compress int8: decentralized mode only"),
+    (["--mode", "ps", "--compress", "int8"], "--compress is not used in --mode ps"),
     (["--topology", "one-peer-exponential", "--protocol", "notify-ack"], "--protocol notify-ack: not with a "
                                                                           "time-varying topology"),
     (["--topology", "one-peer-exponential", "--backup-workers", "1"], "one in-neighbour per step"),

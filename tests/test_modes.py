@@ -18,7 +18,7 @@ from hopdec.sim.run import simulate
 
 COMMON = ["--model", "mlp", "--iterations", "5", "--seed", "2", "--no-progress", "--threads", "1"]
 EXECUTOR_FIELDS = {"pid", "host", "device", "emulation", "simulated", "cost_model", "mpi_buffers",
-                   "message_bytes", "consensus_every", "fault_tolerance"}
+                   "message_bytes", "consensus_every", "fault_tolerance", "run_id"}
 """Header fields that say what executed the run (where the parameters lived, what was emulated or
 simulated), not what the run is: the only ones a real and a simulated header may differ in."""
 
@@ -76,13 +76,14 @@ def test_the_in_process_scheduler_and_the_simulator_run_the_same_assembly(tmp_pa
 
 @pytest.fixture(scope="module")
 def real_runs(mpirun, tmp_path_factory):
-    """Three small runs in one ``mpirun -n 4`` job: per-node backup workers, the complete graph (models
-    saved), and a parameter server with 3 workers."""
+    """Four small runs in one ``mpirun -n 4`` job: per-node backup workers, the complete graph (models
+    saved), a parameter server with 3 workers, and synchronous all-reduce (models saved, one slow rank)."""
     base = tmp_path_factory.mktemp("modes")
     topo = backup_topology(base)
     runs = {"backup": ["--topology", topo] + COMMON,
             "complete": ["--topology", "complete", "--save-models"] + COMMON,
-            "ps": ["--sync", "ssp", "--staleness", "1"] + COMMON}
+            "ps": ["--sync", "ssp", "--staleness", "1"] + COMMON,
+            "allreduce": ["--mode", "allreduce", "--save-models", "--slowdown", "rank=1,factor=2"] + COMMON}
     argvs = [args + ["--log-dir", base / f"real_{name}"] for name, args in runs.items()]
     outs = dict(zip(runs, mpirun.batch(4, argvs, timeout=240)))
     for name, out in outs.items():
@@ -90,11 +91,11 @@ def real_runs(mpirun, tmp_path_factory):
     return base, runs, outs
 
 
-@pytest.mark.parametrize("name", ["backup", "complete", "ps"])
+@pytest.mark.parametrize("name", ["backup", "complete", "ps", "allreduce"])
 def test_a_real_and_a_simulated_run_say_the_same(real_runs, name):
     """Same title, same setting name, same header (every field but the executor's own)."""
     base, runs, outs = real_runs
-    extra = {"ps": ["-n", 3], "complete": ["-n", 4]}.get(name, [])
+    extra = {"ps": ["-n", 3], "complete": ["-n", 4], "allreduce": ["-n", 4]}.get(name, [])
     timing_only = [a for a in runs[name] if a != "--save-models"]      # (saving needs --math)
     res, text = sim(timing_only + extra + ["--log-dir", base / f"sim_{name}"])
     assert title(text) == title(outs[name].stdout)
@@ -114,6 +115,19 @@ def test_a_real_and_a_simulated_run_end_at_the_same_parameters(real_runs, tmp_pa
     for r in range(4):
         np.testing.assert_allclose(np.load(base / "real_complete" / f"params_rank{r}.npy"),
                                    np.load(tmp_path / f"params_rank{r}.npy"), rtol=1e-5, atol=1e-6)
+
+
+def test_a_real_and_a_simulated_all_reduce_end_at_the_same_identical_models(real_runs, tmp_path):
+    """--mode allreduce: every real rank ends at the same parameters (one mean gradient, one optimizer),
+    and the simulator's --math run of the same assembly ends there too, slowdown or not."""
+    base, runs, outs = real_runs
+    real = [np.load(base / "real_allreduce" / f"params_rank{r}.npy") for r in range(4)]
+    for r in range(1, 4):
+        np.testing.assert_array_equal(real[0], real[r])
+    res, _ = sim(runs["allreduce"] + ["-n", 4, "--math", "--log-dir", tmp_path])
+    for r in range(4):
+        np.testing.assert_allclose(real[0], np.load(tmp_path / f"params_rank{r}.npy"), rtol=1e-5, atol=1e-6)
+    assert res["max_gap"] == 1 and "synchronous all-reduce" in outs["allreduce"].stdout
 
 
 def test_setting_names_drift_fixed_in_train_and_sim_settings():

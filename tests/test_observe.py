@@ -193,7 +193,7 @@ def test_observe_options_are_checked_in_one_line(tmp_path):
     from hopdec.observe.options import check_observe_options
     with pytest.raises(ConfigError, match="--consensus-every 0: must be an integer >= 1"):
         check_observe_options(parse(["--consensus-every", "0"]).observe)
-    with pytest.raises(ConfigError, match="--consensus-every is for decentralized runs"):
+    with pytest.raises(ConfigError, match="--consensus-every is not used in --mode ps"):
         check_observe_options(parse(["--consensus-every", "5", "--mode", "ps"]).observe)
     with pytest.raises(ConfigError, match="--progress-interval nan"):
         check_observe_options(parse(["--progress-interval", "nan"]).observe)

@@ -262,5 +262,6 @@ def test_hopdec_train_offers_the_registry_s_models_and_datasets():
     args = build_parser().parse_args(["--dataset", "kjv", "--model", "transformer"])
     assert (args.dataset, args.model) == ("kjv", "transformer")
     assert "kjv" in DATASETS and "transformer" in MODELS
-    with pytest.raises(ConfigError, match="invalid choice"):
-        build_parser().parse_args(["--model", "resnet"])
+    from hopdec.cli.train import parse
+    with pytest.raises(ConfigError, match="--model 'resnet': expected one of cnn, vgg11, svm, mlp, transformer"):
+        parse(["--model", "resnet"])

@@ -15,7 +15,7 @@ from hopdec.sim.sends import SendPath
 
 def run(tmp_path, *extra, n=2, iterations=40, topology="ring"):
     d = tmp_path / "_".join(a.strip("-").replace("=", "") for a in extra if a)[:60]
-    argv = ["--topology", topology, "-n", str(n), "--iterations", str(iterations), "--log-dir", str(d),
+    argv = ["--topology", topology, "-n", str(n), "--iterations", str(iterations), "--log-dir", str(d), "--overwrite",
             "--invariants", "on"] + [a for a in extra if a]
     simulate(parse(argv), out=io.StringIO())
     logs = [read_log(d / f"rank{r}.jsonl") for r in range(n)]

@@ -23,8 +23,9 @@ def add_run_arguments(p, mpi=True):
     timeout, fault tolerance and injection, the observers that talk between ranks, and ``--compute-time``
     (the simulator's takes distributions)."""
     p.add_argument("--mode", choices=list(MODES), default=None,
-                   help="decentralized (Hop) or a central parameter server on rank 0 (--sync implies ps; "
-                        "default: decentralized)")
+                   help="decentralized (Hop), a central parameter server on rank 0 (--sync implies ps), or "
+                        "allreduce: synchronous data parallelism, the mean gradient by one all-reduce per "
+                        "iteration (what PyTorch DDP does); default: decentralized")
     g = p.add_argument_group("topology and protocol (decentralized mode)")
     g.add_argument("--topology", metavar="FILE|KIND",
                    help="topology file (node-link JSON, edge list or schedule), or a generator kind "
@@ -64,13 +65,15 @@ def add_run_arguments(p, mpi=True):
                    help="the outer step's momentum in [0, 1) (default: 0.9 nesterov, 0 sgd)")
     d = p.add_argument_group("model and data")
     from hopdec.ml.registry import DATASETS, MODELS
-    d.add_argument("--dataset", choices=DATASETS, default="digits",
-                   help="digits ships with scikit-learn, kjv (the King James Bible, bytes) with hopdec: no download")
+    d.add_argument("--dataset", default="digits", metavar="{" + ",".join(DATASETS) + "}|MODULE:FACTORY",
+                   help="digits ships with scikit-learn, kjv (the King James Bible, bytes) with hopdec: no "
+                        "download; pkg.module:factory or file.py:factory: a dataset of your own (see the README)")
     d.add_argument("--data-dir", metavar="DIR", help="cifar10: folder with the python batches")
     d.add_argument("--data-path", metavar="FILE", help="libsvm: training file")
     d.add_argument("--test-path", metavar="FILE", help="libsvm: test file (default: 20%% held out)")
-    d.add_argument("--model", choices=MODELS, default=None,
-                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm, transformer for kjv")
+    d.add_argument("--model", default=None, metavar="{" + ",".join(MODELS) + "}|MODULE:FACTORY",
+                   help="default: cnn for digits, vgg11 for cifar10, svm for libsvm, transformer for kjv; "
+                        "pkg.module:factory or file.py:factory: a model of your own (see the README)")
     d.add_argument("--norm", choices=["batch", "running", "group", "none"], default="batch",
                    help="vgg11 normalisation (batch: batch statistics only, no buffers to keep apart)")
     d.add_argument("--partition", choices=["iid", "noniid"], default="iid",
@@ -105,6 +108,9 @@ def add_run_arguments(p, mpi=True):
     o = p.add_argument_group("output")
     o.add_argument("--log-dir", metavar="DIR", help="write DIR/rank{r}.jsonl, one JSON object per iteration "
                    "(hopdec report DIR makes a page of it)")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace the logs an earlier run left in --log-dir (without it such a directory is "
+                        "refused: its rank files would be overwritten or mixed with this run's)")
     o.add_argument("--save-models", action="store_true", help="save each rank's final flat parameters "
                    "as DIR/params_rank{r}.npy (needs --log-dir)")
     o.add_argument("--no-progress", action="store_true",
@@ -207,4 +213,28 @@ def settings_from(args, argv=(), simulated=False):
                     **_picked(args, ["workers", "message_mb", "latency", "nic_duplex", "math", "invariants",
                                      "send_path", "eager_limit", "rendezvous"]))
     return RunSettings(mode=args.mode, work=work, protocol=protocol, ps=ps, emulation=emulation,
-                       observe=observe, checkpoints=checkpoints, faults=faults, cost=cost, argv=tuple(argv))
+                       observe=observe, checkpoints=checkpoints, faults=faults, cost=cost, argv=tuple(argv),
+                       typed=typed_options(argv))
+
+
+def typed_options(argv):
+    """The settings options the command line ``argv`` typed (``--lr 0.1``, ``--lr=0.1``, or an abbreviation
+    argparse accepted, ``--iter 5``), by their full names: the ones a run refuses when its mode would
+    ignore them (:meth:`hopdec.settings.RunSettings.unused`)."""
+    known = {opt for group in (Work, Protocol, PS, Emulation, Observe, Checkpoints, Faults, Cost)
+             for opt in group.options().values() if opt.startswith("--")}
+    out = set()
+    for tok in argv or ():
+        tok = str(tok)
+        if tok == "--":
+            break
+        if not tok.startswith("--"):
+            continue
+        name = tok.split("=", 1)[0]
+        if name in known:
+            out.add(name)
+        else:
+            match = [k for k in known if k.startswith(name)]
+            if len(match) == 1:
+                out.add(match[0])
+    return frozenset(out)

@@ -6,7 +6,7 @@ against the number of ranks, model, data, log directory, checkpoints) *before* a
 sent; the ranks exchange what they found (a bounded allgather) and a problem is printed once, by the
 lowest rank that found it, and every rank exits 2. Anything that goes wrong later ends every rank with one
 line naming the rank and the cause (:mod:`hopdec.runtime.failures`). The run goes to its mode's MPI runner
-(:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`).
+(:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`, :mod:`hopdec.runtime.allreduce_mpi`).
 """
 
 import argparse
@@ -48,7 +48,8 @@ def parse(argv):
     return settings_from(build_parser().parse_args(argv), argv)
 
 
-RUNNERS = {"decentralized": "hopdec.runtime.hop_mpi", "ps": "hopdec.runtime.ps_mpi"}
+RUNNERS = {"decentralized": "hopdec.runtime.hop_mpi", "ps": "hopdec.runtime.ps_mpi",
+           "allreduce": "hopdec.runtime.allreduce_mpi"}
 """Each mode's MPI runner (a module with ``run(ctx)``)."""
 
 
@@ -81,8 +82,12 @@ def main(argv):
     except Exception as e:                  # bad input (one line), or a bug: still one line
         err = cause(e)
     try:
+        import uuid
         setup_done(comm, timeout)           # one line names a rank still in setup
-        found = first_error(allgather_json(comm, err, timeout, "setup"))
+        got = allgather_json(comm, [err, uuid.uuid4().hex[:12]], timeout, "setup")
+        found = first_error([g[0] for g in got])
+        if found is None:
+            ctx.run_id = got[0][1]          # rank 0's: one id for every rank's log header
     except Exception as e:
         abort(comm, e, PROG)
     if found is None and settings.checkpoints.resume is not None:  # the ranks compare their manifests

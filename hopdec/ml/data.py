@@ -17,6 +17,7 @@ import torch
 from hopdec.errors import ConfigError
 from hopdec.limits import check_alloc
 from hopdec.ml.registry import DATASETS  # noqa: F401  (the names, without torch: the CLI reads them)
+from hopdec.ml.registry import is_entry_point
 from hopdec.ml.safe_pickle import RefusedPickle, load_batch
 
 SCHEMES = ("iid", "noniid")
@@ -50,6 +51,9 @@ def load_dataset(name: str = "digits", data_dir: Optional[str] = None, path: Opt
 
     Never downloads anything; a missing or unreadable input raises :class:`ConfigError`.
     """
+    if is_entry_point(name):                        # --dataset module:factory (yours)
+        from hopdec.ml.user import load
+        return load(name, seed)
     if name == "kjv":
         from hopdec.ml.text import load_text
         return load_text(name)

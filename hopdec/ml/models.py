@@ -19,7 +19,7 @@ from torch import nn
 from hopdec.errors import ConfigError
 
 from hopdec.ml.registry import DEFAULT_MODEL as _DEFAULT_MODEL
-from hopdec.ml.registry import MODELS
+from hopdec.ml.registry import MODELS, is_entry_point
 
 # VGG configuration A (VGG-11): numbers are conv widths, "M" a 2x2 max-pool.
 VGG11_CFG = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
@@ -214,6 +214,9 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
     (classic BN with running-stat buffers), "group" or "none".
     """
     shape = tuple(int(s) for s in input_shape)
+    if is_entry_point(name):                        # --model module:factory (yours)
+        from hopdec.ml.user import build
+        return build(name, shape, num_classes)
     if norm not in NORMS:
         raise ConfigError(f"--norm {norm!r}: unknown normalisation (expected one of {', '.join(NORMS)})")
     if num_classes < 2:
@@ -240,7 +243,12 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
 
 def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, norm: str = "batch") -> int:
     """Trainable parameters of ``build_model(...)``, counted on the meta device (nothing allocated)."""
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            model = build_model(name, input_shape, num_classes, norm=norm)
+    except ConfigError:
+        raise
+    except Exception:                               # a factory of yours that cannot build on meta
         model = build_model(name, input_shape, num_classes, norm=norm)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -258,9 +266,13 @@ class _BinaryLogLoss(nn.Module):
         return self.bce(logits, target.float())
 
 
-def loss_fn(name: str) -> nn.Module:
+def loss_fn(name: str, model: nn.Module = None) -> nn.Module:
     """The training criterion: log loss (BCE with logits) for svm, next-token cross-entropy for the
-    transformer, cross-entropy otherwise."""
+    transformer, cross-entropy otherwise; a model of your own: its ``loss`` method, else cross-entropy over
+    the last dimension (:class:`hopdec.ml.user.UserLoss`)."""
+    if is_entry_point(name):
+        from hopdec.ml.user import UserLoss
+        return UserLoss(model)
     if name not in MODELS:
         raise ConfigError(f"--model {name!r}: unknown model (expected one of {', '.join(MODELS)})")
     if name == "transformer":

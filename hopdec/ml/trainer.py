@@ -599,7 +599,7 @@ class LocalTrainer(FlatSGD):
         self.schedule = LRSchedule.from_preset(preset, iterations)
         self.clip = preset.get("clip")
         self.applied = 0
-        self.criterion = loss_fn(model_name)
+        self.criterion = loss_fn(model_name, model)
         self.dataset = dataset
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
                               seed=seed if data_seed is None else data_seed)

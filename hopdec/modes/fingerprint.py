@@ -43,7 +43,7 @@ def fingerprint(run):
         if cfg.rounds:                              # (absent without: older checkpoints still match)
             out.update(local_steps=cfg.local_steps, outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
                        outer_momentum=cfg.outer_momentum)
-    else:
+    elif run.mode == "ps":
         out.update(sync=run.sync, **{k: (list(v) if isinstance(v, tuple) else v)
                                      for k, v in run.policy.settings().items() if k in SETTINGS})
     return json.loads(json.dumps(out))

@@ -62,8 +62,9 @@ def resolve(work, n_workers, load_data=True):
     ``load_data``: read the dataset even when nothing here needs it (``--epochs`` does)."""
     from hopdec.ml.data import steps_per_epoch
     from hopdec.ml.models import PRESETS, default_model_for
+    from hopdec.ml.user import USER_PRESET
     model = work.model or default_model_for(work.dataset)
-    hparams = dict(PRESETS[model])
+    hparams = dict(PRESETS.get(model, USER_PRESET))     # a model of your own: plain SGD unless told
     hparams.update(work.overrides())
     dataset = load(work) if load_data or work.epochs is not None else None
     if dataset is not None and len(dataset.train_y) // n_workers < 1:

@@ -232,6 +232,14 @@ class Run:
                 rows, b = [], 0
             evals = [e for e in rows if "time" in e and _fits(e, EVENT_FIELDS) and e["time"] is not None]
             bad += b + len(rows) - len(evals)
+        ids = {}
+        for r, h in headers.items():                # one run per directory: never merge two runs' ranks
+            if isinstance(h, dict) and isinstance(h.get("run_id"), str):
+                ids.setdefault(h["run_id"], r)
+        if len(ids) > 1:
+            (a, ra), (b, rb) = sorted(ids.items(), key=lambda kv: kv[1])[:2]
+            raise ConfigError(f"{shown(path)}: rank files of {len(ids)} different runs (rank{ra}.jsonl is run {a}, "
+                              f"rank{rb}.jsonl run {b}); give each run its own --log-dir")
         header = headers.get(0) or next(iter(headers.values()))
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)

@@ -41,7 +41,9 @@ class RunContext:
     :class:`~hopdec.modes.PSRun`); ``fingerprint``: what the run computes, as its checkpoints record it
     (:func:`hopdec.runtime.checkpoint.run_settings`); ``resume``: the cut a ``--resume`` starts from
     (:func:`hopdec.runtime.resume.plan`), else None; ``worker``: this rank's worker id, its rank in the
-    first communicator (``comm`` may shrink after a failure); ``healed``: the heals it took part in.
+    first communicator (``comm`` may shrink after a failure); ``healed``: the heals it took part in;
+    ``run_id``: the same on every rank of one run (its logs' headers say it, so a reader can tell two
+    runs' rank files apart).
     """
 
     settings: object
@@ -52,6 +54,7 @@ class RunContext:
     resume: dict = None
     worker: int = None
     healed: list = field(default_factory=list)
+    run_id: str = None
     _faults: object = None
 
     @property

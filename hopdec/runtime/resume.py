@@ -106,8 +106,8 @@ class HopRank:
         self.every = ctx.settings.checkpoints.every or 0
         self.gap = gap_bound if gap_bound is not None and math.isfinite(gap_bound) else None
         self.target = ctx.iterations
-        cfg = ctx.run.cfg
-        self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if cfg.rounds else None)
+        rounds = getattr(getattr(ctx.run, "cfg", None), "rounds", False)    # (the all-reduce mode has none)
+        self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if rounds else None)
         res = ctx.resume
         self.start = 0
         if res is not None:
@@ -120,7 +120,7 @@ class HopRank:
         self.saved_final = False
 
     def header(self):
-        return {"resumed_from": self.start} if self.start else {}
+        return {"run_id": self.ctx.run_id, **({"resumed_from": self.start} if self.start else {})}
 
     # ---- during training ----
     @contextlib.contextmanager
@@ -228,7 +228,7 @@ class PSRank:
         return self.store is not None
 
     def header(self):
-        return {"resumed_from_cut": self.resume["key"]} if self.resume else {}
+        return {"run_id": self.ctx.run_id, **({"resumed_from_cut": self.resume["key"]} if self.resume else {})}
 
     # ---- server ----
     def resume_server(self, core, io):

@@ -10,6 +10,7 @@ caller exchanges what the ranks found (:mod:`hopdec.cli.train`).
 """
 
 import os
+import re
 import sys
 
 from hopdec.errors import ConfigError
@@ -38,7 +39,10 @@ def setup(settings, comm):
 def _assemble(settings, rank, size):
     """The run assembly of this mode over ``size`` ranks (cheap: no torch, no data)."""
     from hopdec.heterogeneity import Emulator
-    if settings.mode == "ps":
+    if settings.mode == "allreduce":
+        from hopdec.modes.allreduce import AllReduceRun
+        run = AllReduceRun(settings, size)
+    elif settings.mode == "ps":
         from hopdec.modes.ps import PSRun, check_size
         check_size(size)
         for die in settings.faults.die_rank:
@@ -46,12 +50,12 @@ def _assemble(settings, rank, size):
                 raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
         run = PSRun(settings, size - 1)
     else:
-        from hopdec.modes.decentralized import HopRun, resolve_topology
         run = None
     workers = run.workers if run is not None else range(size)
     em = settings.emulation
     Emulator(list(em.slowdown), workers[0], workers, compute_time=em.compute_time, seed=settings.work.seed)
     if run is None:
+        from hopdec.modes.decentralized import HopRun, resolve_topology
         graph = resolve_topology(settings.protocol.topology, size)
         if rank == 0:                               # the same notes as hopdec topo analyze prints
             for note in graph.graph.get("notes", []):
@@ -76,7 +80,10 @@ def _load(settings, comm, run):
     run = run.with_work(resolve(settings.work, len(run.workers)))
     if settings.observe.log_dir:
         from hopdec.runtime.metrics import check_log_dir
-        check_log_dir(settings.observe.log_dir, comm.Get_rank())
+        ob = settings.observe
+        check_fresh_log_dir(ob.log_dir, comm.Get_rank(), comm.Get_size(), ob.overwrite,
+                            resuming=settings.checkpoints.resume is not None)
+        check_log_dir(ob.log_dir, comm.Get_rank())
     local_rank, local_size = local_rank_and_size()
     device = pick_device(settings.work.device, local_rank)
     torch.set_num_threads(settings.work.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1)))
@@ -84,6 +91,47 @@ def _load(settings, comm, run):
         from hopdec.runtime.buffers import check_buffers
         check_buffers(run.cfg, run.views, run.work.numel(), local_size)
     return RunContext(settings=settings, comm=comm, run=run, device=device, fingerprint=fingerprint(run))
+
+
+LOG_FILES = re.compile(r"(rank|params_rank)(\d+)\.(jsonl|npy)|eval\.jsonl")
+"""What a run writes into its --log-dir (``rank{r}.jsonl``, ``params_rank{r}.npy``, ``eval.jsonl``)."""
+
+
+def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resuming=False):
+    """A ``--log-dir`` must not hold another run's logs: their rank files would be overwritten, or (a run
+    with more ranks) merged with this run's by ``hopdec report``. ``--overwrite`` replaces them (rank 0
+    removes what this run may not rewrite: the logs of ranks >= ``size``, saved models, ``eval.jsonl``); a
+    resumed run
+    continues its own logs. ConfigError naming the option otherwise."""
+    if resuming or not os.path.isdir(log_dir):
+        return
+    try:
+        names = os.listdir(log_dir)
+    except OSError as err:
+        raise ConfigError(f"--log-dir {log_dir}: cannot list it ({err.strerror or err})") from None
+    found = []
+    for name in names:
+        m = LOG_FILES.fullmatch(name)
+        path = os.path.join(log_dir, name)
+        if m is None or not os.path.isfile(path) or os.path.getsize(path) == 0:
+            continue                        # (another rank of this run may have created its empty file)
+        found.append((name, m))
+    if not found:
+        return
+    if not overwrite:
+        if rank == 0 or any(m.group(2) == str(rank) for _, m in found):
+            shown = ", ".join(sorted(n for n, _ in found)[:3]) + (", ..." if len(found) > 3 else "")
+            raise ConfigError(f"--log-dir {log_dir}: holds the logs of an earlier run ({shown}); give a new "
+                              f"directory, or --overwrite to replace them")
+        return
+    if rank == 0:
+        for name, m in found:
+            if m.group(2) is None or m.group(1) == "params_rank" or int(m.group(2)) >= size:
+                try:
+                    os.unlink(os.path.join(log_dir, name))
+                except OSError as err:
+                    raise ConfigError(f"--log-dir {log_dir}: --overwrite cannot remove {name} "
+                                      f"({err.strerror or err})") from None
 
 
 def check_resume_target(ctx):

@@ -6,14 +6,17 @@ import os
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
-from hopdec.settings.base import INT_AT_LEAST_1, Group, option
+from hopdec.settings.base import Group, between, not_empty, option
+from hopdec.settings.work import MAX_ITERATIONS
 
 
 @dataclass(frozen=True)
 class Checkpoints(Group):
-    every: int = option("--checkpoint-every", None, INT_AT_LEAST_1, "iterations per worker between checkpoints")
-    dir: str = option("--checkpoint-dir", doc="where each rank writes D/rank{r}/")
-    resume: str = option("--resume", doc="continue from the latest checkpoint in D every rank has")
+    every: int = option("--checkpoint-every", None, between(1, MAX_ITERATIONS, "an integer", integer=True),
+                        "iterations per worker between checkpoints")
+    dir: str = option("--checkpoint-dir", None, not_empty("a directory"), "where each rank writes D/rank{r}/")
+    resume: str = option("--resume", None, not_empty("a directory"),
+                         "continue from the latest checkpoint in D every rank has")
 
     def check(self):
         if self.resume is not None and self.dir is not None and \

@@ -5,8 +5,15 @@ message is, the network, and the fidelity (timing only, or ``--math``). Parsing 
 import math
 from dataclasses import dataclass
 
-from hopdec.settings.base import Group, Rule, is_finite, one_of, option
+from hopdec.settings.base import Group, Rule, between, one_of, option
 
+MAX_VIRTUAL_S = 1e6
+"""The largest virtual time one mini-batch or one message latency may take (11 days): larger ones make
+virtual times that overflow to infinity once slowdowns multiply them."""
+MAX_MESSAGE_MB = 2.0 ** 20
+"""A TiB per message: more than any model."""
+MIN_BANDWIDTH_GBPS = 1e-6
+"""1 kbit/s: a slower NIC makes a message take longer than :data:`MAX_VIRTUAL_S`."""
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_S = 5e-5
 CHECK_UP_TO = 16
@@ -19,13 +26,13 @@ class Cost(Group):
     """A simulated run's cost model and fidelity."""
 
     workers: int = option("-n", None, Rule(">= 1", lambda x: isinstance(x, int) and x >= 1),
-                          "workers (None: the topology file's)")
-    message_mb: float = option("--message-mb", None, Rule("a finite number >= 0",
-                                                          lambda x: is_finite(x) and x >= 0),
+                          "workers (None: the topology file's; at most hopdec.limits.MAX_WORKERS)")
+    message_mb: float = option("--message-mb", None, between(0, MAX_MESSAGE_MB),
                                "MiB per parameter message (None: the model's size)")
     latency: float = option("--latency", DEFAULT_LATENCY_S,
-                            Rule("a finite number of seconds >= 0",
-                                 lambda x: isinstance(x, (int, float)) and math.isfinite(x) and x >= 0, "repr"),
+                            Rule(f"a finite number of seconds in [0, {MAX_VIRTUAL_S:g}]",
+                                 lambda x: isinstance(x, (int, float)) and math.isfinite(x) and 0 <= x <= MAX_VIRTUAL_S,
+                                 "repr"),
                             "seconds per message")
     compute_time: tuple = option("--compute-time", (), doc="[WHO@]DIST virtual seconds per iteration (several)")
     bandwidth: tuple = option("--bandwidth", (), doc="[WHO@]GBPS NIC bandwidth (several)")

@@ -7,7 +7,10 @@ time; :mod:`hopdec.sim.churn`)."""
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
-from hopdec.settings.base import SECONDS_NON_NEGATIVE, SECONDS_POSITIVE, Group, is_finite, is_int, option
+from hopdec.settings.base import SECONDS_NON_NEGATIVE, SECONDS_POSITIVE, Group, between, is_finite, is_int, option
+
+MAX_PEER_TIMEOUT = 86400.0
+"""A day: a peer silent for longer is a hung job, whatever the model."""
 
 PHASES = ("setup", "train", "evaluate", "shutdown")
 HOWS = ("exit", "hang", "raise")
@@ -54,7 +57,8 @@ def deaths(values, option_name="--deaths"):
 
 @dataclass(frozen=True)
 class Faults(Group):
-    peer_timeout: float = option("--peer-timeout", 120.0, SECONDS_POSITIVE,
+    peer_timeout: float = option("--peer-timeout", 120.0,
+                                 between(0, MAX_PEER_TIMEOUT, "a finite number of seconds", low_open=True),
                                  "seconds a worker waits for a neighbour before giving up on the run")
     fault_tolerance: bool = option("--fault-tolerance", False, doc="survive dead workers (ULFM)")
     die_rank: tuple = option("--die-rank", (), doc="fault injection: the ranks that fail")
@@ -91,6 +95,13 @@ class Faults(Group):
     def deaths_option(self):
         """The option that asked for deaths (for error lines)."""
         return "--deaths" if self.deaths else "--death-trace" if self.death_trace is not None else "--churn-mttf"
+
+    def ignores(self, run):
+        if run.mode != "allreduce":
+            return {}
+        return {"--fault-tolerance": "a synchronous all-reduce needs every worker at every step and cannot go "
+                                     "on without one (PyTorch DDP neither: torchrun restarts the job); "
+                                     "use --checkpoint-dir and --resume"}
 
     @property
     def timeout(self):

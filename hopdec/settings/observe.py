@@ -5,7 +5,9 @@ evaluations, TensorBoard, a trace. (Whether a directory is writable is checked w
 from dataclasses import dataclass
 
 from hopdec.errors import ConfigError
-from hopdec.settings.base import INT_AT_LEAST_1, SECONDS_NON_NEGATIVE, SECONDS_POSITIVE, Group, option
+from hopdec.settings.base import INT_AT_LEAST_1, SECONDS_NON_NEGATIVE, Group, between, not_empty, option
+
+MAX_PROGRESS_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -14,19 +16,30 @@ class Observe(Group):
 
     eval_interval: float = option("--eval-interval", 0.0, SECONDS_NON_NEGATIVE,
                                   "evaluate every SECONDS (0: only at the end)")
-    progress_interval: float = option("--progress-interval", None, SECONDS_POSITIVE,
+    progress_interval: float = option("--progress-interval", None,
+                                      between(0, MAX_PROGRESS_S, "a finite number of seconds", low_open=True),
                                       "seconds between progress lines (None: 3)")
     consensus_every: int = option("--consensus-every", None, INT_AT_LEAST_1,
                                   "measure the consensus distance every K iterations")
-    log_dir: str = option("--log-dir", doc="DIR/rank{r}.jsonl, one JSON object per iteration")
+    log_dir: str = option("--log-dir", None, not_empty("a directory"), "DIR/rank{r}.jsonl, one JSON object per iteration")
+    overwrite: bool = option("--overwrite", False, doc="replace the logs an earlier run left in --log-dir")
     save_models: bool = option("--save-models", False, doc="DIR/params_rank{r}.npy (needs --log-dir)")
     progress: bool = option("--no-progress", True, doc="live progress (--no-progress: none)")
-    tensorboard: str = option("--tensorboard", doc="TensorBoard scalars in DIR/rank{r}")
-    trace: str = option("--trace", doc="a Chrome/Perfetto trace of every rank")
+    tensorboard: str = option("--tensorboard", None, not_empty("a directory"), "TensorBoard scalars in DIR/rank{r}")
+    trace: str = option("--trace", None, not_empty("a file"), "a Chrome/Perfetto trace of every rank")
 
     def check(self):
         if self.save_models and not self.log_dir:
             raise ConfigError("--save-models needs --log-dir")
+        if self.overwrite and not self.log_dir:
+            raise ConfigError("--overwrite needs --log-dir (it replaces the logs an earlier run left there)")
+
+    def ignores(self, run):
+        if run.mode == "decentralized":
+            return {}
+        why = ("the workers' models are identical after every step" if run.mode == "allreduce" else
+               "every worker starts each step from the server's model")
+        return {"--consensus-every": f"it measures how far the workers' models drift apart, and {why}"}
 
     @property
     def every_s(self):

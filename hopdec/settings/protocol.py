@@ -4,22 +4,33 @@ that need the graph (backup workers per node, what each protocol allows) are
 
 from dataclasses import dataclass
 
+from hopdec.errors import ConfigError
 from hopdec.hop.config import OUTER_OPTIMIZERS, ProtocolConfig, outer_step, parse_skip, rounds
+from hopdec.hop.protocols import PROTOCOLS
+from hopdec.settings.base import (INT_AT_LEAST_0, INT_AT_LEAST_1, POSITIVE, Group, Rule, between, is_finite,
+                                  not_empty, one_of, option)
+from hopdec.settings.work import MAX_ITERATIONS
 from hopdec.transport.codec import parse_compress
-from hopdec.settings.base import INT_AT_LEAST_0, INT_AT_LEAST_1, POSITIVE, Group, Rule, is_finite, one_of, option
 
 FRACTION = Rule("a number in [0, 1)", lambda x: is_finite(x) and 0 <= x < 1)
+MAX_MAX_IG = 10 ** 6
+"""The largest ``--max-ig``: every worker keeps max_ig + 1 update slots per in-neighbour (a real run's
+buffers are also checked against memory, :mod:`hopdec.runtime.buffers`); a gap of a million iterations
+bounds nothing a run can reach."""
 
 
 @dataclass(frozen=True)
 class Protocol(Group):
     """The decentralized mode's settings (``--topology`` ... ``--skip``)."""
 
-    max_ig: int = option("--max-ig", 2, INT_AT_LEAST_1, "largest iteration gap between neighbours")
+    max_ig: int = option("--max-ig", 2, between(1, MAX_MAX_IG, "an integer", integer=True),
+                         "largest iteration gap between neighbours")
     backup_workers: int = option("--backup-workers", None, INT_AT_LEAST_0,
                                  "updates each worker may go without (None: 0)")
-    staleness: int = option("--staleness", None, INT_AT_LEAST_0, "use updates up to S iterations old")
-    topology: str = option("--topology", doc="a topology file or a generator kind (None: ring-based)")
+    staleness: int = option("--staleness", None, between(0, MAX_ITERATIONS, "an integer", integer=True),
+                            "use updates up to S iterations old")
+    topology: str = option("--topology", None, not_empty("a topology file or a generator kind"),
+                           "a topology file or a generator kind (None: ring-based)")
     protocol: str = option("--protocol", "tokens", doc="tokens, queue-only or notify-ack")
     compute_graph: str = option("--compute-graph", "parallel", doc="parallel or serial")
     stale_reduce: str = option("--stale-reduce", "weighted", doc="weighted or plain")
@@ -36,7 +47,12 @@ class Protocol(Group):
                                    "the outer step's momentum (None: 0.9 nesterov, 0 sgd)")
 
     def check(self):
-        parse_skip(self.skip)
+        if self.skip is not None:
+            max_jump, trigger = parse_skip(self.skip)
+            if not (2 <= max_jump <= MAX_ITERATIONS and 1 <= trigger <= MAX_ITERATIONS):
+                raise ConfigError(f"--skip {self.skip!r}: max-jump must be in [2, {MAX_ITERATIONS:g}] and trigger "
+                                  f"in [1, {MAX_ITERATIONS:g}] (a jump of 0 or 1 never skips anything; drop --skip "
+                                  f"for no skipping)")
         parse_compress(self.compress)
         self.outer()
 
@@ -49,6 +65,14 @@ class Protocol(Group):
         """Whether any local-steps option was given (a mode without rounds refuses them)."""
         return self.local_steps != 1 or any(v is not None for v in (self.outer_optimizer, self.outer_lr,
                                                                        self.outer_momentum))
+
+    def ignores(self, run):
+        out = {}
+        if self.protocol in PROTOCOLS and not PROTOCOLS[self.protocol].token_queues:
+            out["--max-ig"] = f"--protocol {self.protocol} has no token queues (only --protocol tokens reads it)"
+        if self.staleness is None:
+            out["--stale-reduce"] = "it weighs stale updates, and only --staleness S uses any"
+        return out
 
     @property
     def compressed(self):

@@ -3,8 +3,9 @@ which option, its defaults and its checks are the model's own (:mod:`hopdec.ps.s
 
 from dataclasses import dataclass
 
-from hopdec.ps.sync import sync_policy
-from hopdec.settings.base import INT_AT_LEAST_0, INT_AT_LEAST_1, SECONDS, Group, option
+from hopdec.ps.sync import POLICIES, sync_policy
+from hopdec.settings.base import INT_AT_LEAST_0, INT_AT_LEAST_1, SECONDS, Group, between, option
+from hopdec.settings.work import MAX_ITERATIONS
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,8 @@ class PS(Group):
     decentralized mode, each mode reading them its own way)."""
 
     backup_workers: int = option("--backup-workers", None, INT_AT_LEAST_0, "--sync backup: b (None: 1)")
-    staleness: int = option("--staleness", None, INT_AT_LEAST_0, "--sync ssp: the gap bound (None: 3)")
+    staleness: int = option("--staleness", None, between(0, MAX_ITERATIONS, "an integer", integer=True),
+                            "--sync ssp: the gap bound (None: 3)")
     lookahead: int = option("--lookahead", None, INT_AT_LEAST_1, "--sync elastic: R (None: 15)")
     esync_epsilon: float = option("--esync-epsilon", 0.0, SECONDS, "--sync esync: the boundary constant")
     sync: str = option("--sync", doc="the sync model (None: bsp)")
@@ -22,6 +24,20 @@ class PS(Group):
     @property
     def model(self):
         return self.sync or "bsp"
+
+    def ignores(self, run):
+        """The options the sync model does not read (each model declares its own, :attr:`Policy.options`)."""
+        cls = POLICIES.get(self.model)
+        if cls is None:
+            return {}
+        out = {}
+        for name, opt in self.options().items():
+            if name == "sync" or name in cls.options:
+                continue
+            who = [c.sync for c in POLICIES.values() if name in c.options]
+            out[opt] = f"--sync {self.model} does not read it" + (
+                f" (only --sync {' and '.join(who)} does)" if who else "")
+        return out
 
     def policy(self, workers):
         """The sync model's policy over worker ids ``workers`` (ConfigError names the option)."""

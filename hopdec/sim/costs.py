@@ -26,6 +26,7 @@ import numpy as np
 
 from hopdec.errors import ConfigError
 from hopdec.heterogeneity import Emulator
+from hopdec.settings.cost import MAX_VIRTUAL_S, MIN_BANDWIDTH_GBPS
 
 DEFAULT_COMPUTE_S = 0.1
 """Compute time per iteration when ``--compute-time`` is not given (the log and summary say so)."""
@@ -92,8 +93,8 @@ def parse_dist(text, option="--compute-time", spec=None):
             x = float(v)
         except ValueError:
             fail(f"{key} {v!r} is not a number")
-        if not math.isfinite(x) or x < 0:
-            fail(f"{key} must be a finite number >= 0, got {v}")
+        if not math.isfinite(x) or not 0 <= x <= MAX_VIRTUAL_S:
+            fail(f"{key} must be a finite number >= 0 and at most {MAX_VIRTUAL_S:g} s, got {v}")
         return x
 
     if ":" not in body:
@@ -267,8 +268,8 @@ def parse_bandwidth(text, option="--bandwidth", spec=None):
         x = float(text)
     except ValueError:
         raise ConfigError(f"{option} {spec!r}: expected Gb/s (a number > 0, or inf)") from None
-    if not x > 0 or math.isnan(x):
-        raise ConfigError(f"{option} {spec!r}: must be > 0 Gb/s")
+    if not x >= MIN_BANDWIDTH_GBPS or math.isnan(x):
+        raise ConfigError(f"{option} {spec!r}: must be at least {MIN_BANDWIDTH_GBPS:g} Gb/s (or inf)")
     return x * 1e9 / 8
 
 

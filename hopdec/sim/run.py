@@ -37,6 +37,11 @@ def assemble(settings):
     if n is not None:
         from hopdec.limits import check_workers
         check_workers(n, f"-n {n}")
+    if settings.mode == "allreduce":
+        from hopdec.modes.allreduce import AllReduceRun
+        if n is None:
+            raise ConfigError("--mode allreduce: give the number of workers with -n")
+        return AllReduceRun(settings, n)
     if settings.mode == "ps":
         if n is None:
             raise ConfigError("--mode ps: give the number of workers with -n (the server is rank 0, the "
@@ -175,16 +180,31 @@ def _condensed(rows, logged):
 
 
 # ---- the run -----------------------------------------------------------------------------------
+def run_id(settings):
+    """A simulated run's id in its logs' headers: a hash of what it computes (its settings but where its
+    output goes), so the same simulation writes the same logs, and two different ones never share an id."""
+    import hashlib
+    from dataclasses import fields
+    output = {"log_dir", "overwrite", "progress", "progress_interval", "trace", "tensorboard"}
+    what = [(f.name, getattr(settings, f.name)) for f in fields(settings) if f.name not in ("observe", "argv", "typed")]
+    what += [(f.name, getattr(settings.observe, f.name)) for f in fields(settings.observe) if f.name not in output]
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:12]
+
+
 class Simulation:
     """One simulated run: the assembly with its workload, the cost model, and what the summary says of it."""
 
     def __init__(self, settings, out):
         from hopdec.modes.work import INPUTS, resolve
+        from hopdec.runtime.setup import check_fresh_log_dir
         cost = settings.cost
         self.settings, self.cost, self.out = settings, cost, out
+        self.run_id = run_id(settings)
         run = assemble(settings)
         n = len(run.workers)
         nodes = n + (1 if run.mode == "ps" else 0)
+        if settings.observe.log_dir:
+            check_fresh_log_dir(settings.observe.log_dir, 0, nodes, settings.observe.overwrite)
         self.deaths = None                  # simulated deaths (hopdec.sim.churn), read before any data
         if settings.faults.simulates_deaths:
             from hopdec.sim.churn import check_ps, planned_deaths
@@ -231,7 +251,8 @@ class Simulation:
             from hopdec.sim.churn import describe
             more = dict(fault_tolerance=True, simulated_deaths=describe(self.settings.faults, self.deaths,
                                                                         self.run.mode))
-        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model, **more)
+        return dict(device="simulated", simulated=self.cost.fidelity, cost_model=self.cost_model,
+                    run_id=self.run_id, **more)
 
     def trainers(self, ranks):
         return {r: self.run.trainer(r) for r in ranks}
@@ -263,7 +284,7 @@ def simulate(settings, out=sys.stdout):
     sim = Simulation(settings, out)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
-    return _run_ps(sim) if sim.run.mode == "ps" else _run_hop(sim)
+    return {"ps": _run_ps, "allreduce": _run_allreduce}.get(sim.run.mode, _run_hop)(sim)
 
 
 def _run_hop(S):
@@ -455,3 +476,63 @@ def _run_ps(S):
     return dict(text=text, sim=sim, max_gap=gap, bound=bound, avg_loss=avg_loss, avg_acc=avg_acc,
                 evals=evals, wall_s=wall, events=sim.q.events, virtual_s=elapsed, rows=_rows(logs.stats),
                 stats=logs.stats, policy=policy, title=ps.title())
+
+
+def _run_allreduce(S):
+    from hopdec.modes.work import save_params
+    from hopdec.runtime.summary import summary_text
+    from hopdec.sim.allreduce import AllReduceSim, MathBackend
+
+    ar, cost, ob = S.run, S.cost, S.settings.observe
+    workers, n = ar.workers, ar.n
+    log_dir = ob.log_dir
+    header = ar.header(S.numel, S.compute.describe(), **S.header())
+    logs = _Logs(log_dir, workers, lambda r: header)
+    factory = trainers = None
+    if cost.math:
+        trainers = S.trainers(workers)
+        factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
+    sim = AllReduceSim(n, ar.work.iterations, S.compute.step, network=S.link, message_bytes=S.message_bytes,
+                       backend_factory=factory, on_record=logs.log)
+    evals = []
+    if trainers and ob.eval_interval:              # the model every worker holds, every SECONDS (virtual)
+        def evaluate():
+            loss, acc = trainers[0].evaluate()
+            k = sim.cores[0].iteration
+            evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=k, iter_mean=k,
+                              model=ar.eval_model, simulated=cost.fidelity))
+        evaluate()
+        sim.q.every(ob.eval_interval, evaluate)
+    t0 = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - t0
+    logs.flush()
+    avg_loss = avg_acc = None
+    each = None
+    if trainers:
+        avg_loss, avg_acc = trainers[0].evaluate()
+        k = ar.work.iterations
+        evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=k, iter_mean=k,
+                          model=ar.eval_model, simulated=cost.fidelity, final=True))
+        if log_dir:
+            with open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
+                f.writelines(json.dumps(e) + "\n" for e in evals)
+        if n <= EVAL_EACH_UP_TO:
+            each = lambda r: trainers[r].evaluate()[1]  # noqa: E731
+        for r, t in trainers.items():
+            if ar.saves(r):
+                save_params(log_dir, r, t.write_params())
+    rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
+    text = summary_text(f"{cost.fidelity}: {ar.title()}", rows, sim.max_gap, S.times_line(), avg_loss=avg_loss,
+                        avg_acc=avg_acc, bound=ar.bound(), model_label=ar.model_label, bound_label=ar.bound_label)
+    if note:
+        text += "\n" + note
+    text += (f"\ntraffic: {sim.bytes / max(n * ar.work.iterations, 1):,.0f} bytes per worker and iteration (a ring "
+             f"all-reduce: 2(n-1) chunks of {S.message_bytes / max(n, 1):,.0f} bytes)")
+    text += "\n" + S.footer(sim, wall)
+    if log_dir:
+        text += f"\nlogs: {log_dir}/rank*.jsonl"
+    print(text, file=S.out, flush=True)
+    return dict(text=text, sim=sim, max_gap=sim.max_gap, bound=ar.bound(), avg_loss=avg_loss, avg_acc=avg_acc,
+                evals=evals, wall_s=wall, events=sim.q.events, virtual_s=sim.now, rows=_rows(logs.stats),
+                stats=logs.stats, header=header, title=ar.title())

@@ -175,8 +175,8 @@ def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=
     if topology is not None:
         argv[argv.index("--topology") + 1] = str(topology)
     argv += ["-n", str(RANKS - 1 if case.ps else RANKS)]
-    if log_dir is not None:
-        argv += ["--log-dir", str(log_dir)]
+    if log_dir is not None:                         # (a fit re-simulates into the same directory)
+        argv += ["--log-dir", str(log_dir), "--overwrite"]
     if latency is not None:
         argv += ["--latency", str(latency)]
     if eager is not None:

@@ -1,0 +1,157 @@
+"""A model or dataset of your own in ``hopdec train`` and ``hopdec sim --math``: ``--model pkg.module:factory``
+and ``--dataset pkg.module:factory`` (or ``path/to/file.py:factory``), named as uvicorn and setuptools
+entry points name objects.
+
+Contracts (a factory breaking one is one line naming the option, never a traceback):
+
+* **model**: ``factory(input_shape, num_classes) -> torch.nn.Module``; the module's output is logits over
+  the last dimension (a classifier's ``(batch, classes)``, a language model's ``(batch, time, vocab)``).
+  The loss is the module's own ``loss(output, target)`` method when it has one, else cross-entropy over the
+  last dimension; accuracy compares ``output.argmax(-1)`` with the target.
+* **dataset**: ``factory()`` or ``factory(seed)`` returning a :class:`hopdec.ml.data.Dataset` or
+  ``(train_x, train_y, test_x, test_y)`` (tensors or numpy arrays; y holds class indices; ``num_classes``
+  is then ``max(y) + 1``). Every rank calls it with the same seed and must get the same data.
+
+The code runs because the command line names it (a file or module of the user's); nothing read from a
+log, checkpoint or topology file is ever imported.
+"""
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hopdec.errors import ConfigError
+from hopdec.ml.registry import ENTRY_POINT
+
+USER_PRESET = {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 32}
+"""The hyperparameters of a model of your own unless ``--lr`` ... ``--batch-size`` say otherwise (SGD)."""
+
+
+def _one_line(err):
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
+
+
+def load_object(spec, option):
+    """The object ``module:attr`` or ``file.py:attr`` names (ConfigError naming ``option``)."""
+    m = ENTRY_POINT.match(spec or "")
+    if m is None:
+        raise ConfigError(f"{option} {spec!r}: expected module:factory or path/to/file.py:factory")
+    module_name, attr = m.group("module"), m.group("attr")
+    try:
+        if module_name.endswith(".py"):
+            path = os.path.abspath(module_name)
+            if not os.path.isfile(path):
+                raise ConfigError(f"{option} {spec}: no such file {module_name}")
+            name = "hopdec_user_" + os.path.splitext(os.path.basename(path))[0]
+            module = sys.modules.get(name)
+            if module is None or getattr(module, "__file__", None) != path:
+                loader_spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[name] = module
+                loader_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.append(os.getcwd())        # like ``python -m``: modules in the working directory
+            module = importlib.import_module(module_name)
+    except ConfigError:
+        raise
+    except Exception as err:                        # the user's module failed to import: say where
+        raise ConfigError(f"{option} {spec}: cannot import {module_name} ({_one_line(err)})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{option} {spec}: {module_name} has no {attr}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"{option} {spec}: {attr} is not callable (a factory function or class)")
+    return obj
+
+
+def build(spec, input_shape, num_classes):
+    """A fresh model from the factory ``spec`` names (call ``torch.manual_seed`` first)."""
+    factory = load_object(spec, "--model")
+    try:
+        model = factory(tuple(int(s) for s in input_shape), int(num_classes))
+    except ConfigError:
+        raise
+    except Exception as err:
+        raise ConfigError(f"--model {spec}: the factory raised {_one_line(err)}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"--model {spec}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"--model {spec}: the model has no trainable parameters")
+    return model
+
+
+class UserLoss(torch.nn.Module):
+    """The model's own ``loss(output, target)``, else cross-entropy over the last dimension."""
+
+    def __init__(self, model=None):
+        super().__init__()
+        self.own = getattr(model, "loss", None) if model is not None else None
+
+    def forward(self, out, target):
+        if self.own is not None:
+            return self.own(out, target)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+def _tensor(a, what, spec):
+    try:
+        return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+    except Exception as err:
+        raise ConfigError(f"--dataset {spec}: {what} is not an array ({_one_line(err)})") from None
+
+
+def load(spec, seed=0):
+    """The :class:`~hopdec.ml.data.Dataset` the factory ``spec`` makes, checked."""
+    from hopdec.ml.data import Dataset
+    factory = load_object(spec, "--dataset")
+    try:
+        takes_seed = bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        takes_seed = False
+    try:
+        got = factory(seed) if takes_seed else factory()
+    except ConfigError:
+        raise
+    except Exception as err:
+        raise ConfigError(f"--dataset {spec}: the factory raised {_one_line(err)}") from None
+    if isinstance(got, Dataset):
+        parts = (got.train_x, got.train_y, got.test_x, got.test_y)
+        classes = got.num_classes
+    elif isinstance(got, (tuple, list)) and len(got) == 4:
+        parts, classes = got, None
+    else:
+        raise ConfigError(f"--dataset {spec}: the factory returned {type(got).__name__}; expected a "
+                          f"hopdec.ml.data.Dataset or (train_x, train_y, test_x, test_y)")
+    names = ("train_x", "train_y", "test_x", "test_y")
+    tx, ty, vx, vy = (_tensor(a, n, spec) for a, n in zip(parts, names))
+    if tx.is_floating_point():
+        tx, vx = tx.float(), vx.float()
+    if ty.is_floating_point() or vy.is_floating_point():
+        raise ConfigError(f"--dataset {spec}: train_y and test_y must hold class indices (integers)")
+    ty, vy = ty.long(), vy.long()
+    for x, y, which in ((tx, ty, "train"), (vx, vy, "test")):
+        if len(x) == 0 or len(x) != len(y):
+            raise ConfigError(f"--dataset {spec}: {which}_x has {len(x)} samples and {which}_y {len(y)} "
+                              f"(need the same number, at least one)")
+    if tuple(tx.shape[1:]) != tuple(vx.shape[1:]):
+        raise ConfigError(f"--dataset {spec}: train_x samples have shape {tuple(tx.shape[1:])}, test_x "
+                          f"{tuple(vx.shape[1:])}")
+    if tx.is_floating_point() and not (torch.isfinite(tx).all() and torch.isfinite(vx).all()):
+        raise ConfigError(f"--dataset {spec}: the features hold NaN or infinite values")
+    low = min(int(ty.min()), int(vy.min()))
+    if low < 0:
+        raise ConfigError(f"--dataset {spec}: a label is {low}; labels are class indices >= 0")
+    top = max(int(ty.max()), int(vy.max())) + 1
+    classes = int(classes) if classes is not None else max(top, 2)
+    if top > classes:
+        raise ConfigError(f"--dataset {spec}: a label is {top - 1} but num_classes is {classes}")
+    return Dataset(tx, ty, vx, vy, classes, tuple(int(s) for s in tx.shape[1:]), spec)

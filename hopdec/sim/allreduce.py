@@ -1,0 +1,176 @@
+"""The all-reduce mode in virtual time: the same cores (:mod:`hopdec.allreduce`) and the same loop
+(:mod:`hopdec.runtime.allreduce_loop`) as under MPI, with the reduction carried out as a ring
+all-reduce on the simulated network (:mod:`hopdec.sim.network`).
+
+Cost model of one all-reduce of ``B`` bytes over ``n`` workers (the bandwidth-optimal ring that NCCL and
+Open MPI use for large messages; Patarasuk and Yuan, *Bandwidth optimal all-reduce algorithms for
+clusters of workstations*, 2009): ``2(n - 1)`` steps; in each, worker i sends a chunk of ``B/n`` bytes to
+worker i + 1. Worker i takes step s once it has entered the all-reduce and (s > 0) received step s - 1
+from worker i - 1, so the reduction starts when the slowest worker arrives, and each chunk shares the
+NICs like any other message (latency per step, bandwidth shares, slow links). A worker's all-reduce
+ends when it has received its last chunk. Sums cost no time (as the simulator's Reduce). With
+``--math`` the workers' real gradients are summed, so every worker applies the same mean.
+"""
+
+import numpy as np
+
+from hopdec.allreduce.worker import Worker
+from hopdec.core import ComputeGradient, Deadlock, Wait
+from hopdec.runtime.allreduce_loop import worker_loop
+from hopdec.sim.backends import compute_record, step_of
+from hopdec.sim.events import EventQueue
+from hopdec.sim.network import Network
+
+
+class TimingBackend:
+    """No tensors: compute says how long it takes; the gradient is a placeholder."""
+
+    def __init__(self, rank, compute_time):
+        self.rank, self.compute_time, self.duration = rank, compute_time, 0.0
+        self._g = np.zeros(1, dtype=np.float32)
+
+    def compute(self, iteration):
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor)
+
+    def gradient(self):
+        return self._g
+
+    def load_gradient(self, arr):
+        pass
+
+    def apply(self, iteration):
+        pass
+
+
+class MathBackend(TimingBackend):
+    """A real trainer (:class:`~hopdec.ml.trainer.LocalTrainer`), virtual time: the gradient is a view of
+    its flat gradient, reduced in place."""
+
+    def __init__(self, trainer, rank, compute_time):
+        super().__init__(rank, compute_time)
+        self.t = trainer
+
+    def compute(self, iteration):
+        loss = self.t.compute()
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor, loss)
+
+    def gradient(self):
+        return self.t.flat.grad.numpy()
+
+    def apply(self, iteration):
+        self.t.apply(iteration)
+
+
+class _IO:
+    """Worker ``rank``'s end of the simulated ring all-reduce (the loop's transport)."""
+
+    def __init__(self, sim, rank):
+        self.sim, self.rank = sim, rank
+        self.bytes_sent = 0
+
+    def start(self, iteration, grad):
+        self.sim._entered_reduce(self.rank, iteration, grad)
+
+
+class AllReduceSim:
+    """Run ``n`` all-reduce cores in virtual time. ``compute_time(rank, iteration)``: virtual seconds of a
+    mini-batch (or seconds and slowdown factor); ``network``: a :class:`~hopdec.sim.network.LinkModel`;
+    ``message_bytes``: one worker's gradient; ``backend_factory(rank)``: a math backend (None: timing
+    only); ``on_record(rank, rec)``: each iteration's log record."""
+
+    def __init__(self, n, iterations, compute_time, network=None, message_bytes=0, backend_factory=None,
+                 on_record=None):
+        self.n = n
+        self.q = EventQueue()
+        self.net = Network(self.q, n, network)
+        self.chunk = float(message_bytes) / n
+        self.steps = 2 * (n - 1)
+        self.cores = [Worker(r, n, iterations) for r in range(n)]
+        self.ios = [_IO(self, r) for r in range(n)]
+        self.backends = [backend_factory(r) if backend_factory else TimingBackend(r, compute_time)
+                         for r in range(n)]
+        clock = lambda: self.q.now  # noqa: E731
+        self.loops = [worker_loop(c, io, b, clock=clock, step=True,
+                                  on_record=None if on_record is None else (lambda rec, r=c.rank: on_record(r, rec)))
+                      for c, io, b in zip(self.cores, self.ios, self.backends)]
+        self.done = [False] * n
+        self.finished = 0
+        self.math = backend_factory is not None
+        self._grads = {}                   # iteration -> {worker: its gradient (a view), until reduced}
+        self._sums = {}                    # iteration -> the sum (--math), until every worker has it
+        self._iter = [None] * n
+        self._got = [0] * n                # ring steps received by each worker in this reduction
+        self._in = [False] * n             # entered this reduction
+        self._sent = [0] * n               # ring steps sent by each worker in this reduction
+        self._pos = [-1] * n
+        self.max_gap = 0
+        self.bytes = 0.0
+
+    @property
+    def now(self):
+        return self.q.now
+
+    def run(self):
+        for r in range(self.n):
+            self._advance(r)
+        self.q.run()
+        if self.finished < self.n:
+            raise Deadlock(f"no event left but workers {[r for r in range(self.n) if not self.done[r]]} "
+                           f"did not finish")
+        return self
+
+    def _advance(self, r):
+        for a in self.loops[r]:
+            t = type(a)
+            if t is Wait:
+                return
+            if t is ComputeGradient:
+                self.q.at(self.q.now + self.backends[r].duration, lambda r=r: self._advance(r))
+                return
+            if t.__name__ == "Enter":
+                self._pos[r] = a.iteration
+                self.max_gap = max(self.max_gap, max(self._pos) - min(self._pos))
+        self.done[r] = True
+        self.finished += 1
+
+    # ---- the ring ----
+    def _entered_reduce(self, r, iteration, grad):
+        self._iter[r] = iteration
+        self._grads.setdefault(iteration, {})[r] = grad
+        self._in[r] = True
+        if self.steps == 0:
+            self.q.at(self.q.now, lambda: self._reduced(r))
+            return
+        self._send(r)
+
+    def _send(self, r):
+        """Worker ``r`` takes every ring step it may (it has entered; it received the step before)."""
+        while self._in[r] and self._sent[r] < self.steps and self._got[r] >= self._sent[r]:
+            self._sent[r] += 1
+            self.bytes += self.chunk
+            self.ios[r].bytes_sent += self.chunk
+            self.net.send(r, ((r + 1) % self.n,), self.chunk, self._arrived)
+
+    def _arrived(self, d):
+        self._got[d] += 1
+        if self._got[d] == self.steps:
+            self._reduced(d)
+        else:
+            self._send(d)
+
+    def _reduced(self, r):
+        k = self._iter[r]
+        grads = self._grads[k]
+        if self.math:
+            if k not in self._sums:       # the first worker done: every gradient of k is in (the ring
+                self._sums[k] = np.sum([grads[w] for w in range(self.n)], axis=0, dtype=np.float32)
+            np.copyto(grads[r], self._sums[k])
+        del grads[r]
+        if not grads:                     # needs them all), and no worker has overwritten its own yet
+            self._sums.pop(k, None)
+            del self._grads[k]
+        self._in[r], self._got[r], self._sent[r] = False, 0, 0
+        self.cores[r].on_reduced(k)
+        self._advance(r)

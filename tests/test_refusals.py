@@ -1,0 +1,156 @@
+"""Options the chosen mode would ignore are refused in one line (issue 17 item 9), for the whole class:
+every option of a group the mode does not take, and the options a group's own values leave unused; a
+log directory holding another run's logs is refused (or replaced with --overwrite), and a reader never
+merges two runs' rank files."""
+
+import io
+import os
+
+import pytest
+
+from hopdec.cli.sim import parse as sim_parse
+from hopdec.cli.train import parse as train_parse
+from hopdec.errors import ConfigError
+from hopdec.settings import MODES, PS, Protocol
+from hopdec.sim.run import simulate
+
+VALUES = {"--max-ig": "3", "--backup-workers": "1", "--staleness": "2", "--topology": "ring",
+          "--protocol": "notify-ack", "--compute-graph": "serial", "--stale-reduce": "plain",
+          "--skip": "max-jump=4,trigger=2", "--compress": "fp16", "--lookahead": "5", "--esync-epsilon": "0.1",
+          "--sync": "ssp", "--staleness-range": "2,6", "--local-steps": "4", "--outer-optimizer": "sgd",
+          "--outer-lr": "0.5", "--outer-momentum": "0.5"}
+"""A valid value of every option of the protocol and PS groups."""
+SHARED = {"--backup-workers", "--staleness"}
+"""Options both the protocol and the PS group take (each mode reads them its own way)."""
+
+
+def refused(argv, says, parse=train_parse):
+    with pytest.raises(ConfigError) as err:
+        parse([str(a) for a in argv])
+    line = str(err.value)
+    assert "\n" not in line and says in line, line
+    return line
+
+
+@pytest.mark.parametrize("opt", sorted(set(Protocol.options().values()) - SHARED))
+@pytest.mark.parametrize("mode", ["ps", "allreduce"])
+def test_every_decentralized_option_is_refused_in_the_other_modes(mode, opt):
+    line = refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
+    assert "decentralized mode only" in line
+
+
+@pytest.mark.parametrize("opt", sorted(set(PS.options().values()) - SHARED - {"--sync"}))
+@pytest.mark.parametrize("mode", ["decentralized", "allreduce"])
+def test_every_parameter_server_option_is_refused_in_the_other_modes(mode, opt):
+    refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
+
+
+@pytest.mark.parametrize("opt", sorted(SHARED))
+def test_a_shared_option_is_refused_where_no_group_of_the_mode_takes_it(opt):
+    refused(["--mode", "allreduce", opt, VALUES[opt]], f"{opt} is not used in --mode allreduce")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--sync", "dssp", "--staleness", "2"], "--staleness is not used in --mode ps --sync dssp"),
+    (["--sync", "bsp", "--lookahead", "3"], "--lookahead is not used in --mode ps --sync bsp"),
+    (["--sync", "ssp", "--backup-workers", "1"], "--backup-workers is not used in --mode ps --sync ssp"),
+    (["--sync", "ssp", "--topology", "ring"], "--topology is not used in --mode ps --sync ssp"),
+    (["--protocol", "notify-ack", "--max-ig", "3"], "--max-ig is not used in --mode decentralized"),
+    (["--stale-reduce", "plain"], "--stale-reduce is not used in --mode decentralized"),
+    (["--model", "mlp", "--norm", "group"], "--norm is not used"),
+    (["--data-dir", "x"], "--data-dir is not used"),
+    (["--sync", "ssp", "--consensus-every", "2"], "--consensus-every is not used in --mode ps"),
+    (["--mode", "allreduce", "--fault-tolerance"], "--fault-tolerance is not used in --mode allreduce"),
+    (["--mode", "allreduce", "--compress", "fp16"], "--compress is not used in --mode allreduce"),
+    (["--skip", "max-jump=0,trigger=0"], "--skip 'max-jump=0,trigger=0': max-jump must be in [2,"),
+    (["--skip", "max-jump=1"], "a jump of 0 or 1 never skips anything"),
+    (["--log-dir", ""], "--log-dir '': must be a directory, not empty"),
+    (["--trace", " "], "--trace ' ': must be a file, not empty"),
+    (["--overwrite"], "--overwrite needs --log-dir"),
+])
+def test_an_option_the_run_would_ignore_is_one_line(argv, says):
+    refused(argv, says)
+
+
+def test_abbreviated_and_equals_forms_count_as_typed():
+    refused(["--sync=ssp", "--lookah", "3"], "--lookahead is not used in --mode ps --sync ssp")
+
+
+def test_defaults_and_options_the_mode_reads_pass():
+    train_parse(["--sync", "ssp", "--staleness", "2"])
+    train_parse(["--sync", "elastic", "--lookahead", "3"])
+    train_parse(["--mode", "allreduce", "--lr", "0.1", "--slowdown", "rank=1,factor=3", "--log-dir", "x"])
+    train_parse(["--protocol", "tokens", "--max-ig", "3", "--staleness", "1", "--stale-reduce", "plain"])
+
+
+def test_the_simulator_refuses_the_same(tmp_path):
+    refused(["--mode", "allreduce", "-n", "4", "--max-ig", "3"], "--max-ig is not used in --mode allreduce",
+            parse=sim_parse)
+    refused(["--mode", "ps", "-n", "4", "--compress", "fp16"], "--compress is not used in --mode ps",
+            parse=sim_parse)
+
+
+def sim(argv):
+    return simulate(sim_parse([str(a) for a in argv]), out=io.StringIO())
+
+
+def test_a_log_dir_with_an_earlier_runs_logs_is_refused_and_overwrite_replaces_them(tmp_path):
+    d = tmp_path / "logs"
+    sim(["-n", 4, "--iterations", 2, "--log-dir", d])
+    with pytest.raises(ConfigError, match=r"--log-dir .*: holds the logs of an earlier run \(rank0.jsonl"):
+        sim(["-n", 4, "--iterations", 2, "--log-dir", d])
+    sim(["-n", 2, "--iterations", 2, "--log-dir", d, "--overwrite"])
+    assert sorted(os.listdir(d)) == ["rank0.jsonl", "rank1.jsonl"]       # no rank of the earlier run left
+
+
+def test_a_real_run_refuses_another_runs_log_dir_during_setup(tmp_path):
+    from hopdec.runtime.setup import check_fresh_log_dir
+    (tmp_path / "rank3.jsonl").write_text('{"rank": 3, "run": {}}\n')
+    (tmp_path / "rank1.jsonl").write_text("")                 # this run's rank 1 made it: not a log yet
+    with pytest.raises(ConfigError, match="rank3.jsonl"):
+        check_fresh_log_dir(str(tmp_path), 0, 2)
+    check_fresh_log_dir(str(tmp_path), 1, 2)                  # rank 1 has none of its own: rank 0 says it
+    check_fresh_log_dir(str(tmp_path), 0, 2, resuming=True)
+    check_fresh_log_dir(str(tmp_path), 0, 2, overwrite=True)
+    assert not (tmp_path / "rank3.jsonl").exists() and (tmp_path / "rank1.jsonl").exists()
+
+
+def test_the_readers_refuse_rank_files_of_two_runs(tmp_path):
+    from hopdec.cli import report
+    a, b = tmp_path / "a", tmp_path / "b"
+    sim(["-n", 4, "--iterations", 2, "--log-dir", a])
+    sim(["-n", 4, "--iterations", 2, "--log-dir", b, "--seed", 1])     # (the same simulation: the same id)
+    os.replace(b / "rank3.jsonl", a / "rank3.jsonl")
+    for cmd in ("report", "plot", "trace"):
+        with pytest.raises(ConfigError, match=r"rank files of 2 different runs \(rank0.jsonl is run \w+, "
+                                               r"rank3.jsonl run \w+\)"):
+            getattr(report, f"{cmd}_main")([str(a), "-o", str(tmp_path / "out")])
+
+
+# ---- ranges a machine can do (issue 17 item 10) -------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["--compute-time", "1e9"], "--compute-time 1000000000.0: must be a finite number of seconds in (0, 3600]"),
+    (["--lr", "1e300"], "--lr 1e+300: must be a finite number in (0, 1000]"),
+    (["--weight-decay", "1e300"], "--weight-decay 1e+300: must be a finite number in [0, 1000]"),
+    (["--slowdown", "rank=1,factor=1e308"], "factor 1e+308 must be in [1, 1000]"),
+    (["--iterations", str(10 ** 12)], "--iterations 1000000000000: must be an integer in [1, 1e+09]"),
+    (["--batch-size", str(2 ** 40)], "--batch-size"),
+    (["--max-ig", str(10 ** 9)], "--max-ig"),
+    (["--peer-timeout", "1e300"], "--peer-timeout"),
+    (["--compute-time", "100", "--peer-timeout", "60"], "longer than --peer-timeout 60"),
+    (["--compute-time", "1", "--slowdown", "rank=1,factor=200"], "with --slowdown factors up to 200x"),
+])
+def test_a_huge_finite_number_is_refused_before_anything_starts(argv, says):
+    refused(argv, says)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["-n", str(10 ** 7)], "more than hopdec handles"),
+    (["-n", "4", "--compute-time", "1e300"], "at most 1e+06 s"),
+    (["-n", "4", "--latency", "1e300"], "--latency"),
+    (["-n", "4", "--bandwidth", "1e-300"], "must be at least"),
+])
+def test_the_simulators_ranges(argv, says):
+    with pytest.raises(ConfigError) as err:
+        sim(argv)
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -84,7 +84,8 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     """Checkpoint at iteration 4, resume to 8: the same parameters as 8 iterations in one go (momentum and
     the data position included), with a slow rank."""
     common = ["--mode", "allreduce", "--model", "mlp", "--seed", "3", "--no-progress", "--threads", "1",
-              "--slowdown", "rank=1,factor=2"]
+              "--slowdown", "rank=1,factor=2",
+              "--compute-time", "0.005"]     # >= 5 ms per iteration: every boundary is 1 ms past an evaluation
     ck = tmp_path / "ck"
     outs = mpirun.batch(2, [common + ["--iterations", "8", "--save-models", "--log-dir", tmp_path / "whole",
                                       "--eval-interval", "0.001"],

@@ -105,6 +105,9 @@ def test_nothing_is_silently_ignored(finish_all):
     (dict(optimizer_class=dict), "not a torch.optim.Optimizer"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, topology="no-such-kind"), "no such file, and not a generator"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, max_ig=0), "max_ig 0"),
+    # the CLI's ranges too (one settings.Protocol for both): a gap bound no run can reach, a jump of 1
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, max_ig=10 ** 7), r"max_ig 10000000: must be an integer in \[1"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip={"max_jump": 1}), "a jump of 0 or 1 never skips"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip="max-jump=3", protocol="notify-ack"), "skip needs"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, average_buffers=True, model=None, params="list"), "needs the model"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*betas"),

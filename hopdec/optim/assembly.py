@@ -1,8 +1,9 @@
 """How one rank of :class:`hopdec.optim.HopOptimizer` is put together: the topology, the protocol settings,
 the core, the transport, the log header, the observers, the healer.
 
-The topology is resolved as ``hopdec train`` resolves it (:mod:`hopdec.modes.decentralized`); the
-protocol settings, transport and header repeat, with the optimizer's keyword names, what
+The topology is resolved as ``hopdec train`` resolves it (:mod:`hopdec.modes.decentralized`) and the
+protocol settings are its :class:`hopdec.settings.Protocol` (the same ranges and rules, errors reworded
+with the optimizer's keyword names); the transport and header follow what
 :class:`hopdec.modes.decentralized.HopRun` does for a run whose workload hopdec owns.
 """
 
@@ -49,30 +50,28 @@ def resolve_topology(spec, size):
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
                     fault_tolerant=False, compress="none", local=(1, None, None, None)):
-    """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names). The run has
-    no iteration budget: it ends when every rank has called ``finish()``. ``local``: (local_steps,
+    """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names). The same
+    :class:`hopdec.settings.Protocol` as ``hopdec train`` builds, so every range and rule is the CLI's. The
+    run has no iteration budget: it ends when every rank has called ``finish()``. ``skip``: None,
+    ``"max-jump=J,trigger=G"`` or ``{"max_jump": J, "trigger": G}``; ``local``: (local_steps,
     outer_optimizer, outer_lr, outer_momentum) as given (None: the defaults)."""
-    from hopdec.hop.config import ProtocolConfig, check_config, outer_step, parse_skip
+    from hopdec.hop.config import check_config
     from hopdec.hop.worker import node_views
-    from hopdec.transport.codec import parse_compress
+    from hopdec.settings.protocol import Protocol
     try:
         steps = local[0]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        if isinstance(steps, bool) or not isinstance(steps, int):
             raise ConfigError(f"--local-steps {steps!r}: must be an integer >= 1")
-        opt, lr, momentum = outer_step(*local)
-        spec = parse_compress(compress)
         if isinstance(skip, dict):
             unknown = set(skip) - {"max_jump", "trigger"}
             if unknown or "max_jump" not in skip:
                 raise ConfigError(f"--skip {skip!r}: expected {{'max_jump': J, 'trigger': G}}")
-            max_jump, trigger = int(skip["max_jump"]), int(skip.get("trigger", 2))
-        else:
-            max_jump, trigger = parse_skip(skip)
-        cfg = ProtocolConfig(iterations=2 ** 62, protocol=protocol, max_ig=max_ig, compute_graph=compute_graph,
-                             backup_workers=backup_workers or 0, staleness=staleness, stale_reduce=stale_reduce,
-                             skip_max_jump=max_jump, skip_trigger=trigger, fault_tolerant=bool(fault_tolerant),
-                             compress=str(spec), consensus_step=spec.gamma, local_steps=steps,
-                             outer_optimizer=opt, outer_lr=lr, outer_momentum=momentum)
+            skip = f"max-jump={int(skip['max_jump'])},trigger={int(skip.get('trigger', 2))}"
+        settings = Protocol(protocol=protocol, max_ig=max_ig, compute_graph=compute_graph,
+                            backup_workers=backup_workers, staleness=staleness, stale_reduce=stale_reduce,
+                            skip=skip, compress=compress, local_steps=steps, outer_optimizer=local[1],
+                            outer_lr=local[2], outer_momentum=local[3])
+        cfg = settings.config(2 ** 62, fault_tolerant=bool(fault_tolerant))
         views = node_views(graph)
         check_config(cfg, views)
     except ConfigError as err:

@@ -32,7 +32,7 @@ class Sim:
         self.policy = sync_policy(sync, range(1, n + 1), staleness=1)
         self.server = Server(self.policy, budget, checkpoints=True, checkpoint_every=every)
         self.workers = self.policy.workers
-        self.cores = {w: PSWorker(w, esync=sync == "esync") for w in self.workers}
+        self.cores = {w: PSWorker(w, pushes_differences=sync == "esync") for w in self.workers}
         self.w = np.zeros(DIM)
         self.batch = dict.fromkeys(self.workers, 0)
         self.grad = {}

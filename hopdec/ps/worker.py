@@ -30,9 +30,9 @@ SERVER = 0
 class PSWorker:
     """One worker of the parameter-server mode. Feed it with ``on_*``; drive it with :meth:`next_action`."""
 
-    def __init__(self, worker, esync=False, server=SERVER):
+    def __init__(self, worker, pushes_differences=False, server=SERVER):
         self.worker = worker
-        self.esync = bool(esync)
+        self.pushes_differences = bool(pushes_differences)  # local rounds, differences pushed (policy says)
         self.server = server
         self.iteration = 0                  # mini-batches computed so far (local steps for ESync)
         self.version = None                 # weights version (ESync: round) last loaded
@@ -95,8 +95,8 @@ class PSWorker:
         while reply[0] == "weights":
             _, self.version, self.gap, self.staleness, self.sent_at = reply
             yield from self._checkpoint()
-            yield LoadWeights(self.version, keep=self.esync)
-            if self.esync:
+            yield LoadWeights(self.version, keep=self.pushes_differences)
+            if self.pushes_differences:
                 reply = yield from self._esync_round()
             else:
                 yield ComputeGradient(self.iteration)
@@ -106,7 +106,7 @@ class PSWorker:
         if reply[0] != "stop":
             raise RuntimeError(f"worker {self.worker}: unexpected server reply {reply[0]!r}")
         if getattr(self, "_discarded", False):
-            self.iteration -= self.local_steps if self.esync else 1
+            self.iteration -= self.local_steps if self.pushes_differences else 1
         yield from self._checkpoint()
 
     def _esync_round(self):

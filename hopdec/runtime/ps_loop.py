@@ -90,7 +90,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     def close():
         nonlocal rec
         if rec is not None:
-            if not core.esync:
+            if not core.pushes_differences:
                 rec["staleness"] = core.staleness
             if on_record:
                 on_record(rec)
@@ -112,7 +112,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             close()
             return
         if isinstance(a, LoadWeights):
-            if not core.esync:
+            if not core.pushes_differences:
                 close()
                 rec = dict(rank=core.worker, iter=core.iteration, time=core.sent_at, version=a.version,
                            gap=core.gap, t_recv=clock(), wait_s=carry)
@@ -121,7 +121,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             if a.keep:
                 backend.keep_params()
         elif isinstance(a, ComputeGradient):
-            if core.esync:
+            if core.pushes_differences:
                 close()
                 step_start = clock()
                 rec = dict(rank=core.worker, iter=a.iteration, time=step_start, round=core.version,

@@ -46,7 +46,7 @@ class Policy:
     def worker_core(self, worker):
         """The worker core this model's workers run (:class:`hopdec.ps.worker.PSWorker`)."""
         from hopdec.ps.worker import PSWorker
-        return PSWorker(worker, esync=self.pushes_differences)
+        return PSWorker(worker, pushes_differences=self.pushes_differences)
 
     def __init__(self, workers):
         workers = tuple(int(w) for w in workers)

@@ -39,3 +39,25 @@ def test_a_users_loop_with_local_steps_matches_hopdec_train(mpirun, tmp_path):
         recs = [json.loads(x) for x in f if '"iter"' in x]
     assert header["local_steps"] == 4 and header["iterations"] == 8 and header["inner_steps"] == 30
     assert [r.get("inner_steps") for r in recs if "iter" in r] == [4] * 7 + [2]
+
+
+def test_a_run_with_local_steps_resumed_from_a_checkpoint_ends_as_the_uninterrupted_one(mpirun, tmp_path):
+    """24 inner steps in rounds of 4 with DiLoCo's Nesterov outer step, against 12 steps checkpointed and
+    resumed to 24: the outer step's momentum and the round's start parameters survive the checkpoint."""
+    common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
+              "--topology", "complete"]
+    ck = tmp_path / "ck"
+    outs = mpirun.batch(2, [common + ["--iterations", "24", "--save-models", "--log-dir", tmp_path / "whole"],
+                            common + ["--iterations", "12", "--checkpoint-dir", ck],
+                            common + ["--iterations", "24", "--resume", ck, "--save-models",
+                                      "--log-dir", tmp_path / "resumed"]], timeout=180)
+    for out in outs:
+        assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    assert len(outs) == 3
+    for r in range(2):
+        whole = np.load(tmp_path / "whole" / f"params_rank{r}.npy")
+        resumed = np.load(tmp_path / "resumed" / f"params_rank{r}.npy")
+        np.testing.assert_allclose(resumed, whole, atol=1e-6, rtol=0)
+    with open(tmp_path / "resumed" / "rank0.jsonl") as f:
+        header = json.loads(f.readline())["run"]
+    assert header["local_steps"] == 4 and header.get("resumed_from") == 3      # rounds, not inner steps

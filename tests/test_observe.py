@@ -234,3 +234,26 @@ def test_a_trace_in_the_log_dir_is_accepted_before_the_log_dir_exists(tmp_path):
     d = tmp_path / "logs"
     check_observe_options(build_parser().parse_args(["--log-dir", str(d), "--trace", str(d / "trace.json")]))
     assert d.is_dir()
+
+
+def test_a_timing_only_simulations_report_says_there_is_no_loss_without_a_warning(tmp_path):
+    """A timing-only run logs no loss: the loss panels say so (matplotlib warned 'No artists with labels'
+    on the user's terminal before, and drew two empty panels)."""
+    import warnings
+
+    from hopdec.cli.main import main as cli_main
+    logs = tmp_path / "logs"
+    assert cli_main(["sim", "--topology", "ring", "-n", "4", "--iterations", "5", "--log-dir", str(logs)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli_main(["report", str(logs), "-o", str(tmp_path / "r.html")]) == 0
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hopdec.report.data import Run
+    from hopdec.report.plots import loss_curves
+    fig, (ax_t, ax_k) = plt.subplots(1, 2)
+    loss_curves(ax_t, ax_k, [Run.load(str(logs))])
+    assert all("no training loss" in " ".join(t.get_text() for t in ax.texts) for ax in (ax_t, ax_k))
+    plt.close(fig)

@@ -56,7 +56,11 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10):
     ax_k.set_xlabel("iteration (PS: mini-batches of each worker)")
     for ax in (ax_t, ax_k):
         ax.set_ylabel("training loss (mean over workers)")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:                       # timing-only simulations log no loss: say so, not an empty legend
+            ax.text(0.5, 0.5, "no training loss in these logs\n(a timing-only simulation)", ha="center",
+                    va="center", transform=ax.transAxes, color="0.4")
     ax_t.set_title("loss against time")
     ax_k.set_title("loss against iterations")
 

@@ -263,3 +263,26 @@ def test_churn_with_invariants_at_every_event(graph, mech):
 
 # ---- the same deaths as a real run: tests/test_fault_tolerance_mpi.py (its kill -9 run is simulated too,
 # and the heals compared, without a second MPI job)
+
+
+def test_the_reports_gap_counts_a_dead_worker_only_until_its_heal(tmp_path):
+    """The report drew the survivors' gap growing without bound against the dead worker (50 > bound 4 in
+    a 16-worker ring-based run with two deaths) while the summary said 1: a worker declared dead counts
+    until the heal that removed it, in the sweep and in the pair matrix."""
+    from hopdec.cli.main import main as cli_main
+    from hopdec.report.data import Run
+    from hopdec.report.gaps import gap_sweep, largest_gap, max_iteration_gap
+    # the functions: worker 2 stops at iteration 1; removed at t=2.5, the others go on to 5
+    entries = [[(t, t) for t in range(6)], [(t, t) for t in range(6)], [(0, 0), (1, 1)]]
+    assert largest_gap(entries) == 4 and largest_gap(entries, [None, None, 2.5]) == 1
+    assert max(g for t, g in gap_sweep(entries, [None, None, 2.5]) if t > 2.5) == 0
+    m = max_iteration_gap(entries, [None, None, 2.5])
+    assert m.max() == 1 and m[0, 2] == 1
+    logs = tmp_path / "logs"
+    assert cli_main(["sim", "--topology", "ring-based", "-n", "16", "--iterations", "60", "--fault-tolerance",
+                     "--deaths", "3@1.0,6@2.0", "--log-dir", str(logs)]) == 0
+    run = Run.load(str(logs))
+    assert sorted(run.removed_at()) == [3, 6]
+    _, gaps = run.gap_over_time()
+    assert 0 < gaps.max() <= 4                                 # the healed graph's bound, not 50
+    assert run.gap_matrix().max() <= 4

@@ -339,12 +339,26 @@ class Run:
         return {w: (np.array([r["time"] - t0 for r in recs]), np.array([r["iter"] for r in recs]))
                 for w, recs in self.records.items()}
 
+    def removed_at(self):
+        """{rank: time of the heal that declared it dead} (``--fault-tolerance`` runs, real or simulated):
+        the gap counts a dead worker only until then."""
+        out = {}
+        for h in self.events_of("heal"):
+            t = h.get("time")
+            if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+                continue
+            for w in h.get("failed") or ():
+                if isinstance(w, int) and w in self.records:
+                    out[w] = min(out.get(w, t), t)
+        return out
+
     def gap_over_time(self):
         """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started
-        (:func:`hopdec.report.gaps.gap_sweep`)."""
+        (:func:`hopdec.report.gaps.gap_sweep`); a worker declared dead counts until its heal."""
         from hopdec.report.gaps import gap_sweep
+        removed = self.removed_at()
         entries = [[(r["time"], r["iter"]) for r in recs] for recs in self.records.values()]
-        sweep = list(gap_sweep(entries))
+        sweep = list(gap_sweep(entries, [removed.get(w) for w in self.records]))
         return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
 
     def gap_matrix(self, limit=64):
@@ -352,7 +366,9 @@ class Run:
         if len(self.records) > limit:
             return None
         from hopdec.report.gaps import max_iteration_gap
-        return max_iteration_gap([[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers])
+        removed = self.removed_at()
+        return max_iteration_gap([[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers],
+                                 [removed.get(w) for w in self.workers])
 
     def consensus(self):
         """Rank 0's consensus-distance rounds, in iteration order."""

@@ -86,6 +86,11 @@ def is_peer_failure(err, comm=None):
 FAILED_GROUP_WAIT_S = 2.0
 
 
+
+class _Sends(list):
+    """The Isend requests of one update, with the ranks they go to (``dests``: named on a timeout)."""
+    __slots__ = ("dests",)
+
 class MPITransport:
     """One worker's end of the Hop messages. Workers are named by their ids (the ranks of the run's first
     communicator); ``peers`` maps them to ranks of the current one, which differs after a heal.
@@ -293,8 +298,20 @@ class MPITransport:
         def done():
             got = self._mpi(lambda: MPI.Request.Testall(reqs), True)
             return got or self.failed
-        poll_until(done, self.peer_timeout, lambda: f"rank {self.rank}: {what} for {self.peer_timeout:.0f} s; "
-                                                    f"a peer may have died or hung")
+        dests = list(getattr(reqs, "dests", ()))
+        waiting_on = list(dests)                    # filled with the receivers still missing, on timeout
+
+        def message():
+            try:
+                waiting_on[:] = [d for r, d in zip(reqs, dests) if not r.Test()]
+            except Exception:
+                pass
+            to = f" (to rank(s) {', '.join(map(str, waiting_on))})" if waiting_on else ""
+            return f"rank {self.rank}: {what}{to} for {self.peer_timeout:.0f} s; a peer may have died or hung"
+        # ``on``: the failure election prefers a notice that names a silent (hung) rank over one that waits
+        # for ranks which themselves reported (tests/test_train_mpi.py: a hung rank's in-neighbour blocked
+        # here, not in a receive, was out-voted by a rank further away)
+        poll_until(done, self.peer_timeout, message, on=waiting_on)
 
     carries_grants = True
     """Grants that come with a send ride in the update's header (see :func:`hopdec.runtime.hop_loop.worker_loop`)."""
@@ -328,7 +345,8 @@ class MPITransport:
         fill(buf[:self.numel])
         self._stamp(buf, iteration, dests, grants)
         self._sync()                                # the device copy must land before MPI reads it
-        slot[1] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
+        slot[1] = _Sends(self._isend(buf, d, TAG_UPDATE) for d in dests)
+        slot[1].dests = tuple(dests)
         self.bytes_sent += 4 * self.length * len(dests)
         self.updates_sent += len(dests)
 
@@ -342,7 +360,8 @@ class MPITransport:
         ``[(worker, cumulative)]`` due now, carried in the header where possible (:meth:`_carry`)."""
         self.wait_sent(buf)
         self._stamp(buf, iteration, dests, grants)
-        self._sent_from[id(buf)] = [self._isend(buf, d, TAG_UPDATE) for d in dests]
+        sends = self._sent_from[id(buf)] = _Sends(self._isend(buf, d, TAG_UPDATE) for d in dests)
+        sends.dests = tuple(dests)
         self.bytes_sent += 4 * self.length * len(dests)
         self.updates_sent += len(dests)
 

@@ -45,11 +45,13 @@ def test_out_of_range_numbers_name_the_option(argv, option):
 
 
 def test_in_range_numbers_pass():
-    parse([])
-    parse(["--lr", "0.1", "--momentum", "0", "--weight-decay", "0", "--epochs", "0.5", "--seed",
-           str(2 ** 32 - 1), "--threads", "1", "--peer-timeout", "0.5",
-           "--compute-time", "0.01", "--eval-interval", "0", "--staleness", "0", "--max-ig", "1"])
-    parse(["--sync", "esync", "--esync-epsilon", "-0.2", "--iterations", "1000000000", "--lr", "1000"])
+    assert parse([]).protocol.max_ig == 2
+    s = parse(["--lr", "0.1", "--momentum", "0", "--weight-decay", "0", "--epochs", "0.5", "--seed",
+               str(2 ** 32 - 1), "--threads", "1", "--peer-timeout", "0.5",
+               "--compute-time", "0.01", "--eval-interval", "0", "--staleness", "0", "--max-ig", "1"])
+    assert (s.work.lr, s.protocol.max_ig, s.protocol.staleness) == (0.1, 1, 0)
+    s = parse(["--sync", "esync", "--esync-epsilon", "-0.2", "--iterations", "1000000000", "--lr", "1000"])
+    assert s.ps.esync_epsilon == -0.2 and s.work.lr == 1000
 
 
 class _Comm:

@@ -24,7 +24,7 @@ SHARED = {"--backup-workers", "--staleness"}
 """Options both the protocol and the PS group take (each mode reads them its own way)."""
 
 
-def refused(argv, says, parse=train_parse):
+def assert_refused(argv, says, parse=train_parse):
     with pytest.raises(ConfigError) as err:
         parse([str(a) for a in argv])
     line = str(err.value)
@@ -35,19 +35,19 @@ def refused(argv, says, parse=train_parse):
 @pytest.mark.parametrize("opt", sorted(set(Protocol.options().values()) - SHARED))
 @pytest.mark.parametrize("mode", ["ps", "allreduce"])
 def test_every_decentralized_option_is_refused_in_the_other_modes(mode, opt):
-    line = refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
+    line = assert_refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
     assert "decentralized mode only" in line
 
 
 @pytest.mark.parametrize("opt", sorted(set(PS.options().values()) - SHARED - {"--sync"}))
 @pytest.mark.parametrize("mode", ["decentralized", "allreduce"])
 def test_every_parameter_server_option_is_refused_in_the_other_modes(mode, opt):
-    refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
+    assert_refused(["--mode", mode, opt, VALUES[opt]], f"{opt} is not used in --mode {mode}")
 
 
 @pytest.mark.parametrize("opt", sorted(SHARED))
 def test_a_shared_option_is_refused_where_no_group_of_the_mode_takes_it(opt):
-    refused(["--mode", "allreduce", opt, VALUES[opt]], f"{opt} is not used in --mode allreduce")
+    assert_refused(["--mode", "allreduce", opt, VALUES[opt]], f"{opt} is not used in --mode allreduce")
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -69,24 +69,26 @@ def test_a_shared_option_is_refused_where_no_group_of_the_mode_takes_it(opt):
     (["--overwrite"], "--overwrite needs --log-dir"),
 ])
 def test_an_option_the_run_would_ignore_is_one_line(argv, says):
-    refused(argv, says)
+    assert_refused(argv, says)
 
 
 def test_abbreviated_and_equals_forms_count_as_typed():
-    refused(["--sync=ssp", "--lookah", "3"], "--lookahead is not used in --mode ps --sync ssp")
+    assert_refused(["--sync=ssp", "--lookah", "3"], "--lookahead is not used in --mode ps --sync ssp")
 
 
 def test_defaults_and_options_the_mode_reads_pass():
-    train_parse(["--sync", "ssp", "--staleness", "2"])
-    train_parse(["--sync", "elastic", "--lookahead", "3"])
-    train_parse(["--mode", "allreduce", "--lr", "0.1", "--slowdown", "rank=1,factor=3", "--log-dir", "x"])
-    train_parse(["--protocol", "tokens", "--max-ig", "3", "--staleness", "1", "--stale-reduce", "plain"])
+    assert train_parse(["--sync", "ssp", "--staleness", "2"]).ps.staleness == 2
+    assert train_parse(["--sync", "elastic", "--lookahead", "3"]).ps.lookahead == 3
+    s = train_parse(["--mode", "allreduce", "--lr", "0.1", "--slowdown", "rank=1,factor=3", "--log-dir", "x"])
+    assert s.mode == "allreduce" and s.work.lr == 0.1 and s.observe.log_dir == "x"
+    s = train_parse(["--protocol", "tokens", "--max-ig", "3", "--staleness", "1", "--stale-reduce", "plain"])
+    assert (s.protocol.max_ig, s.protocol.staleness, s.protocol.stale_reduce) == (3, 1, "plain")
 
 
 def test_the_simulator_refuses_the_same(tmp_path):
-    refused(["--mode", "allreduce", "-n", "4", "--max-ig", "3"], "--max-ig is not used in --mode allreduce",
+    assert_refused(["--mode", "allreduce", "-n", "4", "--max-ig", "3"], "--max-ig is not used in --mode allreduce",
             parse=sim_parse)
-    refused(["--mode", "ps", "-n", "4", "--compress", "fp16"], "--compress is not used in --mode ps",
+    assert_refused(["--mode", "ps", "-n", "4", "--compress", "fp16"], "--compress is not used in --mode ps",
             parse=sim_parse)
 
 
@@ -141,7 +143,7 @@ def test_the_readers_refuse_rank_files_of_two_runs(tmp_path):
     (["--compute-time", "1", "--slowdown", "rank=1,factor=200"], "with --slowdown factors up to 200x"),
 ])
 def test_a_huge_finite_number_is_refused_before_anything_starts(argv, says):
-    refused(argv, says)
+    assert_refused(argv, says)
 
 
 @pytest.mark.parametrize("argv, says", [

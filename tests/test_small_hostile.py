@@ -13,7 +13,7 @@ from hopdec.errors import ConfigError, HopdecError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _one_error(capsys, code, *words):
+def assert_one_error(capsys, code, *words):
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ": error: " in ln]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
@@ -31,7 +31,7 @@ def _one_error(capsys, code, *words):
 ])
 def test_sizes_no_machine_can_build_are_refused_at_once(tmp_path, capsys, argv, words):
     argv = argv + (["-o", str(tmp_path / "g.json")] if argv[0] == "topo" else [])
-    _one_error(capsys, main(argv), *words)
+    assert_one_error(capsys, main(argv), *words)
 
 
 # ---- item 12 ------------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def test_an_empty_topology_path_says_so(capsys):
     from hopdec.topology import load
     with pytest.raises(HopdecError, match="an empty topology path"):
         load("")
-    _one_error(capsys, main(["topo", "analyze", ""]), "empty topology path")
+    assert_one_error(capsys, main(["topo", "analyze", ""]), "empty topology path")
 
 
 @pytest.mark.parametrize("weights", [
@@ -73,12 +73,12 @@ def test_subnormal_and_huge_weights_are_analysed_not_a_linalg_traceback(tmp_path
 def test_sim_log_dir_that_is_a_file_or_a_fifo(tmp_path, capsys):
     f = tmp_path / "afile"
     f.write_text("x")
-    _one_error(capsys, main(["sim", "--topology", "ring", "-n", "4", "--iterations", "3", "--log-dir", str(f)]),
+    assert_one_error(capsys, main(["sim", "--topology", "ring", "-n", "4", "--iterations", "3", "--log-dir", str(f)]),
                str(f), "is a file, not a directory")
     d = tmp_path / "logs"
     d.mkdir()
     os.mkfifo(d / "rank0.jsonl")                  # opening it for writing used to wait for a reader forever
-    _one_error(capsys, main(["sim", "--topology", "ring", "-n", "4", "--iterations", "3", "--log-dir", str(d)]),
+    assert_one_error(capsys, main(["sim", "--topology", "ring", "-n", "4", "--iterations", "3", "--log-dir", str(d)]),
                "not a regular file")
 
 

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 
 def action(cls):
     """``@dataclass(frozen=True)`` -- the same class, fields, equality, hash and immutability -- whose
-    ``__init__`` sets the fields through one ``object.__setattr__`` bound once. The generated one looks it
-    up anew for every field, which makes a frozen instance about twice as slow to build as a plain one;
-    the simulator builds some 15 actions and queue entries per worker-iteration."""
+    ``__init__`` writes the fields straight into the instance's ``__dict__``. The generated one calls
+    ``object.__setattr__`` for every field (the frozen class's own ``__setattr__`` refuses), which makes a
+    frozen instance about twice as slow to build as a plain one; the simulator builds some 15 actions and
+    queue entries per worker-iteration. Assigning an attribute afterwards still raises."""
     cls = dataclass(frozen=True)(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    if any(f.default_factory is not dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__"):
+    if (any(f.default_factory is not dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__")
+            or "__slots__" in cls.__dict__):
         return cls                          # (not needed by any action; keep the generated one)
-    ns = {"_set": object.__setattr__}
+    ns = {}
     params = []
     for f in fields:
         if f.default is dataclasses.MISSING:
@@ -31,7 +33,8 @@ def action(cls):
         else:
             ns[f"_d_{f.name}"] = f.default
             params.append(f"{f.name}=_d_{f.name}")
-    body = "".join(f"    _set(self, {f.name!r}, {f.name})\n" for f in fields) or "    pass\n"
+    body = ("    d = self.__dict__\n" + "".join(f"    d[{f.name!r}] = {f.name}\n" for f in fields)
+            if fields else "    pass\n")
     exec(f"def __init__(self, {', '.join(params)}):\n{body}", ns)
     init = ns["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"

@@ -51,6 +51,9 @@ def _normalised(raw):
 
 _first = itemgetter(0)
 
+_NONE = ()
+"""What a policy returns when nothing is to be freed (read only: one object, not a new list per call)."""
+
 
 class _Policy:
     def __init__(self, rank, in_weights, steps=None):
@@ -121,13 +124,15 @@ class Standard(_Policy):
             self.dropped += 1
             return [entry]
         self.queue.put(entry)
-        return []
+        return _NONE
 
     def set_floor(self, k):
         """Updates older than k can no longer be used: drop them (sec. 6.2 a)."""
-        self.floor = max(self.floor, k)
+        if k > self.floor:
+            self.floor = k
         late = self.queue.drop_older(self.floor)
-        self.dropped += len(late)
+        if late:
+            self.dropped += len(late)
         return late
 
     def waiting_for(self, k):

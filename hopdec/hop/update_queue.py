@@ -86,9 +86,9 @@ class IterationSlots:
     def drop_older(self, iteration):
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
         if iteration <= self._low or not self.size:  # nothing held is older (no scan)
-            if not self.size:
-                self._low = max(self._low, iteration)
-            return []
+            if not self.size and iteration > self._low:
+                self._low = iteration
+            return _NONE
         out = []
         for slot in self._slot:
             if slot:
@@ -112,6 +112,9 @@ class IterationSlots:
 
 
 _by_sender = attrgetter("sender")
+
+_NONE = ()
+"""Nothing dropped (read only: one object, not a new list per call)."""
 
 
 class NewestPerSender:

@@ -43,11 +43,13 @@ def wait_kind(what):
     return "other"
 
 
-def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, spans=False):
+def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, spans=False, detail=True):
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
     With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
-    interleave workers action by action, and a virtual-time driver can charge time for it.
+    interleave workers action by action; ``step`` may instead be a set of action kinds to yield (a
+    virtual-time driver needs only those it charges time for or watches, e.g.
+    ``{ComputeGradient, Enter}``: resuming the generator for the others is work for nothing).
 
     Every record splits the iteration's time: ``compute_s``, ``send_s``, ``reduce_s``, ``apply_s`` and
     ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
@@ -56,6 +58,11 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     complete -- a slow receiver shows up here. With ``spans=True`` it also
     has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
     (:mod:`hopdec.report.trace`).
+
+    ``detail=False`` leaves out of the records what only a log file reads -- ``reduced``, ``sent_to``,
+    ``sent_bytes``, ``waited_on``, ``tokens``, ``held``, ``used_total``, ``dropped_total`` -- and keeps
+    the time split, iteration, loss and jumps (what a summary reads): a simulator that writes no logs
+    does not build them for 10 million worker-iterations.
     """
     rec = None
     poll = getattr(io, "poll", None)
@@ -64,6 +71,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     send_storage = getattr(backend, "send_storage", None)
     spare_storage = getattr(backend, "spare_storage", None)
     fresh = False               # nothing can have arrived since the last poll worth another one
+    stepped = _ALL if step is True else (frozenset(step) if step else frozenset())
     while True:
         if poll is not None and not fresh:
             poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
@@ -80,7 +88,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             yield a
             fresh = True
             if rec is not None:
-                _waited(rec, a, t0, clock() - t0, spans)
+                _waited(rec, a, t0, clock() - t0, spans, detail)
             continue
         if kind is GrantTokens and carry:
             deferred = a.grants     # sent with the update right behind it (or before the next action)
@@ -88,7 +96,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
         t0 = clock() if rec is not None else None
         if kind is Enter:
             if rec is not None and on_record:
-                on_record(_close(rec, core))
+                on_record(_close(rec, core) if detail else rec)
             rec = IterationRecord(rank=core.rank, iter=a.iteration, time=clock(), loss=None,
                                   compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0, apply_s=0.0,
                                   sent=0, send_skipped=0)
@@ -96,13 +104,13 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"] = []
             if a.jumped_from is not None:
                 rec["jumped_from"] = a.jumped_from
-            if core.ledger is not None:
+            if detail and core.ledger is not None:
                 rec["tokens"] = core.tokens()
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
                 more = _NO_GRANTS if deferred is None else {"grants": deferred}
-                before = getattr(io, "bytes_sent", None)
+                before = getattr(io, "bytes_sent", None) if detail else None
                 if store is not None:           # zero-copy: send from the parameters' own storage
                     io.send_from(a.iteration, a.dests, store, **more)
                 else:
@@ -114,7 +122,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             deferred = None
             if rec is not None:                 # (a catch-up send after a heal may come after the end)
                 rec["sent"] += len(a.dests)
-                if a.dests:
+                if a.dests and detail:
                     rec.setdefault("sent_to", []).extend(a.dests)
                 rec["send_skipped"] += len(a.skipped)
                 _timed(rec, "send", t0, clock(), spans, a.dests)
@@ -140,8 +148,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
                             for t in a.terms])
             io.release([t.handle for t in a.terms if t.handle is not SELF])
-            rec.setdefault("reduced", []).append(
-                [[t.sender, t.iteration, _ROUND6[t.weight]] for t in a.terms])
+            if detail:
+                rec.setdefault("reduced", []).append(
+                    [[t.sender, t.iteration, _ROUND6[t.weight]] for t in a.terms])
             _timed(rec, "reduce", t0, clock(), spans, a.iteration)
         elif kind is ApplyGradient:
             backend.apply(a.iteration)
@@ -154,13 +163,17 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"].append(["jump", t0 - rec["time"], 0.0, [a.frm, a.to]])
         elif kind is Finished:
             if rec is not None and on_record:
-                on_record(_close(rec, core))
+                on_record(_close(rec, core) if detail else rec)
             return
         else:  # pragma: no cover - a new action without a handler is a programming error
             raise TypeError(f"unknown action {a!r}")
-        if step:
+        if kind in stepped:
             yield a
 
+
+_ALL = frozenset({Enter, GrantTokens, SendParams, SendAcks, ComputeGradient, Reduce, ApplyGradient,
+                  ReleaseUpdates, Jump})
+"""Every action a loop can carry out and yield (``step=True``)."""
 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
@@ -193,21 +206,22 @@ def _timed(rec, kind, t0, t1, spans, detail=None):
                              list(detail) if isinstance(detail, tuple) else detail])
 
 
-def _waited(rec, a, t0, dt, spans):
+def _waited(rec, a, t0, dt, spans, detail=True):
     """Book one wait of ``dt`` seconds for ``a.what`` on ``a.on``; consecutive waits for the same thing
     (the core repeats its Wait until what it needs is there) make one span."""
     kind = wait_kind(a.what)
     rec["wait_s"] += dt
     key = f"wait_{kind}_s"
     rec[key] = rec.get(key, 0.0) + dt
-    on = rec.setdefault("waited_on", [])
-    for j in a.on:
-        for pair in on:
-            if pair[0] == j:
-                pair[1] += dt
-                break
-        else:
-            on.append([j, dt])
+    if detail:
+        on = rec.setdefault("waited_on", [])
+        for j in a.on:
+            for pair in on:
+                if pair[0] == j:
+                    pair[1] += dt
+                    break
+            else:
+                on.append([j, dt])
     if spans:
         start = t0 - rec["time"]
         last = rec["spans"][-1] if rec["spans"] else None
@@ -219,6 +233,6 @@ def _waited(rec, a, t0, dt, spans):
 
 
 def _close(rec, core):
-    c = core.counts()
-    rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
+    p = core.policy             # core.counts(), without building its dict every iteration
+    rec["held"], rec["used_total"], rec["dropped_total"] = p.held, p.used, p.dropped
     return rec

@@ -28,11 +28,14 @@ from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
 from hopdec.transport.message import NO_GRANT, split_grants
+
+STEPS = frozenset({ComputeGradient, Enter})
+"""The actions a worker's loop yields to this driver besides its waits (``worker_loop(step=...)``):
+compute takes virtual time, and entering an iteration moves the iteration gap; nothing else concerns it."""
 
 
 class TimingBackend:
@@ -47,8 +50,14 @@ class TimingBackend:
         return None
 
     def compute(self, iteration):
-        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
-        return compute_record(self.duration, factor)
+        got = self.compute_time(self.rank, iteration)         # step_of and compute_record, inline
+        if type(got) is tuple:
+            self.duration, factor = got
+            if factor is not None:
+                return {"loss": None, "compute_s": self.duration, "slowdown": factor}
+        else:
+            self.duration = got
+        return {"loss": None, "compute_s": self.duration}
 
     def reduce(self, pairs):
         pass
@@ -186,7 +195,8 @@ class HopSim:
     ``.duration``; ``check(sim)``: runs after every event (e.g. ``lambda s: invariants.check(s.cores,
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
-    ``on_record(rank, rec)``: each iteration's log record; ``send_path``: a
+    ``on_record(rank, rec)``: each iteration's log record (``detail``: with the fields only a log file
+    reads, ``worker_loop(detail=...)``); ``send_path``: a
     :class:`~hopdec.sim.sends.SendPath` (default: zero-copy, TCP's eager limit); ``compress``: a
     ``--compress`` spec for models of ``numel`` parameters (each message then costs its coded size,
     :mod:`hopdec.sim.compressed`; coded messages go from buffers of their own, so nothing waits for a
@@ -194,7 +204,8 @@ class HopSim:
     """
 
     def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None, send_path=None, compress=None, numel=None, coded_scale=1.0):
+                 check=None, on_record=None, send_path=None, compress=None, numel=None, coded_scale=1.0,
+                 detail=True):
         self.views, self.cfg = views, cfg
         self.n = len(views)
         self.q = EventQueue()
@@ -224,7 +235,8 @@ class HopSim:
         self.computing = [False] * self.n
         self.untaken = [[] for _ in views]        # what a computing worker does when it is back in MPI
         clock = self._clock
-        self.loops = [worker_loop(c, io, b, clock=clock, step=True,
+        self.detail = detail
+        self.loops = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
                                   on_record=None if on_record is None else partial(on_record, c.rank))
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
         self._resume = [partial(self._advance if self.rndv is None else self._computed, r) for r in range(self.n)]
@@ -307,18 +319,15 @@ class HopSim:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
     def _arrived(self, src, iteration, data, store, grant, dst):
-        """A rendezvous message was taken with its data: the sender's send completes (zero-copy), then it
-        is delivered like any other."""
+        """A rendezvous message was taken with its data: the sender's send completes (zero-copy, as
+        :meth:`_sent`), then it is delivered like any other."""
         if store is not None:
-            self._sent(src, store)
+            u = self.unsent[src]
+            u[store] -= 1
+            if not u[store] and self.parked[src] == store:
+                self.parked[src] = None
+                self._advance(src)
         self._deliver_update(src, iteration, data, grant, dst)
-
-    def _sent(self, src, store):
-        u = self.unsent[src]
-        u[store] -= 1
-        if not u[store] and self.parked[src] == store:
-            self.parked[src] = None
-            self._advance(src)
 
     # ---- messages ----
     def _send_update(self, src, iteration, dests, data, store=None, grant=NO_GRANT, nbytes=None):
@@ -337,15 +346,19 @@ class HopSim:
             self.unsent[src][store] += len(dests)
         else:
             store = None
-        done = partial(self._arrived, src, iteration, data, store, grant)
         if rndv == "push":                      # the request travels first; see _rts
+            done = partial(self._arrived, src, iteration, data, store, grant)
             self.net.control(src, tuple(dests), partial(self._rts, src, done, size))
         else:                                   # take: see _reached
-            self.net.send(src, dests, size, partial(self._reached, done))
+            self.net.send(src, dests, size, partial(self._reached, src, iteration, data, store, grant))
 
-    def _reached(self, done, dst):
-        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends."""
-        self._when_in_mpi(dst, partial(done, dst))
+    def _reached(self, src, iteration, data, store, grant, dst):
+        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
+        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
+        if self.computing[dst]:
+            self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
+        else:
+            self._arrived(src, iteration, data, store, grant, dst)
 
     def _deliver_update(self, src, iteration, data, grant, dst):
         if self.check is not None:

@@ -320,7 +320,7 @@ def _run_hop(S):
         inv = Invariants(hop.graph, hop.cfg)
     sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
                  backend_factory=factory, on_record=on_record, send_path=S.sends,
-                 compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale,
+                 compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale, detail=bool(log_dir),
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     churn = None
     if S.deaths is not None:                    # worker deaths, healed as --fault-tolerance heals them

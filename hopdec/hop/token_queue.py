@@ -31,7 +31,7 @@ class TokenLedger:
     def __init__(self, in_neighbors, out_neighbors, max_ig):
         check_max_ig(max_ig, "max_ig")
         self.max_ig = max_ig
-        self.issued = {i: max_ig for i in in_neighbors}
+        self.issued = {i: max_ig for i in sorted(in_neighbors)}     # in order: issue() returns it sorted
         self.taken = {j: 0 for j in out_neighbors}
         self.granted = {j: max_ig for j in out_neighbors}
 
@@ -47,18 +47,20 @@ class TokenLedger:
         return True
 
     def take(self, n=1):
-        if not self.can_take(n):
-            j = next(j for j in self.taken if self.available(j) < n)
-            raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
-        taken = self.taken
+        granted, taken = self.granted, self.taken
+        for j, t in taken.items():
+            if granted[j] - t < n:
+                raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
         for j in taken:
             taken[j] += n
 
     def issue(self, n=1):
-        """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send."""
-        for i in self.issued:
-            self.issued[i] += n
-        return sorted(self.issued.items())
+        """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send,
+        sorted by in-neighbour (``issued`` is kept in that order)."""
+        issued = self.issued
+        for i in issued:
+            issued[i] += n
+        return list(issued.items())
 
     def on_grant(self, j, cumulative):
         if j in self.granted and cumulative > self.granted[j]:
@@ -70,7 +72,7 @@ class TokenLedger:
         ``issued[i] = Iter(me) + max_ig``, ``taken[j] = Iter(me)``, ``granted[j] = Iter(j) + max_ig``. A new
         out-neighbour more than max_ig behind leaves this worker short of tokens (it waits for it)."""
         k = int(my_iteration)
-        self.issued = {i: k + self.max_ig for i in in_neighbors}
+        self.issued = {i: k + self.max_ig for i in sorted(in_neighbors)}
         self.taken = {j: k for j in out_neighbors}
         self.granted = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
 

@@ -59,14 +59,16 @@ def open_jsonl(log_dir, rank, header, append=False):
 class RankLogger:
     """Writes one rank's iteration records and keeps what the summary needs."""
 
-    def __init__(self, log_dir, rank, header=None, append=False):
+    def __init__(self, log_dir, rank, header=None, append=False, entries=True):
+        """``entries=False``: do not keep every iteration's (time, iteration) -- the summary's iteration
+        gap replays them; a simulator that measures the gap itself would hold 10 million of them."""
         self.rank = rank
         self.path = None
         self._f = None
         if log_dir:
             self.path = log_path(log_dir, rank)
             self._f = open_jsonl(log_dir, rank, header, append=append)
-        self.entries = []          # (time, iter) of every iteration entered
+        self.entries = [] if entries else None     # (time, iter) of every iteration entered
         self.iterations = 0
         self.wait_s = 0.0
         self.compute_s = 0.0
@@ -76,7 +78,8 @@ class RankLogger:
         self.jumps = 0
 
     def log(self, rec):
-        self.entries.append((rec["time"], rec["iter"]))
+        if self.entries is not None:
+            self.entries.append((rec["time"], rec["iter"]))
         self.iterations += 1
         self.wait_s += rec.get("wait_s", 0.0)
         self.compute_s += rec.get("compute_s", 0.0)

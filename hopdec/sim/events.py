@@ -74,10 +74,12 @@ class EventQueue:
         paused = gc.isenabled()
         if paused:
             gc.disable()
+        end = self._end                     # at_instant_end appends here; emptied in place
         try:
             while True:
-                if self._end and (not heap or heap[0][0] > self.now):
-                    hooks, self._end = self._end, []
+                if end and (not heap or heap[0][0] > self.now):
+                    hooks = end[:]
+                    del end[:]
                     for fn in hooks:
                         fn()
                     continue
@@ -86,13 +88,13 @@ class EventQueue:
                 self.now, _, fn = pop(heap)
                 fn()
                 done += 1
-                left -= 1
-                if not left:
-                    left = COLLECT_EVERY
+                if done >= left:            # every COLLECT_EVERY events: the young generations
+                    left = done + COLLECT_EVERY
                     if paused:
                         gc.collect(1)
                 if on_event is not None:
                     self.events += done
+                    left -= done
                     done = 0
                     on_event()
         finally:

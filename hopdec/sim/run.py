@@ -104,14 +104,15 @@ def link_model(cost, nodes, graph=None):
 class _Logs:
     """Per-rank JSONL logs without one open file per rank (10,000 workers would exhaust file handles):
     lines are buffered and appended in batches. Each rank also gets a :class:`RankLogger` without a file
-    for the summary's figures. ``header(rank)``: the rank's header line."""
+    for the summary's figures. ``header(rank)``: the rank's header line; ``entries``: keep each rank's
+    (time, iteration) list (:class:`RankLogger`; the Hop simulator measures the gap as it runs)."""
 
     FLUSH_LINES = 200_000
 
-    def __init__(self, log_dir, ranks, header):
+    def __init__(self, log_dir, ranks, header, entries=True):
         from hopdec.runtime.metrics import RankLogger
         self.dir = log_dir
-        self.stats = {r: RankLogger(None, r) for r in ranks}
+        self.stats = {r: RankLogger(None, r, entries=entries) for r in ranks}
         self._lines = {r: [] for r in ranks}
         self._count = 0
         if log_dir:
@@ -300,7 +301,7 @@ def _run_hop(S):
     log_dir = ob.log_dir
     bound = hop.bound() if n <= BOUND_UP_TO else None
     header = hop.header(S.numel, S.compute.describe(), bound, **S.header())
-    logs = _Logs(log_dir, workers, lambda r: header)
+    logs = _Logs(log_dir, workers, lambda r: header, entries=False)     # the gap: sim.max_gap
     compute_time, on_record = S.compute.step, logs.log
     if hop.cfg.rounds:                  # a round of local steps costs its inner steps' times
         from hopdec.sim.costs import RoundCompute

@@ -11,7 +11,9 @@
 """
 
 import gc
+import inspect
 import io
+import json
 import random
 
 import pytest
@@ -101,3 +103,80 @@ def test_sends_around_one_rated_alone_arrive_as_the_direct_model_says(seed):
     assert got.keys() == want.keys()
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-9), (k, got[k], want[k])
+
+
+# ---- what a run without logs leaves out, and that it changes nothing else ----
+
+@pytest.mark.parametrize("argv", [
+    ["--topology", "exponential", "-n", "16", "--iterations", "25", "--backup-workers", "1", "--skip",
+     "max-jump=3,trigger=2", "--slowdown", "random:factor=5,prob=1/n", "--bandwidth", "1", "--message-mb", "4"],
+    ["--topology", "ring", "-n", "8", "--iterations", "20", "--protocol", "notify-ack", "--compute-graph", "serial"],
+])
+def test_a_run_without_logs_summarises_as_a_run_with_logs(argv, tmp_path):
+    """Without --log-dir the loop builds lean records (``worker_loop(detail=False)``) and keeps no
+    (time, iteration) list per worker: every figure of the summary is the one a run with logs prints."""
+    lean = simulate(parse(argv), out=io.StringIO())
+    full = simulate(parse(argv + ["--log-dir", str(tmp_path / "logs")]), out=io.StringIO())
+    assert lean["sim"].detail is False and full["sim"].detail is True
+    assert lean["rows"] == full["rows"]
+    assert (lean["virtual_s"], lean["max_gap"], lean["events"]) == (full["virtual_s"], full["max_gap"],
+                                                                    full["events"])
+    recs = [json.loads(line) for line in open(tmp_path / "logs" / "rank3.jsonl")]
+    recs = [r for r in recs if "iter" in r]
+    assert recs and all("reduced" in r and "held" in r for r in recs)    # the logs keep every field
+
+
+def test_a_lean_record_is_the_full_one_without_the_log_only_fields():
+    from hopdec.hop.config import ProtocolConfig
+    from hopdec.hop.worker import node_views
+    from hopdec.runtime.hop_loop import worker_loop
+    from hopdec.sim.hop import HopSim
+    from hopdec.topology.generators import ring_based
+    views = node_views(ring_based(8))
+    recs = {True: [], False: []}
+    for detail in (True, False):
+        HopSim(views, ProtocolConfig(iterations=8), lambda r, k: 0.1 * (3 if r == 2 else 1),
+               network=LinkModel(bandwidth=1e6, latency=1e-3), message_bytes=1e5,
+               on_record=lambda r, rec, d=detail: recs[d].append(rec), detail=detail).run()
+    log_only = {"reduced", "sent_to", "sent_bytes", "waited_on", "tokens", "held", "used_total", "dropped_total"}
+    assert len(recs[True]) == len(recs[False]) == 64
+    assert not any(log_only & set(r) for r in recs[False])
+    assert any("waited_on" in r for r in recs[True])            # the slow worker made others wait
+    for a, b in zip(recs[True], recs[False]):
+        assert log_only - {"waited_on"} <= set(a)
+        assert {k: v for k, v in a.items() if k not in log_only} == b
+    assert inspect.signature(worker_loop).parameters["detail"].default is True     # MPI runs log everything
+
+
+def test_compute_draws_from_the_block_equal_the_base_times_the_factor_in_any_order():
+    """``ComputeModel.step`` reads a per-worker block; going back (a resumed or replayed worker) still gives
+    the same numbers as ``base * factor``."""
+    from hopdec.sim.costs import ComputeModel
+    for slow in (None, ["random:factor=4,prob=0.3"]):
+        m = ComputeModel(["normal:mean=0.2,std=0.05"], range(4), seed=5, slowdowns=slow)
+        fresh = ComputeModel(["normal:mean=0.2,std=0.05"], range(4), seed=5, slowdowns=slow)
+        rng = random.Random(1)
+        for _ in range(400):
+            w, i = rng.randrange(4), rng.choice([rng.randrange(600), rng.randrange(3)])
+            t, f = m.step(w, i)
+            assert (t, f) == (fresh.base(w, i) * fresh.factor(w, i), fresh.factor(w, i))
+
+
+def test_actions_built_by_the_fast_init_are_the_frozen_dataclasses_they_were():
+    """``hopdec.core.action`` writes the fields into ``__dict__``: equality, hash, repr, defaults, copies
+    and ``dataclasses.replace`` are the dataclass's, and assigning a field still raises."""
+    import copy
+    import dataclasses
+    import pickle
+    from hopdec.hop.actions import Enter, SendParams
+    from hopdec.hop.receive import Term
+    t = Term(1, 2, None, 0.5)
+    assert t == Term(sender=1, iteration=2, handle=None, weight=0.5) and hash(t) == hash(Term(1, 2, None, 0.5))
+    assert repr(t) == "Term(sender=1, iteration=2, handle=None, weight=0.5)"
+    assert Enter(3).jumped_from is None and SendParams(1, (2,)).skipped == ()
+    assert copy.copy(t) == t == pickle.loads(pickle.dumps(t))
+    assert dataclasses.replace(t, weight=1.0).weight == 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.weight = 2.0
+    with pytest.raises(TypeError):
+        Term(1, 2, None)                                  # a missing field is refused as before

@@ -215,10 +215,17 @@ class ComputeModel:
         per simulated worker-iteration)."""
         b = i // BLOCK
         cur = self._cur.get(w)
-        if cur is None or cur[0] != b:
+        if cur is None or cur[0] != b:          # the blocks base() and factor() keep (no copies)
             start = b * BLOCK
-            bases = [self.base(w, j) for j in range(start, start + BLOCK)]
-            factors = None if self.emulators is None else [self.factor(w, j) for j in range(start, start + BLOCK)]
+            d = self.dist[w]
+            bases = [d.params["value"]] * BLOCK if d.kind == "const" else None
+            if bases is None:
+                self.base(w, start)
+                bases = self._blocks[(w, b)]
+            factors = None
+            if self.emulators is not None:
+                self.factor(w, start)
+                factors = self._factors[(w, b)]
             cur = self._cur[w] = (b, bases, factors)
         off = i - b * BLOCK
         if cur[2] is None:

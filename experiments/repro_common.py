@@ -101,7 +101,7 @@ def simulate(argv):
     from hopdec.cli.sim import parse
     from hopdec.sim.run import simulate as sim_run
     out = io.StringIO()
-    res = sim_run(parse([str(a) for a in argv]), out=out)
+    res = sim_run(parse([str(a) for a in argv]), out=out, entries=True)     # rates from (time, iteration)
     stats = res["stats"]
     rates = {}
     for r, s in stats.items():

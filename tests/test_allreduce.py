@@ -110,3 +110,19 @@ def test_a_simulated_all_reduce_evaluates_every_interval(tmp_path):
     evals = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
     assert evals == res["evals"] and len(evals) >= 4 and evals[-1]["final"]
     assert evals[-1]["test_loss"] < evals[0]["test_loss"]
+
+
+def test_the_report_reads_an_all_reduce_run_as_one(tmp_path):
+    """The report took an all-reduce run's header mode for a bad field (one per rank, with a note blaming a
+    killed rank), described it as "decentralized (None) on None" and filed the wait for the slowest
+    worker under "wait (other)"."""
+    from hopdec.report.data import Run
+    simulate(["--mode", "allreduce", "-n", 4, "--iterations", 12, "--slowdown", "rank=2,factor=3",
+              "--log-dir", tmp_path])
+    run = Run.load(str(tmp_path))
+    assert run.bad_lines == 0 and run.mode == "allreduce"
+    assert run.describe() == "synchronous all-reduce (4 workers)"
+    parts = run.breakdown()
+    fast = parts[0]
+    assert "wait (other)" not in fast and fast["wait all-reduce"] > fast["compute"]    # waits for rank 2
+    assert parts[2]["wait all-reduce"] < fast["wait all-reduce"]

@@ -26,6 +26,7 @@ from hopdec.errors import ConfigError
 from hopdec.files import open_regular, shown
 
 WAIT_KINDS = ("updates", "tokens", "acks")
+_REST_OF_WAIT = {"ps": "wait for server", "allreduce": "wait all-reduce"}
 MAX_LOG_BYTES = 2 ** 30
 """Largest log file read (1 GiB: 100,000 iterations of a rank with a trace are about 100 MiB)."""
 MAX_LINE_BYTES = 2 ** 20
@@ -88,7 +89,7 @@ RECORD_FIELDS = dict(
     spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
     **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
                                        "wait_sends", "reduce", "send", "apply", "push")},
-    t_push=_opt(_num), t_recv=_num)
+    t_push=_opt(_num), t_recv=_num, allreduce_s=_opt(_num))
 """Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
 are required)."""
 EVENT_FIELDS = dict(
@@ -97,7 +98,7 @@ EVENT_FIELDS = dict(
     dur=_opt(_num), worker=_opt(_int), workers=_opt(lambda v: _int(v) or _list_of(_int)(v)))
 """Event lines (and ``eval.jsonl`` rows, which need ``time``): the fields read, where present."""
 HEADER_FIELDS = dict(
-    mode=lambda v: v in ("decentralized", "ps"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
+    mode=lambda v: v in ("decentralized", "ps", "allreduce"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
     sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
     hparams=_opt(_dict), cost_model=_opt(_dict))
@@ -295,6 +296,8 @@ class Run:
 
     def describe(self):
         h = self.header
+        if self.mode == "allreduce":
+            return f"synchronous all-reduce ({h.get('workers', len(self.records))} workers)"
         if self.mode == "ps":
             s = f"PS --sync {h.get('sync')}"
             st = h.get("settings") or {}
@@ -391,7 +394,9 @@ class Run:
                         classified += v
                 rest = (r.get("wait_s", 0.0) or 0.0) - classified
                 if rest > 1e-9:
-                    key = "wait for server" if self.mode == "ps" else "wait (other)"
+                    # what the core waited for when it is none of the Hop kinds: the server (PS), the
+                    # slowest worker and the gradient's ring (all-reduce)
+                    key = _REST_OF_WAIT.get(self.mode, "wait (other)")
                     parts[key] = parts.get(key, 0.0) + rest
                 if r.get("wait_sends_s"):
                     parts["wait sends"] = parts.get("wait sends", 0.0) + r["wait_sends_s"]

@@ -4,6 +4,7 @@ import numpy as np
 
 PART_COLORS = {"compute": "#4c72b0", "wait updates": "#dd8452", "wait tokens": "#c44e52",
                "wait acks": "#8172b3", "wait sends": "#da8bc3", "wait (other)": "#937860", "wait for server": "#dd8452",
+               "wait all-reduce": "#dd8452",
                "reduce": "#55a868", "send": "#64b5cd", "apply": "#8c8c8c", "push": "#64b5cd",
                "other": "#dddddd"}
 

@@ -89,7 +89,7 @@ RECORD_FIELDS = dict(
     spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
     **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
                                        "wait_sends", "reduce", "send", "apply", "push")},
-    t_push=_opt(_num), t_recv=_num, allreduce_s=_opt(_num))
+    t_push=_opt(_num), t_recv=_num, allreduce_s=_opt(_num), sent_bytes=_opt(_num))
 """Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
 are required)."""
 EVENT_FIELDS = dict(
@@ -101,7 +101,7 @@ HEADER_FIELDS = dict(
     mode=lambda v: v in ("decentralized", "ps", "allreduce"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
     sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
-    hparams=_opt(_dict), cost_model=_opt(_dict))
+    hparams=_opt(_dict), cost_model=_opt(_dict), emulation=_opt(_str), network=_opt(_dict))
 """The run header: a field of the wrong type is dropped (and counted); the rest of the header is kept."""
 
 
@@ -414,26 +414,57 @@ class Run:
         return out
 
     # ---- counters ----
+    @property
+    def message_bytes(self):
+        """Bytes of one message (all-reduce: one worker's gradient): the header's, else the simulator's cost
+        model's (``message_mb_coded`` with --compress), else None."""
+        mb = self.header.get("message_bytes")
+        if mb is not None:
+            return mb
+        cm = self.header.get("cost_model") or {}
+        v = cm.get("message_mb_coded", cm.get("message_mb"))
+        return v * 2 ** 20 if _num(v) and v >= 0 else None
+
+    def server_drops(self):
+        """{worker: gradients the server dropped}, from the server's ``drop`` events; None without a server
+        log. A worker's last gradient that came after the budget was reached is *discarded*, not dropped:
+        its record says staleness -1 too, but the server never logs it as a drop."""
+        if not self.events.get(0) and 0 not in self.headers:
+            return None
+        out = {}
+        for e in self.events_of("drop", 0):
+            if _int(e.get("worker")):
+                out[e["worker"]] = out.get(e["worker"], 0) + 1
+        return out
+
     def counters(self):
         """Mechanism counters summed or taken over the run, per worker and in total."""
         rows = {}
-        mb = self.header.get("message_bytes")
+        mb = self.message_bytes
+        drops = self.server_drops() if self.mode == "ps" else None
         for w, recs in self.records.items():
             last = recs[-1] if recs else {}
             c = dict(iterations=len(recs), jumps=sum(1 for r in recs if "jumped_from" in r))
             if self.mode == "ps":
                 st = [r["staleness"] for r in recs if isinstance(r.get("staleness"), int)]
-                c["staleness_mean"] = float(np.mean([s for s in st if s >= 0])) if any(s >= 0 for s in st) else None
-                c["staleness_max"] = max(st) if st else None
-                c["dropped"] = sum(1 for s in st if s == -1)
+                applied = [s for s in st if s >= 0]
+                c["staleness_mean"] = float(np.mean(applied)) if applied else None
+                c["staleness_max"] = max(applied) if applied else None
+                c["dropped"] = drops.get(w, 0) if drops is not None else sum(1 for s in st if s == -1)
                 pushes = [r["t_push"] for r in recs if r.get("t_push") is not None]
                 c["push_interval_s"] = float(np.mean(np.diff(pushes))) if len(pushes) > 1 else None
+            elif self.mode == "allreduce":
+                c["wait_s"] = sum((r.get("wait_s") or 0.0) for r in recs)
+                c["bytes_reduced"] = len(recs) * mb if mb is not None else None
             else:
                 c["updates_used"] = last.get("used_total")
                 c["updates_dropped"] = last.get("dropped_total")
                 c["messages_sent"] = sum(r.get("sent", 0) for r in recs)
                 c["sends_skipped"] = sum(r.get("send_skipped", 0) for r in recs)
-                c["bytes_sent"] = c["messages_sent"] * mb if mb else None
+                if any("sent_bytes" in r for r in recs):        # what each iteration put on the wire
+                    c["bytes_sent"] = float(sum(r.get("sent_bytes") or 0 for r in recs))
+                else:
+                    c["bytes_sent"] = c["messages_sent"] * mb if mb else None
                 toks = [r["tokens"] for r in recs if r.get("tokens") is not None]
                 c["tokens_min"] = min(toks) if toks else None
                 held = [r["held"] for r in recs if r.get("held") is not None]

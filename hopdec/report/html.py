@@ -152,19 +152,21 @@ COUNTER_COLS = {
                       ("tokens_min", "fewest tokens"), ("held_max", "most updates held")],
     "ps": [("iterations", "mini-batches"), ("staleness_mean", "mean staleness"),
            ("staleness_max", "max staleness"), ("dropped", "dropped"), ("push_interval_s", "push interval s")],
+    "allreduce": [("iterations", "iterations"), ("wait_s", "wait all-reduce s"),
+                  ("bytes_reduced", "MB all-reduced (gradient)")],
 }
 
 
 def _counters_html(run):
     rows_by = run.counters()
-    cols = COUNTER_COLS["ps" if run.mode == "ps" else "decentralized"]
+    cols = COUNTER_COLS.get(run.mode, COUNTER_COLS["decentralized"])
     rows = []
     for w in sorted(rows_by):
         c = rows_by[w]
         row = [f"rank {w}"]
         for key, _ in cols:
             v = c.get(key)
-            if key == "bytes_sent" and v is not None:
+            if key in ("bytes_sent", "bytes_reduced") and v is not None:
                 v = v / 1e6
             row.append(_fmt(v))
         rows.append(row)

@@ -184,7 +184,8 @@ def staleness(ax, run):
     applied = [s for s in st if s >= 0]
     if applied:
         ax.hist(applied, bins=np.arange(-0.5, max(applied) + 1.5), color="#4c72b0")
-    dropped = sum(1 for s in st if s == -1)
+    drops = run.server_drops()           # a last gradient discarded after the stop is not a drop
+    dropped = sum(drops.values()) if drops is not None else sum(1 for s in st if s == -1)
     ax.set_xlabel("staleness of an applied gradient (server updates since its weights)")
     ax.set_ylabel("gradients")
     ax.set_title(f"staleness ({dropped} dropped)")

@@ -91,3 +91,92 @@ def test_dropped_gradients_are_the_servers(tmp_path, sync):
     plots.staleness(ax, run)
     assert ax.get_title() == f"staleness ({server['dropped']} dropped)"
     plt.close(fig)
+
+
+# ---- what the run was --------------------------------------------------------------------------------------
+def _real_run(tmp_path, **header):
+    """A real run's logs (no ``simulated``), as hopdec train writes them, with ``header``."""
+    head = dict(mode="decentralized", topology="ring(2)", protocol="tokens", setting="standard", iterations=3,
+                gap_bound=1, message_bytes=8, **header)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for r in range(2):
+        with open(tmp_path / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"rank": r, "run": head}) + "\n")
+            for k in range(3):
+                f.write(json.dumps(dict(rank=r, iter=k, time=100.0 + k, compute_s=0.5, wait_s=0.5, sent=1,
+                                        sent_to=[1 - r])) + "\n")
+    return Run.load(str(tmp_path))
+
+
+def test_an_emulated_run_is_labelled_emulated(tmp_path):
+    """A real run with --slowdown/--compute-time printed 'times: EMULATED -- ...' in its summary, but its
+    report showed the figures with no word of it (only deep in the settings table)."""
+    run = _real_run(tmp_path / "a", emulation="compute padded to 0.01 s/iter; rank 1 3x slower")
+    assert run.conditions() == "EMULATED: compute padded to 0.01 s/iter; rank 1 3x slower"
+    html = page([run])
+    glance = html[html.index("At a glance"):html.index("Training")]
+    assert "EMULATED: compute padded to 0.01 s/iter; rank 1 3x slower" in glance
+    section = html[html.index('id="run0"'):]
+    assert "EMULATED:" in section[:section.index("<img")]
+    plain = _real_run(tmp_path / "b", emulation="no emulation")
+    assert plain.conditions() is None and "EMULATED:" not in page([plain])
+
+
+def test_an_emulated_network_is_labelled(tmp_path):
+    net = {"hosts": [{"nic_mbit": 100}, {"nic_mbit": 100}], "links": [{"mbit": 10, "delay_ms": 5}]}
+    run = _real_run(tmp_path, emulation="no emulation", network=net)
+    assert run.conditions().startswith("network EMULATED: 2 hosts")
+    hostile = _real_run(tmp_path / "h", network={"hosts": [1, None, "x"], "links": 3})
+    assert "network EMULATED" in hostile.conditions()           # a label, never a traceback
+
+
+def test_a_simulated_run_shows_its_conditions_beside_the_virtual_label(tmp_path):
+    simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 5, "--compute-time", 0.1,
+             "--slowdown", "rank=1,factor=3")
+    run = Run.load(str(tmp_path))
+    assert run.conditions() == "compute 0.1 s per iteration; rank 1 3x slower"
+    assert "EMULATED:" not in page([run])
+
+
+def test_the_mechanisms_of_a_run_are_in_its_description(tmp_path):
+    """A run with --staleness 2 --backup-workers 1 --skip ... was described as 'hybrid (tokens) on ring(8)':
+    the glance table could not tell it from another hybrid run."""
+    simulate(tmp_path, "--topology", "ring", "-n", 8, "--iterations", 10, "--staleness", 2, "--backup-workers", 1,
+             "--skip", "max-jump=2,trigger=2")
+    d = Run.load(str(tmp_path)).describe()
+    assert d.startswith("hybrid (tokens) on ring(8)")
+    for part in ("--staleness 2", "--backup-workers 1", "--skip max-jump=2,trigger=2"):
+        assert part in d
+
+
+# ---- the timeline ------------------------------------------------------------------------------------------
+def test_a_trace_rebuilt_from_logs_shows_the_deaths(tmp_path):
+    """`hopdec trace RUN_DIR` of a --fault-tolerance run (real or simulated) drew no failure: it looked for the
+    live trace's 'failure' events, and the logs hold each survivor's 'heal' events instead."""
+    from hopdec.report.trace import build_trace
+    simulate(tmp_path, "--topology", "ring", "-n", 6, "--iterations", 40, "--compute-time", 0.1,
+             "--fault-tolerance", "--deaths", "2@1.0,4@2.5")
+    obj = build_trace(Run.load(str(tmp_path)))
+    deaths = [e for e in obj["traceEvents"] if e["ph"] == "i" and e.get("cat") == "failure"]
+    assert sorted(e["args"]["failed"] for e in deaths) == [[2], [4]]           # one instant per heal, not per survivor
+    assert all(e["s"] == "g" and "died" in e["name"] for e in deaths)
+
+
+def test_a_live_trace_does_not_draw_a_death_twice(tmp_path):
+    from hopdec.report.trace import build_trace
+    heal = dict(time=5.0, failed=[1], survivors=[0, 2])
+    events = {0: [dict(event="failure", **heal), dict(event="heal", **heal)], 2: [dict(event="heal", **heal)]}
+    recs = {r: [dict(iter=0, time=0.0), dict(iter=1, time=1.0)] for r in range(3)}
+    obj = build_trace(Run.from_parts(dict(mode="decentralized"), recs, events))
+    assert sum(e["ph"] == "i" and e.get("cat") == "failure" for e in obj["traceEvents"]) == 1
+
+
+def test_a_simulated_trace_says_so_in_the_timeline(tmp_path):
+    """Perfetto shows the tracks and their names, not otherData: a simulated run's timeline read as a
+    measured one."""
+    from hopdec.report.trace import build_trace
+    simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 5, "--slowdown", "rank=1,factor=3")
+    obj = build_trace(Run.load(str(tmp_path)))
+    names = [e["args"]["name"] for e in obj["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
+    assert any("SIMULATED" in n and "virtual" in n for n in names)
+    assert "rank 1 3x slower" in obj["otherData"]["conditions"]

@@ -262,6 +262,25 @@ class Run:
         s = self.header.get("simulated")
         return s if s else None
 
+    def conditions(self):
+        """What the run's times were measured under, for every figure's side: a real run's emulated compute
+        and slowdowns (``EMULATED: ...``, as its summary's ``times:`` line) and emulated network
+        (``hopdec.testbed``); a simulated run's compute model (its times are virtual anyway). None: a real run
+        with nothing emulated."""
+        from hopdec.launcher import network_label
+        emu = self.header.get("emulation")
+        emu = emu if emu and not emu.startswith("no emulation") else None
+        if self.simulated:
+            return emu
+        parts = [f"EMULATED: {emu}"] if emu else []
+        net = self.header.get("network")
+        if net:
+            try:
+                parts.append(network_label(net))
+            except (AttributeError, TypeError, ValueError):     # a hostile log's conditions: a label only
+                parts.append("network EMULATED (conditions not readable)")
+        return "; ".join(parts) or None
+
     @property
     def time_unit(self):
         return "virtual s" if self.simulated else "s"
@@ -305,6 +324,10 @@ class Run:
                 s += " " + " ".join(f"{k}={v}" for k, v in st.items())
         else:
             s = f"{h.get('setting', 'decentralized')} ({h.get('protocol')}) on {h.get('topology')}"
+            for key, opt in (("staleness", "--staleness"), ("backup_workers", "--backup-workers"),
+                             ("skip", "--skip")):                              # the mechanisms (Hop sec. 4.3-5)
+                if h.get(key) not in (None, 0, "none", False):
+                    s += f", {opt} {h[key]}"
             if h.get("compress") not in (None, "none"):                     # --compress
                 s += f", --compress {h['compress']}"
             if h.get("local_steps"):                        # --local-steps: iterations are rounds

@@ -67,9 +67,11 @@ def glance_rows(runs):
         gap_txt = "–" if biggest is None else f"{biggest}" + (f" / {run.bound:g}" if run.bound is not None else "")
         if run.bound is not None and biggest is not None and biggest > run.bound:
             gap_txt = f'<b class="bad">{gap_txt} EXCEEDED</b>'
+        cond = run.conditions()
         rows.append([
             f"<b>{html.escape(run.label)}</b>" + (f'<br><span class="sim">{html.escape(run.simulated)}</span>'
-                                                   if run.simulated else ""),
+                                                   if run.simulated else "")
+            + (f'<br><span class="{"sub" if run.simulated else "sim"}">{html.escape(cond)}</span>' if cond else ""),
             html.escape(run.describe()),
             str(len(run.records)),
             _fmt(run.iterations),
@@ -94,6 +96,12 @@ def run_section(run, idx):
     if run.simulated:
         parts.append(f'<p class="sim">{html.escape(run.simulated)}: every time on this page is virtual '
                      f'(seconds of the simulator\'s clock), not measured.</p>')
+    cond = run.conditions()
+    if cond and not run.simulated:
+        parts.append(f'<p class="sim">{html.escape(cond)}: this run\'s times were measured under these '
+                     f'emulated conditions.</p>')
+    elif cond:
+        parts.append(f'<p class="sub">Simulated conditions: {html.escape(cond)}.</p>')
     parts.append(_failures_html(run))
     if run.bad_lines:
         parts.append(f'<p class="note">{run.bad_lines} unreadable log line(s) skipped (a rank killed while '
@@ -245,7 +253,9 @@ def render(runs, title="hopdec report"):
     body.append('<p class="cap">Duration: from the first worker\'s start to the last iteration (PS: the '
                 'server\'s time). Largest gap: max over time of the slowest-to-fastest iteration spread, '
                 'against Hop Table 1\'s bound (PS: the sync model\'s). Time waiting: the share of the '
-                'workers\' time spent waiting for updates, tokens, ACKs or the server.</p>')
+                'workers\' time spent waiting for updates, tokens, ACKs, the server or the all-reduce. Under a run\'s '
+                'name: SIMULATED (virtual times) or EMULATED (slowdowns, padded compute or links that hopdec '
+                'emulated), with the conditions.</p>')
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8))
     plots.loss_curves(a, b, runs)
     fig.tight_layout()
@@ -260,7 +270,8 @@ def render(runs, title="hopdec report"):
             b.set_visible(False)
         fig.tight_layout()
         body.append(_img(fig, "accuracy and consensus distance"))
-        body.append('<p class="cap">Accuracy: the PS server\'s model (<code>--eval-interval</code>) or the '
+        body.append('<p class="cap">Accuracy: the PS server\'s model or the all-reduce workers\' (identical) '
+                    'model (<code>--eval-interval</code>), or the '
                     'average of the workers\' models (decentralized runs with <code>--consensus-every</code> and '
                     '<code>--eval-interval</code>, or the simulator with <code>--math</code>). Consensus distance '
                     '(<code>--consensus-every K</code>): how far the workers\' models are from their '

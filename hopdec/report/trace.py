@@ -38,7 +38,7 @@ def build_trace(run):
 
     for r in ranks:
         meta(r + 1, "rank 0 (server)" if run.mode == "ps" and r == 0 else f"rank {r}", r)
-    meta(whole, "whole run", -1)
+    meta(whole, f"whole run -- {run.simulated}: virtual seconds" if run.simulated else "whole run", -1)
 
     if run.mode == "ps":
         _ps_workers(run, ev, t0)
@@ -57,17 +57,38 @@ def build_trace(run):
             ev.append(dict(ph="C", name="largest iteration gap", pid=whole, tid=1, ts=round(t * 1e6, 3),
                            args=dict(gap=int(g))))
             last = g
-    for r, evs in run.events.items():
-        for e in evs:
-            if e.get("event") == "failure" and isinstance(e.get("time"), (int, float)):
-                ev.append(dict(ph="i", s="g", name=f"failure: {e.get('what', '')}"[:120], pid=r + 1, tid=1,
-                               ts=_us(e["time"], t0), args={k: v for k, v in e.items() if k != "event"}))
+    _failures(run, ev, t0)
     other = dict(tool="hopdec", run=run.label, mode=run.mode,
                  time="virtual seconds (simulated)" if run.simulated else "wall-clock seconds",
                  describe=run.describe())
     if run.simulated:
         other["simulated"] = run.simulated
+    if run.conditions():
+        other["conditions"] = run.conditions()
     return {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _failures(run, ev, t0):
+    """One global instant per failure: the live trace's ``failure`` events, else (a trace rebuilt from logs)
+    the ``heal`` events every survivor logged, each heal once."""
+    seen = set()
+    for kind in ("failure", "heal"):
+        for r, evs in sorted(run.events.items()):
+            for e in evs:
+                t = e.get("time")
+                if e.get("event") != kind or not isinstance(t, (int, float)) or isinstance(t, bool):
+                    continue
+                failed = e.get("failed") if isinstance(e.get("failed"), list) else []
+                key = (round(t, 6), tuple(x for x in failed if isinstance(x, int)))
+                if key in seen:
+                    continue
+                seen.add(key)
+                who = ", ".join(map(str, key[1])) or "?"
+                surv = e.get("survivors") if isinstance(e.get("survivors"), list) else []
+                name = f"failure: rank(s) {who} died; {len(surv)} survivors healed" if kind == "heal" or \
+                    not e.get("what") else f"failure: {e.get('what')}"
+                ev.append(dict(ph="i", s="g", name=name[:120], cat="failure", pid=r + 1, tid=1,
+                               ts=_us(t, t0), args={k: v for k, v in e.items() if k != "event"}))
 
 
 def _hop_workers(run, ev, t0):

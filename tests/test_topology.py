@@ -620,3 +620,18 @@ def test_sparse_spectral_gap_of_a_large_ring():
     expected = 1 - (1 + 2 * math.cos(2 * math.pi / n)) / 3
     assert T.spectral_gap(T.ring(n)) == pytest.approx(expected, rel=1e-4)
     assert T.normalized_laplacian_gap(T.ring(n)) == pytest.approx(1 - math.cos(2 * math.pi / n), rel=1e-4)
+
+
+@pytest.mark.parametrize("n", [5, 600])             # dense, and sparse (beyond DENSE_MAX_N)
+def test_a_graph_with_a_worker_nobody_sends_to_has_no_laplacian_gap(n):
+    """A ring plus one worker with no in-neighbour but itself (isolated, or a source) printed a normalized
+    Laplacian gap of 1.0 -- the best possible -- for a graph where that worker never hears of the others:
+    its column of the self-loop-free matrix was zero (eigenvalue 0), not the 1 of a worker keeping its value.
+    The isolated worker never mixes (gap 0); a source's value spreads to everyone (gap above 0, below 1)."""
+    G = T.ring(n - 1)
+    G.add_edge(n - 1, n - 1, weight=1.0)                             # isolated: only its self-loop
+    assert T.normalized_laplacian_gap(G) == pytest.approx(0.0, abs=1e-9)
+    G.add_edge(n - 1, 0, weight=1.0)                                  # now a source: it sends to 0
+    G = nx.DiGraph(G)
+    gap = T.normalized_laplacian_gap(G)
+    assert gap is None or 0 < gap < 1

@@ -80,6 +80,8 @@ def normalized_laplacian_gap(G_or_W):
     W.eliminate_zeros()
     col = np.asarray(W.sum(axis=0)).ravel()
     P = sp.csr_matrix(W @ sp.diags(np.divide(1.0, col, out=np.zeros(n), where=col > 0)))
+    if (col <= 0).any():            # a worker that hears from nobody keeps its own value (eigenvalue 1), it
+        P = sp.csr_matrix(P + sp.diags((col <= 0).astype(float)))   # does not vanish (a zero column)
     if n <= DENSE_MAX_N:
         re = np.sort(np.linalg.eigvals(P.toarray()).real)[::-1]
     else:

@@ -180,3 +180,27 @@ def test_a_simulated_trace_says_so_in_the_timeline(tmp_path):
     names = [e["args"]["name"] for e in obj["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
     assert any("SIMULATED" in n and "virtual" in n for n in names)
     assert "rank 1 3x slower" in obj["otherData"]["conditions"]
+
+
+def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
+    """`hopdec plot real sim -o loss.png` drew a measured and a simulated run as two alike lines (only the
+    shared axis said "simulated runs: virtual s"), and an emulated run as a measured one."""
+    from hopdec.report import plots
+    simulate(tmp_path / "sim", "--topology", "ring", "-n", 4, "--iterations", 20, "--math")
+    sim = Run.load(str(tmp_path / "sim"))
+    real = _real_run(tmp_path / "real", emulation="rank 1 3x slower")
+    for r in range(2):                                  # give the real run a loss to draw
+        recs = [json.loads(x) for x in open(tmp_path / "real" / f"rank{r}.jsonl")]
+        with open(tmp_path / "real" / f"rank{r}.jsonl", "w") as f:
+            f.writelines(json.dumps({**x, "loss": 1.0} if "iter" in x else x) + "\n" for x in recs)
+    real = Run.load(str(tmp_path / "real"))
+    plt = plots.matplotlib()
+    fig, (a, b) = plt.subplots(1, 2)
+    plots.loss_curves(a, b, [real, sim])
+    for ax in (a, b):
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["real (EMULATED)", "sim (SIMULATED)"]
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    plots.per_run(ax, real, "timeline")                  # hopdec plot --what timeline
+    assert ax.get_title().startswith("real (EMULATED): ")
+    plt.close(fig)

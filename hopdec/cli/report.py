@@ -145,11 +145,9 @@ def _plot(args):
         if not plots.consensus(ax, runs):
             raise ConfigError("no run has consensus-distance rounds (train with --consensus-every K)")
     else:
-        draw = {"gap": plots.gap, "timeline": plots.timeline, "breakdown": plots.breakdown}[args.what]
         fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
         for ax, run in zip(axes[0], runs):
-            draw(ax, run)
-            ax.set_title(f"{run.label}: {ax.get_title()}")
+            plots.per_run(ax, run, args.what)
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()

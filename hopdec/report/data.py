@@ -282,6 +282,11 @@ class Run:
         return "; ".join(parts) or None
 
     @property
+    def kind(self):
+        """``SIMULATED``, ``EMULATED`` (a real run under emulated conditions) or "" (measured as it ran)."""
+        return "SIMULATED" if self.simulated else "EMULATED" if self.conditions() else ""
+
+    @property
     def time_unit(self):
         return "virtual s" if self.simulated else "s"
 

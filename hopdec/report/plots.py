@@ -35,6 +35,17 @@ def run_colors(runs):
     return [cmap(i % 10) for i in range(len(runs))]
 
 
+def named(run):
+    """A run's name in a legend or title, with ``(SIMULATED)`` or ``(EMULATED)`` when it was."""
+    return f"{run.label} ({run.kind})" if run.kind else run.label
+
+
+def per_run(ax, run, what):
+    """``hopdec plot --what gap|timeline|breakdown``: one run's panel, titled with its name."""
+    {"gap": gap, "timeline": timeline, "breakdown": breakdown}[what](ax, run)
+    ax.set_title(f"{named(run)}: {ax.get_title()}")
+
+
 def time_label(runs):
     sim = {bool(r.simulated) for r in runs}
     if sim == {True}:
@@ -49,10 +60,10 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10):
         n = max(len(run.records), 1)
         t, y = run.loss_vs_time()
         if len(t):
-            ax_t.plot(t, smooth(y, smooth_k * n), color=color, label=run.label)
+            ax_t.plot(t, smooth(y, smooth_k * n), color=color, label=named(run))
         k, yk = run.loss_vs_iter()
         if len(k):
-            ax_k.plot(k, smooth(yk, smooth_k), color=color, label=run.label)
+            ax_k.plot(k, smooth(yk, smooth_k), color=color, label=named(run))
     ax_t.set_xlabel(time_label(runs))
     ax_k.set_xlabel("iteration (PS: mini-batches of each worker)")
     for ax in (ax_t, ax_k):
@@ -74,7 +85,7 @@ def accuracy_curves(ax, runs):
             continue
         t0 = run.t0
         ax.plot([e["time"] - t0 for e in ev], [e["test_acc"] for e in ev], "o-", ms=3, color=color,
-                label=run.label)
+                label=named(run))
         drawn = True
     ax.set_xlabel(time_label(runs))
     ax.set_ylabel("test accuracy")
@@ -166,9 +177,9 @@ def consensus(ax, runs, single=False):
             continue
         at = [e["at"] for e in ev]
         ax.plot(at, [e["dist_mean"] for e in ev], "o-", ms=3, color=color,
-                label="mean over workers" if single else f"{run.label}: mean")
+                label="mean over workers" if single else f"{named(run)}: mean")
         ax.plot(at, [e["dist_max"] for e in ev], "^--", ms=3, color=color, alpha=0.6,
-                label="max (farthest worker)" if single else f"{run.label}: max")
+                label="max (farthest worker)" if single else f"{named(run)}: max")
         drawn = True
     ax.set_xlabel("iteration")
     ax.set_ylabel("||x_i - mean x||")

@@ -204,3 +204,40 @@ def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
     plots.per_run(ax, real, "timeline")                  # hopdec plot --what timeline
     assert ax.get_title().startswith("real (EMULATED): ")
     plt.close(fig)
+
+
+# ---- deaths in a real run ----------------------------------------------------------------------------------
+def _real_death(tmp_path, t0=1.795e9):
+    """A real --fault-tolerance run of 3 workers (bound 2): worker 2 is killed in iteration 40, before it
+    could log that iteration (a record is written when its iteration ends); the survivors had its iteration-40
+    parameters and went on to 42 before the heal at t0 + 42.5."""
+    header = dict(mode="decentralized", topology="ring(3)", protocol="tokens", setting="standard",
+                  iterations=50, gap_bound=2, message_bytes=8, fault_tolerance=True)
+    heal = dict(event="heal", time=t0 + 42.5, failed=[2], survivors=[0, 1], iteration=42, stall_s=0.03)
+    for r in range(3):
+        last = 39 if r == 2 else 49
+        with open(tmp_path / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"rank": r, "run": header}) + "\n")
+            for k in range(last + 1):
+                f.write(json.dumps(dict(rank=r, iter=k, time=t0 + k, compute_s=0.9, wait_s=0.0)) + "\n")
+            if r != 2:
+                f.write(json.dumps(heal) + "\n")
+    return Run.load(str(tmp_path))
+
+
+def test_a_dead_worker_counts_in_the_gap_only_while_its_log_says_where_it_was(tmp_path):
+    """The report of a real run with a killed rank said "largest gap 3 / 2 EXCEEDED" in red while the run's
+    summary said 2: the dead rank's log ends one iteration before it died (the record of the iteration it
+    died in is never written), so between its last record and the heal it counted as one iteration behind
+    where it was."""
+    run = _real_death(tmp_path)
+    _, gaps = run.gap_over_time()
+    assert gaps.max() <= 2 and run.gap_matrix().max() <= 2
+    assert "EXCEEDED" not in page([run])
+
+
+def test_a_heal_is_shown_at_its_time_into_the_run(tmp_path):
+    """The failures list said "healed the graph at 1.795e+09 s": a real run's heal time is seconds since the
+    epoch, shown as such."""
+    html = page([_real_death(tmp_path)])
+    assert "healed the graph at 42.5 s" in html and "e+09" not in html

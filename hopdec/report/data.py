@@ -371,8 +371,11 @@ class Run:
                 for w, recs in self.records.items()}
 
     def removed_at(self):
-        """{rank: time of the heal that declared it dead} (``--fault-tolerance`` runs, real or simulated):
-        the gap counts a dead worker only until then."""
+        """{rank: when it stops counting in the gap} for the workers a heal declared dead (``--fault-tolerance``
+        runs, real or simulated): the heal, or the end of its last logged iteration if that came first. A
+        record is written when its iteration ends, so a killed worker's log stops one iteration before it
+        died: after its last record nobody knows where it was (it counted one behind, and the survivors'
+        gap against it read past the bound)."""
         out = {}
         for h in self.events_of("heal"):
             t = h.get("time")
@@ -381,6 +384,11 @@ class Run:
             for w in h.get("failed") or ():
                 if isinstance(w, int) and w in self.records:
                     out[w] = min(out.get(w, t), t)
+        for w in out:
+            last = self.records[w][-1]
+            end = last["time"] + sum((last.get(f"{k}_s") or 0.0) for k in
+                                     ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
+            out[w] = min(out[w], end)
         return out
 
     def gap_over_time(self):

@@ -138,6 +138,11 @@ def run_section(run, idx):
     return "\n".join(parts)
 
 
+def _since(t, run):
+    """A logged time as seconds into the run (a real run logs seconds since the epoch)."""
+    return _fmt(t - run.t0 if isinstance(t, (int, float)) and not isinstance(t, bool) else None)
+
+
 def _failures_html(run):
     """The heals of a ``--fault-tolerance`` run (a survivor's ``heal`` events; simulated deaths say so)."""
     heals = next((h for h in (run.events_of("heal", r) for r in sorted(run.events)) if h), [])
@@ -145,7 +150,7 @@ def _failures_html(run):
         return ""
     what = "Simulated deaths" if run.simulated else "Failures"
     items = "".join(f"<li>rank(s) {html.escape(', '.join(map(str, h.get('failed', []))))} died; "
-                    f"{len(h.get('survivors', []))} survivors healed the graph at {_fmt(h.get('time'))} "
+                    f"{len(h.get('survivors', []))} survivors healed the graph at {_since(h.get('time'), run)} "
                     f"{run.time_unit}, a stall of {_fmt(h.get('stall_s'))} {run.time_unit}</li>"
                     for h in heals[:20])
     more = f"<li>… {len(heals) - 20} more</li>" if len(heals) > 20 else ""

@@ -241,3 +241,15 @@ def test_a_heal_is_shown_at_its_time_into_the_run(tmp_path):
     epoch, shown as such."""
     html = page([_real_death(tmp_path)])
     assert "healed the graph at 42.5 s" in html and "e+09" not in html
+
+
+# ---- live progress -----------------------------------------------------------------------------------------
+def test_progress_of_workers_in_step_names_no_straggler():
+    """An all-reduce run (every worker in the same iteration) printed "iter 61..61 of 150 (slowest rank 0,
+    fastest rank 0)": rank 0 named as the straggler of a run with none."""
+    from hopdec.observe.progress import ProgressBoard
+    b = ProgressBoard([0, 1, 2], iterations=150, dt=1.0, bound=1)
+    for w in range(3):
+        b.add(w, 1, 1, 61, 62, 0.5)
+    (line,) = b.lines(1)
+    assert "iter 61 of 150 (every worker)" in line and "slowest" not in line and "gap 0 (bound 1)" in line

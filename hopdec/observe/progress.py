@@ -143,7 +143,8 @@ class ProgressBoard:
         of = "" if self.n is None else f" of {self.n}"          # None: a loop whose length nobody knows
         parts = [f"progress  {g * self.dt:.1f} {self.unit}",
                  f"{self.what} {its[slow]}..{its[fast]}{of} (slowest rank {slow}, fastest rank {fast})"
-                 if len(its) > 1 else f"{self.what} {its[slow]}{of}",
+                 if len(its) > 1 and gap else f"{self.what} {its[slow]}{of}" + (" (every worker)" if len(its) > 1
+                                                                                 else ""),
                  f"{rate:.3g} it/s" if not math.isnan(rate) else "",
                  f"loss {np.mean(losses):.4g}" if losses else "",
                  (f"gap {gap}" + (f" (bound {self.bound:g})" if self.bound is not None

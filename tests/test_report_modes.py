@@ -253,3 +253,17 @@ def test_progress_of_workers_in_step_names_no_straggler():
         b.add(w, 1, 1, 61, 62, 0.5)
     (line,) = b.lines(1)
     assert "iter 61 of 150 (every worker)" in line and "slowest" not in line and "gap 0 (bound 1)" in line
+
+
+def test_a_local_steps_runs_figures_count_rounds(tmp_path):
+    """With --local-steps 4 the timeline's axis said "iteration" for what are rounds of 4 inner steps (the
+    summary says "the iterations above are rounds")."""
+    from hopdec.report import plots
+    simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 20, "--local-steps", 4)
+    run = Run.load(str(tmp_path))
+    plt = plots.matplotlib()
+    fig, (a, b) = plt.subplots(1, 2)
+    plots.timeline(a, run)
+    plots.gap(b, run)
+    assert a.get_ylabel() == "round (4 local steps each)" and "rounds" in b.get_ylabel()
+    plt.close(fig)

@@ -303,6 +303,12 @@ class Run:
         return self.header.get("iterations")
 
     @property
+    def local_steps(self):
+        """H of a ``--local-steps H`` run (its iterations are rounds of H inner steps), else None."""
+        h = self.header.get("local_steps")
+        return h if _int(h) and h > 1 else None
+
+    @property
     def bound(self):
         b = self.header.get("gap_bound")
         return None if b is None or (isinstance(b, float) and not math.isfinite(b)) else b

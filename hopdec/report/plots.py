@@ -106,7 +106,7 @@ def timeline(ax, run):
         ax.step(t, k, where="post", lw=1, color=cmap(i / max(len(ws) - 1, 1)),
                 label=f"rank {w}" if len(ws) <= 10 else None)
     ax.set_xlabel(run.time_label)
-    ax.set_ylabel("iteration")
+    ax.set_ylabel(f"round ({run.local_steps} local steps each)" if run.local_steps else "iteration")
     ax.set_title("each worker's iteration over time")
     if len(ws) <= 10:
         ax.legend(fontsize=6, ncol=2)
@@ -142,7 +142,7 @@ def gap(ax, run):
     if run.bound is not None:
         ax.axhline(run.bound, color="#c44e52", ls="--", lw=1.2, label=f"bound {run.bound:g}")
     ax.set_xlabel(run.time_label)
-    ax.set_ylabel("max Iter(i) - Iter(j)")
+    ax.set_ylabel("max Iter(i) - Iter(j)" + (" (rounds)" if run.local_steps else ""))
     ax.set_title("iteration gap against the bound")
     top = max([run.bound or 0] + list(g)) if len(g) else (run.bound or 1)
     ax.set_ylim(-0.2, top + 1)

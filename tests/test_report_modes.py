@@ -267,3 +267,16 @@ def test_a_local_steps_runs_figures_count_rounds(tmp_path):
     plots.gap(b, run)
     assert a.get_ylabel() == "round (4 local steps each)" and "rounds" in b.get_ylabel()
     plt.close(fig)
+
+
+@pytest.mark.parametrize("slow", [None, "rank=1,factor=2"])
+def test_a_simulated_all_reduces_summary_gap_is_its_logs(tmp_path, slow):
+    """`hopdec sim --mode allreduce` without a straggler printed "largest iteration gap observed: 1" while its
+    logs (and its report) said 0: the simulator counted the first worker's start against the others' -1,
+    and each worker's step past the instant where all of them took it."""
+    from hopdec.report.gaps import largest_gap
+    res, text = simulate(tmp_path, "--mode", "allreduce", "-n", 4, "--iterations", 10, "--compute-time", 0.05,
+                         *(("--slowdown", slow) if slow else ()))
+    run = Run.load(str(tmp_path))
+    logged = largest_gap([[(r["time"], r["iter"]) for r in run.records[w]] for w in run.workers])
+    assert res["max_gap"] == logged and f"largest iteration gap observed: {logged} " in text

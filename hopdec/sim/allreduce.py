@@ -106,11 +106,18 @@ class AllReduceSim:
         self._sent = [0] * n               # ring steps sent by each worker in this reduction
         self._pos = [-1] * n
         self.max_gap = 0
+        self._gap_pending = False
         self.bytes = 0.0
 
     @property
     def now(self):
         return self.q.now
+
+    def _gap_now(self):
+        self._gap_pending = False
+        low = min(self._pos)
+        if low >= 0:
+            self.max_gap = max(self.max_gap, max(self._pos) - low)
 
     def run(self):
         for r in range(self.n):
@@ -131,7 +138,9 @@ class AllReduceSim:
                 return
             if t.__name__ == "Enter":
                 self._pos[r] = a.iteration
-                self.max_gap = max(self.max_gap, max(self._pos) - min(self._pos))
+                if not self._gap_pending:       # as the logs' replay: once all started, at the instant's end
+                    self._gap_pending = True
+                    self.q.at_instant_end(self._gap_now)
         self.done[r] = True
         self.finished += 1
 

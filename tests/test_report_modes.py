@@ -280,3 +280,14 @@ def test_a_simulated_all_reduces_summary_gap_is_its_logs(tmp_path, slow):
     run = Run.load(str(tmp_path))
     logged = largest_gap([[(r["time"], r["iter"]) for r in run.records[w]] for w in run.workers])
     assert res["max_gap"] == logged and f"largest iteration gap observed: {logged} " in text
+
+
+def test_a_run_stopped_early_says_how_far_it_got(tmp_path):
+    """A run stopped by Ctrl-C at iteration 635 of 3000 was listed as "3000 iterations, 28.9 s" next to
+    runs that finished: the glance table showed the planned iterations, not the ones run."""
+    from hopdec.report.html import glance_rows
+    run = _real_run(tmp_path / "a")                      # 3 iterations planned, 3 run
+    assert glance_rows([run])[0][3] == "3"
+    header = json.loads(open(tmp_path / "a" / "rank0.jsonl").readline())["run"]
+    run = Run.from_parts({**header, "iterations": 3000}, run.records, run.events, label="stopped")
+    assert glance_rows([run])[0][3] == "3 of 3000 (stopped early)"

@@ -302,6 +302,11 @@ class Run:
     def iterations(self):
         return self.header.get("iterations")
 
+    def iterations_run(self):
+        """How many iterations the furthest worker entered (its last record's + 1); None without records."""
+        last = [recs[-1]["iter"] for recs in self.records.values() if recs]
+        return max(last) + 1 if last else None
+
     @property
     def local_steps(self):
         """H of a ``--local-steps H`` run (its iterations are rounds of H inner steps), else None."""

@@ -74,7 +74,7 @@ def glance_rows(runs):
             + (f'<br><span class="{"sub" if run.simulated else "sim"}">{html.escape(cond)}</span>' if cond else ""),
             html.escape(run.describe()),
             str(len(run.records)),
-            _fmt(run.iterations),
+            _iterations(run),
             (_fmt(f["duration"]) + f" {unit}") if f["duration"] is not None else "–",
             _fmt(f["rate"]),
             _fmt(f["train_loss"]),
@@ -84,6 +84,15 @@ def glance_rows(runs):
             _fmt(cons[-1]["dist_mean"]) if cons else "–",
         ])
     return rows
+
+
+def _iterations(run):
+    """The iterations a run was asked for, and how far it got when it stopped before (Ctrl-C, a failure);
+    PS runs count mini-batches against a shared budget, so theirs is the planned figure."""
+    planned, ran = run.iterations, run.iterations_run()
+    if run.mode != "ps" and planned is not None and ran is not None and ran < planned:
+        return f"{ran} of {_fmt(planned)} (stopped early)"
+    return _fmt(planned)
 
 
 GLANCE = ["run", "what", "workers", "iterations", "duration", "iter/s per worker", "final train loss",

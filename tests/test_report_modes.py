@@ -291,3 +291,17 @@ def test_a_run_stopped_early_says_how_far_it_got(tmp_path):
     header = json.loads(open(tmp_path / "a" / "rank0.jsonl").readline())["run"]
     run = Run.from_parts({**header, "iterations": 3000}, run.records, run.events, label="stopped")
     assert glance_rows([run])[0][3] == "3 of 3000 (stopped early)"
+
+
+def test_a_dead_ps_worker_leaves_the_gap_and_is_listed(tmp_path):
+    """A PS run with a simulated death read "largest gap 32 / 3 EXCEEDED": the report knew deaths only from
+    the decentralized runs' heal events, so the dead worker counted to the end; the page listed the death
+    only as a server decision "failure: 1 decisions"."""
+    simulate(tmp_path, "--mode", "ps", "--sync", "ssp", "-n", 4, "--iterations", 40, "--compute-time", 0.1,
+             "--fault-tolerance", "--deaths", "2@1.0")
+    run = Run.load(str(tmp_path))
+    assert list(run.removed_at()) == [2] and run.removed_at()[2] <= 1.0
+    _, gaps = run.gap_over_time()
+    assert gaps.max() <= 3
+    html = page([run])
+    assert "EXCEEDED" not in html and "worker 2 died after 9 mini-batches" in html

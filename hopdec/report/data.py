@@ -388,18 +388,27 @@ class Run:
         died: after its last record nobody knows where it was (it counted one behind, and the survivors'
         gap against it read past the bound)."""
         out = {}
-        for h in self.events_of("heal"):
-            t = h.get("time")
-            if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
-                continue
-            for w in h.get("failed") or ():
-                if isinstance(w, int) and w in self.records:
+        for t, ws in self._deaths():
+            for w in ws:
+                if w in self.records:
                     out[w] = min(out.get(w, t), t)
         for w in out:
             last = self.records[w][-1]
             end = last["time"] + sum((last.get(f"{k}_s") or 0.0) for k in
                                      ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
             out[w] = min(out[w], end)
+        return out
+
+    def _deaths(self):
+        """``[(time, [workers])]`` of the deaths the run logged: the survivors' ``heal`` events
+        (decentralized), the server's ``failure`` notes (PS)."""
+        out = []
+        for e in self.events_of("heal") + [n for n in self.events_of("note", 0) if n.get("what") == "failure"]:
+            t = e.get("time")
+            if not _num(t):
+                continue
+            ws = e.get("failed") if e.get("event") == "heal" else [e.get("worker")]
+            out.append((t, [w for w in (ws if isinstance(ws, list) else []) if _int(w)]))
         return out
 
     def gap_over_time(self):

@@ -155,6 +155,8 @@ def _since(t, run):
 def _failures_html(run):
     """The heals of a ``--fault-tolerance`` run (a survivor's ``heal`` events; simulated deaths say so)."""
     heals = next((h for h in (run.events_of("heal", r) for r in sorted(run.events)) if h), [])
+    if run.mode == "ps":
+        return _ps_failures_html(run)
     if not heals:
         return ""
     what = "Simulated deaths" if run.simulated else "Failures"
@@ -165,6 +167,21 @@ def _failures_html(run):
     more = f"<li>… {len(heals) - 20} more</li>" if len(heals) > 20 else ""
     return f'<p class="note">{what} ({len(heals)} heal(s), healed by the survivors as --fault-tolerance ' \
            f'does; a dead rank\'s records stop at its death):</p><ul>{items}{more}</ul>'
+
+
+def _ps_failures_html(run):
+    """The workers a PS server declared dead (its ``failure`` notes) and how the budget changed."""
+    notes = [n for n in run.events_of("note", 0) if n.get("what") == "failure"]
+    if not notes:
+        return ""
+    what = "Simulated deaths" if run.simulated else "Failures"
+    items = "".join(f"<li>worker {_fmt(n.get('worker'))} died after {_fmt(n.get('work'))} mini-batches, declared "
+                    f"dead at {_since(n.get('time'), run)} {run.time_unit} (server at version "
+                    f"{_fmt(n.get('version'))}); the others went on, the work budget became "
+                    f"{_fmt(n.get('budget'))}</li>" for n in notes[:20])
+    more = f"<li>… {len(notes) - 20} more</li>" if len(notes) > 20 else ""
+    return f'<p class="note">{what} ({len(notes)}; a dead worker\'s records stop at its death and it leaves ' \
+           f'the gap there):</p><ul>{items}{more}</ul>'
 
 
 COUNTER_COLS = {

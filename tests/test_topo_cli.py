@@ -317,3 +317,22 @@ def test_plot_refuses_large_graphs(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="--plot: draws graphs of up to 10 nodes, .*e16.json has 16"):
         main(["analyze", str(path), "--plot", str(tmp_path / "x.png")])
     assert not (tmp_path / "x.png").exists()
+
+
+def test_analyze_warns_when_averaging_never_converges(tmp_path):
+    """A directed ring whose workers give themselves weight 0 is strongly connected and doubly stochastic,
+    and was analysed without a word: W is a permutation (spectral gap 0), the models only travel round the
+    ring and never approach their average."""
+    import networkx as nx
+    g = nx.DiGraph()
+    for i in range(4):
+        g.add_edge(i, i, weight=0.0)
+        g.add_edge(i, (i + 1) % 4, weight=1.0)
+    path = tmp_path / "periodic.json"
+    path.write_text(json.dumps(nx.node_link_data(g, edges="edges")))
+    r = topo("analyze", path)
+    assert r.returncode == 0 and "spectral gap 0" in r.stderr and "never" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    ring = tmp_path / "ring.json"
+    ring.write_text(json.dumps(nx.node_link_data(T.ring(4), edges="edges")))
+    assert topo("analyze", ring).stderr == ""

@@ -159,6 +159,10 @@ def _warnings(s):
         lines.append(f"hopdec topo: warning: {s['file']}: not strongly connected "
                      f"({len(s['components'])} components over edges of positive weight): "
                      f"hopdec train refuses it")
+    elif s.get("spectral_gap") is not None and s["spectral_gap"] < 1e-9 and s["nodes"] > 1:
+        lines.append(f"hopdec topo: warning: {s['file']}: spectral gap 0: W is periodic (a worker with no "
+                     f"self-weight passes models round a cycle), so the workers' models never approach their "
+                     f"average; give every worker a positive self-loop weight")
     elif not s["doubly_stochastic"]:
         lines.append(f"hopdec topo: warning: {s['file']}: W is column- but not doubly-stochastic: "
                      f"workers agree on a weighted average, not the plain mean (Hop and D-PSGD want "

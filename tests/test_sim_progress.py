@@ -34,7 +34,7 @@ def test_lines_come_every_interval_with_the_slowest_pace_and_virtual_time():
     assert p() is None                                   # the next one is 2 s later
     its.update({0: 20, 1: 20, 2: 20})
     clock.t += 1.0
-    assert p().endswith("iter 20 of 50 (all 3 running workers)  5 it/s  ETA 6 s")
+    assert p().endswith("iter 20 of 50 (every worker)  5 it/s  ETA 6 s")
     assert out.getvalue().count("\n") == 2
 
 

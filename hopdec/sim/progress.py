@@ -47,7 +47,7 @@ class WallProgress:
         if its[fast] > low:
             where = f"iter {low}..{its[fast]} of {self.total} (slowest rank {slow}, fastest rank {fast})"
         else:
-            where = f"iter {low} of {self.total}" + (f" (all {len(its)} running workers)" if len(its) > 1 else "")
+            where = f"iter {low} of {self.total}" + (" (every worker)" if len(its) > 1 else "")
         parts = [f"progress  {t - self.t0:.0f} s  at {self.now():.6g} virtual s", where]
         if rate is not None:                # since the start: the slowest worker's pace
             parts.append(f"{rate:.3g} it/s")

@@ -32,7 +32,7 @@ for argv in json.loads(sys.argv[1]):
     if rc:
         sys.exit(rc)
 """
-PROGRESS = re.compile(r"^progress\s+([\d.]+) s\s+(?:iter|mini-batch) (\d+)\.\.(\d+) of (\d+) .*?gap (\d+)"
+PROGRESS = re.compile(r"^progress\s+([\d.]+) s\s+(?:iter|mini-batch) (\d+)(?:\.\.(\d+))? of (\d+) .*?gap (\d+)"
                       r"(?: \(bound (\d+)\))?")
 
 
@@ -125,7 +125,7 @@ def _check_progress(seg, log_dir, what):
     assert first < last_iter_time - 1.0, (what, first, last_iter_time)
     assert last - first >= 1.0, (what, first, last)
     lows = [int(m.group(2)) for _, m in prog]
-    highs = [int(m.group(3)) for _, m in prog]
+    highs = [int(m.group(3) or m.group(2)) for _, m in prog]     # "iter 61 of 150 (every worker)": no range
     assert lows == sorted(lows) and highs == sorted(highs) and all(lo <= hi for lo, hi in zip(lows, highs))
     for _, m in prog:                             # the gap printed is a gap at one instant: within the bound
         if m.group(6) is not None:

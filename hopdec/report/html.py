@@ -284,9 +284,10 @@ def render(runs, title="hopdec report"):
     body.append('<p class="cap">Duration: from the first worker\'s start to the last iteration (PS: the '
                 'server\'s time). Largest gap: max over time of the slowest-to-fastest iteration spread, '
                 'against Hop Table 1\'s bound (PS: the sync model\'s). Time waiting: the share of the '
-                'workers\' time spent waiting for updates, tokens, ACKs, the server or the all-reduce. Under a run\'s '
-                'name: SIMULATED (virtual times) or EMULATED (slowdowns, padded compute or links that hopdec '
-                'emulated), with the conditions.</p>')
+                'workers\' time spent waiting for updates, tokens, ACKs, the server or the all-reduce.'
+                + (' Under a run\'s name: what its times were taken under (simulated, or emulated slowdowns, '
+                   'padded compute or links).' if any(r.conditions() or r.simulated for r in runs) else "")
+                + '</p>')
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8))
     plots.loss_curves(a, b, runs)
     fig.tight_layout()

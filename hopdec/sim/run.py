@@ -428,9 +428,9 @@ def _run_ps(S):
     sim = PSSim(policy, S.compute.step, budget=ps.budget, network=S.link, message_bytes=S.message_bytes,
                 backend_factory=factory, server_model=server_model, numel=S.numel, on_record=logs.log,
                 on_event=events, check=check)
-    if S.deaths is not None:                    # worker deaths: the server core drops each one
+    if S.deaths is not None:                    # worker deaths: found --failure-detection later, then dropped
         from hopdec.sim.churn import kill_ps_workers
-        kill_ps_workers(sim, S.deaths)
+        kill_ps_workers(sim, S.deaths, S.settings.faults.detect_s, cost.fidelity)
     evals = []
 
     def evaluate():
@@ -465,13 +465,17 @@ def _run_ps(S):
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
-    gap = largest_gap([s.entries for s in logs.stats.values()])
+    found = {d["worker"]: d["time"] for d in sim.notes("failure")}     # a dead worker counts until then
+    gap = largest_gap([s.entries + _unlogged(s.entries, sim.entered(w) if w in sim.dead else None) for w, s in logs.stats.items()],
+                      [found.get(w) for w in logs.stats])
     rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {ps.title()}", rows, gap, S.times_line(), avg_loss=avg_loss,
                         avg_acc=avg_acc, bound=bound, model_label=ps.model_label, bound_label=ps.bound_label)
     if note:
         text += "\n" + note
     if S.deaths is not None:
+        from hopdec.sim.churn import ps_summary_lines
+        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity))
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")
@@ -482,6 +486,12 @@ def _run_ps(S):
     return dict(text=text, sim=sim, max_gap=gap, bound=bound, avg_loss=avg_loss, avg_acc=avg_acc,
                 evals=evals, wall_s=wall, events=sim.q.events, virtual_s=elapsed, rows=_rows(logs.stats),
                 stats=logs.stats, policy=policy, title=ps.title())
+
+
+def _unlogged(entries, entered):
+    """A dead PS worker's last mini-batch (``(time, iteration)`` the server released it into; a record is
+    logged only when its mini-batch ends): it counts in the gap as the survivors' iterations do."""
+    return [entered] if entered is not None and (not entries or entries[-1][1] < entered[1]) else []
 
 
 def _run_allreduce(S):

@@ -365,3 +365,20 @@ def test_the_reports_gap_counts_a_dead_worker_only_until_its_heal(tmp_path):
     _, gaps = run.gap_over_time()
     assert 0 < gaps.max() <= 4                                 # the healed graph's bound, not 50
     assert run.gap_matrix().max() <= 4
+
+
+def test_the_report_drops_a_dead_ps_worker_when_the_server_did(tmp_path):
+    """``hopdec report`` on a PS run with a death drew the survivors' gap growing against the dead worker
+    (15 > BSP's bound 0, marked EXCEEDED) and listed no failure: the server's ``failure`` note removes it
+    from the gap, its released mini-batch counts until then, and the page lists the death."""
+    from hopdec.report.data import Run
+    from hopdec.report.html import _failures_html
+    logs = tmp_path / "logs"
+    _ps("bsp", 0.75, str(logs))
+    run = Run.load(str(logs))
+    assert run.removed_at() == {2: 3.25}
+    t, gaps = run.gap_over_time()
+    assert list(t[2:4]) == [2.0, 3.25] and gaps.max() == 0 and run.gap_matrix().max() == 0
+    page = _failures_html(run)
+    assert "Simulated deaths (1 worker(s)" in page and "worker 2 died at 2.5 virtual s" in page
+    assert "the server dropped it at 3.25 virtual s, after its 2 mini-batches" in page

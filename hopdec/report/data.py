@@ -343,10 +343,13 @@ class Run:
                 for w, recs in self.records.items()}
 
     def removed_at(self):
-        """{rank: time of the heal that declared it dead} (``--fault-tolerance`` runs, real or simulated):
-        the gap counts a dead worker only until then."""
+        """{rank: time of the heal that declared it dead, or of the parameter server's ``failure`` note that
+        dropped it} (``--fault-tolerance`` runs, real or simulated): the gap counts a dead worker only until
+        then."""
         out = {}
-        for h in self.events_of("heal"):
+        dropped = [dict(time=e.get("time"), failed=[e.get("worker")])
+                   for e in self.events_of("note", 0) if e.get("what") == "failure"] if self.mode == "ps" else []
+        for h in self.events_of("heal") + dropped:
             t = h.get("time")
             if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
                 continue
@@ -355,13 +358,26 @@ class Run:
                     out[w] = min(out.get(w, t), t)
         return out
 
+    def _entries(self, removed):
+        """Each worker's ``[(time, iteration entered)]``; a PS worker that died also in the mini-batch the
+        server last released it into (its record is logged only when the mini-batch ends, so it never is)."""
+        out = [[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers]
+        if self.mode != "ps" or not removed:
+            return out
+        for w, ev in zip(self.workers, out):
+            released = [e.get("time") for e in self.events_of("release", 0)
+                        if w in (e.get("workers") or ()) and isinstance(e.get("time"), (int, float))]
+            t, k = ev[-1] if ev else (-math.inf, -1)
+            if w in removed and released and max(released) > t:
+                ev.append((max(released), k + 1))
+        return out
+
     def gap_over_time(self):
         """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started
         (:func:`hopdec.report.gaps.gap_sweep`); a worker declared dead counts until its heal."""
         from hopdec.report.gaps import gap_sweep
         removed = self.removed_at()
-        entries = [[(r["time"], r["iter"]) for r in recs] for recs in self.records.values()]
-        sweep = list(gap_sweep(entries, [removed.get(w) for w in self.records]))
+        sweep = list(gap_sweep(self._entries(removed), [removed.get(w) for w in self.workers]))
         return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
 
     def gap_matrix(self, limit=64):
@@ -370,8 +386,7 @@ class Run:
             return None
         from hopdec.report.gaps import max_iteration_gap
         removed = self.removed_at()
-        return max_iteration_gap([[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers],
-                                 [removed.get(w) for w in self.workers])
+        return max_iteration_gap(self._entries(removed), [removed.get(w) for w in self.workers])
 
     def consensus(self):
         """Rank 0's consensus-distance rounds, in iteration order."""

@@ -133,9 +133,22 @@ def run_section(run, idx):
 def _failures_html(run):
     """The heals of a ``--fault-tolerance`` run (a survivor's ``heal`` events; simulated deaths say so)."""
     heals = next((h for h in (run.events_of("heal", r) for r in sorted(run.events)) if h), [])
+    what = "Simulated deaths" if run.simulated else "Failures"
+    dropped = [e for e in run.events_of("note", 0) if e.get("what") == "failure"] if run.mode == "ps" else []
+    if dropped:                         # the parameter server: no heal, the server drops the worker
+        def at(t):
+            return _fmt(t - run.t0 if isinstance(t, (int, float)) and not isinstance(t, bool) else None)
+        items = "".join(f"<li>worker {html.escape(str(e.get('worker')))} "
+                        + (f"died at {at(e.get('died_at'))} {run.time_unit}; " if "died_at" in e else "")
+                        + f"the server dropped it at {at(e.get('time'))} {run.time_unit}, after its "
+                        f"{_fmt(e.get('work'))} mini-batches</li>" for e in dropped[:20])
+        more = f"<li>… {len(dropped) - 20} more</li>" if len(dropped) > 20 else ""
+        return f'<p class="note">{what} ({len(dropped)} worker(s), times from the start; the server drops a ' \
+               f'dead worker once it finds it and the others go on, as --fault-tolerance does; no recovery ' \
+               f'stall):</p>' \
+               f'<ul>{items}{more}</ul>'
     if not heals:
         return ""
-    what = "Simulated deaths" if run.simulated else "Failures"
     items = "".join(f"<li>rank(s) {html.escape(', '.join(map(str, h.get('failed', []))))} died; "
                     f"{len(h.get('survivors', []))} survivors healed the graph at {_fmt(h.get('time'))} "
                     f"{run.time_unit}, a stall of {_fmt(h.get('stall_s'))} {run.time_unit}</li>"

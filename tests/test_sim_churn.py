@@ -382,3 +382,18 @@ def test_the_report_drops_a_dead_ps_worker_when_the_server_did(tmp_path):
     page = _failures_html(run)
     assert "Simulated deaths (1 worker(s)" in page and "worker 2 died at 2.5 virtual s" in page
     assert "the server dropped it at 3.25 virtual s, after its 2 mini-batches" in page
+
+
+def test_a_bsp_death_with_weights_on_the_way_keeps_the_gap_at_the_bound(tmp_path):
+    """16 workers through the server's NIC: worker 3 dies after pushing mini-batch 19, with the weights of 20
+    still on the way to it, so its log closes neither; both count until the server drops it (the summary and
+    the report said 1 > BSP's bound 0 with only the last one counted)."""
+    from hopdec.report.data import Run
+    logs = tmp_path / "logs"
+    res, out = sim(["--mode", "ps", "--sync", "bsp", "-n", 16, "--iterations", 30, "--compute-time", 0.1,
+                    "--message-mb", 1, "--fault-tolerance", "--deaths", "3@2.55", "--log-dir", str(logs)])
+    assert [(t, i) for t, i in res["sim"].entered(3)] == [(pytest.approx(2.4119, abs=1e-4), 19),
+                                                       (pytest.approx(2.5389, abs=1e-4), 20)]
+    assert res["stats"][3].entries[-1][1] == 18 and res["max_gap"] == 0
+    run = Run.load(str(logs))
+    assert run.gap_over_time()[1].max() == 0 and run.gap_matrix().max() == 0

@@ -359,17 +359,19 @@ class Run:
         return out
 
     def _entries(self, removed):
-        """Each worker's ``[(time, iteration entered)]``; a PS worker that died also in the mini-batch the
-        server last released it into (its record is logged only when the mini-batch ends, so it never is)."""
+        """Each worker's ``[(time, iteration entered)]``; a PS worker that died also in the mini-batches the
+        server released it into after its last record (a record is logged at the next weights, so the one it
+        died in, and one whose weights were on the way, never are)."""
         out = [[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers]
         if self.mode != "ps" or not removed:
             return out
         for w, ev in zip(self.workers, out):
-            released = [e.get("time") for e in self.events_of("release", 0)
-                        if w in (e.get("workers") or ()) and isinstance(e.get("time"), (int, float))]
             t, k = ev[-1] if ev else (-math.inf, -1)
-            if w in removed and released and max(released) > t:
-                ev.append((max(released), k + 1))
+            if w in removed:
+                released = sorted(e["time"] for e in self.events_of("release", 0)
+                                  if w in (e.get("workers") or ()) and isinstance(e.get("time"), (int, float))
+                                  and not isinstance(e.get("time"), bool) and t < e["time"] <= removed[w])
+                ev.extend((r, k + 1 + i) for i, r in enumerate(released))
         return out
 
     def gap_over_time(self):

@@ -75,7 +75,8 @@ class _ServerIO:
         return self.buffers.get(w)
 
     def send_weights(self, w, version, gap, staleness, model, now):
-        self.sim.released[w] = (now, self.sim.released.get(w, (0, 0))[1] + 1)
+        self.sim.released[w] = self.sim.released.get(w, ())[-1:] + (now,)
+        self.sim._sends[w] = self.sim._sends.get(w, 0) + 1
         data = None
         if self.sim.math:
             data = np.empty(self.sim.numel, dtype=np.float32)
@@ -170,7 +171,8 @@ class PSSim:
         self.end_time = None
         self.dead = set()                   # workers that died (the server may not know yet)
         self.died, self.spared = [], []
-        self.released = {}                  # worker -> (time, n): the server sent it weights n times, last then
+        self.released = {}                  # worker -> the times the server last sent it weights (two)
+        self._sends = {}                    # worker -> how many weights the server sent it
         self._notes = {}                    # dead worker -> fields its failure note gets
         self._server_done = False
         self._started = False
@@ -283,12 +285,14 @@ class PSSim:
 
     # ---- what tests and reports read ----
     def entered(self, w):
-        """``(time, iteration)`` the server last released SGD worker ``w`` into (its n-th weights: iteration
-        n - 1; None: none yet, or ESync): for a dead worker, the mini-batch its log never closed."""
+        """``[(time, iteration)]`` of the last two mini-batches the server released SGD worker ``w`` into
+        (its n-th weights: iteration n - 1; none for ESync): a dead worker's log closes neither the one it
+        computed nor the one whose weights were still on the way."""
         if w not in self.released or self.cores[w].pushes_differences:
-            return None
-        t, n = self.released[w]
-        return t, n - 1
+            return []
+        times = self.released[w]
+        n = self._sends[w]
+        return [(t, n - len(times) + i) for i, t in enumerate(times)]
 
     @property
     def now(self):

@@ -466,7 +466,7 @@ def _run_ps(S):
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
     found = {d["worker"]: d["time"] for d in sim.notes("failure")}     # a dead worker counts until then
-    gap = largest_gap([s.entries + _unlogged(s.entries, sim.entered(w) if w in sim.dead else None) for w, s in logs.stats.items()],
+    gap = largest_gap([s.entries + _unlogged(s.entries, sim.entered(w) if w in sim.dead else []) for w, s in logs.stats.items()],
                       [found.get(w) for w in logs.stats])
     rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {ps.title()}", rows, gap, S.times_line(), avg_loss=avg_loss,
@@ -489,9 +489,10 @@ def _run_ps(S):
 
 
 def _unlogged(entries, entered):
-    """A dead PS worker's last mini-batch (``(time, iteration)`` the server released it into; a record is
-    logged only when its mini-batch ends): it counts in the gap as the survivors' iterations do."""
-    return [entered] if entered is not None and (not entries or entries[-1][1] < entered[1]) else []
+    """A dead PS worker's last mini-batches (``[(time, iteration)]`` the server released it into) that its log
+    never closed (a record is logged at the next weights): they count in the gap as the survivors' do."""
+    last = entries[-1][1] if entries else -1
+    return [e for e in entered if e[1] > last]
 
 
 def _run_allreduce(S):

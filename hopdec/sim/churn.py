@@ -375,6 +375,19 @@ def check_ps(faults, deaths):
                           "as a real run's server does without revoking or shrinking)")
 
 
+def ps_gap_entries(sim, stats):
+    """``(entries, gone)`` for :func:`hopdec.report.gaps.largest_gap` from each worker's logged iterations
+    (``stats[w].entries``): a dead worker counts until the server dropped it (its ``failure`` note), with
+    the mini-batches the server released it into that its log never closed (a record is logged at the next
+    weights: the one it died in, and one whose weights were on the way)."""
+    found = {d["worker"]: d["time"] for d in sim.notes("failure")}
+    entries = []
+    for w, s in stats.items():
+        last = s.entries[-1][1] if s.entries else -1
+        entries.append(s.entries + [e for e in (sim.entered(w) if w in sim.dead else ()) if e[1] > last])
+    return entries, [found.get(w) for w in stats]
+
+
 def ps_summary_lines(sim, detect_s, fidelity):
     """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim)."""
     found = len(sim.server.failed)

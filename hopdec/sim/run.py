@@ -465,9 +465,8 @@ def _run_ps(S):
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
-    found = {d["worker"]: d["time"] for d in sim.notes("failure")}     # a dead worker counts until then
-    gap = largest_gap([s.entries + _unlogged(s.entries, sim.entered(w) if w in sim.dead else []) for w, s in logs.stats.items()],
-                      [found.get(w) for w in logs.stats])
+    from hopdec.sim.churn import ps_gap_entries
+    gap = largest_gap(*ps_gap_entries(sim, logs.stats))    # a dead worker counts until the server dropped it
     rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {ps.title()}", rows, gap, S.times_line(), avg_loss=avg_loss,
                         avg_acc=avg_acc, bound=bound, model_label=ps.model_label, bound_label=ps.bound_label)
@@ -486,13 +485,6 @@ def _run_ps(S):
     return dict(text=text, sim=sim, max_gap=gap, bound=bound, avg_loss=avg_loss, avg_acc=avg_acc,
                 evals=evals, wall_s=wall, events=sim.q.events, virtual_s=elapsed, rows=_rows(logs.stats),
                 stats=logs.stats, policy=policy, title=ps.title())
-
-
-def _unlogged(entries, entered):
-    """A dead PS worker's last mini-batches (``[(time, iteration)]`` the server released it into) that its log
-    never closed (a record is logged at the next weights): they count in the gap as the survivors' do."""
-    last = entries[-1][1] if entries else -1
-    return [e for e in entered if e[1] > last]
 
 
 def _run_allreduce(S):

@@ -39,6 +39,7 @@ class EventQueue:
         self._end = []
         self._bg = 0                       # background events pending (see every)
         self.events = 0
+        self._watch = None                 # (every so many events, fn): see watch
 
     def at(self, t, fn):
         if t < self.now:
@@ -62,6 +63,13 @@ class EventQueue:
         self._bg += 1
         self.at(self.now + interval, tick)
 
+    def watch(self, events, fn):
+        """Call ``fn()`` after every ``events`` events while :meth:`run` runs (not an event: it schedules
+        nothing and sees no virtual time pass; e.g. a progress line by the wall clock)."""
+        if events < 1:
+            raise ValueError(f"watch every {events} events: must be >= 1")
+        self._watch = (int(events), fn)
+
     def __len__(self):
         return len(self._heap)
 
@@ -69,8 +77,11 @@ class EventQueue:
         """Run events up to virtual time ``until`` (all when None); ``on_event()`` after each one."""
         heap, pop = self._heap, heapq.heappop
         limit = math.inf if until is None else until
-        done = 0
-        left = COLLECT_EVERY                # events until the next young collection
+        base, done = self.events, 0
+        collect_at = COLLECT_EVERY          # events until the next young collection
+        every, watcher = self._watch or (math.inf, None)
+        watch_at = every
+        left = min(collect_at, watch_at)    # the next of the two, one comparison per event
         paused = gc.isenabled()
         if paused:
             gc.disable()
@@ -88,16 +99,20 @@ class EventQueue:
                 self.now, _, fn = pop(heap)
                 fn()
                 done += 1
-                if done >= left:            # every COLLECT_EVERY events: the young generations
-                    left = done + COLLECT_EVERY
-                    if paused:
-                        gc.collect(1)
+                if done >= left:
+                    if done >= collect_at:
+                        collect_at = done + COLLECT_EVERY
+                        if paused:
+                            gc.collect(1)
+                    if done >= watch_at:
+                        watch_at = done + every
+                        self.events = base + done
+                        watcher()
+                    left = min(collect_at, watch_at)
                 if on_event is not None:
-                    self.events += done
-                    left -= done
-                    done = 0
+                    self.events = base + done
                     on_event()
         finally:
-            self.events += done
+            self.events = base + done
             if paused:
                 gc.enable()

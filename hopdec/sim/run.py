@@ -343,6 +343,8 @@ def _run_hop(S, entries=False):
                               sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
+    from hopdec.sim.progress import attach as progress
+    progress(sim, hop.cfg.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0
@@ -442,6 +444,8 @@ def _run_ps(S):
     if server_trainer is not None and ob.eval_interval:
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
+    from hopdec.sim.progress import attach as progress
+    progress(sim, ps.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0
@@ -512,6 +516,8 @@ def _run_allreduce(S):
                               model=ar.eval_model, simulated=cost.fidelity))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
+    from hopdec.sim.progress import attach as progress
+    progress(sim, ar.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0

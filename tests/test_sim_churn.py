@@ -179,7 +179,7 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["-n", 8, "--fault-tolerance", "--deaths", "3@1", "--compress", "int8"], "--compress int8 with --fault"),
     (["--topology", "one-peer-exponential", "-n", 8, "--fault-tolerance", "--deaths", "3@1"], "time-varying"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "0@1"], "the parameter server (rank 0) cannot die"),
-    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "decentralized runs only"),
+    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "--heal-stall is not used in --mode ps"),
     (["--mode", "ps", "-n", 2, "--fault-tolerance", "--deaths", "1@0.5,2@0.7", "--iterations", 50],
      "simulated death at virtual second 0.7: worker 2 was the last one"),
     (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],

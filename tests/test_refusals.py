@@ -156,3 +156,9 @@ def test_the_simulators_ranges(argv, says):
     with pytest.raises(ConfigError) as err:
         sim(argv)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["0.07", "0.5"])         # 0.07 is the default: typed, it was accepted
+def test_heal_stall_is_refused_for_a_parameter_server_even_at_its_default(value):
+    assert_refused(["--mode", "ps", "--sync", "bsp", "-n", 4, "--fault-tolerance", "--deaths", "1@1",
+                    "--heal-stall", value], "--heal-stall is not used in --mode ps", parse=sim_parse)

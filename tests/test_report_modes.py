@@ -300,8 +300,8 @@ def test_a_dead_ps_worker_leaves_the_gap_and_is_listed(tmp_path):
     simulate(tmp_path, "--mode", "ps", "--sync", "ssp", "-n", 4, "--iterations", 40, "--compute-time", 0.1,
              "--fault-tolerance", "--deaths", "2@1.0")
     run = Run.load(str(tmp_path))
-    assert list(run.removed_at()) == [2] and run.removed_at()[2] <= 1.0
+    assert list(run.removed_at()) == [2] and run.removed_at()[2] >= 1.0    # dropped once the server found it
     _, gaps = run.gap_over_time()
     assert gaps.max() <= 3
     html = page([run])
-    assert "EXCEEDED" not in html and "worker 2 died after 9 mini-batches" in html
+    assert "EXCEEDED" not in html and "worker 2 died at 1 virtual s" in html

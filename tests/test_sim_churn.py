@@ -179,7 +179,7 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["-n", 8, "--fault-tolerance", "--deaths", "3@1", "--compress", "int8"], "--compress int8 with --fault"),
     (["--topology", "one-peer-exponential", "-n", 8, "--fault-tolerance", "--deaths", "3@1"], "time-varying"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "0@1"], "the parameter server (rank 0) cannot die"),
-    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "decentralized runs only"),
+    (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "--heal-stall is not used in --mode ps"),
     (["--mode", "ps", "-n", 2, "--fault-tolerance", "--deaths", "1@0.5,2@0.7", "--iterations", 50],
      "simulated death at virtual second 0.7: worker 2 was the last one"),
     (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],
@@ -197,6 +197,85 @@ def test_a_parameter_server_drops_its_dead_worker():
     assert re.search(r"failure: worker 2 died after \d+ mini-batches .*SIMULATED", out), out
     assert "3 of 4 workers finished" in out and res["policy"].version == 30
     assert res["sim"].server.failed == [2]
+
+
+# ---- the parameter server: the server finds a death --failure-detection later ------------------------
+# Closed forms on a free network (no latency, no bytes): every mini-batch takes C virtual seconds, so BSP
+# releases at C, 2C, ...; worker 2 dies at T, in the middle of the mini-batch that began at floor(T / C) * C.
+PS_FREE = ["--mode", "ps", "-n", 4, "--iterations", 10, "--compute-time", 1, "--latency", 0, "--message-mb", 0,
+           "--fault-tolerance", "--deaths", "2@2.5"]
+
+
+def _ps(sync, detect, log_dir=None):
+    argv = PS_FREE + ["--sync", *sync.split(), "--failure-detection", detect]
+    return sim(argv + (["--log-dir", log_dir] if log_dir else []))
+
+
+@pytest.mark.parametrize("detect", [0.0, 0.4, 0.75, 3.0])
+def test_bsp_survivors_wait_for_the_server_to_find_the_death(detect, tmp_path):
+    """BSP: the survivors push at 3 and the barrier waits for the dead worker until the server finds it at
+    2.5 + detect (ULFM fails its receive; the policy still counts the worker until then); no stall follows
+    (a PS run neither revokes nor shrinks), so the run ends max(0, 2.5 + detect - 3) later than 10."""
+    res, out = _ps("bsp", detect, str(tmp_path / "logs"))
+    late = max(0.0, 2.5 + detect - 3.0)
+    assert abs(res["virtual_s"] - (10.0 + late)) < 1e-9, out
+    for w in (1, 3, 4):
+        _, recs, _ = log_lines(tmp_path / "logs", w)
+        assert [r["iter"] for r in recs] == list(range(10))
+        assert abs(recs[3]["time"] - (3.0 + late)) < 1e-9          # released when the server found it
+        assert abs(recs[2]["wait_s"] - late) < 1e-9                   # what the survivors waited for
+        assert all(abs(r["wait_s"]) < 1e-9 for r in recs[3:])          # then nothing: no recovery stall
+    assert res["max_gap"] == 0 and "largest iteration gap observed: 0 (bound of --sync bsp: 0)" in out
+    assert res["policy"].version == 10 and res["sim"].server.failed == [2]
+
+
+def test_asp_goes_on_while_the_death_goes_unnoticed():
+    """ASP: nobody waits for the dead worker, so the survivors' mini-batches are the same whether the
+    server finds the death after 0.4 s or 5 s (until the budget, which loses the dead worker's share only
+    when found); the server itself ends only once it found the death, as a real one's loop does."""
+    quick, _ = _ps("asp", 0.4)
+    slow, out = _ps("asp", 5.0)
+    for w in (1, 3, 4):
+        a, b = quick["stats"][w].entries, slow["stats"][w].entries
+        assert a == b[:len(a)] and all(t == i for t, i in b)           # one mini-batch a second, no wait
+    assert slow["sim"].notes("failure")[0]["time"] == 7.5
+    late, _ = _ps("asp", 30.0)                                         # found after the survivors finished
+    assert late["virtual_s"] == 32.5 and late["policy"].version == 40   # they did its share meanwhile
+    assert all(not late["sim"].running(w) for w in (1, 3, 4))
+
+
+def test_ssp_survivors_run_up_to_the_bound_of_the_dead_worker_then_wait():
+    """SSP (staleness 2): until the death is found the dead worker is the slowest, so the survivors run 2
+    pushes past it and wait; found at 32.5, they go on."""
+    res, out = _ps("ssp --staleness 2", 30.0)
+    for w in (1, 3, 4):
+        entries = res["stats"][w].entries
+        before = [i for t, i in entries if t < 32.5]
+        assert max(before) == 4, entries                # the dead one pushed 2: ahead by 2, then waiting
+        assert min(t for t, i in entries if i == 5) == 32.5
+    assert res["max_gap"] == 2 and "(bound of --sync ssp: 2)" in out
+
+
+def test_the_ps_death_is_logged_and_summarised_as_found(tmp_path):
+    """The server's ``failure`` note (the one a real run writes) says when the worker died and when it was
+    found, labelled simulated; the header records the detection delay and that nothing stalls."""
+    logs = tmp_path / "logs"
+    res, out = _ps("bsp", 0.75, str(logs))
+    run, _, events = log_lines(logs, 0)
+    (note,) = [e for e in events if e.get("what") == "failure"]
+    assert note == dict(event="note", time=3.25, what="failure", worker=2, work=2, budget=32, version=2,
+                        died_at=2.5, detect_s=0.75, simulated="SIMULATED (timing only)")
+    d = run["simulated_deaths"]
+    assert (d["detect_s"], d["heal_stall_s"], d["first_deaths"]) == (0.75, 0.0, [[2.5, 2]])
+    assert ("deaths (SIMULATED (timing only)): 1 worker(s) died, 1 found and dropped by the server 0.75 "
+            "virtual s after each death") in out
+    assert "3 of 4 workers finished" in out
+
+
+def test_a_ps_death_after_the_end_neither_happens_nor_keeps_the_run_going():
+    res, out = sim(PS_FREE[:-1] + ["2@50", "--sync", "bsp"])
+    assert res["virtual_s"] == 10.0 and not res["sim"].died and not res["sim"].server.failed
+    assert "0 worker(s) died" in out
 
 
 # ---- churn ----------------------------------------------------------------------------------------
@@ -286,3 +365,35 @@ def test_the_reports_gap_counts_a_dead_worker_only_until_its_heal(tmp_path):
     _, gaps = run.gap_over_time()
     assert 0 < gaps.max() <= 4                                 # the healed graph's bound, not 50
     assert run.gap_matrix().max() <= 4
+
+
+def test_the_report_drops_a_dead_ps_worker_when_the_server_did(tmp_path):
+    """``hopdec report`` on a PS run with a death drew the survivors' gap growing against the dead worker
+    (15 > BSP's bound 0, marked EXCEEDED) and listed no failure: the server's ``failure`` note removes it
+    from the gap, its released mini-batch counts until then, and the page lists the death."""
+    from hopdec.report.data import Run
+    from hopdec.report.html import _failures_html
+    logs = tmp_path / "logs"
+    _ps("bsp", 0.75, str(logs))
+    run = Run.load(str(logs))
+    assert run.removed_at() == {2: 3.25}
+    t, gaps = run.gap_over_time()
+    assert list(t[2:4]) == [2.0, 3.25] and gaps.max() == 0 and run.gap_matrix().max() == 0
+    page = _failures_html(run)
+    assert "Simulated deaths (1 worker(s)" in page and "worker 2 died at 2.5 virtual s" in page
+    assert "the server dropped it at 3.25 virtual s, after its 2 mini-batches" in page
+
+
+def test_a_bsp_death_with_weights_on_the_way_keeps_the_gap_at_the_bound(tmp_path):
+    """16 workers through the server's NIC: worker 3 dies after pushing mini-batch 19, with the weights of 20
+    still on the way to it, so its log closes neither; both count until the server drops it (the summary and
+    the report said 1 > BSP's bound 0 with only the last one counted)."""
+    from hopdec.report.data import Run
+    logs = tmp_path / "logs"
+    res, out = sim(["--mode", "ps", "--sync", "bsp", "-n", 16, "--iterations", 30, "--compute-time", 0.1,
+                    "--message-mb", 1, "--fault-tolerance", "--deaths", "3@2.55", "--log-dir", str(logs)])
+    assert [(t, i) for t, i in res["sim"].entered(3)] == [(pytest.approx(2.4119, abs=1e-4), 19),
+                                                       (pytest.approx(2.5389, abs=1e-4), 20)]
+    assert res["stats"][3].entries[-1][1] == 18 and res["max_gap"] == 0
+    run = Run.load(str(logs))
+    assert run.gap_over_time()[1].max() == 0 and run.gap_matrix().max() == 0

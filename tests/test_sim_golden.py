@@ -92,6 +92,9 @@ CASES = {
                                *CONTENDED],
     "ps-asp-deaths": ["--mode", "ps", "--sync", "asp", "-n", "8", "--iterations", "15", "--fault-tolerance",
                       "--deaths", "2@0.3,5@0.6", *CONTENDED],
+    # a BSP barrier waits for a dead worker until the server finds it (--failure-detection)
+    "ps-bsp-deaths-detected": ["--mode", "ps", "--sync", "bsp", "-n", "8", "--iterations", "15", "--fault-tolerance",
+                               "--deaths", "3@0.5,6@0.55", "--failure-detection", "0.3", *CONTENDED],
 }
 
 KEYS = ("rank", "iter", "time", "compute_s", "slowdown", "wait_s", "wait_updates_s", "wait_tokens_s",
@@ -160,8 +163,10 @@ GOLDEN = {
         transfers=640, controls=2336, logs='fa93887348355b584388'),
     'one-peer-exponential-topk-skip': dict(virtual_s='6.3208409920314', max_gap=4, events=1985,
         transfers=640, controls=2336, logs='399f660019f29a176ce0'),
-    'ps-asp-deaths': dict(virtual_s='4.652257898315571', max_gap=0, events=633,
-        transfers=194, controls=6, logs='846762436bfbb6307fdc'),
+    'ps-asp-deaths': dict(virtual_s='4.652257898315571', max_gap=3, events=635,
+        transfers=194, controls=6, logs='3c5c0267fae1e3cd46ea'),
+    'ps-bsp-deaths-detected': dict(virtual_s='6.705198877998747', max_gap=0, events=473,
+        transfers=185, controls=6, logs='e72f7d200fdb7287e048'),
     'ps-asp-fast-server': dict(virtual_s='2.1127049919464485', max_gap=2, events=3297,
         transfers=382, controls=12, logs='e73560f6b8c7022eb1d1'),
     'ps-backup': dict(virtual_s='8.777288874437376', max_gap=1, events=671,

@@ -85,11 +85,12 @@ def build_parser():
     f.add_argument("--churn-mttf", type=float, default=None, metavar="SECONDS",
                    help="churn: every worker dies after an exponential lifetime of this mean (drawn from --seed)")
     f.add_argument("--failure-detection", type=float, default=DETECT_S, metavar="SECONDS", dest="detect_s",
-                   help=f"virtual seconds from a death until the survivors start healing (default {DETECT_S:g}: "
-                        f"a crash over TCP, measured; a hang is found after ULFM's detector timeout, 30)")
+                   help=f"virtual seconds from a death until the survivors start healing (--mode ps: until the "
+                        f"server drops the worker) (default {DETECT_S:g}: a crash over TCP, measured; a hang is "
+                        f"found after ULFM's detector timeout, 30)")
     f.add_argument("--heal-stall", type=float, default=HEAL_STALL_S, metavar="SECONDS", dest="heal_stall_s",
                    help=f"virtual seconds the survivors' recovery takes once all joined it (default "
-                        f"{HEAL_STALL_S:g}: measured on 8 workers)")
+                        f"{HEAL_STALL_S:g}: measured on 8 workers; decentralized only: a PS run has no recovery)")
     return p
 
 

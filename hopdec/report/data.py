@@ -382,17 +382,18 @@ class Run:
                 for w, recs in self.records.items()}
 
     def removed_at(self):
-        """{rank: when it stops counting in the gap} for the workers a heal declared dead (``--fault-tolerance``
-        runs, real or simulated): the heal, or the end of its last logged iteration if that came first. A
-        record is written when its iteration ends, so a killed worker's log stops one iteration before it
-        died: after its last record nobody knows where it was (it counted one behind, and the survivors'
-        gap against it read past the bound)."""
+        """{rank: when it stops counting in the gap} for the workers the run declared dead (``--fault-tolerance``
+        runs, real or simulated): a decentralized worker at the heal, or at the end of its last logged
+        iteration if that came first (a record is written when its iteration ends, so a killed worker's log
+        stops one iteration before it died: after it nobody knows where it was, and it counted one behind);
+        a PS worker when the server's ``failure`` note dropped it (:meth:`_entries` adds the mini-batches the
+        server released it into meanwhile)."""
         out = {}
         for t, ws in self._deaths():
             for w in ws:
                 if w in self.records:
                     out[w] = min(out.get(w, t), t)
-        for w in out:
+        for w in (out if self.mode != "ps" else ()):
             last = self.records[w][-1]
             end = last["time"] + sum((last.get(f"{k}_s") or 0.0) for k in
                                      ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
@@ -411,13 +412,28 @@ class Run:
             out.append((t, [w for w in (ws if isinstance(ws, list) else []) if _int(w)]))
         return out
 
+    def _entries(self, removed):
+        """Each worker's ``[(time, iteration entered)]``; a PS worker that died also in the mini-batches the
+        server released it into after its last record (a record is logged at the next weights, so the one it
+        died in, and one whose weights were on the way, never are)."""
+        out = [[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers]
+        if self.mode != "ps" or not removed:
+            return out
+        for w, ev in zip(self.workers, out):
+            t, k = ev[-1] if ev else (-math.inf, -1)
+            if w in removed:
+                released = sorted(e["time"] for e in self.events_of("release", 0)
+                                  if w in (e.get("workers") or ()) and isinstance(e.get("time"), (int, float))
+                                  and not isinstance(e.get("time"), bool) and t < e["time"] <= removed[w])
+                ev.extend((r, k + 1 + i) for i, r in enumerate(released))
+        return out
+
     def gap_over_time(self):
         """(t, largest Iter(i) - Iter(j) at t) after each iteration entered, once every worker started
         (:func:`hopdec.report.gaps.gap_sweep`); a worker declared dead counts until its heal."""
         from hopdec.report.gaps import gap_sweep
         removed = self.removed_at()
-        entries = [[(r["time"], r["iter"]) for r in recs] for recs in self.records.values()]
-        sweep = list(gap_sweep(entries, [removed.get(w) for w in self.records]))
+        sweep = list(gap_sweep(self._entries(removed), [removed.get(w) for w in self.workers]))
         return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
 
     def gap_matrix(self, limit=64):
@@ -426,8 +442,7 @@ class Run:
             return None
         from hopdec.report.gaps import max_iteration_gap
         removed = self.removed_at()
-        return max_iteration_gap([[(r["time"], r["iter"]) for r in self.records[w]] for w in self.workers],
-                                 [removed.get(w) for w in self.workers])
+        return max_iteration_gap(self._entries(removed), [removed.get(w) for w in self.workers])
 
     def consensus(self):
         """Rank 0's consensus-distance rounds, in iteration order."""

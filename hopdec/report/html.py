@@ -155,11 +155,20 @@ def _since(t, run):
 def _failures_html(run):
     """The heals of a ``--fault-tolerance`` run (a survivor's ``heal`` events; simulated deaths say so)."""
     heals = next((h for h in (run.events_of("heal", r) for r in sorted(run.events)) if h), [])
-    if run.mode == "ps":
-        return _ps_failures_html(run)
+    what = "Simulated deaths" if run.simulated else "Failures"
+    dropped = [e for e in run.events_of("note", 0) if e.get("what") == "failure"] if run.mode == "ps" else []
+    if dropped:                         # the parameter server: no heal, the server drops the worker
+        items = "".join(f"<li>worker {html.escape(str(e.get('worker')))} "
+                        + (f"died at {_since(e.get('died_at'), run)} {run.time_unit}; " if "died_at" in e else "")
+                        + f"the server dropped it at {_since(e.get('time'), run)} {run.time_unit}, after its "
+                        f"{_fmt(e.get('work'))} mini-batches</li>" for e in dropped[:20])
+        more = f"<li>… {len(dropped) - 20} more</li>" if len(dropped) > 20 else ""
+        return f'<p class="note">{what} ({len(dropped)} worker(s), times from the start; the server drops a ' \
+               f'dead worker once it finds it and the others go on, as --fault-tolerance does; no recovery ' \
+               f'stall):</p>' \
+               f'<ul>{items}{more}</ul>'
     if not heals:
         return ""
-    what = "Simulated deaths" if run.simulated else "Failures"
     items = "".join(f"<li>rank(s) {html.escape(', '.join(map(str, h.get('failed', []))))} died; "
                     f"{len(h.get('survivors', []))} survivors healed the graph at {_since(h.get('time'), run)} "
                     f"{run.time_unit}, a stall of {_fmt(h.get('stall_s'))} {run.time_unit}</li>"
@@ -167,21 +176,6 @@ def _failures_html(run):
     more = f"<li>… {len(heals) - 20} more</li>" if len(heals) > 20 else ""
     return f'<p class="note">{what} ({len(heals)} heal(s), healed by the survivors as --fault-tolerance ' \
            f'does; a dead rank\'s records stop at its death):</p><ul>{items}{more}</ul>'
-
-
-def _ps_failures_html(run):
-    """The workers a PS server declared dead (its ``failure`` notes) and how the budget changed."""
-    notes = [n for n in run.events_of("note", 0) if n.get("what") == "failure"]
-    if not notes:
-        return ""
-    what = "Simulated deaths" if run.simulated else "Failures"
-    items = "".join(f"<li>worker {_fmt(n.get('worker'))} died after {_fmt(n.get('work'))} mini-batches, declared "
-                    f"dead at {_since(n.get('time'), run)} {run.time_unit} (server at version "
-                    f"{_fmt(n.get('version'))}); the others went on, the work budget became "
-                    f"{_fmt(n.get('budget'))}</li>" for n in notes[:20])
-    more = f"<li>… {len(notes) - 20} more</li>" if len(notes) > 20 else ""
-    return f'<p class="note">{what} ({len(notes)}; a dead worker\'s records stop at its death and it leaves ' \
-           f'the gap there):</p><ul>{items}{more}</ul>'
 
 
 COUNTER_COLS = {

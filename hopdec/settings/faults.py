@@ -97,6 +97,9 @@ class Faults(Group):
         return "--deaths" if self.deaths else "--death-trace" if self.death_trace is not None else "--churn-mttf"
 
     def ignores(self, run):
+        if run.mode == "ps":                # (typed at its default value too: churn.check_ps sees only values)
+            return {"--heal-stall": "a parameter server has no recovery to stall: it drops a dead worker when it "
+                                    "finds it (--failure-detection)"}
         if run.mode != "allreduce":
             return {}
         return {"--fault-tolerance": "a synchronous all-reduce needs every worker at every step and cannot go "

@@ -24,8 +24,10 @@ module only carries out, in virtual time, what the MPI executor's parts do aroun
 Fewer than 2 survivors end the run with one line (:class:`~hopdec.topology.heal.CannotHeal`), as a real
 run does. The deaths come from ``--deaths W@T``, a trace file (:func:`read_trace`) and seeded churn
 (:func:`churn_deaths`); a worker dies at its earliest time, once; a worker that already finished its
-iterations is not killed. Parameter-server runs hand each death to :meth:`hopdec.sim.ps.PSSim.fail`, whose
-server core drops the worker at once (no detection delay or stall there).
+iterations is not killed. Parameter-server runs hand each death to :meth:`hopdec.sim.ps.PSSim.fail`: the
+server finds it ``--failure-detection`` later (ULFM fails its receive from the dead worker) and its core drops
+the worker then; until then the sync policy still counts it (a BSP barrier waits for it, ASP goes on). No
+stall follows: a real PS run neither revokes nor shrinks before its end (``--heal-stall`` is refused there).
 """
 
 import math
@@ -122,6 +124,8 @@ def describe(faults, deaths, mode="decentralized"):
              death_trace=faults.death_trace, first_deaths=[[round(t, 6), w] for t, w in deaths[:32]])
     if mode == "decentralized":
         d.update(detect_s=faults.detect_s, heal_stall_s=faults.heal_stall_s)
+    elif mode == "ps":                  # the server finds a death that late; nothing stalls (no recovery)
+        d.update(detect_s=faults.detect_s, heal_stall_s=0.0)
     return d
 
 
@@ -342,27 +346,55 @@ def attach(sim, hop, faults, deaths, fidelity, log_event, invariants=None, train
 
 
 # ---- the parameter server ------------------------------------------------------------------------
-def kill_ps_workers(sim, deaths):
-    """Each ``(seconds, worker)`` of ``deaths`` dies in a :class:`hopdec.sim.ps.PSSim` (its server core
-    drops the worker, :meth:`hopdec.ps.server.Server.on_worker_failed`); none keeps a finished run going."""
+def kill_ps_workers(sim, deaths, detect_s=0.0, label=None):
+    """Each ``(seconds, worker)`` of ``deaths`` dies in a :class:`hopdec.sim.ps.PSSim`, found by the server
+    ``detect_s`` virtual seconds later (:meth:`~hopdec.sim.ps.PSSim.fail`: its core drops the worker then,
+    :meth:`hopdec.ps.server.Server.on_worker_failed`); ``label``: the fidelity its ``failure`` note carries
+    as ``simulated``. A death never keeps a finished run going; the last living worker cannot die."""
     def kill(w, t):
-        if not sim.done[w] and sim.policy.workers == (w,):
+        living = set(sim.policy.workers) - sim.dead
+        if not sim.done[w] and living == {w}:
             raise HopdecError(f"simulated death at virtual second {t:.6g}: worker {w} was the last one: a "
                               f"parameter server needs at least one worker")
-        sim.fail(w, t)
+        sim.fail(w, t, detect_s, note=None if label is None else {"simulated": label})
     for t, w in deaths:
         _background(sim.q, t, partial(kill, w, t))
 
 
 def check_ps(faults, deaths):
-    """``--mode ps``: what cannot be simulated there, refused with one line."""
-    from hopdec.settings.faults import DETECT_S, HEAL_STALL_S
+    """``--mode ps``: what cannot be simulated there, refused with one line. ``--failure-detection`` applies
+    (the server finds a death that late); ``--heal-stall`` does not: a real PS run has no recovery to
+    stall (its server buries the dead worker's requests and goes on; no revoke, no shrink until the end)."""
+    from hopdec.settings.faults import HEAL_STALL_S
     if any(w == 0 for _, w in deaths):
         raise ConfigError("simulated deaths: the parameter server (rank 0) cannot die -- a real run ends with "
                           "one line then (it holds the only model); kill workers 1..n")
-    if faults.detect_s != DETECT_S or faults.heal_stall_s != HEAL_STALL_S:
-        raise ConfigError("--failure-detection/--heal-stall: decentralized runs only (--mode ps: the "
-                          "simulated server drops a dead worker at the moment it dies)")
+    if faults.heal_stall_s != HEAL_STALL_S:
+        raise ConfigError("--heal-stall: decentralized runs only (--mode ps has no recovery to stall: the "
+                          "server drops a dead worker once it finds it, after --failure-detection, and goes on, "
+                          "as a real run's server does without revoking or shrinking)")
+
+
+def ps_gap_entries(sim, stats):
+    """``(entries, gone)`` for :func:`hopdec.report.gaps.largest_gap` from each worker's logged iterations
+    (``stats[w].entries``): a dead worker counts until the server dropped it (its ``failure`` note), with
+    the mini-batches the server released it into that its log never closed (a record is logged at the next
+    weights: the one it died in, and one whose weights were on the way)."""
+    found = {d["worker"]: d["time"] for d in sim.notes("failure")}
+    entries = []
+    for w, s in stats.items():
+        last = s.entries[-1][1] if s.entries else -1
+        entries.append(s.entries + [e for e in (sim.entered(w) if w in sim.dead else ()) if e[1] > last])
+    return entries, [found.get(w) for w in stats]
+
+
+def ps_summary_lines(sim, detect_s, fidelity):
+    """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim)."""
+    found = len(sim.server.failed)
+    return [f"deaths ({fidelity}): {len(sim.died)} worker(s) died, {found} found and dropped by the server "
+            f"{detect_s:g} virtual s after each death (--failure-detection; until then its sync policy still "
+            f"counted the dead worker; no recovery stall: a parameter-server run neither revokes nor shrinks)"
+            + (f"; {len(sim.spared)} planned death(s) came after the worker had finished" if sim.spared else "")]
 
 
 # ---- what the summary says ------------------------------------------------------------------------

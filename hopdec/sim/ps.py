@@ -75,6 +75,8 @@ class _ServerIO:
         return self.buffers.get(w)
 
     def send_weights(self, w, version, gap, staleness, model, now):
+        self.sim.released[w] = self.sim.released.get(w, ())[-1:] + (now,)
+        self.sim._sends[w] = self.sim._sends.get(w, 0) + 1
         data = None
         if self.sim.math:
             data = np.empty(self.sim.numel, dtype=np.float32)
@@ -147,6 +149,8 @@ class PSSim:
         self.backends = {w: backend_factory(w) if self.math else _NullBackend(self, w) for w in policy.workers}
 
         def log_event(name, **d):
+            if name == "note" and d.get("what") == "failure" and d.get("worker") in self._notes:
+                d.update(self._notes[d["worker"]])      # when it died, how long finding it took
             self.events.append((name, d))
             if on_event:
                 on_event(name, **d)
@@ -165,7 +169,12 @@ class PSSim:
         self.blocked = dict.fromkeys(policy.workers, False)
         self.done = dict.fromkeys(policy.workers, False)
         self.end_time = None
-        self.dead = set()
+        self.dead = set()                   # workers that died (the server may not know yet)
+        self.died, self.spared = [], []
+        self.released = {}                  # worker -> the times the server last sent it weights (two)
+        self._sends = {}                    # worker -> how many weights the server sent it
+        self._notes = {}                    # dead worker -> fields its failure note gets
+        self._server_done = False
         self._started = False
 
     def _clock(self):
@@ -206,23 +215,43 @@ class PSSim:
     # ---- running the loops ----
     def _drain_server(self):
         got = next(self._server, None)
-        if got is not None and not isinstance(got, Wait):  # pragma: no cover - loops yield only Waits here
+        if got is None:
+            self._server_done = True
+        elif not isinstance(got, Wait):  # pragma: no cover - loops yield only Waits here
             raise RuntimeError(f"server loop yielded {got!r}")
 
-    def fail(self, w, at):
-        """Worker ``w`` dies at virtual time ``at`` (``--fault-tolerance``): it stops where it is, what is
-        in flight to or from it is lost, and the server learns of it at once
-        (:meth:`hopdec.ps.server.Server.on_worker_failed`)."""
+    def fail(self, w, at, detect_s=0.0, note=None):
+        """Worker ``w`` dies at virtual time ``at`` (``--fault-tolerance``): it stops where it is and what is
+        in flight to or from it is lost (a crashed TCP stream). The server learns of it ``detect_s`` later,
+        when ULFM fails its receive from ``w`` (:meth:`hopdec.transport.ps.ServerIO.wait`), and only then
+        does its core drop the worker (:meth:`hopdec.ps.server.Server.on_worker_failed`): until then the
+        sync policy still counts it, so a barrier (BSP, SSP's bound, ...) waits for it while an ASP
+        server goes on. No stall follows: a real PS run neither revokes nor shrinks until its end.
+        ``note``: fields added to the server's ``failure`` note (the executor's labels). A worker that
+        finished first is spared (``spared``); ``died``: ``[(time, worker, its iteration)]``."""
         def die():
+            now = self.q.now
             if self.done[w]:
+                self.spared.append((now, w))
                 return
             self.dead.add(w)
             self.done[w] = True
+            self.died.append((now, w, self.cores[w].iteration))
+            self._notes[w] = dict(died_at=now, detect_s=float(detect_s), **(note or {}))
+            self.q.at(now + float(detect_s), found)     # the server's end waits for it, as a real one's
+            self._maybe_end()
+
+        def found():
             self.server.on_worker_failed(w, self.q.now)
             self._drain_server()
-            if all(self.done.values()):
-                self.end_time = self.q.now
+            self._maybe_end()
         self.q.at(at, die)
+
+    def _maybe_end(self):
+        """The run ends when every worker is done and the server's loop finished (it waits for every
+        death to be found, as a real server's does)."""
+        if self.end_time is None and self._server_done and all(self.done.values()):
+            self.end_time = self.q.now
 
     def _advance(self, w):
         """Run worker ``w``'s loop until it waits for the server or computes (which takes virtual time)."""
@@ -237,8 +266,7 @@ class PSSim:
                 self.q.at(self.q.now + self.backends[w].duration, self._resume[w])
                 return
         self.done[w] = True
-        if all(self.done.values()):
-            self.end_time = self.q.now
+        self._maybe_end()
 
     def running(self, w):
         """True while worker ``w`` computes (neither waiting for the server nor done)."""
@@ -256,6 +284,16 @@ class PSSim:
         return self
 
     # ---- what tests and reports read ----
+    def entered(self, w):
+        """``[(time, iteration)]`` of the last two mini-batches the server released SGD worker ``w`` into
+        (its n-th weights: iteration n - 1; none for ESync): a dead worker's log closes neither the one it
+        computed nor the one whose weights were still on the way."""
+        if w not in self.released or self.cores[w].pushes_differences:
+            return []
+        times = self.released[w]
+        n = self._sends[w]
+        return [(t, n - len(times) + i) for i, t in enumerate(times)]
+
     @property
     def now(self):
         return self.q.now

@@ -430,9 +430,9 @@ def _run_ps(S):
     sim = PSSim(policy, S.compute.step, budget=ps.budget, network=S.link, message_bytes=S.message_bytes,
                 backend_factory=factory, server_model=server_model, numel=S.numel, on_record=logs.log,
                 on_event=events, check=check)
-    if S.deaths is not None:                    # worker deaths: the server core drops each one
+    if S.deaths is not None:                    # worker deaths: found --failure-detection later, then dropped
         from hopdec.sim.churn import kill_ps_workers
-        kill_ps_workers(sim, S.deaths)
+        kill_ps_workers(sim, S.deaths, S.settings.faults.detect_s, cost.fidelity)
     evals = []
 
     def evaluate():
@@ -469,13 +469,16 @@ def _run_ps(S):
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
            dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
-    gap = largest_gap([s.entries for s in logs.stats.values()])
+    from hopdec.sim.churn import ps_gap_entries
+    gap = largest_gap(*ps_gap_entries(sim, logs.stats))    # a dead worker counts until the server dropped it
     rows, note = _condensed(_rows(logs.stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {ps.title()}", rows, gap, S.times_line(), avg_loss=avg_loss,
                         avg_acc=avg_acc, bound=bound, model_label=ps.model_label, bound_label=ps.bound_label)
     if note:
         text += "\n" + note
     if S.deaths is not None:
+        from hopdec.sim.churn import ps_summary_lines
+        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity))
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")

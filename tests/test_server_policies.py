@@ -467,3 +467,19 @@ def test_the_last_worker_dying_is_an_error():
     s.on_worker_failed(1, 1.0)
     with pytest.raises(RuntimeError, match="last worker"):
         s.on_worker_failed(2, 2.0)
+
+
+@pytest.mark.parametrize("sync", ["ssp", "dssp", "asp"])
+def test_no_gradient_is_applied_past_the_budget_when_the_last_pusher_is_held(sync):
+    """SSP held back the worker whose push met the budget, so no weights went out and the stop waited for
+    the next release; meanwhile other workers' pushes were applied: 125 gradients for a budget of 120 (a
+    real run: 1201 for 1200). A push after the budget is now answered with a stop, unused."""
+    import io
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    res = simulate(parse(["--mode", "ps", "--sync", sync, "-n", "8", "--iterations", "15", "--slowdown",
+                          "rank=2,factor=4", "--message-mb", "4", "--bandwidth", "1", "--compute-time",
+                          "normal:mean=0.03,std=0.01"]), out=io.StringIO())
+    server = res["sim"].server
+    assert server.applied == server.budget == 120
+    assert server.stopping and server.work >= server.budget

@@ -9,7 +9,9 @@ Drive it like every core (:mod:`hopdec.core`): feed :meth:`Server.start`, :meth:
 Work budget: ``budget`` mini-batch gradients in all (``--iterations N`` is N per worker, so N * workers;
 an ESync push counts its local steps; dropped gradients count too). Once it is reached, the next time the
 policy sends weights every worker it would send them to -- and every waiting worker -- is stopped instead,
-and every later push or query is answered with a stop. BSP then runs exactly N steps. :meth:`Server.request_stop`
+and every later push or query is answered with a stop; a push that comes before any such release, when
+no step is collecting pushes (the one that met the budget was applied and released no one: SSP held its
+pusher back), starts the stop itself, unused. BSP then runs exactly N steps. :meth:`Server.request_stop`
 (Ctrl-C) lowers the budget to the work done, which stops the run the same way at the next release.
 
 Checkpoints (``checkpoint_every`` mini-batches, ``0``: none): a consistent cut needs every worker waiting
@@ -91,9 +93,18 @@ class Server:
     def on_push(self, worker, step, now, local_steps=1):
         """``worker`` pushed a gradient computed on version ``step`` (ESync: a model difference after
         ``local_steps`` local steps, ``step`` = its round)."""
+        past = self.budget_reached                      # the budget was met before this push came
         self.work += max(1, int(local_steps))
         self.work_by[worker] += max(1, int(local_steps))
         self.saved[worker] = self.told[worker]          # it saved that cut before computing this
+        if past and not self.stopping and not self.pending_step:
+            # the push that met the budget was applied and released no one (its pusher is held back, e.g.
+            # by SSP's bound): stop now rather than at a later release, or this gradient would be applied
+            # past it. (With a step still collecting pushes -- BSP, ESync's round -- that step completes
+            # and its release stops everyone, as before: a step is never cut in two.)
+            self._begin_stop()
+            self._stop(self.policy.waiting | self.held)
+            self.held, self.holding = set(), False
         if self.stopping:
             self._stop([worker], discarded=True)         # its gradient is not used
             return
@@ -224,10 +235,7 @@ class Server:
                 self.dropped += 1
             elif isinstance(a, SendWeights):
                 if self.budget_reached and not self.stopping:
-                    self.stopping = True
-                    if self.checkpoints:
-                        self.cuts += 1                  # the final cut: every stop message carries it
-                    self._out.append(Note("stop", {"work": self.work, "version": pol.version}))
+                    self._begin_stop()
                 if self.stopping:
                     self._stop(set(a.workers) | pol.waiting | self.held)
                     self.held, self.holding = set(), False
@@ -242,6 +250,13 @@ class Server:
             self._out.append(a)
         if self.holding:
             self._maybe_cut()
+
+    def _begin_stop(self):
+        """The budget is met: from now on every release and every push is answered with a stop."""
+        self.stopping = True
+        if self.checkpoints:
+            self.cuts += 1                              # the final cut: every stop message carries it
+        self._out.append(Note("stop", {"work": self.work, "version": self.policy.version}))
 
     def _stop(self, workers, discarded=False):
         new = tuple(w for w in self.workers if w in set(workers) and w not in self.stopped)

@@ -208,7 +208,8 @@ def test_a_registered_sync_model_runs_everywhere(toy, tmp_path):
     assert title(text) == "parameter server --sync toy staleness=1 (1 server + 4 workers)"
     assert res["max_gap"] <= 1 and "the sync model's gap bound held" in text
     policy = res["policy"]
-    assert sum(r.pushes for r in policy.seen.values()) == res["sim"].server.work >= 120
+    # the policy sees the budget's pushes, no more; the server's work also counts those it discarded
+    assert sum(r.pushes for r in policy.seen.values()) == 120 <= res["sim"].server.work
     again = Server(type(policy).from_options(policy.workers), budget=120)     # a checkpoint's books come back
     again.policy.load_state(policy.state())
     assert again.policy.seen == policy.seen and type(next(iter(again.policy.seen.values()))).__name__ == "Seen"

@@ -190,8 +190,7 @@ class Worker:
         led = self.ledger
         if led is None:
             return None
-        granted, taken = led.granted, led.taken          # led.available(j), inline: once per iteration
-        return min([granted[j] - taken[j] for j in self.view.out_neighbors], default=None)
+        return min([led.available(j) for j in self.view.out_neighbors], default=None)
 
     def counts(self):
         """What a log or a summary records of this worker's updates: held now, used and dropped in all,

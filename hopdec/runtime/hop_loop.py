@@ -233,6 +233,6 @@ def _waited(rec, a, t0, dt, spans, detail=True):
 
 
 def _close(rec, core):
-    p = core.policy             # core.counts(), without building its dict every iteration
-    rec["held"], rec["used_total"], rec["dropped_total"] = p.held, p.used, p.dropped
+    c = core.counts()
+    rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
     return rec

@@ -183,54 +183,53 @@ class ComputeModel:
         self._factors = {}
         self._cur = {}                       # worker -> (block, its base draws, its factors or None): step()
 
-    def base(self, w, i):
-        d = self.dist[w]
-        if d.kind == "const":
-            return d.params["value"]
-        key = (w, i // BLOCK)
+    def _base_block(self, w, b):
+        """Worker ``w``'s base draws for iterations ``b * BLOCK ..`` (drawn once, seeded per block)."""
+        key = (w, b)
         block = self._blocks.get(key)
         if block is None:
-            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, w, i // BLOCK, _STREAM_COMPUTE])
-            block = self._blocks[key] = d.sample(rng, BLOCK).tolist()
-            self._blocks.pop((w, i // BLOCK - 1), None)     # a worker's iterations only go up
-        return block[i % BLOCK]
+            d = self.dist[w]
+            if d.kind == "const":
+                block = [d.params["value"]] * BLOCK
+            else:
+                rng = np.random.default_rng([self.seed & 0xFFFFFFFF, w, b, _STREAM_COMPUTE])
+                block = d.sample(rng, BLOCK).tolist()
+            self._blocks[key] = block
+            self._blocks.pop((w, b - 1), None)      # a worker's iterations only go up
+        return block
+
+    def _factor_block(self, w, b):
+        """Worker ``w``'s slowdown factors for iterations ``b * BLOCK ..`` (the real Emulator's), or None
+        without slowdowns."""
+        if self.emulators is None:
+            return None
+        key = (w, b)
+        block = self._factors.get(key)
+        if block is None:
+            start = b * BLOCK
+            block = self._factors[key] = self.emulators[w].factors(range(start, start + BLOCK)).tolist()
+            self._factors.pop((w, b - 1), None)
+        return block
+
+    def base(self, w, i):
+        return self._base_block(w, i // BLOCK)[i % BLOCK]
 
     def factor(self, w, i):
-        if self.emulators is None:
-            return 1.0
-        key = (w, i // BLOCK)
-        block = self._factors.get(key)
-        if block is None:                    # the real Emulator's factors, a block at a time
-            start = (i // BLOCK) * BLOCK
-            block = self._factors[key] = self.emulators[w].factors(range(start, start + BLOCK)).tolist()
-            self._factors.pop((w, i // BLOCK - 1), None)
-        return block[i % BLOCK]
+        block = self._factor_block(w, i // BLOCK)
+        return 1.0 if block is None else block[i % BLOCK]
 
     def duration(self, w, i):
         return self.base(w, i) * self.factor(w, i)
 
     def step(self, w, i):
-        """(virtual seconds, slowdown factor) of worker ``w``'s mini-batch ``i``: ``base * factor``, the
-        same numbers, from the worker's current block of draws without a lookup per call (this runs once
-        per simulated worker-iteration)."""
+        """(virtual seconds, slowdown factor) of worker ``w``'s mini-batch ``i``: ``base * factor``, read
+        from the worker's current blocks, kept at hand (this runs once per simulated worker-iteration)."""
         b = i // BLOCK
         cur = self._cur.get(w)
-        if cur is None or cur[0] != b:          # the blocks base() and factor() keep (no copies)
-            start = b * BLOCK
-            d = self.dist[w]
-            bases = [d.params["value"]] * BLOCK if d.kind == "const" else None
-            if bases is None:
-                self.base(w, start)
-                bases = self._blocks[(w, b)]
-            factors = None
-            if self.emulators is not None:
-                self.factor(w, start)
-                factors = self._factors[(w, b)]
-            cur = self._cur[w] = (b, bases, factors)
+        if cur is None or cur[0] != b:
+            cur = self._cur[w] = (b, self._base_block(w, b), self._factor_block(w, b))
         off = i - b * BLOCK
-        if cur[2] is None:
-            return cur[1][off] * 1.0, 1.0
-        f = cur[2][off]
+        f = 1.0 if cur[2] is None else cur[2][off]
         return cur[1][off] * f, f
 
     def describe(self):

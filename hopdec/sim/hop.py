@@ -28,6 +28,7 @@ from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.runtime.hop_loop import worker_loop
+from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
@@ -50,14 +51,8 @@ class TimingBackend:
         return None
 
     def compute(self, iteration):
-        got = self.compute_time(self.rank, iteration)         # step_of and compute_record, inline
-        if type(got) is tuple:
-            self.duration, factor = got
-            if factor is not None:
-                return {"loss": None, "compute_s": self.duration, "slowdown": factor}
-        else:
-            self.duration = got
-        return {"loss": None, "compute_s": self.duration}
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor)
 
     def reduce(self, pairs):
         pass
@@ -319,8 +314,8 @@ class HopSim:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
     def _arrived(self, src, iteration, data, store, grant, dst):
-        """A rendezvous message was taken with its data: the sender's send completes (zero-copy, as
-        :meth:`_sent`), then it is delivered like any other."""
+        """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
+        one from its store resumes a Reduce parked on it), then it is delivered like any other."""
         if store is not None:
             u = self.unsent[src]
             u[store] -= 1

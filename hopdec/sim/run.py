@@ -19,6 +19,7 @@ from hopdec.errors import ConfigError
 from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
 from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_rank
 from hopdec.sim.network import LinkModel
+from hopdec.sim.progress import attach as progress
 
 MIB = 2 ** 20
 """``--message-mb`` counts MiB (VGG-16's 138M float32 parameters are the papers' "528 MB")."""
@@ -288,8 +289,10 @@ def simulate(settings, out=sys.stdout, entries=False):
     sim = Simulation(settings, out)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
-    if sim.run.mode in ("ps", "allreduce"):
-        return {"ps": _run_ps, "allreduce": _run_allreduce}[sim.run.mode](sim)
+    if sim.run.mode == "ps":
+        return _run_ps(sim)
+    if sim.run.mode == "allreduce":
+        return _run_allreduce(sim)
     return _run_hop(sim, entries)
 
 
@@ -343,7 +346,6 @@ def _run_hop(S, entries=False):
                               sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
-    from hopdec.sim.progress import attach as progress
     progress(sim, hop.cfg.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()
@@ -444,7 +446,6 @@ def _run_ps(S):
     if server_trainer is not None and ob.eval_interval:
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
-    from hopdec.sim.progress import attach as progress
     progress(sim, ps.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()
@@ -516,7 +517,6 @@ def _run_allreduce(S):
                               model=ar.eval_model, simulated=cost.fidelity))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
-    from hopdec.sim.progress import attach as progress
     progress(sim, ar.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
     sim.run()

@@ -71,7 +71,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     send_storage = getattr(backend, "send_storage", None)
     spare_storage = getattr(backend, "spare_storage", None)
     fresh = False               # nothing can have arrived since the last poll worth another one
-    stepped = _ALL if step is True else (frozenset(step) if step else frozenset())
+    every = step is True        # else the kinds to yield (none when False)
+    stepped = frozenset() if every or not step else frozenset(step)
     while True:
         if poll is not None and not fresh:
             poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
@@ -167,13 +168,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             return
         else:  # pragma: no cover - a new action without a handler is a programming error
             raise TypeError(f"unknown action {a!r}")
-        if kind in stepped:
+        if every or kind in stepped:
             yield a
 
-
-_ALL = frozenset({Enter, GrantTokens, SendParams, SendAcks, ComputeGradient, Reduce, ApplyGradient,
-                  ReleaseUpdates, Jump})
-"""Every action a loop can carry out and yield (``step=True``)."""
 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""

@@ -44,7 +44,10 @@ class GridSampler:
 
     Feed it :meth:`on_record` with each finished iteration's record (its ``iter``, ``loss``, and where it
     goes next) and the time it finished; it returns a message ``(g_from, g_to, iteration, next, loss)``
-    when grid points ``g_from..g_to`` passed during that iteration, else None.
+    when grid points ``g_from..g_to`` passed during that iteration, else None. A PS mini-batch ends at
+    its record's ``t_released``: the server released the slowest's reply and the workers it let go on in
+    one step, so the gap at any instant of the server's clock is within SSP's bound, while the replies'
+    arrivals are not ordered (the slowest's can come after a released worker's next record began).
     """
 
     def __init__(self, t0, dt, iterations):
@@ -55,7 +58,8 @@ class GridSampler:
     def on_record(self, rec, now):
         if rec.get("loss") is not None:
             self.losses.append(rec["loss"])
-        g_now = int((now - self.t0) / self.dt)
+        end = rec.get("t_released")              # PS: the server's release, on the grid's clock (rank 0's)
+        g_now = int(((now if end is None else end) - self.t0) / self.dt)
         if g_now <= self.g:
             return None
         nxt = rec["jump"][1] if "jump" in rec else rec["iter"] + 1

@@ -82,7 +82,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     ``on_record(rec)`` gets one dict per mini-batch:
     ``iter``, ``time`` (SGD: the server's send time of the weights it computed on, so the observed gap is
     the one the server enforced; ESync: when the local step began), ``loss``, ``compute_s``, ``wait_s``,
-    ``version``, ``gap``, ``staleness`` (of its gradient when applied; -1: dropped), ...
+    ``version``, ``gap``, ``staleness`` (of its gradient when applied; -1: dropped), ``t_released`` (SGD:
+    the server's send time of the next weights, the instant the server let it go on), ...
     """
     rec = None
     step_start = c = None
@@ -113,6 +114,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             return
         if isinstance(a, LoadWeights):
             if not core.pushes_differences:
+                if rec is not None and core.sent_at is not None:
+                    rec["t_released"] = core.sent_at    # the server ended this mini-batch then (its clock)
                 close()
                 rec = dict(rank=core.worker, iter=core.iteration, time=core.sent_at, version=a.version,
                            gap=core.gap, t_recv=clock(), wait_s=carry)

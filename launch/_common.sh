@@ -27,6 +27,12 @@ mpirun_base() {
         exit 2
     fi
     MPIRUN=("$bin" --bind-to none)
+    # run_job writes the signal it turns into SIGUSR1 here: the ranks' stop line names it, and they exit 0
+    # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
+    HOPDEC_STOP_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-stop.XXXXXX")"
+    export HOPDEC_STOP_FILE
+    trap 'rm -f "$HOPDEC_STOP_FILE"' EXIT
+    MPIRUN+=(-x HOPDEC_STOP_FILE)
     # Open MPI refuses to run as root unless told; containers often run as root.
     if [[ "$(id -u)" == 0 ]]; then
         MPIRUN+=(--allow-run-as-root)
@@ -149,15 +155,18 @@ start_tied() {
 # write a final checkpoint (with --checkpoint-dir) and print how to resume. So the launcher runs in its
 # own session, tied to this script (start_tied), the first INT/TERM/HUP/USR1 becomes SIGUSR1 to mpirun, a
 # second INT/TERM/HUP is passed on as it is (the hard kill). Exit status: mpirun's, or 128 + the signal
-# after a stop (the ranks of a stopped run exit 128 + SIGUSR1 = 138, which becomes the signal this script
-# got; a stopped run never exits 0).
+# after a stop (the ranks that read the signal's name from HOPDEC_STOP_FILE exit 0, others 128 + SIGUSR1
+# = 138; either becomes the signal this script got: a stopped run never exits 0).
 run_job() {
     local pid rc sig="" stops=0
     start_tied "$@"
     pid=$!
     _hopdec_stop() {
         stops=$((stops + 1))
-        [[ "$1" == USR1 ]] || sig="$1"
+        [[ -n "$sig" && "$1" == USR1 ]] || sig="$1"
+        if (( stops == 1 )) && [[ -n "${HOPDEC_STOP_FILE:-}" ]]; then
+            echo "SIG$1" > "$HOPDEC_STOP_FILE" 2>/dev/null || true     # read by the ranks (interrupt.py)
+        fi
         if (( stops == 1 )) || [[ "$1" == USR1 ]]; then
             kill -USR1 "$pid" 2>/dev/null || true
         else

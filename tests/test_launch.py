@@ -201,6 +201,34 @@ def test_a_killed_launcher_takes_its_job_along(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("ft", [False, True])
+def test_sigterm_to_the_launcher_is_named_and_mpirun_reports_no_failed_ranks(tmp_path, ft):
+    """SIGTERM to local.sh: the stop line named SIGUSR1 (what the script turns it into) and mpirun printed
+    its "exited with non-zero status" block after the clean stop. Now the line names SIGTERM, the script
+    exits 128 + SIGTERM, and the stop file it made is gone."""
+    logs, ck, tmp = tmp_path / "logs", tmp_path / "ck", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir",
+                             str(ck), *(["--fault-tolerance"] if ft else [])],
+                            env={**_launch_env(), "TMPDIR": str(tmp)}, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_running(str(logs), 2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out + err
+    assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
+    stops = [x for x in text.splitlines() if "stopped at iteration" in x]
+    assert len(stops) == 1 and "(SIGTERM to the launcher)" in stops[0], text[-3000:]
+    assert "non-zero status" not in text and "Exit code" not in text, text[-3000:]
+    assert _stopped_cleanly(ck, 2)
+    assert not list(tmp.glob("hopdec-stop.*"))
+
+
+@pytest.mark.mpi
 def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
     """SIGTERM to one rank (as Slurm sends it) under plain mpirun: every rank stops at one iteration, and
     the job exits 128 + SIGTERM -- it used to exit 0, as if it had completed."""

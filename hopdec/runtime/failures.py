@@ -226,10 +226,14 @@ def announce_ps_failure(worker, left):
 def stop_exit_code():
     """The exit status of a run that ended normally: 0, or 128 + the signal after a stop request reached
     this rank (Ctrl-C, SIGTERM from Slurm, SIGUSR1 from the launch scripts), as a shell reports a process
-    a signal ended -- a stopped run, checkpoint or not, must not look completed to a scheduler or script."""
+    a signal ended -- a stopped run, checkpoint or not, must not look completed to a scheduler or script.
+    A stop the launch script passed on (:func:`~hopdec.runtime.interrupt.via_launcher`) exits 0: the
+    script returns 128 + the signal it got, and ``mpirun`` then prints no error block for a clean stop."""
     from hopdec.runtime import interrupt
     sig = interrupt.requested()
-    return 128 + int(sig) if sig else 0
+    if not sig or interrupt.via_launcher(sig):
+        return 0
+    return 128 + int(sig)
 
 
 def first_error(errors):

@@ -25,8 +25,15 @@ KeyboardInterrupt: an interrupt is not a failure). The runners look at it betwee
 
 Then every rank writes its final checkpoint, the summary is skipped, and rank 0 prints one line: where
 the run stopped and the command that resumes it.
+
+The launch scripts' part. Before turning a signal into SIGUSR1 they write its name into the file
+``HOPDEC_STOP_FILE`` names (:func:`launcher_signal`), so the line names what the user sent ("SIGTERM to
+the launcher", not SIGUSR1), and the ranks exit 0: the script returns 128 + that signal itself, and
+``mpirun`` prints no block about ranks that exited non-zero after a clean stop.
 """
 
+import os
+import re
 import signal
 import sys
 import time
@@ -64,7 +71,30 @@ def reset():
     _requested = None
 
 
+def launcher_signal():
+    """The signal the launch script got and turned into SIGUSR1 (e.g. ``"SIGTERM"``), or None: read from
+    the file ``HOPDEC_STOP_FILE`` names, which the script writes before it signals ``mpirun`` (ranks on
+    other hosts may not see the file: then None). Only a signal name is accepted from it."""
+    path = os.environ.get("HOPDEC_STOP_FILE")
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            text = f.read(32).strip()
+    except OSError:
+        return None
+    return text if re.fullmatch(r"SIG[A-Z0-9]{1,10}", text) else None
+
+
+def via_launcher(signum):
+    """Whether stop request ``signum`` is the launch script's SIGUSR1 for a signal it named."""
+    return signum is not None and int(signum) == signal.SIGUSR1 and launcher_signal() is not None
+
+
 def signal_name(signum):
+    """What the stop line says caused the stop: the signal's name, or the one the launcher got."""
+    if via_launcher(signum):
+        return f"{launcher_signal()} to the launcher"
     try:
         return signal.Signals(int(signum)).name
     except (ValueError, TypeError):

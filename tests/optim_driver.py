@@ -172,7 +172,28 @@ def scenario_ft(out):
                                               heals=len(opt.healer.events))), flush=True)
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft)
+def scenario_periodic(out):
+    """A graph whose W is periodic (a directed cycle, no self-weight): the optimizer warns as train does."""
+    import warnings
+
+    import networkx as nx
+    g = nx.DiGraph()
+    g.add_weighted_edges_from([(i, i, 0.0) for i in range(size)] + [(i, (i + 1) % size, 1.0) for i in range(size)])
+    model = torch.nn.Linear(4, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = HopOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, topology=g)
+    x = torch.randn(8, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    opt.finish()
+    report("periodic", [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
+
+
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
+                 periodic=scenario_periodic)
 
 if __name__ == "__main__":
     out = sys.argv[1]

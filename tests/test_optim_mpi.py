@@ -54,9 +54,16 @@ def scenarios(out):
 def driven(mpirun, tmp_path_factory):
     """One job: unequal step counts, a checkpoint round trip, a persistently slow rank with skipping."""
     d = tmp_path_factory.mktemp("optim")
-    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip"], timeout=240)
+    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip", "periodic"], timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return d, scenarios(out.stdout), out
+
+
+def test_a_periodic_topology_is_warned_about_once_in_a_users_loop(driven):
+    """A periodic W never averages the models: hopdec train warns; the optimizer said nothing."""
+    seen = driven[1]["periodic"]
+    assert [len(w) for w in seen] == [1, 0, 0, 0], seen            # rank 0 only
+    assert seen[0][0].startswith("HopOptimizer: ") and "W is periodic" in seen[0][0]
 
 
 def test_unequal_step_counts_end_cleanly_at_the_furthest_rank(driven):

@@ -244,6 +244,40 @@ def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
                                               err.strip().splitlines())
 
 
+@pytest.mark.parametrize("self_weight, periodic", [(0.0, True), (0.5, False)])
+def test_a_periodic_w_is_named_by_train_and_sim(tmp_path, capsys, self_weight, periodic):
+    """A directed 4-cycle whose workers keep no self-weight passes the models round (W periodic: they never
+    approach their average): analyze warned, train and sim said nothing. One worker keeping a positive
+    self-weight makes W aperiodic: no warning."""
+    import io
+
+    from hopdec.cli.sim import parse as sim_parse
+    from hopdec.cli.train import parse
+    from hopdec.runtime.setup import setup
+    from hopdec.sim.run import simulate
+    path = tmp_path / "cycle.txt"
+    path.write_text(f"0 0 {self_weight}\n" + "".join(f"{i} {(i + 1) % 4} 1\n{i + 1} {i + 1} 0\n" for i in range(3))
+                    + "3 0 1\n")
+
+    class Comm:
+        def Get_size(self):
+            return 4
+
+        def Get_rank(self):
+            return 0
+    setup(parse(["--topology", str(path), "--iterations", "1", "--threads", "1"]), Comm())
+    train = [ln for ln in capsys.readouterr().err.splitlines() if "W is periodic" in ln]
+    simulate(sim_parse(["--topology", str(path), "--iterations", "3", "--no-progress"]), out=io.StringIO())
+    sim = [ln for ln in capsys.readouterr().err.splitlines() if "W is periodic" in ln]
+    if periodic:
+        assert len(train) == 1 and train[0].startswith(f"hopdec train: warning: {path}: W is periodic"), train
+        assert sim == [train[0].replace("hopdec train:", "hopdec sim:")], sim
+    else:
+        assert train == [] and sim == []
+    r = topo("analyze", path)
+    assert ("W is periodic" in r.stderr) == periodic, r.stderr
+
+
 def test_byte_order_mark_json(tmp_path, files):
     path = tmp_path / "bom.json"
     path.write_bytes(b"\xef\xbb\xbf" + files["r8"].read_bytes())

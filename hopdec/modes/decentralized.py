@@ -59,6 +59,9 @@ class HopRun:
         self.cfg = settings.protocol.config(settings.work.iterations or 1, settings.checkpoints.every,
                                             settings.faults.fault_tolerance)
         self.notes = check_config(self.cfg, self.views)      # the protocol's checks, once per run
+        # what loading the topology file noticed (weights renormalised, a periodic W): train and sim
+        # print them as warnings, as topo analyze does
+        self.warnings = tuple(graph.graph.get("notes", ()))
         self.work = None
 
     def with_work(self, work):

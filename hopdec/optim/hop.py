@@ -26,6 +26,7 @@ inner optimizer itself; an optimizer the user already built can be wrapped too (
 import atexit
 import copy
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -112,6 +113,9 @@ class HopOptimizer(torch.optim.Optimizer):
         if graph.number_of_nodes() != self.size:
             raise ConfigError(f"HopOptimizer: topology {graph.graph.get('source', topology)} has "
                               f"{graph.number_of_nodes()} workers but the communicator has {self.size} ranks")
+        if self.rank == 0:                  # what hopdec train prints of the topology file (a periodic W, ...)
+            for note in graph.graph.get("notes", ()):
+                warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=2)
         self.cfg, views = assembly.protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness,
                                                    stale_reduce, skip, graph, self.fault_tolerant, compress,
                                                    (local_steps, outer_optimizer, outer_lr, outer_momentum))

@@ -287,6 +287,8 @@ def simulate(settings, out=sys.stdout, entries=False):
         from hopdec.runtime.metrics import check_log_dir
         check_log_dir(settings.observe.log_dir, 0)
     sim = Simulation(settings, out)
+    for note in getattr(sim.run, "warnings", ()):        # the topology file's, as hopdec train prints them
+        print(f"hopdec sim: warning: {note}", file=sys.stderr, flush=True)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
     if sim.run.mode == "ps":

@@ -120,6 +120,16 @@ def check_strongly_connected(G, source="<graph>"):
                         f"{a} to node {b} (every worker must eventually hear from every other)")
 
 
+def is_aperiodic(G):
+    """Whether the matrix W of a strongly connected ``G`` (edges of positive weight, self-loops included)
+    is aperiodic: the gcd of its cycle lengths is 1, so W^t converges to the consensus (Perron-Frobenius);
+    a periodic W keeps permuting the models instead. One breadth-first search (networkx)."""
+    P = nx.DiGraph()
+    P.add_nodes_from(G.nodes)
+    P.add_edges_from((u, v) for u, v, w in G.edges(data="weight") if w is None or w > 0)
+    return P.number_of_nodes() <= 1 or nx.is_aperiodic(P)
+
+
 def load(path, connected=True):
     """Read a topology file and return a validated, weighted DiGraph: the graph training uses.
 
@@ -174,6 +184,10 @@ def effective_graph(G, source="<graph>", connected=True):
     G, notes = effective_weights(G, source, copy=False)
     if connected:
         check_strongly_connected(G, source)
+        if not is_aperiodic(G):
+            notes.append(f"{source}: W is periodic (no worker on some cycle keeps a positive self-weight, so "
+                         f"models are passed round it): the workers' models never approach their average; "
+                         f"give every worker a positive self-loop weight")
     G.graph["source"] = source
     G.graph["notes"] = notes
     G.graph["weights"] = weights_rule(G)        # the rule a heal recomputes them by

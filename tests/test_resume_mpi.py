@@ -63,9 +63,16 @@ def stop_lines(err):
     return [ln for ln in err.splitlines() if ln.startswith("hopdec train: stopped")]
 
 
+def _default_sigint():
+    """In the child: SIGINT handled by default, as under a terminal. A test process started in the background
+    of a script inherits SIGINT ignored, and a shell cannot trap a signal ignored on entry: the launcher
+    would never see the Ctrl-C these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(cmd, env):
     return subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_default_sigint)
 
 
 def wait_for_records(log_dir, rank, n, proc, timeout=90):

@@ -139,6 +139,21 @@ def test_reader_on_a_simulated_run(tmp_path):
     assert run.edges()[(0, 1)] == sum(1 in r.get("sent_to", []) for r in net.records[0])
 
 
+def test_polls_are_a_part_of_the_breakdown_not_other(tmp_path):
+    """Records with ``poll_s`` (an MPI run's loop times its polls): "poll" is a part of its own and "other"
+    is what no part covers."""
+    d = tmp_path / "run"
+    d.mkdir()
+    recs = [dict(rank=0, iter=k, time=0.01 * k, compute_s=0.004, wait_s=0.001, wait_updates_s=0.001,
+                 reduce_s=0.001, send_s=0.0, apply_s=0.001, poll_s=0.002) for k in range(11)]
+    with open(d / "rank0.jsonl", "w") as f:
+        f.write(json.dumps({"rank": 0, "run": {"mode": "decentralized", "iterations": 11}}) + "\n")
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    p = Run.load(d).breakdown()[0]
+    assert p["poll"] == pytest.approx(0.022) and p["compute"] == pytest.approx(0.044)
+    assert p["other"] == pytest.approx(0.1 - 0.009 * 10)       # 10 iterations span 0.1 s; the last not in it
+
+
 def test_report_of_a_simulated_run_says_so(tmp_path):
     d, _ = _simulated_run(tmp_path)
     out = tmp_path / "r.html"

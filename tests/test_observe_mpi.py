@@ -184,6 +184,7 @@ def test_time_breakdown_says_who_waits_for_whom(job):
             parts = sum(x.get(k, 0.0) for k in ("wait_updates_s", "wait_tokens_s", "wait_acks_s"))
             assert parts == pytest.approx(x["wait_s"], abs=1e-9)
             assert x["send_s"] >= 0 and x["reduce_s"] > 0 and x["apply_s"] > 0
+            assert x["poll_s"] > 0                      # at least the poll after the compute
             assert sorted(x["sent_to"]) == sorted(set(x["sent_to"])) and len(x["sent_to"]) == x["sent"]
     wait = {r: sum(x["wait_s"] for x in rs) for r, rs in recs.items()}
     assert wait[3] < min(wait[0], wait[1], wait[2])              # the 2x slower rank waits least
@@ -193,6 +194,11 @@ def test_time_breakdown_says_who_waits_for_whom(job):
             for j, s in x.get("waited_on", []):
                 blamed[j] = blamed.get(j, 0.0) + s
     assert max(blamed, key=blamed.get) == 3                      # ... and the others wait on it
+    # the report shows the polls as a part of their own, out of "other"
+    from hopdec.report.data import Run
+    parts = Run.load(job["hop"]).breakdown()
+    for r, rs in recs.items():
+        assert parts[r]["poll"] == pytest.approx(sum(x["poll_s"] for x in rs))
 
 
 def _trace(path):

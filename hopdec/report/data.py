@@ -88,7 +88,7 @@ RECORD_FIELDS = dict(
     sent=_opt(_num), send_skipped=_opt(_num), version=_opt(_int), sent_to=_opt(_list_of(_int)),
     spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
     **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
-                                       "wait_sends", "reduce", "send", "apply", "push")},
+                                       "wait_sends", "reduce", "send", "apply", "push", "poll")},
     t_push=_opt(_num), t_recv=_num, allreduce_s=_opt(_num), sent_bytes=_opt(_num))
 """Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
 are required)."""
@@ -471,7 +471,7 @@ class Run:
                     parts[key] = parts.get(key, 0.0) + rest
                 if r.get("wait_sends_s"):
                     parts["wait sends"] = parts.get("wait sends", 0.0) + r["wait_sends_s"]
-                for key in ("reduce", "send", "apply", "push"):
+                for key in ("reduce", "send", "apply", "push", "poll"):
                     v = r.get(f"{key}_s")
                     if v:
                         parts[key] = parts.get(key, 0.0) + v
@@ -479,7 +479,8 @@ class Run:
                 span = recs[-1]["time"] - recs[0]["time"]
                 last = recs[-1]
                 inside = sum(parts.values()) - sum((last.get(f"{k}_s") or 0.0) for k in
-                                                   ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
+                                                   ("compute", "wait", "wait_sends", "reduce", "send", "apply",
+                                                    "poll"))
                 parts["other"] = max(0.0, span - inside)
             out[w] = parts
         return out

@@ -51,8 +51,9 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     virtual-time driver needs only those it charges time for or watches, e.g.
     ``{ComputeGradient, Enter}``: resuming the generator for the others is work for nothing).
 
-    Every record splits the iteration's time: ``compute_s``, ``send_s``, ``reduce_s``, ``apply_s`` and
-    ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
+    Every record splits the iteration's time: ``compute_s``, ``send_s``, ``reduce_s``, ``apply_s``,
+    ``poll_s`` (a transport with ``poll``: handing over what arrived between actions -- on a host with more
+    ranks than cores, MPI's progress yields the core to other ranks there) and ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
     for; ``waited_on``: ``[[rank, seconds], ...]`` for the ranks it waited on), and ``wait_sends_s``: before
     a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
     complete -- a slow receiver shows up here. With ``spans=True`` it also
@@ -75,7 +76,12 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     stepped = frozenset() if every or not step else frozenset(step)
     while True:
         if poll is not None and not fresh:
-            poll(core)          # hand over whatever arrived, so every decision sees the latest tokens
+            if rec is None:
+                poll(core)      # hand over whatever arrived, so every decision sees the latest tokens
+            else:               # timed: on an oversubscribed host MPI yields the core to other ranks here
+                tp = clock()
+                poll(core)
+                rec["poll_s"] += clock() - tp
         a = core.next_action()
         kind = type(a)
         if deferred is not None and kind is not SendParams:
@@ -101,6 +107,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             rec = IterationRecord(rank=core.rank, iter=a.iteration, time=clock(), loss=None,
                                   compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0, apply_s=0.0,
                                   sent=0, send_skipped=0)
+            if poll is not None:
+                rec["poll_s"] = 0.0
             if spans:
                 rec["spans"] = []
             if a.jumped_from is not None:

@@ -43,8 +43,15 @@ def _normalise(terms):
 
 def _normalised(raw):
     """:func:`_normalise` of ``raw`` = ``[(sender, iteration, handle, weight)]`` (the self term first;
-    sorted in place): the policies build plain tuples and make each :class:`Term` once."""
+    sorted in place): the policies build plain tuples and make each :class:`Term` once.
+
+    A worker whose file gives its self-loop weight 0 can have nothing of positive weight to reduce (bounded
+    staleness with no fresh update left, a sender no longer waited for after a heal): it then keeps its own
+    parameters, the local update that is always available (Hop sec. 3.1)."""
     total = sum([r[3] for r in raw])                # the order (and the sum) of the Term version
+    if total <= 0.0:
+        raw[0] = raw[0][:3] + (1.0,)
+        total = 1.0
     raw.sort(key=_first)
     return tuple([Term(s, it, h, w / total) for s, it, h, w in raw])
 

@@ -253,7 +253,9 @@ def _parse_node_link(data, src):
             raise TopologyError(f"{src}: node entry #{k} has no 'id'")
         ids.append(node["id"])
     idset = {i for i in ids if isinstance(i, (int, str, float))}
-    directed = bool(data.get("directed", False))
+    directed = data.get("directed", False)
+    if not isinstance(directed, bool):       # "false" (a string) would read as true: a directed graph
+        raise TopologyError(f"{src}: 'directed' must be true or false, got {_short(directed)}")
     seen = {}
     for k, e in enumerate(data[key]):
         if not isinstance(e, dict) or "source" not in e or "target" not in e:

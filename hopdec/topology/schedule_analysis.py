@@ -170,7 +170,7 @@ def summarize(U, max_ig=2, staleness=None):
         doubly_stochastic=mix["steps_doubly_stochastic"], column_stochastic=mix["steps_column_stochastic"],
         normalized_laplacian_gap=None, metropolis_spectral_gap=None,
     )
-    if s.n <= ALL_PAIRS_MAX_N and out["strongly_connected"]:
+    if s.n <= ALL_PAIRS_MAX_N:          # unbounded pairs are inf, as for a static graph that is not connected
         b = {"standard": gap_bounds(U).max(), "standard+tokens": gap_bounds(U, max_ig=max_ig).max(),
              "backup": math.inf if s.n > 1 else 0.0,
              "backup+tokens": gap_bounds(U, "backup", max_ig=max_ig).max(),
@@ -195,6 +195,11 @@ def summarize_any(G, max_ig=2, staleness=None):
     return static_summary(G, max_ig, staleness)
 
 
+def _product(period):
+    """``W_0 W_1 ... W_{P-1}`` as the report writes it (short periods in full)."""
+    return " ".join(f"W_{m}" for m in range(period)) if period <= 3 else f"W_0 W_1 ... W_{period - 1}"
+
+
 def report_lines(s, max_ig, staleness=None, f=str):
     """The text ``hopdec topo analyze`` prints for a schedule's summary ``s`` (``f``: how a value is shown)."""
     b = s.get("gap_bounds") or {}
@@ -212,7 +217,7 @@ def report_lines(s, max_ig, staleness=None, f=str):
         f"{s['out_degree']['max']}; token queues live on the union)",
         f"  strongly connected    {f(s['strongly_connected'])}   (the union of the steps)",
         f"  doubly-stochastic     {f(s['doubly_stochastic'])}   (every step's W)",
-        f"  spectral gap, period  {f(s['period_spectral_gap'])}   (|l1|-|l2| of M = W_0 W_1 ... W_{s['period'] - 1})",
+        f"  spectral gap, period  {f(s['period_spectral_gap'])}   (|l1|-|l2| of M = {_product(s['period'])})",
         f"  spectral gap per step {f(s['spectral_gap'])}   (1-|l2(M)|^(1/{s['period']}): compare with a static "
         f"graph's gap)",
         f"  each step's gap       {shown}",

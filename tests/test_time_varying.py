@@ -138,7 +138,7 @@ def test_settings_a_schedule_cannot_run_are_refused_with_the_option():
     views = node_views(T.GENERATORS["one-peer-exponential"](8))
     with pytest.raises(ConfigError, match="notify-ack"):
         check_config(ProtocolConfig(iterations=5, protocol="notify-ack"), views)
-    with pytest.raises(ConfigError, match="backup workers 1 at node 0.*one in-neighbour per step"):
+    with pytest.raises(ConfigError, match="--backup-workers 1: .*node 0 has 1 at some step.*one in-neighbour per step"):
         check_config(ProtocolConfig(iterations=5, backup_workers=1), views)
 
 

@@ -186,7 +186,7 @@ def test_a_hung_rank_times_out_its_neighbours(mpirun):
 BAD_INPUT = [
     (["--topology", "topologies/ring_based_8.json"], "has 8 workers but the run has 4 ranks"),
     (["--protocol", "queue-only", "--backup-workers", "1"], "--backup-workers 1 needs --protocol tokens"),
-    (["--backup-workers", "3"], "backup workers 3 at node 0: must be smaller than its 3 in-neighbours"),
+    (["--backup-workers", "3"], "--backup-workers 3: node 0 has 3 in-neighbour(s)"),
     (["--slowdown", "rank=9,factor=4"], "rank=9"),
     (["--topology", "does/not/exist.json"], "does/not/exist.json"),
     (["--skip", "max-jump=3", "--protocol", "notify-ack"], "--skip needs --protocol tokens"),

@@ -166,7 +166,15 @@ def check_config(cfg, views):
                          f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "
                          f"sends to this worker, so jumps are at most {cfg.max_ig} on symmetric graphs")
     for v in views:
-        check_backup(effective_backup(cfg, v), v.rank, len(v.in_neighbors))
+        b = effective_backup(cfg, v)
+        if b and b >= len(v.in_neighbors):
+            if v.backup_workers is None:
+                fewest = min(len(u.in_neighbors) for u in views if u.backup_workers is None)
+                what, most = f"--backup-workers {b}", f"at most {fewest - 1} on this graph"
+            else:
+                what, most = f"backup_workers {b} of node {v.rank} in the topology file", f"at most {len(v.in_neighbors) - 1}"
+            raise ConfigError(f"{what}: node {v.rank} has {len(v.in_neighbors)} in-neighbour(s); backup workers "
+                              f"must be fewer than a worker's in-neighbours (Hop sec. 4.3, Figure 8): {most}")
     from hopdec.hop.time_varying import check as check_time_varying
     check_time_varying(cfg, views)                  # a schedule's per-step rules
     return notes

@@ -61,8 +61,9 @@ def check(cfg, views):
         b = cfg.backup_workers if v.backup_workers is None else v.backup_workers
         limit = backup_limit([sorted(s for s in w if s != v.rank) for w, _ in v.steps])
         if b and b >= limit:
-            raise ConfigError(f"backup workers {b} at node {v.rank}: must be smaller than its in-degree at every "
-                              f"step of the schedule, which is {limit} at some step (one-peer graphs have "
+            what = f"--backup-workers {b}" if v.backup_workers is None else f"backup_workers {b} of node {v.rank}"
+            raise ConfigError(f"{what}: backup workers must be fewer than a worker's in-neighbours at every step "
+                              f"of the schedule, and node {v.rank} has {limit} at some step (one-peer graphs have "
                               f"one in-neighbour per step: no backup workers)")
 
 

@@ -70,14 +70,18 @@ class Invariants:
         self.max_gap = np.zeros((len(self.ids), len(self.ids)))
         by_id = self._by_id(cores)
         it = np.array([by_id[r].iteration for r in self.ids])
-        excess = float(np.max(it[:, None] - it[None, :] - self.bounds))
+        over = it[:, None] - it[None, :] - self.bounds
+        np.fill_diagonal(over, -np.inf)                 # a worker is never apart from itself
+        excess = float(over.max())
         self.deficit = max(0.0, excess)
         for c in by_id.values():
             if c.ledger is not None:
                 for i in c.view.in_neighbors:
                     self.deficit += max(0, -(c.ledger.issued[i] - by_id[i].ledger.taken[c.rank]))
-        if self.deficit:
-            self.deficit += 1          # a worker already past its Recv when the heal came may still enter one
+        if self.deficit or excess >= 0:
+            # a worker already past its Recv when the heal came may still enter one more iteration: beyond
+            # the healed bound when its gap was at the bound already (a directed cycle that lost a node)
+            self.deficit += 1
 
     @staticmethod
     def _by_id(cores):

@@ -192,8 +192,29 @@ def scenario_periodic(out):
     report("periodic", [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
 
 
+def scenario_serial(out):
+    """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts: the ranks that stop
+    first pause at ComputeGradient before sending that iteration's update, which the others wait for."""
+    import networkx as nx
+
+    from hopdec.topology import with_default_weights
+    g = with_default_weights(nx.DiGraph([(i, (i + 1) % size) for i in range(size)] + [(0, 2)]))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, topology=g, compute_graph="serial",
+                       peer_timeout=20)
+    steps = 6 + 3 * (rank % 2)
+    x = torch.randn(8, 4)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    opt.finish()
+    report("serial", dict(steps=steps, end=opt.iteration))
+
+
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 periodic=scenario_periodic)
+                 periodic=scenario_periodic, serial=scenario_serial)
 
 if __name__ == "__main__":
     out = sys.argv[1]

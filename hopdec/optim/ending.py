@@ -17,7 +17,10 @@ in-neighbour's iteration-k parameters) and their tokens. So (``finish()``):
 
 Why this always ends (as the stop agreement of :mod:`hopdec.runtime.interrupt`): the rank furthest
 behind has every update it needs (its in-neighbours are at least where it is and sent on entering) and the
-tokens (its out-neighbours granted up to their position + max_ig); so it advances, until all are at P.
+tokens (its out-neighbours granted up to their position + max_ig); so it advances, until all are at P. With
+the serial graph a rank sends update k only after ComputeGradient(k), where a done rank pauses: it serves
+also when a neighbour is level with it (a neighbour in Recv(k) waits for that update), so the common stop
+may be one iteration past the last rank's steps (an iteration of mixing without a gradient).
 
 While a rank waits in ``consensus_model()``, it advances without a gradient only when a neighbour is
 known to be ahead of it (:func:`neighbour_ahead`): that neighbour may be unable to reach its own call
@@ -32,16 +35,18 @@ from hopdec.transport.waiting import poll_until
 TAG_DONE = 411
 
 
-def neighbour_ahead(core):
+def neighbour_ahead(core, level=False):
     """True when some neighbour is known to be at a later iteration than ``core`` (and may wait for it):
     an in-neighbour's update of a later iteration is held, an out-neighbour's tokens put it ahead, or
-    (notify-ack) an out-neighbour has consumed this worker's current update. Reads the core, decides
-    nothing about the protocol."""
-    k = core.iteration
+    (notify-ack) an out-neighbour has consumed this worker's current update. ``level``: a neighbour at the
+    *same* iteration counts too -- with the serial graph (Hop sec. 3.2) a worker sends update k only after its
+    ComputeGradient(k), where a done rank pauses, so a neighbour in Recv(k) waits for it. Reads the core,
+    decides nothing about the protocol."""
+    k = core.iteration - (1 if level else 0)
     if any(e.iteration > k for e in core.policy.queue.entries()):
         return True
     led = core.ledger
-    if led is not None and any(led.lead_of(j) > 0 for j in core.view.out_neighbors):
+    if led is not None and any(led.lead_of(j) > (-1 if level else 0) for j in core.view.out_neighbors):
         return True
     acks = core.acks
     return acks is not None and any(c > k for c in acks.acked.values())

@@ -433,7 +433,8 @@ class HopOptimizer(torch.optim.Optimizer):
         whenever it can."""
         if self._loop is None or self.finished:
             return False
-        return self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core)
+        level = self.end.done and self.cfg.compute_graph == "serial"     # finish(): see hopdec.optim.ending
+        return self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core, level)
 
     def _serve(self, done, what):
         """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The

@@ -190,3 +190,28 @@ def test_a_death_on_a_directed_cycle_passes_the_invariants_checked_after_the_hea
                           "--slowdown", "rank=0,factor=30", "--no-progress", "--invariants", "on"]), out=io.StringIO())
     assert "held at all" in res["text"], res["text"]
     assert [c.iteration for c in res["sim"].cores] == [29, 29, 2, 29]      # every survivor finished
+
+
+@pytest.mark.parametrize("kind", ["schedule", "edge-list"])
+def test_more_workers_than_hopdec_handles_are_refused_before_they_are_built(tmp_path, kind):
+    """A 45-byte schedule file ``{"steps": [[[0, 99999999], [99999999, 0]]]}`` made 10^8 nodes (``topo
+    analyze`` was still building them after 30 s and 2.9 GB); an edge list of a 100,001-node ring ran for
+    minutes in ``topo analyze`` and ``hopdec sim``. The README's limit (100,000 workers in a topology) now
+    holds for files too: one line naming the file, at once."""
+    import time
+
+    from hopdec.limits import MAX_WORKERS
+    if kind == "schedule":
+        path = tmp_path / "s.json"
+        path.write_text('{"steps": [[[0, 99999999], [99999999, 0]]]}')
+        n = 10 ** 8
+    else:
+        path = tmp_path / "ring.txt"
+        n = MAX_WORKERS + 1
+        path.write_text("".join(f"{i} {(i + 1) % n}\n" for i in range(n)))
+    t0 = time.monotonic()
+    r = _topo("analyze", path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"hopdec topo: error: {path}: {n} workers, more than hopdec handles ({MAX_WORKERS}")
+    assert time.monotonic() - t0 < 60

@@ -211,7 +211,12 @@ def _read_text(path, src):
 
 
 def _check_ids(G, src):
-    """Run only the node-id part of :func:`validate` (before weights are filled in)."""
+    """Run only the node-id part of :func:`validate` (before weights are filled in), and refuse more workers
+    than :data:`hopdec.limits.MAX_WORKERS` before anything else is built on them."""
+    from hopdec.limits import MAX_WORKERS
+    if G.number_of_nodes() > MAX_WORKERS:
+        raise TopologyError(f"{src}: {G.number_of_nodes()} workers, more than hopdec handles ({MAX_WORKERS}: the "
+                            f"simulator and topo analyze are built for thousands)")
     H = nx.DiGraph()
     H.add_nodes_from(G.nodes)
     H.add_edges_from(((v, v) for v in G.nodes), weight=1.0)

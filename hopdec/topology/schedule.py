@@ -271,6 +271,9 @@ def parse(data, src, connected=True):
         n = 1 + max((max(e[0], e[1]) for edges in lists for e in edges), default=-1)
         if n < 1:
             raise TopologyError(f"{src}: the schedule has no edges and no 'nodes'")
+    from hopdec.limits import MAX_WORKERS
+    if n > MAX_WORKERS:                  # before n nodes are built: an edge [0, 99999999] alone makes n 10^8
+        raise TopologyError(f"{src}: {n} workers, more than hopdec handles ({MAX_WORKERS})")
     return from_steps(n, lists, name=name, node_attrs=node_attrs, source=src, connected=connected,
                       weighted=weighted)
 

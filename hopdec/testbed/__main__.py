@@ -149,7 +149,8 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         argv, train_args = argv[:i], argv[i + 1:]
-    ap = argparse.ArgumentParser(prog="python -m hopdec.testbed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hopdec.testbed",
+                                 description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="can this machine build a testbed?")
     sub.add_parser("cleanup", help="remove testbeds whose process is gone")

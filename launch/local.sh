@@ -45,5 +45,6 @@ mpirun_base
 ft_flags "$@"
 net_flags one-host "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
+resume_with "$0" -n "$n"
 extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -300,6 +300,17 @@ def test_a_trace_in_the_log_dir_is_accepted_before_the_log_dir_exists(tmp_path):
     assert d.is_dir()
 
 
+def test_simulate_prints_to_the_stdout_of_the_call(monkeypatch):
+    """``simulate``'s default output was the ``sys.stdout`` of its import: after a test had captured the
+    import-time stream and closed it, ``hopdec sim`` raised "I/O operation on closed file"."""
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    simulate(parse(["--topology", "ring", "-n", "3", "--iterations", "2", "--no-progress"]))
+    assert "SIMULATED" in out.getvalue()
+
+
 def test_a_timing_only_simulations_report_says_there_is_no_loss_without_a_warning(tmp_path):
     """A timing-only run logs no loss: the loss panels say so (matplotlib warned 'No artists with labels'
     on the user's terminal before, and drew two empty panels)."""

@@ -1,8 +1,8 @@
 """A model and a dataset of your own in ``hopdec train`` and ``hopdec sim --math`` (README: "Your own model
 and data in hopdec train"):
 
-    mpirun -n 4 hopdec train --model examples/my_model.py:make_model --dataset examples/my_model.py:make_data \
-        --iterations 200 --log-dir runs/mine
+    mpirun --oversubscribe -n 4 hopdec train --model examples/my_model.py:make_model \
+        --dataset examples/my_model.py:make_data --iterations 200 --log-dir runs/mine
 
 A factory may also live in any importable module (``--model mypackage.models:make_model``).
 """

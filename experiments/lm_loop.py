@@ -5,8 +5,8 @@ decay (``LambdaLR``), gradient clipping; evaluated by the consensus model's vali
 
     mpirun -n 4 --oversubscribe python3 experiments/lm_loop.py --steps 300 --topology ring
 
-Each rank reads its own shard (a different number of batches per rank is fine: ``--epochs`` runs whole
-passes over shards of unequal length). Add ``--skip max-jump=4,trigger=2 --backup-workers 1`` and
+Each rank reads its own shard and steps until its Hop iteration reaches ``--steps`` (with iteration
+skipping a rank gets there in fewer steps of its own; unequal step counts are fine). Add ``--skip max-jump=4,trigger=2 --backup-workers 1`` and
 ``--slow-rank 3`` to see iteration skipping help a persistently slow rank.
 """
 

@@ -39,6 +39,14 @@ mpirun_base() {
     fi
 }
 
+# resume_with WORDS...: how this script was invoked (e.g. launch/local.sh -n 4), for the ranks' "resume
+# with:" line after a stop: the script again, with the flags it adds, rather than a bare mpirun command.
+resume_with() {
+    HOPDEC_RESUME_WITH="$(printf '%q ' "$@")"
+    export HOPDEC_RESUME_WITH
+    MPIRUN+=(-x HOPDEC_RESUME_WITH)
+}
+
 # extra_flags: the user's launcher flags, last (so they win over ours), e.g.
 # HOPDEC_MPIRUN_ARGS="--mca btl_tcp_if_include eth0".
 extra_flags() {

@@ -48,6 +48,7 @@ mpirun_base
 ft_flags "$@"
 net_flags cluster "$@"
 MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
+resume_with "$0" -f "$hostfile" -n "$n" -m "$map"
 for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
 done

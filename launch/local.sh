@@ -11,6 +11,7 @@ Runs N workers (default 4) on this machine, one MPI rank each:
 (--oversubscribe: more ranks than cores is fine on one box; --mca btl ^tcp: the ranks talk over shared
 memory and listen on no network port -- with --fault-tolerance, TCP over 127.0.0.1 only;
 --allow-run-as-root only as root.) Ctrl-C, SIGTERM, SIGHUP: a clean stop (launch/README.md).
+With --fault-tolerance among the args the script adds what Open MPI's ULFM needs (launch/_common.sh).
 
 Environment:
   HOPDEC_CMD          run this command on every rank instead of `hopdec train`
@@ -19,6 +20,7 @@ Environment:
   HOPDEC_MPIRUN       launcher binary (default: mpirun)
   HOPDEC_MPIRUN_ARGS  extra launcher flags (last: they win), e.g. "--mca btl self,tcp"
   HOPDEC_STARTUP_TIMEOUT  seconds every rank has to get through MPI_Init (default: --peer-timeout, >= 60)
+  HOPDEC_FT_TIMEOUT   --fault-tolerance: seconds of silence before ULFM's detector declares a rank dead (30)
   HOPDEC_PYTHON       python used when hopdec is not on PATH (default: python3)
 USAGE
 }
@@ -43,5 +45,6 @@ mpirun_base
 ft_flags "$@"
 net_flags one-host "$@"
 MPIRUN+=(-n "$n" --oversubscribe)
+resume_with "$0" -n "$n"
 extra_flags
 run_job "${MPIRUN[@]}" "${WORKER_CMD[@]}" "$@"   # Ctrl-C: a clean stop (see _common.sh)

@@ -176,10 +176,18 @@ def test_resume_with_other_settings_names_the_option(tmp_path):
         C.choose(str(tmp_path / "b"), t, 2, {"lr": 0.1})
 
 
-def test_the_resume_command_repeats_the_run_with_resume():
-    cmd = C.resume_command(["--topology", "ring", "--resume", "old", "--die-rank", "1", "--iterations=9",
-                            "--checkpoint-dir", "ck"], 4, "ck")
+def test_the_resume_command_repeats_the_run_with_resume(monkeypatch):
+    monkeypatch.delenv("HOPDEC_RESUME_WITH", raising=False)
+    argv = ["--topology", "ring", "--resume", "old", "--die-rank", "1", "--iterations=9", "--checkpoint-dir", "ck"]
+    cmd = C.resume_command(argv, 4, "ck")
     assert cmd == "mpirun -n 4 hopdec train --topology ring --iterations=9 --checkpoint-dir ck --resume ck"
+    # started by a launch script: the script again (a bare mpirun lacks its flags: as root it is refused)
+    monkeypatch.setenv("HOPDEC_RESUME_WITH", "/opt/my\\ dir/launch/local.sh -n 4 ")
+    assert C.resume_command(argv, 4, "ck") == ("'/opt/my dir/launch/local.sh' -n 4 --topology ring --iterations=9 "
+                                               "--checkpoint-dir ck --resume ck")
+    for bad in ("launch/local.sh 'unclosed", "a\nb", " "):       # not shell words: the plain command
+        monkeypatch.setenv("HOPDEC_RESUME_WITH", bad)
+        assert C.resume_command(argv, 4, "ck").startswith("mpirun -n 4 hopdec train ")
 
 
 def test_trim_log_keeps_whole_lines_only(tmp_path):

@@ -251,11 +251,25 @@ def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
 
 
 # ---- what a one-host job listens on (issue 17 item 7) ---------------------------------------------------------
-LISTENER = (f"{sys.executable} -c '"
-            "import os, sys, time; from mpi4py import MPI; c = MPI.COMM_WORLD; "
-            "x = c.sendrecv(os.getpid(), dest=(c.rank + 1) % c.size, source=(c.rank - 1) % c.size); "
-            "print(\"pid\", os.getpid(), flush=True); time.sleep(4); c.Barrier(); "
-            "os._exit(0) if \"--fault-tolerance\" in sys.argv else None'")   # ULFM: no MPI_Finalize
+LISTENER = """
+import os, sys, time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+x = c.sendrecv(os.getpid(), dest=(c.rank + 1) % c.size, source=(c.rank - 1) % c.size)
+print("pid", os.getpid(), flush=True)
+time.sleep(4)
+if "--fault-tolerance" in sys.argv:     # ULFM: no MPI_Finalize (it waits for a rank that exited first)
+    try:
+        c.Barrier()
+    except MPI.Exception:               # a peer that left the barrier first and exited is "failed" here
+        pass
+    os._exit(0)
+c.Barrier()
+"""
+"""What each rank runs: it talks to its neighbour, says its pid, and holds its sockets open for 4 s. Under
+ULFM a rank that leaves the last barrier and exits at once can be seen as failed by a slower peer still in
+that barrier (a loaded machine): the peer's exception then made it call MPI_Finalize, which waits for the
+exited rank forever, and the job never ended."""
 
 
 def _sockets(kind, pids):
@@ -279,8 +293,11 @@ def test_a_one_host_job_talks_over_loopback_only(tmp_path, ft):
     0.0.0.0 and [::]); with it they talk TCP over 127.0.0.1 only (their peers were the host's other
     addresses). Either way every connection a rank has is on loopback (its launcher's PMIx server too).
     mpirun's own daemon port is Open MPI's (launch/README.md says what it exposes)."""
+    listener = tmp_path / "listener.py"
+    listener.write_text(LISTENER)
     proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *(["--fault-tolerance"] if ft else [])],
-                            env={**os.environ, "HOPDEC_CMD": LISTENER, "HOPDEC_STARTUP_TIMEOUT": "60"},
+                            env={**os.environ, "HOPDEC_CMD": f"{sys.executable} {listener}",
+                                 "HOPDEC_STARTUP_TIMEOUT": "60"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         pids = []

@@ -50,6 +50,24 @@ def test_board_prints_a_grid_point_once_every_worker_reported_it():
     assert "iter 11..99" in line
 
 
+def test_the_last_progress_line_says_a_stopped_run_ended_early():
+    """After a clean stop (Ctrl-C to a launcher) at iteration 254 of 5000 the last progress line said 'all 4
+    workers finished', beside the stop's own line; it says where they ended. A run that ran out says
+    finished, as does one that never announced a length (HopOptimizer without ``steps``)."""
+    def board(n, lasts):
+        b = ProgressBoard(range(len(lasts)), iterations=n, dt=1.0, bound=2)
+        for w, last in enumerate(lasts):
+            b.add(w, 1, 1, last, last, 0.5)
+            b.finish(w, last)
+        return b
+    stopped = board(5000, [254, 254, 253, 254])
+    assert stopped.ending() == "ended early (before iter 5000)"
+    assert stopped.lines(1)[0].endswith("all ended early (before iter 5000)")
+    assert board(200, [199, 200, 199]).ending() == "finished"        # the last iteration, 0-based or next
+    assert board(None, [12, 12]).ending() == "finished"
+    assert board(200, [199, 200]).lines(1)[0].endswith("all finished")
+
+
 @pytest.mark.parametrize("staleness", [0, 1, 2])
 def test_ps_progress_gap_stays_within_the_staleness_bound_while_replies_are_in_flight(staleness):
     """SSP releases the fast workers and answers the slowest's push in one server step; the reply to the
@@ -280,6 +298,17 @@ def test_a_trace_in_the_log_dir_is_accepted_before_the_log_dir_exists(tmp_path):
     d = tmp_path / "logs"
     check_observe_options(build_parser().parse_args(["--log-dir", str(d), "--trace", str(d / "trace.json")]))
     assert d.is_dir()
+
+
+def test_simulate_prints_to_the_stdout_of_the_call(monkeypatch):
+    """``simulate``'s default output was the ``sys.stdout`` of its import: after a test had captured the
+    import-time stream and closed it, ``hopdec sim`` raised "I/O operation on closed file"."""
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    simulate(parse(["--topology", "ring", "-n", "3", "--iterations", "2", "--no-progress"]))
+    assert "SIMULATED" in out.getvalue()
 
 
 def test_a_timing_only_simulations_report_says_there_is_no_loss_without_a_warning(tmp_path):

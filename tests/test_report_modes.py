@@ -305,3 +305,23 @@ def test_a_dead_ps_worker_leaves_the_gap_and_is_listed(tmp_path):
     assert gaps.max() <= 3
     html = page([run])
     assert "EXCEEDED" not in html and "worker 2 died at 1 virtual s" in html
+
+
+def test_a_parameter_server_run_is_labelled_by_its_workers_emulation(tmp_path):
+    """A PS run with --slowdown printed 'times: EMULATED -- rank 4 4x slower', but its report said nothing
+    of it: the report read rank 0's header, and the server's header has no emulation (its workers' have)."""
+    server = dict(mode="ps", sync="ssp", workers=2, worker_ranks=[1, 2], iterations=3, budget=6, gap_bound=3)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for r in range(3):
+        head = server if r == 0 else dict(server, worker=r, emulation="rank 2 4x slower")
+        with open(tmp_path / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"rank": r, "run": head}) + "\n")
+            for k in range(3 if r else 0):
+                f.write(json.dumps(dict(rank=r, iter=k, time=100.0 + k, compute_s=0.5, wait_s=0.5)) + "\n")
+    run = Run.load(str(tmp_path))
+    assert run.conditions() == "EMULATED: rank 2 4x slower"
+    glance = page([run])
+    assert "EMULATED: rank 2 4x slower" in glance[glance.index("At a glance"):glance.index("Training")]
+    res, _ = simulate(tmp_path / "sim", "--mode", "ps", "--sync", "bsp", "-n", 2, "--iterations", 3,
+                      "--compute-time", 0.1, "--slowdown", "rank=2,factor=3")
+    assert Run.load(str(tmp_path / "sim")).conditions() == "compute 0.1 s per iteration; rank 2 3x slower"

@@ -95,8 +95,12 @@ def finish(proc, timeout=60):
 
 
 def resume_args(line):
-    """The ``hopdec train`` arguments of the resume command a stopped run printed."""
+    """The ``hopdec train`` arguments of the resume command a stopped run printed (``mpirun -n N hopdec
+    train ARGS``, or ``launch/local.sh -n N ARGS`` under the launch script)."""
     cmd = shlex.split(line.split("resume with: ", 1)[1])
+    if cmd[0] == LOCAL:
+        assert cmd[1] == "-n", cmd
+        return int(cmd[2]), ["train", *cmd[3:]]
     assert cmd[:2] == ["mpirun", "-n"] and cmd[3:5] == ["hopdec", "train"], cmd
     return int(cmd[2]), cmd[4:]
 
@@ -186,7 +190,11 @@ def test_ctrl_c_on_the_launcher_stops_cleanly_and_the_run_resumes_exactly(mpirun
     stopped = int(lines[0].split("stopped at iteration ")[1].split()[0])
     assert n == RANKS and 5 <= stopped < HOP_ITERS and "--resume" in resume
     assert all(str(stopped) in C.read_manifest(str(ck), r)["complete"] for r in range(RANKS))
-    out = mpirun(RANKS, resume, timeout=120)
+    # the line names the launch script, and the command it prints runs as it is (a bare mpirun command
+    # lacked the script's flags: as root Open MPI refuses it)
+    printed = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert printed[:3] == [LOCAL, "-n", str(RANKS)], printed
+    out = subprocess.run(printed, env=mpirun.env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert_same(params(logs, range(RANKS)), hop_reference)
 

@@ -91,10 +91,13 @@ def test_conditions_label_and_a_hostile_environment():
 def test_command_line_refuses_bad_input_in_one_line(tmp_path):
     fifo = tmp_path / "spec.fifo"
     os.mkfifo(fifo)                         # opened as a plain file, it waited for a writer forever
+    spec = tmp_path / "spec.json"           # a good spec with a network option beside it: it was ignored
+    spec.write_text(by_rank(generators.ring(2), nic_mbit=10.0).to_json())
     for args, what in ((["run", "-n", "2", "--cross", "fast"], "--cross 'fast'"),
                        (["run", "--spec", str(fifo)], "not a regular file"),
                        (["run", "--place", "machine", "--topology", "ring", "-n", "4"], "`machine` attribute"),
-                       (["run", "-n", "3", "--host-nic", "zz=5"], "no host 'zz'")):
+                       (["run", "-n", "3", "--host-nic", "zz=5"], "no host 'zz'"),
+                       (["run", "--spec", str(spec), "--nic", "20"], "--nic is not used with --spec")):
         p = subprocess.run([sys.executable, "-m", "hopdec.testbed"] + args, capture_output=True, text=True,
                            cwd=ROOT, timeout=60)
         assert p.returncode == 2, (args, p.stdout, p.stderr)

@@ -144,6 +144,9 @@ def test_analyze_plot(files, tmp_path):
     r = topo("analyze", files["ha"], "--plot", png)
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+    assert f"wrote {png}" in r.stderr                   # it wrote it silently; plot and report say so
+    r = topo("analyze", files["ha"], "--json", "--plot", png)
+    assert json.loads(r.stdout)["nodes"] == 8 and f"wrote {png}" in r.stderr      # stdout stays JSON
 
 
 def test_compare(files):

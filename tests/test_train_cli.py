@@ -88,3 +88,20 @@ def test_without_mpirun_it_says_how_to_start_several_workers(tmp_path):
                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "note: running 1 worker; start N workers with `mpirun -n N hopdec train" in out.stderr
+
+
+def test_help_texts_read_as_plain_text_and_name_every_mode_of_eval_interval(capsys):
+    """What a user reads in --help: no reST markup (``...``) in a description, and --eval-interval says
+    what it evaluates in each mode that takes it (--mode allreduce evaluates too)."""
+    import subprocess
+    import sys
+    from hopdec.cli import sim, train
+    train_help = " ".join(train.build_parser().format_help().split())
+    i = train_help.index("--eval-interval SECONDS ")
+    eval_help = train_help[i:i + 700]
+    for mode in ("--mode ps", "--mode allreduce", "decentralized"):
+        assert mode in eval_help, mode
+    assert "``" not in sim.build_parser().format_help()
+    out = subprocess.run([sys.executable, "-m", "hopdec.testbed", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "hopdec.testbed" in out.stdout and "``" not in out.stdout

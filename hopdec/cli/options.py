@@ -170,10 +170,12 @@ def add_ps_arguments(parser):
                         "step time + epsilon exceeds the slowest device's remaining time); negative "
                         "lets a fast device finish a step up to |epsilon| after the slowest")
     g.add_argument("--eval-interval", type=float, default=0.0, metavar="SECONDS",
-                   help="the server evaluates its model every SECONDS of wall time and logs it; "
-                        "decentralized runs with --consensus-every: rank 0 evaluates the workers' average "
-                        "model of a consensus round at most every SECONDS (DIR/eval.jsonl) (0: only at "
-                        "the end)")
+                   help="evaluate the model every SECONDS of wall time: --mode ps: "
+                        "the server's model, logged by the server; --mode allreduce: the workers' (identical) "
+                        "model at an iteration boundary, every worker waiting for it (DIR/eval.jsonl); "
+                        "decentralized (with --consensus-every): rank 0 evaluates the workers' average "
+                        "model of a consensus round at most every SECONDS (DIR/eval.jsonl); 0: only at "
+                        "the end")
     return parser
 
 

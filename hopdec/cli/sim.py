@@ -28,7 +28,7 @@ def build_parser():
     from hopdec.settings.faults import DETECT_S, HEAL_STALL_S
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
 
-    p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0], epilog=EXAMPLES,
+    p = _Parser(prog="hopdec sim", description=__doc__.splitlines()[0].replace("``", ""), epilog=EXAMPLES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = add_run_arguments(p, mpi=False)
     p.add_argument("-n", "--workers", type=int, default=None,

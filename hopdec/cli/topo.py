@@ -340,6 +340,7 @@ def plot(G, out):
     fig.tight_layout()
     try:
         fig.savefig(out, format="png")
+        print(f"wrote {out}", file=sys.stderr)         # as hopdec plot and report say; stdout may be --json
     except OSError as err:
         raise ConfigError(f"analyze --plot: cannot write {out}: {err.strerror or err}") \
             from None

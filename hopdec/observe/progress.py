@@ -101,6 +101,15 @@ class ProgressBoard:
         self.done.add(w)
         self.next[w] = int(last)
 
+    def ending(self):
+        """How the finished workers ended: ``finished``, or, when none reached the last iteration (a clean
+        stop, or a loop that ended before the ``steps`` it announced), ``ended early (before iter 5000)``
+        (the stop's own line says where)."""
+        last = [self.next[w] for w in self.done]
+        if self.n is None or not last or max(last) >= self.n - 1:
+            return "finished"
+        return f"ended early (before {self.what} {self.n})"
+
     def _iter_at(self, w, g):
         at = self.at[w]
         if g < len(at):
@@ -157,7 +166,7 @@ class ProgressBoard:
                  and not math.isnan(rate) and self.n is not None and its[slow] < self.n - 1 else "",
                  self.extra() if self.extra else ""]
         if len(self.done) == len(self.workers):
-            parts.append("all finished")
+            parts.append(f"all {self.ending()}")
         return "  ".join(p for p in parts if p)
 
 
@@ -277,7 +286,7 @@ class LiveProgress:
                 return not self.pending_done
             poll_until(all_done, self.timeout, f"rank 0: no final progress report from rank(s) "
                                                f"{sorted(self.pending_done)} in {self.timeout:.0f} s")
-            print(f"progress  {time.time() - self.t0:.1f} s  all {len(self.workers)} workers finished",
+            print(f"progress  {time.time() - self.t0:.1f} s  all {len(self.workers)} workers {self.board.ending()}",
                   file=self.stream, flush=True)
         elif self.sampler is not None:
             self._wait_sent("its last progress report")

@@ -269,6 +269,9 @@ class Run:
         with nothing emulated."""
         from hopdec.launcher import network_label
         emu = self.header.get("emulation")
+        if emu is None and self.mode == "ps":      # the server's header has none: its workers' have it
+            emu = next((h["emulation"] for r, h in sorted(self.headers.items())
+                        if r != 0 and isinstance(h, dict) and isinstance(h.get("emulation"), str)), None)
         emu = emu if emu and not emu.startswith("no emulation") else None
         if self.simulated:
             return emu

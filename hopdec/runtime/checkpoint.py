@@ -396,7 +396,9 @@ def trim_log(path, offset):
 
 def resume_command(argv, ranks, directory, launcher="mpirun"):
     """The command that resumes this run: the same ``hopdec train`` arguments, ``--resume D`` instead of
-    any earlier ``--resume``, without the tests' fault injection."""
+    any earlier ``--resume``, without the tests' fault injection. Started by a launch script, the script
+    again (``HOPDEC_RESUME_WITH``: how it was invoked, e.g. ``launch/local.sh -n 4``; a plain ``mpirun``
+    command needs the script's flags, --allow-run-as-root, --oversubscribe, ...), else ``mpirun -n N``."""
     out, skip = [], False
     drop = {"--resume", "--die-rank", "--die-at", "--die-how", "--die-phase"}
     for arg in argv:
@@ -408,5 +410,20 @@ def resume_command(argv, ranks, directory, launcher="mpirun"):
             skip = "=" not in arg
             continue
         out.append(arg)
-    return shlex.join([launcher, "-n", str(ranks), "hopdec", "train", *out, "--resume", directory])
+    script = _launch_script()
+    head = script if script else [launcher, "-n", str(ranks), "hopdec", "train"]
+    return shlex.join([*head, *out, "--resume", directory])
+
+
+def _launch_script():
+    """The launch script's invocation from ``HOPDEC_RESUME_WITH`` (shell words), or None when unset or not
+    plain printable words (it is only printed, never run)."""
+    text = os.environ.get("HOPDEC_RESUME_WITH", "")
+    if not text or len(text) > 2000 or not text.isprintable():
+        return None
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return None
+    return words or None
 

@@ -277,12 +277,14 @@ class Simulation:
                 f"messages){extra}")
 
 
-def simulate(settings, out=sys.stdout, entries=False):
+def simulate(settings, out=None, entries=False):
     """Run ``hopdec sim`` for ``settings`` (:class:`hopdec.settings.RunSettings` with a cost model); print
     the summary to ``out`` and return the figures. ``entries``: the decentralized mode's ``stats[r].entries``
     keep every iteration's (time, iteration), for a caller that reads rates off them (the summary does not:
     the simulator measures the gap as it runs; at 10,000 x 1000 they are 10 million tuples, about 1 GB);
-    else they are None. The parameter server's and all-reduce's always keep them."""
+    else they are None. The parameter server's and all-reduce's always keep them. ``out`` None: the
+    ``sys.stdout`` of the call (a default bound at import kept a stream that may be closed since)."""
+    out = sys.stdout if out is None else out
     if settings.observe.log_dir:                        # a file or a FIFO there, no permission: one line, first
         from hopdec.runtime.metrics import check_log_dir
         check_log_dir(settings.observe.log_dir, 0)

@@ -56,6 +56,13 @@ def _topology_of(train_args):
 def build_spec(args, train_args=()):
     """The :class:`Testbed` the options describe."""
     if args.spec:
+        given = [opt for opt, value, default in (
+            ("--place", args.place, "rank"), ("--topology", args.topology, None), ("--nic", args.nic, None),
+            ("--host-nic", args.host_nic, None), ("--cross", args.cross, None), ("--local", args.local, None),
+            ("--link", args.link, None), ("--mtu", args.mtu, 9000)) if value != default]
+        if given:       # refused, not ignored: the file describes the whole network
+            raise ConfigError(f"{given[0]} is not used with --spec {args.spec} (the file describes the whole "
+                              f"network; drop it, or edit the file)")
         from hopdec.files import read_bytes         # a FIFO or /dev/zero is named, never read without end
         raw = read_bytes(args.spec, 1 << 20, "a testbed spec (JSON)", lambda m: ConfigError(f"--spec {m}"))
         return from_json(raw.decode("utf-8", "replace"), f"--spec {args.spec}")
@@ -102,7 +109,8 @@ def build_spec(args, train_args=()):
 
 def add_network_options(ap):
     g = ap.add_argument_group("the emulated network")
-    g.add_argument("--spec", help="a testbed JSON file (as --save-spec writes); the options below are then ignored")
+    g.add_argument("--spec", help="a testbed JSON file (as --save-spec writes); the network options below are "
+                                           "then refused (the file describes the whole network)")
     g.add_argument("--place", choices=("rank", "machine"), default="rank",
                    help="one host per rank (default; the simulator's model), or one per machine of the "
                         "topology's `machine` attribute (its ranks share memory and one NIC)")
@@ -149,7 +157,8 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         argv, train_args = argv[:i], argv[i + 1:]
-    ap = argparse.ArgumentParser(prog="python -m hopdec.testbed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hopdec.testbed",
+                                 description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="can this machine build a testbed?")
     sub.add_parser("cleanup", help="remove testbeds whose process is gone")

@@ -174,7 +174,7 @@ def test_bad_compute_time_is_one_line_naming_the_option(spec, words):
     (["--topology", "topologies/ring_8.json", "-n", "4"], "has 8 workers but -n is 4"),
     (["--mode", "ps"], "-n"),
     (["--mode", "ps", "-n", "4", "--sync", "ssp", "--staleness", "-1"], "--staleness"),
-    (["-n", "4", "--backup-workers", "3"], "--backup-workers 3: node 0 has 2 in-neighbour(s)"),
+    (["-n", "4", "--backup-workers", "3"], "--backup-workers 3: node 0 has 3 in-neighbour(s)"),
     (["-n", "4", "--eval-interval", "1"], "--eval-interval needs --math"),
     (["-n", "4", "--save-models", "--log-dir", "x"], "--save-models needs --math"),
     (["-n", "4", "--slowdown", "rank=9,factor=2"], "rank 9 is not a worker"),

@@ -222,10 +222,24 @@ def test_analyze_lists_components():
     assert _components([[i] for i in range(8)], shown=2) == "{0}, {1}, ... (8 components)"
 
 
-def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
-    """One weight rule: analyze and train print the same notes about a file's weights."""
+def _train_setup_stderr(path, ranks, capsys):
+    """What ``hopdec train --topology PATH`` prints on rank 0 of ``ranks`` while it sets up (no MPI)."""
     from hopdec.cli.train import parse
     from hopdec.runtime.setup import setup
+
+    class Comm:
+        def Get_size(self):
+            return ranks
+
+        def Get_rank(self):
+            return 0
+    capsys.readouterr()
+    setup(parse(["--topology", str(path), "--iterations", "1", "--threads", "1"]), Comm())
+    return capsys.readouterr().err
+
+
+def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
+    """One weight rule: analyze and train print the same notes about a file's weights."""
     path = tmp_path / "w.txt"
     path.write_text("0 1 2\n1 0 2\n0 0 2\n1 1 6\n1 2 1\n2 1 0\n2 0 1\n0 2 1\n")
     r = topo("analyze", path)
@@ -234,14 +248,7 @@ def test_weight_warnings_are_the_same_for_analyze_and_train(tmp_path, capsys):
                           if "do not sum to 1" in ln or "weight 0" in ln)
     assert len(from_analyze) == 2 and "in-weights renormalised" in r.stdout
 
-    class Comm:
-        def Get_size(self):
-            return 3
-
-        def Get_rank(self):
-            return 0
-    setup(parse(["--topology", str(path), "--iterations", "1", "--threads", "1"]), Comm())
-    err = capsys.readouterr().err
+    err = _train_setup_stderr(path, 3, capsys)
     from_train = sorted(ln.split("warning: ", 1)[1] for ln in err.splitlines() if "warning" in ln)
     assert from_train == from_analyze and all(ln.startswith("hopdec train: warning") for ln in
                                               err.strip().splitlines())
@@ -255,21 +262,12 @@ def test_a_periodic_w_is_named_by_train_and_sim(tmp_path, capsys, self_weight, p
     import io
 
     from hopdec.cli.sim import parse as sim_parse
-    from hopdec.cli.train import parse
-    from hopdec.runtime.setup import setup
     from hopdec.sim.run import simulate
     path = tmp_path / "cycle.txt"
     path.write_text(f"0 0 {self_weight}\n" + "".join(f"{i} {(i + 1) % 4} 1\n{i + 1} {i + 1} 0\n" for i in range(3))
                     + "3 0 1\n")
 
-    class Comm:
-        def Get_size(self):
-            return 4
-
-        def Get_rank(self):
-            return 0
-    setup(parse(["--topology", str(path), "--iterations", "1", "--threads", "1"]), Comm())
-    train = [ln for ln in capsys.readouterr().err.splitlines() if "W is periodic" in ln]
+    train = [ln for ln in _train_setup_stderr(path, 4, capsys).splitlines() if "W is periodic" in ln]
     simulate(sim_parse(["--topology", str(path), "--iterations", "3", "--no-progress"]), out=io.StringIO())
     sim = [ln for ln in capsys.readouterr().err.splitlines() if "W is periodic" in ln]
     if periodic:

@@ -57,14 +57,14 @@ def _assemble(settings, rank, size):
     if run is None:
         from hopdec.modes.decentralized import HopRun, resolve_topology
         graph = resolve_topology(settings.protocol.topology, size)
-        if rank == 0:                               # the same notes as hopdec topo analyze prints
-            for note in graph.graph.get("notes", []):
-                print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
         n = graph.number_of_nodes()
         if n != size:
             raise ConfigError(f"{settings.protocol.topology or 'default topology'}: has {n} workers but the run "
                               f"has {size} ranks (mpirun -n {n})")
         run = HopRun(settings, graph)
+        if rank == 0:                               # the topology file's notes, as sim and topo analyze print them
+            for note in run.warnings:
+                print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
     return run
 
 

@@ -97,9 +97,7 @@ def check_strongly_connected(G, source="<graph>"):
 
     The message names a node that hears from (or sends to) no other worker, else a missing path.
     """
-    P = nx.DiGraph()
-    P.add_nodes_from(G.nodes)
-    P.add_edges_from((u, v) for u, v, w in G.edges(data="weight") if u != v and (w is None or w > 0))
+    P = _positive(G, loops=False)
     if P.number_of_nodes() <= 1 or nx.is_strongly_connected(P):
         return G
     for v in sorted(P.nodes):
@@ -124,10 +122,17 @@ def is_aperiodic(G):
     """Whether the matrix W of a strongly connected ``G`` (edges of positive weight, self-loops included)
     is aperiodic: the gcd of its cycle lengths is 1, so W^t converges to the consensus (Perron-Frobenius);
     a periodic W keeps permuting the models instead. One breadth-first search (networkx)."""
+    P = _positive(G, loops=True)
+    return P.number_of_nodes() <= 1 or nx.is_aperiodic(P)
+
+
+def _positive(G, loops):
+    """The pattern of ``G``'s edges of positive weight (unweighted edges count), self-loops only with
+    ``loops``: what mixing actually uses."""
     P = nx.DiGraph()
     P.add_nodes_from(G.nodes)
-    P.add_edges_from((u, v) for u, v, w in G.edges(data="weight") if w is None or w > 0)
-    return P.number_of_nodes() <= 1 or nx.is_aperiodic(P)
+    P.add_edges_from((u, v) for u, v, w in G.edges(data="weight") if (loops or u != v) and (w is None or w > 0))
+    return P
 
 
 def load(path, connected=True):

@@ -253,7 +253,7 @@ class Churn:
         self.unhealed, self.revoked = [], False
         self.epoch += 1
         for r in self.alive:            # every message of the old communicator is forgotten
-            sim.unsent[r] = [0, 0]
+            sim.unsent[r][:] = [0] * len(sim.unsent[r])     # (the pool of stores stays as it grew)
             sim.parked[r] = None
             sim.untaken[r] = []
             sim.sent_to[r] -= sim.in_flight[r]

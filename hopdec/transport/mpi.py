@@ -10,8 +10,9 @@ once (entering an iteration on the parallel graph; ``-1``: none), and a grant th
 a tiny int64 message of its own.
 
 Send side, zero-copy (:meth:`MPITransport.send_from`): a backend that keeps its parameters in a
-message-sized array (see ``LocalTrainer.use_send_storage``) has it sent as it is, and waits
-(:meth:`MPITransport.wait_sent`) before overwriting it. Otherwise a ring of send buffers: Send copies
+pool of message-sized arrays (see ``LocalTrainer.use_send_storage``) has the current one sent as it is,
+and overwrites only one whose sends completed (:meth:`MPITransport.sends_done` tests, without waiting;
+:meth:`MPITransport.wait_sent` waits). Otherwise a ring of send buffers: Send copies
 the parameters into the next one (Reduce/Apply change them while the message may still be in flight)
 and posts an ``Isend`` per destination.
 
@@ -364,6 +365,24 @@ class MPITransport:
         sends.dests = tuple(dests)
         self.bytes_sent += 4 * self.length * len(dests)
         self.updates_sent += len(dests)
+
+    def sends_done(self, buf):
+        """Whether every send from ``buf`` completed (one ``Testall``, never a wait): a worker's Reduce
+        picks a store of its pool this says is free (:func:`hopdec.runtime.hop_loop.writable_store`). After
+        a recorded peer failure the sends are abandoned (kept referenced) and the store is free."""
+        reqs = self._sent_from.get(id(buf))
+        if not reqs:
+            return True
+        if not self.failed:
+            try:
+                if not Testall(reqs):
+                    return False
+            except MPI.Exception as err:
+                self._failure(err)
+        del self._sent_from[id(buf)]
+        if self.failed:
+            self._bury(reqs)
+        return True
 
     def wait_sent(self, buf):
         """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""

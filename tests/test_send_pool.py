@@ -223,3 +223,78 @@ def test_the_simulator_waits_for_sends_only_with_its_pool_at_the_cap(tmp_path):
                 waits += 1
     assert waits > 0                                      # the cap was reached, and the model waited there
     assert "send stores (zero-copy): " in text and "of at most 4" in text
+
+
+PATHS_SCRIPT = r'''
+import json, sys, time
+import numpy as np, torch
+from mpi4py import MPI
+from hopdec import topology as T
+from hopdec.hop.config import ProtocolConfig
+from hopdec.hop.worker import Worker, node_views
+from hopdec.ml.trainer import FlatModel
+from hopdec.runtime.hop_loop import worker_loop
+from hopdec.core import Wait
+from hopdec.transport.mpi import MPITransport
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+N = 20000                                   # 80 KB messages: rendezvous over shared memory
+
+
+class Backend:
+    """Pool: a FlatModel with send storage (the default path); copy: plain arrays (the send ring)."""
+
+    def __init__(self, pool, io):
+        torch.manual_seed(rank)
+        self.m = FlatModel([torch.nn.Parameter(torch.randn(N))])
+        if pool:
+            self.m.use_send_storage(io.message_floats())
+            self.send_storage, self.spare_stores, self.add_store = (
+                self.m.send_storage, self.m.spare_stores, self.m.add_store)
+
+    def write_params(self, out=None):
+        return self.m.write_params(out)
+
+    def compute(self, k):
+        time.sleep(0.03 if rank == 2 else 0.001)          # rank 2 is the straggler
+        return {"loss": 0.0, "compute_s": 0.0}
+
+    def reduce(self, pairs, into=None):
+        self.m.reduce(pairs, into=into)
+
+    def apply(self, k):
+        with torch.no_grad():
+            self.m.values().mul_(0.5).add_(float(k))
+
+
+out = {}
+for path in ("copy", "pool"):
+    view = node_views(T.ring(3))[rank]
+    core = Worker(view, ProtocolConfig(iterations=25, max_ig=2))
+    io = MPITransport(comm, view, N, core.slots, peer_timeout=60)
+    b = Backend(path == "pool", io)
+    recs = []
+    for a in worker_loop(core, io, b, on_record=recs.append):
+        if isinstance(a, Wait):
+            io.wait(core, a)
+    io.close()
+    out[path] = dict(values=b.m.write_params().tolist()[:50], ring=len(io.ring), stores=b.m.stores,
+                     wait_sends=sum(r.get("wait_sends_s", 0.0) for r in recs))
+json.dump(out, open(sys.argv[1] + f"/rank{rank}.json", "w"))
+'''
+
+
+def test_both_send_paths_over_mpi_give_the_same_model(mpirun, tmp_path):
+    """Three real ranks on a ring, rank 2 slow, standard training (every Reduce takes iteration k's
+    updates): the copying path (a ring of send buffers, made at the first send) and the pool of stores
+    compute the same parameters bit for bit; the zero-copy workers never make the ring."""
+    script = tmp_path / "paths.py"
+    script.write_text(PATHS_SCRIPT)
+    proc = mpirun.python(3, [script, tmp_path], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for r in range(3):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["copy"]["values"] == got["pool"]["values"]
+        assert got["copy"]["ring"] == 3 and got["pool"]["ring"] == 0
+        assert 2 <= got["pool"]["stores"] <= 4 and got["copy"]["stores"] == 2

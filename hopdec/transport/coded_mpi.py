@@ -47,6 +47,8 @@ class CodedMPITransport(MPITransport):
         super().__init__(comm, view, numel, slots, send_ring=send_ring, peer_timeout=peer_timeout,
                          host_pinned=host_pinned)
 
+    lazy_ring = False                           # (small buffers, sized by the out-neighbours)
+
     def _make_ring(self, depth, view):
         groups = max(1, len(view.out_neighbors))    # at most one coded message per group and send
         ring = [[np.empty(self.coded_bytes, dtype=np.uint8), []] for _ in range(depth * groups)]

@@ -140,7 +140,10 @@ class MPITransport:
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
             self._post(("g", j, 0))
-        self.ring = self._make_ring(send_ring or max(2, slots), view)
+        self._ring_depth = send_ring or max(2, slots)
+        # the copying path's send buffers; the zero-copy path (send_from) never needs them: made at the
+        # first send_update (a transport that needs them from the start makes them here)
+        self.ring = [] if self.lazy_ring else self._make_ring(self._ring_depth, view)
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
         self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
@@ -149,6 +152,9 @@ class MPITransport:
         self.updates_sent = 0                       # update messages (one per destination)
         self.grant_messages = 0                     # grants sent as messages of their own
         self.grants_carried = 0                     # grants that rode in an update's header
+
+    lazy_ring = True
+    """The send ring is made at the first :meth:`send_update` (zero-copy workers never make it)."""
 
     def _make_ring(self, depth, view):
         """The send buffers: ``[buffer, its pending Isends]`` each (a coded transport's are smaller)."""
@@ -336,6 +342,8 @@ class MPITransport:
     def send_update(self, iteration, dests, fill, grants=None):
         """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``;
         ``grants`` as for :meth:`send_from`."""
+        if not self.ring:
+            self.ring = self._make_ring(self._ring_depth, None)
         slot = self.ring[self._ring_pos]
         self._ring_pos = (self._ring_pos + 1) % len(self.ring)
         buf, pending = slot

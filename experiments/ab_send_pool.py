@@ -88,8 +88,8 @@ def main():
     for name in NAMES:
         for side in ("before", "pool"):
             rs = [r for r in rows if r["case"] == name and r["side"] == side]
-            print(f"| {name} | {side} | {statistics.median(r['rate'] for r in rs):.2f} | "
-                  f"{', '.join(f'{r['rate']:.2f}' for r in rs)} | "
+            each = ", ".join(f"{r['rate']:.2f}" for r in rs)
+            print(f"| {name} | {side} | {statistics.median(r['rate'] for r in rs):.2f} | {each} | "
                   f"{statistics.median(r['wait_sends_ms'] for r in rs):.1f} | "
                   f"{max(max(r['stores'].values()) for r in rs)} |")
 

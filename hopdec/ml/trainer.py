@@ -292,12 +292,13 @@ class FlatModel:
             self.values().copy_(torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
                                 .to(self.device))
 
-    # ---- double buffering, and zero-copy sends from it ----
+    # ---- the stores (two, or a pool), and zero-copy sends from them ----
     def use_send_storage(self, length, on_device=False):
-        """Keep the values in the first ``numel`` floats of one of two buffers of ``length`` floats (a
-        message: values then header), so a transport sends :meth:`send_storage` as it is. Host arrays for
-        a CPU model; device tensors when ``on_device`` (a CUDA-aware MPI). Returns whether on (a GPU model
-        without a CUDA-aware MPI stages through the transport's pinned buffers instead)."""
+        """Keep the values in the first ``numel`` floats of one of a pool of stores of ``length`` floats
+        (a message: values then header; two to begin with, see :meth:`add_store`), so a transport sends
+        :meth:`send_storage` as it is. Host arrays for a CPU model; device tensors when ``on_device`` (a
+        CUDA-aware MPI). Returns whether on (a GPU model without a CUDA-aware MPI stages through the
+        transport's pinned buffers instead)."""
         if self.device.type != "cpu" and not on_device:
             return False
         self._double_buffer(length)

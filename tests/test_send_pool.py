@@ -205,13 +205,13 @@ def sim_logs(tmp_path, argv):
     return logs, out.getvalue()
 
 
-def test_the_simulator_waits_for_sends_only_with_its_pool_at_the_cap(tmp_path):
+def test_the_simulator_waits_for_sends_only_with_its_pool_at_the_cap(tmp_path, monkeypatch):
     """Random 6x slowdowns with staleness on a ring (max_ig 2): receivers that leave several updates
     untaken. A worker's Reduce waits for sends only in iterations where its pool has reached the cap
     (``max_ig + 2`` = 4 stores), and the pool never exceeds it; with two stores it waited far more."""
-    logs, text = sim_logs(tmp_path, ["--topology", "ring", "-n", "8", "--iterations", "150", "--max-ig", "2",
-                                     "--compute-time", "0.05", "--latency", "0", "--message-mb", "0.5",
-                                     "--slowdown", "random:factor=6,prob=1/n", "--staleness", "3"])
+    argv = ["--topology", "ring", "-n", "8", "--iterations", "150", "--max-ig", "2", "--compute-time", "0.05",
+            "--latency", "0", "--message-mb", "0.5", "--slowdown", "random:factor=6,prob=1/n", "--staleness", "3"]
+    logs, text = sim_logs(tmp_path, argv)
     waits = 0
     for recs in logs:
         stores = 2
@@ -223,6 +223,10 @@ def test_the_simulator_waits_for_sends_only_with_its_pool_at_the_cap(tmp_path):
                 waits += 1
     assert waits > 0                                      # the cap was reached, and the model waited there
     assert "send stores (zero-copy): " in text and "of at most 4" in text
+    import hopdec.runtime.hop_loop as loop
+    monkeypatch.setattr(loop, "store_cap", lambda core: 2)
+    two, _ = sim_logs(tmp_path, argv)
+    assert sum(1 for recs in two for r in recs if r.get("wait_sends_s", 0.0) > 0) > 3 * waits
 
 
 PATHS_SCRIPT = r'''

@@ -177,8 +177,9 @@ class _IO:
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
 
     def sends_done(self, store):
-        """Whether every send from ``store`` completed (as ``MPITransport.sends_done``)."""
-        return not self.sim.unsent[self.rank][store]
+        """Whether every send from ``store`` completed (as ``MPITransport.sends_done``; while the
+        communicator is revoked by a death every send is abandoned: done, as after a recorded failure)."""
+        return not self.sim.unsent[self.rank][store] or self.sim.sends_abandoned
 
     def wait_sent(self, store):
         """None when every send from ``store`` completed, else what the loop waits on."""
@@ -250,6 +251,7 @@ class HopSim:
             self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
                              for v in views]
         self.parked = [None] * self.n             # the store a worker's Reduce waits on (SendsPending)
+        self.sends_abandoned = False              # a death revoked the communicator (hopdec.sim.churn)
         self.computing = [False] * self.n
         self.untaken = [[] for _ in views]        # what a computing worker does when it is back in MPI
         clock = self._clock

@@ -3,8 +3,8 @@
     git archive <commit before the pool> | tar -x -C /tmp/before
     python3 experiments/ab_send_pool.py --before /tmp/before [--pairs 3] [--iterations 60] [--out DIR]
 
-The case where the two-store wait was largest: ``hopdec train`` on the 2x4 torus, 8 MPI ranks on this host (shared memory:
-38 KB mlp messages are rendezvous), ``--model mlp --compute-time 0.05``, a 4x straggler on rank 2,
+The case where the two-store wait was largest: ``hopdec train`` on the 2x4 torus, 8 MPI ranks on this
+host (shared memory: 38 KB mlp messages are rendezvous), ``--model mlp --compute-time 0.05``, a 4x straggler on rank 2,
 max_ig 3, with backup workers 1 + skipping and with staleness 3 + skipping (the fixed validation cases of
 :func:`hopdec.testbed.validate.fixed`). Each job runs both variants (one ``mpirun``, the validation's
 driver); jobs alternate between the code tree ``--before`` and this one, so the shared machine's load

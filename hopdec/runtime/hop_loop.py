@@ -23,7 +23,10 @@ it can, sending the others as grant messages; a grant is never held past the nex
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
 """
 
+from __future__ import annotations
+
 import time
+from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
@@ -34,7 +37,7 @@ class IterationRecord(dict):
     """One line of ``rank{r}.jsonl``: what the worker did and measured in one iteration."""
 
 
-def wait_kind(what):
+def wait_kind(what: str) -> str:
     """``Wait.what`` of the Hop core as a short name: ``updates``, ``tokens``, ``acks`` (or ``other``)."""
     w = what.lower()
     for kind in ("updates", "tokens", "acks"):
@@ -43,7 +46,9 @@ def wait_kind(what):
     return "other"
 
 
-def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, spans=False, detail=True):
+def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[Any], Any]] = None,
+                clock: Callable[[], float] = time.time, step: Any = False, spans: bool = False,
+                detail: bool = True) -> Iterator[Any]:
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
     With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
@@ -65,10 +70,11 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     the time split, iteration, loss and jumps (what a summary reads): a simulator that writes no logs
     does not build them for 10 million worker-iterations.
     """
-    rec = None
+    rec: Any = None
+    t0: Any
     poll = getattr(io, "poll", None)
     carry = getattr(io, "carries_grants", False)
-    deferred = None             # grants to carry on the SendParams that follows them (``carries_grants``)
+    deferred: Any = None        # grants to carry on the SendParams that follows them (``carries_grants``)
     send_storage = getattr(backend, "send_storage", None)
     spare_storage = getattr(backend, "spare_storage", None)
     fresh = False               # nothing can have arrived since the last poll worth another one
@@ -183,7 +189,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
 
-_NO_GRANTS = {}
+_NO_GRANTS: dict = {}
 """The keywords of a send that carries no grants (read only)."""
 
 
@@ -192,7 +198,7 @@ class _Rounded(dict):
     and ``round`` to digits formats the number (microseconds, 4 terms per iteration). Zero is not kept (0.0
     and -0.0 are one key but print differently); at most 4096 weights are."""
 
-    def __missing__(self, w):
+    def __missing__(self, w: float) -> float:
         r = round(w, 6)
         if w:
             if len(self) >= 4096:
@@ -204,14 +210,14 @@ class _Rounded(dict):
 _ROUND6 = _Rounded()
 
 
-def _timed(rec, kind, t0, t1, spans, detail=None):
+def _timed(rec: Any, kind: str, t0: float, t1: float, spans: bool, detail: Any = None) -> None:
     rec[kind + "_s"] += t1 - t0
     if spans:
         rec["spans"].append([kind, t0 - rec["time"], t1 - t0,
                              list(detail) if isinstance(detail, tuple) else detail])
 
 
-def _waited(rec, a, t0, dt, spans, detail=True):
+def _waited(rec: Any, a: Any, t0: float, dt: float, spans: bool, detail: bool = True) -> None:
     """Book one wait of ``dt`` seconds for ``a.what`` on ``a.on``; consecutive waits for the same thing
     (the core repeats its Wait until what it needs is there) make one span."""
     kind = wait_kind(a.what)
@@ -237,7 +243,7 @@ def _waited(rec, a, t0, dt, spans, detail=True):
             rec["spans"].append(["wait", start, dt, [a.what, list(a.on)]])
 
 
-def _close(rec, core):
+def _close(rec: Any, core: Any) -> Any:
     c = core.counts()
     rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
     return rec

@@ -86,8 +86,9 @@ class NoComputeBackend:
     def compute(self, iteration):
         return {"loss": 0.0, "compute_s": 0.0}
 
-    # zero-copy sends, as LocalTrainer.use_send_storage: the parameters live in one of two
-    # message-sized arrays; the transport sends it as it is, Reduce writes the other and swaps
+    # zero-copy sends, as LocalTrainer.use_send_storage: the parameters live in one of a pool of
+    # message-sized arrays (stores[0]); the transport sends it as it is, Reduce writes a free one
+    # (the worker loop picks it, hopdec.runtime.hop_loop.writable_store) and it becomes stores[0]
     stores = None
 
     def use_send_storage(self, length):
@@ -99,15 +100,20 @@ class NoComputeBackend:
     def send_storage(self):
         return None if self.stores is None else self.stores[0]
 
-    def spare_storage(self):
-        return None if self.stores is None else self.stores[1]
+    def spare_stores(self):
+        return None if self.stores is None else self.stores[1:]
 
-    def reduce(self, pairs):
+    def add_store(self):
+        self.stores.append(np.zeros(self.stores[0].size, dtype=np.float32))
+        return self.stores[-1]
+
+    def reduce(self, pairs, into=None):
         t0 = clock()
-        weighted_sum(self.acc, self.tmp, [(self.params if a is None else a, w) for a, w in pairs])
-        self.params, self.acc = self.acc, self.params
-        if self.stores is not None:
-            self.stores.reverse()
+        acc = self.acc if into is None else into[:self.params.size]
+        weighted_sum(acc, self.tmp, [(self.params if a is None else a, w) for a, w in pairs])
+        if into is not None:                         # the picked store holds the values from now on
+            self.stores = [into] + [s for s in self.stores[1:] if s is not into] + self.stores[:1]
+        self.params, self.acc = acc, self.params
         self.reduce_s += clock() - t0
 
     def apply(self, iteration):

@@ -131,3 +131,61 @@ def test_rings_ladders_and_grids_are_narrow_random_graphs_are_not():
 def test_the_same_figures_on_every_call():
     W = sp.csr_matrix(Wt.mixing_matrix(random_regular(N, 4, 7)))
     assert len({S.spectral_gap(W) for _ in range(3)}) == 1
+
+
+def _random_digraph(n, out, seed):
+    rng = np.random.default_rng(seed)
+    G = nx.DiGraph()
+    G.add_edges_from((i, (i + 1) % n) for i in range(n))           # a ring: strongly connected
+    G.add_edges_from((i, int(j)) for i in range(n) for j in rng.integers(0, n, out) if j != i)
+    return Wt.with_default_weights(G)
+
+
+def test_arnoldi_is_bounded_and_an_unconverged_gap_is_reported(monkeypatch):
+    """A directed W (no symmetric twin) goes to plain Arnoldi, whose restarts follow from a work budget
+    (a 100,000-node random digraph with 20 edges each did not converge in 5,000 restarts: half an hour).
+    Out of budget, the gaps are None and the summary says why; inside it, they equal the dense ones."""
+    G = _random_digraph(S.DENSE_MAX_N + 100, 6, seed=3)
+    W = Wt.sparse_mixing_matrix(G)
+    assert S._symmetric_twin(W) is None
+    m = S.eigenvalue_moduli(W.toarray())
+    dense = m[0] - m[1]
+    assert S.spectral_gap(G) == pytest.approx(dense, abs=1e-9)
+    assert 20 <= S._arnoldi_restarts(W) <= 5000
+    calls = []
+    import scipy.sparse.linalg as sla                 # (spectral imports it inside its functions)
+    eigs = sla.eigs
+
+    def counted(*a, **kw):
+        calls.append(kw["maxiter"])
+        return eigs(*a, **kw)
+    monkeypatch.setattr(sla, "eigs", counted)
+    monkeypatch.setattr(S, "ARNOLDI_WORK", 1.0)       # the floor: 20 restarts, not enough here
+    assert S.spectral_gap(G) is None
+    assert calls == [20]
+    out = analysis.summarize(G)
+    assert out["spectral_gap"] is None and "did not converge" in out["skipped"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_aperiodicity_and_strong_connectivity_on_arrays_agree_with_networkx(seed):
+    """The scipy versions of the two load-time checks (seconds at 2 million edges, where networkx took
+    20 s each) give networkx's answers on random directed graphs, periodic ones included."""
+    from hopdec.topology import graph_io
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    if seed % 3 == 0:                                  # layered cycles: period = number of layers
+        layers = int(rng.integers(2, 5))
+        G = nx.DiGraph((i, j) for i in range(n) for j in range(n)
+                       if (j % layers) == (i + 1) % layers and rng.random() < 0.5)
+        G.add_edges_from((i, (i + 1) % n) for i in range(n))
+    else:
+        G = nx.gnp_random_graph(n, float(rng.uniform(0.02, 0.3)), seed=seed, directed=True)
+    if seed % 2:
+        G.add_edges_from((v, v) for v in list(G.nodes)[:1])
+    nx.set_edge_attributes(G, 1.0, "weight")
+    G.add_nodes_from(range(n))
+    strong = nx.is_strongly_connected(G)
+    assert (graph_io._strong_components(graph_io._positive_matrix(G, loops=False)) == 1) == strong
+    if strong:
+        assert graph_io.is_aperiodic(G) == nx.is_aperiodic(G)

@@ -94,7 +94,7 @@ def test_device_garbage_and_missing_cuda():
 def test_max_ig_buffers_are_checked_against_memory():
     views = node_views(T.ring(4))
     cfg = ProtocolConfig(iterations=10, max_ig=1_000_000)
-    assert receive_buffer_bytes(2, 2, 10) == 3 * 3 * 12 * 4          # slots x (in + send) x floats x 4
+    assert receive_buffer_bytes(2, 2, 10) == (3 * 2 + 4) * 12 * 4     # (slots x in + send pool) x floats x 4
     with pytest.raises(ConfigError, match=r"^--max-ig 1000000: .* would need \d+ GiB of memory"):
         check_buffers(cfg, views, numel=151306)
     check_buffers(ProtocolConfig(iterations=10, max_ig=2), views, numel=151306, ranks_here=4)

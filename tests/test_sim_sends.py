@@ -1,6 +1,7 @@
 """The simulator's send model (hopdec.sim.sends): when data moves and when a send completes, on closed-form
 cases -- a rendezvous message waits for its receiver (and with push, its sender) to be out of compute,
-the zero-copy path's Reduce waits for its sends, eager messages and the copying path never do."""
+the zero-copy path's Reduce waits for its sends once its pool of stores is full, eager messages and the
+copying path never do."""
 
 import io
 import statistics
@@ -29,7 +30,7 @@ def test_send_path_describes_itself():
     p = SendPath()
     assert p.protocol(65536) is None and p.protocol(65537) == "take" and p.waits(1e6)
     assert not SendPath("copy").waits(1e6) and SendPath("copy").protocol(1e6) == "take"
-    assert "Reduce waits for slow receivers" in p.describe(1e6) and "eager" in p.describe(100)
+    assert "Reduce waits at the pool's cap" in p.describe(1e6) and "eager" in p.describe(100)
     with pytest.raises(ValueError):
         SendPath(rendezvous="pull")
 
@@ -48,19 +49,23 @@ def test_push_does_not_overlap_the_senders_compute(tmp_path):
     assert eager == pytest.approx(take, rel=0.02) and waited == 0
 
 
-def test_zero_copy_reduce_waits_for_a_slow_receiver(tmp_path):
+def test_zero_copy_reduce_waits_for_a_slow_receiver_only_with_its_pool_full(tmp_path, monkeypatch):
     """The audit's torus 2x4 with rank 2 four times slower, backup workers and skipping (the fast workers
-    may leave the straggler behind): on the zero-copy path its in-neighbours wait in Reduce until it took
-    their updates, which it does once per compute (0.2 s), so they do two iterations per compute of
-    it (0.1 s each); on the copying path, and with messages below the eager limit, they never wait."""
+    may leave the straggler behind). With the pool of send stores (up to max_ig + 2) its in-neighbours
+    never wait for their sends: they run as on the copying path and with eager messages. With the pool
+    held at two stores (what the runtime had before it) they wait in Reduce until the straggler took
+    their updates, which it does once per compute (0.2 s): two iterations per compute of it (0.1 s each)."""
     base = ["--compute-time", "0.05", "--slowdown", "rank=2,factor=4", "--max-ig", "3", "--backup-workers",
             "1", "--skip", "max-jump=3,trigger=2", "--latency", "0", "--message-mb", "0.5"]
     zero, waited = run(tmp_path, *base, topology="torus", n=8, iterations=60)
     copy, copy_waited = run(tmp_path, *base, "--send-path", "copy", topology="torus", n=8, iterations=60)
     eager, eager_waited = run(tmp_path, *base, "--eager-limit", "1e7", topology="torus", n=8, iterations=60)
-    assert waited > 1.0 and copy_waited == 0 and eager_waited == 0
-    assert zero == pytest.approx(0.1, rel=0.02)
-    assert copy < 0.08 and eager == pytest.approx(copy, rel=0.05), (zero, copy, eager)
+    assert waited == copy_waited == eager_waited == 0
+    assert copy < 0.08 and zero == pytest.approx(copy, rel=0.02) and eager == pytest.approx(copy, rel=0.05)
+    import hopdec.runtime.hop_loop as loop
+    monkeypatch.setattr(loop, "store_cap", lambda core: 2)
+    two, two_waited = run(tmp_path, *base, topology="torus", n=8, iterations=60)
+    assert two_waited > 1.0 and two == pytest.approx(0.1, rel=0.02), (two, zero)
 
 
 def test_grants_ride_with_their_update(tmp_path):

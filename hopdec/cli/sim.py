@@ -60,9 +60,10 @@ def build_parser():
     c.add_argument("--nic-duplex", choices=["full", "half"], default="full",
                    help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
     c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
-                   help="decentralized mode: zero-copy (a real CPU run's): a Reduce waits until the sends from the parameters "
-                        "it overwrites completed -- above the eager limit, until a computing receiver "
-                        "finished its compute; copy (a GPU model without CUDA-aware MPI): never waits")
+                   help="decentralized mode: zero-copy (a real CPU run's): the parameters live in a pool of "
+                        "stores; a Reduce writes one whose sends completed -- above the eager limit, once a "
+                        "computing receiver finished its compute -- or a new one, and waits only with "
+                        "max_ig + 2 stores busy; copy (a GPU model without CUDA-aware MPI): never waits")
     c.add_argument("--eager-limit", type=float, default=None, metavar="BYTES",
                    help="messages up to BYTES travel and complete at once (default 65536, Open MPI over "
                         "TCP; 4096 over shared memory, one host)")

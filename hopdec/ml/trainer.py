@@ -228,10 +228,15 @@ class FlatModel:
     each averaged buffer is a view of the part after the parameters. :attr:`numel` counts both (what a
     message carries); :attr:`numel_params` the parameters alone.
 
-    Reduce never copies back: the values alternate between two buffers (the current one and a spare that
-    Reduce writes, then they swap). With :meth:`use_send_storage` those buffers are message-sized (the
+    Reduce never copies back: the values live in one of several *stores* (the current one) and Reduce
+    writes another, which becomes current. With :meth:`use_send_storage` the stores are message-sized (the
     values, then room for the transport's header), so a transport sends straight from :meth:`send_storage`
-    -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy.
+    -- host arrays on CPU, device tensors for a CUDA-aware MPI -- with no send copy; a store whose sends are
+    still in flight must not be written, so the worker loop picks the store each Reduce writes
+    (:meth:`spare_stores`, oldest first) and may grow the pool (:meth:`add_store`) up to a cap it works
+    out from the protocol (:func:`hopdec.runtime.hop_loop.store_cap`). Two stores to begin with; a pool
+    grows only where a receiver is slow. :attr:`stores` counts them (memory: ``stores`` x
+    :meth:`store_bytes`).
     """
 
     def __init__(self, params, buffers=(), module=None):
@@ -245,8 +250,9 @@ class FlatModel:
         self.device = self.flat.device
         self.numel_params = self.flat.numel()
         self.numel = self.numel_params + sum(b.numel() for b in buffers)
-        self._stores = None                         # the two buffers, once double-buffered
-        self._cur = 0
+        self._stores = None                         # the stores (two at first), once double-buffered
+        self._cur = 0                               # the values' store
+        self._spares = [1]                          # the other stores, in the order they stopped being current
         self._views = None                          # what the views are on when not the values (local steps)
         self._stage = None                          # device staging for received host buffers (GPU)
         if buffers:                                 # buffers live in the second half of the stores
@@ -265,16 +271,19 @@ class FlatModel:
     def write_params(self, out=None):
         return write_params(self.values(), out)
 
-    def reduce(self, pairs):
-        """Replace the values by ``sum(weight * values)`` (see :func:`weighted_sum_into`): the spare buffer
-        receives the sum and becomes the parameters (and buffers)."""
+    def reduce(self, pairs, into=None):
+        """Replace the values by ``sum(weight * values)`` (see :func:`weighted_sum_into`): store ``into`` (one
+        of :meth:`spare_stores`; default: the one that stopped being current longest ago) receives the sum
+        and becomes the parameters (and buffers)."""
         if self._stores is None:
             self._double_buffer(self.numel)
         if self._stage is None and self.device.type != "cpu" and any(
                 a is not None and not (torch.is_tensor(a) and a.device == self.device) for a, _ in pairs):
             self._stage = torch.empty(self.numel, dtype=torch.float32, device=self.device)
-        spare = 1 - self._cur
+        spare = self._spares[0] if into is None else self._index(into)
         weighted_sum_into(self.values(), pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
+        self._spares.remove(spare)
+        self._spares.append(self._cur)
         self._point_at(spare)
 
     def load_values(self, values):
@@ -283,12 +292,13 @@ class FlatModel:
             self.values().copy_(torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
                                 .to(self.device))
 
-    # ---- double buffering, and zero-copy sends from it ----
+    # ---- the stores (two, or a pool), and zero-copy sends from them ----
     def use_send_storage(self, length, on_device=False):
-        """Keep the values in the first ``numel`` floats of one of two buffers of ``length`` floats (a
-        message: values then header), so a transport sends :meth:`send_storage` as it is. Host arrays for
-        a CPU model; device tensors when ``on_device`` (a CUDA-aware MPI). Returns whether on (a GPU model
-        without a CUDA-aware MPI stages through the transport's pinned buffers instead)."""
+        """Keep the values in the first ``numel`` floats of one of a pool of stores of ``length`` floats
+        (a message: values then header; two to begin with, see :meth:`add_store`), so a transport sends
+        :meth:`send_storage` as it is. Host arrays for a CPU model; device tensors when ``on_device`` (a
+        CUDA-aware MPI). Returns whether on (a GPU model without a CUDA-aware MPI stages through the
+        transport's pinned buffers instead)."""
         if self.device.type != "cpu" and not on_device:
             return False
         self._double_buffer(length)
@@ -297,6 +307,7 @@ class FlatModel:
     def _double_buffer(self, length):
         current = self.values().clone() if self._stores is not None else None
         self._stores = [_alloc(length, self.device) for _ in range(2)]
+        self._spares = [1]
         with torch.no_grad():
             dst = _as_tensor(self._stores[0])
             if current is not None:
@@ -310,10 +321,42 @@ class FlatModel:
         self._point_at(0)
 
     def send_storage(self):
+        """The values' message-sized store (what SendParams sends from), or None without send storage."""
         return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[self._cur]
 
-    def spare_storage(self):
-        return None if self._stores is None or len(self._stores[0]) == self.numel else self._stores[1 - self._cur]
+    def spare_stores(self):
+        """The other message-sized stores, the one that stopped being current longest ago first (its sends
+        are the oldest): what the next Reduce may write. None without send storage."""
+        if self._stores is None or len(self._stores[0]) == self.numel:
+            return None
+        return [self._stores[i] for i in self._spares]
+
+    def add_store(self):
+        """Allocate one more store of the message size (last among :meth:`spare_stores`) and return it: the
+        worker loop does so when every spare one still has sends in flight (lazily, never beyond its cap)."""
+        if self._stores is None:
+            raise RuntimeError("add_store() before the stores exist (use_send_storage)")
+        store = _alloc(len(self._stores[0]), self.device)
+        self._stores.append(store)
+        self._spares.append(len(self._stores) - 1)
+        return store
+
+    @property
+    def stores(self):
+        """How many stores hold the values and their spares (2 until the pool grows; 0 before any)."""
+        return 0 if self._stores is None else len(self._stores)
+
+    def store_bytes(self):
+        """Bytes of one store (a message with send storage)."""
+        return 0 if self._stores is None else len(self._stores[0]) * 4
+
+    def _index(self, store):
+        for i, s in enumerate(self._stores):
+            if s is store:
+                if i == self._cur:
+                    raise ValueError("Reduce cannot write the store it reads (the current values)")
+                return i
+        raise ValueError("not one of this model's stores")
 
     def _point_at(self, i):
         """Make store ``i`` the values: the flat tensor, every parameter view and every buffer move to it."""

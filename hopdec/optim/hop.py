@@ -354,7 +354,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self.io.close()
         self.end.close()
         self.observer.close()
-        self.logger.event("messages", **self.io.counters())
+        self.logger.event("messages", **self.io.counters(), send_stores=self.flat.stores)
         self.logger.close()
         if not self.fault_tolerant:
             atexit.unregister(self._exit_hook)
@@ -536,8 +536,11 @@ class HopOptimizer(torch.optim.Optimizer):
     def send_storage(self):
         return self.flat.send_storage()
 
-    def spare_storage(self):
-        return self.flat.spare_storage()
+    def spare_stores(self):
+        return self.flat.spare_stores()
+
+    def add_store(self):
+        return self.flat.add_store()
 
     def write_params(self, out=None):
         return self.flat.write_params(out)
@@ -548,8 +551,8 @@ class HopOptimizer(torch.optim.Optimizer):
             self.rounds.begin(iteration)
         return {"loss": None, "compute_s": 0.0}
 
-    def reduce(self, pairs):
-        self.flat.reduce(pairs)
+    def reduce(self, pairs, into=None):
+        self.flat.reduce(pairs, into=into)
 
     def apply(self, iteration):
         if self.rounds is not None:                    # the round's last inner step and its outer step
@@ -586,12 +589,24 @@ class HopOptimizer(torch.optim.Optimizer):
         refused = [c for c in found if not c.can_follow]
         if refused:
             raise ConfigError(refused[0].message())
-        if self._loop is not None:                     # the buffer may still be on its way to neighbours
-            store = self.flat.send_storage()
-            if store is not None:
-                self.io.wait_sent(store)
+        if self._loop is not None:                     # the buffer may still be on its way to neighbours:
+            self._off_the_wire()                       # the values move to a free store of the pool
         for c in found:
             self._adopt(c)
+
+    def _off_the_wire(self):
+        """Make sure the values' store has no send in flight before it is written outside a Reduce: copy
+        the values into a free (or new) store of the pool and point at it, as a Reduce would
+        (:func:`hopdec.runtime.hop_loop.writable_store`); only at the pool's cap wait for the sends."""
+        from hopdec.runtime.hop_loop import store_cap, writable_store
+        store = self.flat.send_storage()
+        if store is None or self.flat._views is not None or self.io.sends_done(store):
+            return                                     # (local steps training a copy: it is written)
+        into, _ = writable_store(self.flat.spare_stores(), self.flat, self.io, store_cap(self.core))
+        if into is None:
+            self.io.wait_sent(store)
+        else:
+            self.flat.reduce([(None, 1.0)], into=into)
 
     def _adopt(self, change):
         """Follow a tensor the model now holds instead of a tracked one (same shape, dtype, device): its

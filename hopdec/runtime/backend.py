@@ -19,7 +19,8 @@ class TorchBackend:
     def __init__(self, trainer, emulator, faults=None):
         self.t, self.emu, self.faults = trainer, emulator, faults
         self.send_storage = trainer.send_storage
-        self.spare_storage = trainer.spare_storage
+        self.spare_stores = trainer.spare_stores
+        self.add_store = trainer.add_store
 
     def write_params(self, out=None):
         return self.t.write_params(out)
@@ -62,8 +63,8 @@ class TorchBackend:
         return {"loss": sum(losses) / len(losses), "compute_s": total, "measured_compute_s": measured,
                 "slowdown": max(factors), "inner_steps": len(losses), "first_step": first}
 
-    def reduce(self, pairs):
-        self.t.reduce(pairs)
+    def reduce(self, pairs, into=None):
+        self.t.reduce(pairs, into=into)
 
     def apply(self, iteration):
         self.t.apply(iteration)

@@ -9,13 +9,15 @@ from hopdec.limits import check_alloc
 
 
 def receive_buffer_bytes(max_ig, in_neighbors, numel):
-    """Host bytes one rank's transport allocates for ``--max-ig`` token queues (Hop sec. 4.2).
+    """Host bytes one rank allocates at most for ``--max-ig`` token queues (Hop sec. 4.2).
 
-    ``max_ig + 1`` receive slots per in-neighbour plus as many send buffers, each one message of
-    ``numel`` float32 parameters (``hopdec.transport.mpi``).
+    ``max_ig + 1`` receive slots per in-neighbour, and for sending at most ``max_ig + 2`` messages: the
+    zero-copy path's pool of stores at its cap (:func:`hopdec.runtime.hop_loop.store_cap`; the copying
+    path's ring has ``max_ig + 1``), each one message of ``numel`` float32 parameters
+    (``hopdec.transport.mpi``).
     """
     from hopdec.transport.message import message_floats
-    return (max_ig + 1) * (in_neighbors + 1) * message_floats(numel) * 4
+    return ((max_ig + 1) * in_neighbors + max_ig + 2) * message_floats(numel) * 4
 
 
 def check_buffers(cfg, views, numel, ranks_here=1):
@@ -29,5 +31,5 @@ def check_buffers(cfg, views, numel, ranks_here=1):
     ranks = max(ranks_here, 1)
     check_alloc(receive_buffer_bytes(cfg.max_ig, widest, numel) * ranks,
                 f"--max-ig {cfg.max_ig}: the update-queue buffers (max_ig + 1 messages of {numel} "
-                f"parameters for each of {widest} in-neighbours and for sending"
+                f"parameters for each of {widest} in-neighbours, max_ig + 2 for sending"
                 + (f", on each of {ranks} ranks on this host)" if ranks > 1 else ")"))

@@ -9,12 +9,14 @@ A *transport* has an optional ``poll(core)`` (deliver what has arrived; called a
 every action that takes time -- send, compute, reduce, apply -- not after bookkeeping actions nor after a
 wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_grants(grants)``,
 ``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
-send buffer (the one copy a send needs), or, for backends that keep their parameters in message-sized
-storage (``send_storage()``/``spare_storage()``), ``send_from(iteration, dests, storage)`` and
-``wait_sent(storage)`` with no copy at all (``wait_sent`` blocks until the sends from ``storage``
-completed, or, in virtual time, returns something for the loop to yield: the driver resumes the loop
-once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the storage and
-sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
+send buffer (the one copy a send needs), or, for backends that keep their parameters in a pool of
+message-sized stores (``send_storage()``, ``spare_stores()``, ``add_store()``, ``reduce(pairs, into=)``),
+``send_from(iteration, dests, storage)``, ``sends_done(storage)`` and ``wait_sent(storage)`` with no copy
+at all: Reduce writes a store whose sends all completed (``sends_done`` tests without blocking), or a new
+one, up to :func:`store_cap`; only at the cap does it ``wait_sent`` (which blocks until the sends from a
+store completed, or, in virtual time, returns something for the loop to yield: the driver resumes the
+loop once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the
+storage and sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
 ``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
 ``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
 that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
@@ -60,8 +62,10 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     ``poll_s`` (a transport with ``poll``: handing over what arrived between actions -- on a host with more
     ranks than cores, MPI's progress yields the core to other ranks there) and ``wait_s`` (of which ``wait_updates_s``, ``wait_tokens_s``, ``wait_acks_s`` by what the core waited
     for; ``waited_on``: ``[[rank, seconds], ...]`` for the ranks it waited on), and ``wait_sends_s``: before
-    a Reduce overwrites the parameters it sent from (zero-copy sends), the wait for those sends to
-    complete -- a slow receiver shows up here. With ``spans=True`` it also
+    a Reduce overwrites a store it sent from (zero-copy sends, with every store of the pool busy and the
+    pool at :func:`store_cap`), the wait for those sends to complete -- a slow receiver shows up here;
+    ``send_stores``: in an iteration whose Reduce grew the pool, how many stores it has now. With
+    ``spans=True`` it also
     has ``spans``: ``[[kind, start, seconds, detail], ...]`` in clock time, for a timeline trace
     (:mod:`hopdec.report.trace`).
 
@@ -76,7 +80,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     carry = getattr(io, "carries_grants", False)
     deferred: Any = None        # grants to carry on the SendParams that follows them (``carries_grants``)
     send_storage = getattr(backend, "send_storage", None)
-    spare_storage = getattr(backend, "spare_storage", None)
+    spare_stores = getattr(backend, "spare_stores", None)
+    cap = store_cap(core)
     fresh = False               # nothing can have arrived since the last poll worth another one
     every = step is True        # else the kinds to yield (none when False)
     stepped = frozenset() if every or not step else frozenset(step)
@@ -150,18 +155,26 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             if spans:
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
         elif kind is Reduce:
-            spare = spare_storage() if spare_storage is not None else None
-            if spare is not None:
-                pending = io.wait_sent(spare)   # Reduce overwrites it: its sends must be done
-                if pending is not None:         # a virtual-time driver resumes us once they are
-                    yield pending
+            spares = spare_stores() if spare_stores is not None else None
+            pairs = [(None if t.handle is SELF else io.payload(t.handle), t.weight) for t in a.terms]
+            if spares:                          # zero-copy: Reduce overwrites a store none of whose sends
+                stores = len(spares) + 1
+                into, added = writable_store(spares, backend, io, cap)  # is in flight, a new one, or
+                if into is None:                                        # (at the cap) the oldest, once
+                    into = spares[0]                                    # it is free
+                    pending = io.wait_sent(into)
+                    if pending is not None:     # a virtual-time driver resumes us once it is
+                        yield pending
+                elif added:
+                    rec["send_stores"] = stores + 1
                 t1 = clock()
                 rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
                 if spans and t1 - t0 > 1e-4:
                     rec["spans"].append(["wait", t0 - rec["time"], t1 - t0, ["sends to complete", []]])
                 t0 = t1
-            backend.reduce([(None if t.handle is SELF else io.payload(t.handle), t.weight)
-                            for t in a.terms])
+                backend.reduce(pairs, into=into)
+            else:
+                backend.reduce(pairs)
             io.release([t.handle for t in a.terms if t.handle is not SELF])
             if detail:
                 rec.setdefault("reduced", []).append(
@@ -184,6 +197,53 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             raise TypeError(f"unknown action {a!r}")
         if every or kind in stepped:
             yield a
+
+
+def store_cap(core: Any) -> int:
+    """How many message-sized stores a zero-copy worker may keep: one per update of its own that an
+    out-neighbour can leave untaken while the protocol still lets this worker advance, plus the one its
+    Reduce writes.
+
+    A store is busy while a send from it has not completed, and a send above the eager limit completes
+    only when the receiver takes it, which it does whenever it is in MPI -- not while it computes. A
+    receiver posts ``slots`` receives per sender (``core.slots``; Hop sec. 6.1's update queue): ``max_ig
+    + 1`` with token queues (sec. 4.2), one per iteration a sender can be ahead of it or level with it.
+    When a straggler j starts computing iteration t it has taken this worker's update of t - 1 (its
+    Reduce(t - 1) used it, or it was in MPI after it arrived); its tokens let this worker enter up to
+    t + max_ig, so the updates of iterations t .. t + max_ig -- ``slots`` stores, the current one among
+    them -- can be untaken at once, and Reduce(t + max_ig) needs one more to write: ``slots + 1``. With
+    that many a fast worker runs as far ahead as the tokens allow (backup workers, staleness, skipping:
+    secs. 5-6) without waiting for its sends; only beyond (a receiver that stalled after skipping this
+    worker's update, say) does a Reduce wait, for the store whose sends are oldest. Notify-ack (sec. 3.3):
+    one slot, two stores, never a wait (update k goes out once k - 1 was consumed). Queue-only (sec. 4.1):
+    this worker's own path bound (``ahead_bound + 1`` slots) stands in for its out-neighbours'.
+    """
+    slots = getattr(core, "slots", None)
+    return 2 if not slots else int(slots) + 1
+
+
+def stores_line(counts: list[int], store_bytes: int, cap: int) -> str:
+    """The summary's line on the zero-copy send stores: ``counts`` per worker (2 unless a slow receiver
+    grew the pool), each of ``store_bytes`` (a message), at most ``cap`` (:func:`store_cap`)."""
+    lo, hi = min(counts), max(counts)
+    grew = sum(1 for c in counts if c > 2)
+    return (f"send stores (zero-copy): {lo if lo == hi else f'{lo}-{hi}'} per worker of at most {cap} "
+            f"({store_bytes:,} bytes each: up to {hi * store_bytes / 2 ** 20:.3g} MiB per worker; the pool grew "
+            f"on {grew} of {len(counts)} workers, where a receiver was slow)")
+
+
+def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[Optional[int], bool]:
+    """``(store, added)``: a store that can be written now without waiting -- the first of ``spares`` (the
+    backend's spare stores, oldest first) whose sends all completed (``io.sends_done`` tests without
+    blocking), else a new one (``backend.add_store()``, ``added``) while the pool is below ``cap``
+    stores; ``(None, False)`` at the cap."""
+    done = io.sends_done
+    for store in spares:
+        if done(store):
+            return store, False
+    if len(spares) + 1 < cap:
+        return backend.add_store(), True
+    return None, False
 
 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})

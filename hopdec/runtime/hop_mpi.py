@@ -128,7 +128,8 @@ def run(ctx):
                 drive(worker_loop(core, io, backend, step=True))
     keep.close()
     obs.close()
-    logger.event("messages", **io.counters())      # what this rank sent (grants: carried or not)
+    logger.event("messages", **io.counters(),      # what this rank sent (grants: carried or not)
+                 send_stores=trainer.stores)        # and the stores its values lived in (zero-copy: a pool)
     if keep.stopped:                                # Ctrl-C: no summary; rank 0 says how to resume
         logger.close()
         return keep.report_stop()
@@ -138,6 +139,9 @@ def run(ctx):
         save_params(ctx.log_dir, rank, trainer.write_params())
     c = core.counts()
     extra = dict(dropped=c["dropped"], used=c["used"], sends_skipped=c["sends_skipped"])
+    if trainer.send_storage() is not None and hop.cfg.compress == "none":   # zero-copy: the pool's memory
+        from hopdec.runtime.hop_loop import store_cap
+        extra.update(send_stores=trainer.stores, store_bytes=trainer.store_bytes(), store_cap=store_cap(core))
     while True:                                     # a failure during the summary: heal, summarise again
         try:
             out = gather_summary(ctx, logger, trainer, emulator, hop.title(), bound=bound, extra=extra,

@@ -75,4 +75,9 @@ def summary_text(title, rows, max_gap, times, avg_loss=None, avg_acc=None, bound
              f"largest iteration gap observed: {int(max_gap)}"
              + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
              "times: " + times] + list(notes)
+    if any(r.get("send_stores") for r in rows):         # zero-copy sends: the pool's memory
+        from hopdec.runtime.hop_loop import stores_line
+        pooled = [r for r in rows if r.get("send_stores")]
+        lines.append(stores_line([r["send_stores"] for r in pooled], pooled[0]["store_bytes"],
+                                 max(r["store_cap"] for r in pooled)))
     return "\n".join(line for line in lines if line)

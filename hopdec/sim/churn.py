@@ -221,6 +221,7 @@ class Churn:
         self.undetected = [(t, w) for t, w in self.undetected if t + self.detect_s > now]
         if not self.revoked:
             self.revoked, self.detected_at = True, now
+            sim.sends_abandoned = True  # a Reduce finds every store free (MPITransport.sends_done)
             self.epoch += 1
             self.round += 1             # a resumption still pending waits for this recovery
             for r in self.alive:
@@ -251,9 +252,10 @@ class Churn:
             raise type(err)(f"simulated death at virtual second {self.died[-1][0]:.6g}: {err}") from None
         self.graph = healed
         self.unhealed, self.revoked = [], False
+        sim.sends_abandoned = False
         self.epoch += 1
         for r in self.alive:            # every message of the old communicator is forgotten
-            sim.unsent[r] = [0, 0]
+            sim.unsent[r][:] = [0] * len(sim.unsent[r])     # (the pool of stores stays as it grew)
             sim.parked[r] = None
             sim.untaken[r] = []
             sim.sent_to[r] -= sim.in_flight[r]

@@ -74,37 +74,60 @@ class SendsPending:
         self.store = store
 
 
-class _TwoStores:
-    """Zero-copy sends: the parameters alternate between two stores (0 and 1), as ``FlatSGD``'s with
-    send storage: SendParams sends from the current one, Reduce writes the other and makes it current."""
+class _StorePool:
+    """Zero-copy sends: the parameters live in one of a pool of stores (indices 0, 1, ...), as
+    ``FlatModel``'s with send storage: SendParams sends from the current one, Reduce writes the store the
+    worker loop picks (:func:`hopdec.runtime.hop_loop.writable_store`: the oldest spare whose sends all
+    completed, else a new one up to :func:`~hopdec.runtime.hop_loop.store_cap`, else the oldest once it
+    is free) and makes it current. ``unsent``: the driver's row of sends not yet completed, per store."""
 
-    cur = 0
+    cur: int
+    spares: list[int]
+    unsent: list[int]
 
     def send_storage(self) -> int:
         return self.cur
 
-    def spare_storage(self) -> int:
-        return self.cur ^ 1
+    def spare_stores(self) -> list[int]:
+        return self.spares
+
+    def add_store(self) -> int:
+        i = len(self.unsent)
+        self.unsent.append(0)
+        self.spares.append(i)
+        return i
+
+    def _switch(self, into: Optional[int]) -> None:
+        spares = self.spares
+        if into is None:
+            into = spares[0]
+        spares.remove(into)
+        spares.append(self.cur)
+        self.cur = into
+
+    @property
+    def stores(self) -> int:
+        return len(self.unsent)
 
 
-class ZeroCopyTimingBackend(_TwoStores, TimingBackend):
-    """:class:`TimingBackend` with the two stores of the zero-copy send path."""
+class ZeroCopyTimingBackend(_StorePool, TimingBackend):
+    """:class:`TimingBackend` with the store pool of the zero-copy send path."""
 
-    __slots__ = ("cur",)
+    __slots__ = ("cur", "spares", "unsent")
 
-    def __init__(self, rank: int, compute_time: Callable[[int, int], Any]) -> None:
+    def __init__(self, rank: int, compute_time: Callable[[int, int], Any], unsent: list[int]) -> None:
         TimingBackend.__init__(self, rank, compute_time)
-        self.cur = 0
+        self.cur, self.spares, self.unsent = 0, [1], unsent
 
-    def reduce(self, pairs: Any) -> None:
-        self.cur ^= 1
+    def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
+        self._switch(into)
 
 
-class ZeroCopyBackend(_TwoStores):
-    """A math backend (see :mod:`hopdec.sim.backends`) with the two stores of the zero-copy send path."""
+class ZeroCopyBackend(_StorePool):
+    """A math backend (see :mod:`hopdec.sim.backends`) with the store pool of the zero-copy send path."""
 
-    def __init__(self, backend: Any) -> None:
-        self.b, self.cur = backend, 0
+    def __init__(self, backend: Any, unsent: list[int]) -> None:
+        self.b, self.cur, self.spares, self.unsent = backend, 0, [1], unsent
 
     @property
     def duration(self) -> float:
@@ -116,9 +139,9 @@ class ZeroCopyBackend(_TwoStores):
     def compute(self, iteration: int) -> dict:
         return self.b.compute(iteration)
 
-    def reduce(self, pairs: Any) -> None:
+    def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
         self.b.reduce(pairs)
-        self.cur ^= 1
+        self._switch(into)
 
     def apply(self, iteration: int) -> None:
         self.b.apply(iteration)
@@ -159,6 +182,11 @@ class _IO:
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
+
+    def sends_done(self, store: int) -> bool:
+        """Whether every send from ``store`` completed (as ``MPITransport.sends_done``; while the
+        communicator is revoked by a death every send is abandoned: done, as after a recorded failure)."""
+        return not self.sim.unsent[self.rank][store] or self.sim.sends_abandoned
 
     def wait_sent(self, store: int) -> Optional[SendsPending]:
         """None when every send from ``store`` completed, else what the loop waits on."""
@@ -222,15 +250,17 @@ class HopSim:
         # loop takes the copying path: nothing to track)
         self.rndv: Optional[str] = self.send_path.protocol(self.message_bytes)
         self.waits: bool = self.send_path.waits(self.message_bytes) and not coded
+        # sends not yet completed, per worker and store (a pool)
+        self.unsent: list[list[int]] = [[0, 0] for _ in views]
         self.backends: list[Any]
         if self.waits:
-            self.backends = [ZeroCopyBackend(backend_factory(v.rank)) if self.math
-                             else ZeroCopyTimingBackend(v.rank, compute_time) for v in views]
+            self.backends = [ZeroCopyBackend(backend_factory(v.rank), u) if self.math
+                             else ZeroCopyTimingBackend(v.rank, compute_time, u) for v, u in zip(views, self.unsent)]
         else:
             self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
                              for v in views]
-        self.unsent: list[list[int]] = [[0, 0] for _ in views]  # sends not yet completed, per worker and store
         self.parked: list[Optional[int]] = [None] * self.n  # the store a worker's Reduce waits on (SendsPending)
+        self.sends_abandoned: bool = False        # a death revoked the communicator (hopdec.sim.churn)
         self.computing: list[bool] = [False] * self.n
         # what a computing worker does when it is back in MPI
         self.untaken: list[list[Callable[[], Any]]] = [[] for _ in views]

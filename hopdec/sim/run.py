@@ -385,6 +385,9 @@ def _run_hop(S, entries=False):
     cfg = hop.cfg
     sent = sum(io.bytes_sent for io in sim.ios)                     # what the updates moved
     text += "".join("\n" + line for line in hop.round_notes(bound))
+    if sim.waits:                                   # zero-copy sends: the pool of stores, as a real run's
+        from hopdec.runtime.hop_loop import store_cap, stores_line
+        text += "\n" + stores_line([b.stores for b in sim.backends], int(S.message_bytes), max(map(store_cap, sim.cores)))
     text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and "
              f"{'round' if cfg.rounds else 'iteration'}"
              + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "

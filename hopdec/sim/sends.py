@@ -1,11 +1,17 @@
 """When a worker's data moves and its send completes: the simulator's model of the transport.
 
-A real worker keeps its parameters in one of two message-sized stores (``FlatSGD.use_send_storage``):
-``SendParams`` sends from the current store with no copy, ``Reduce`` writes the other store and makes it
-current -- but first waits until every send made from that store *completed*
-(``MPITransport.wait_sent``, called by :func:`hopdec.runtime.hop_loop.worker_loop`). That is the
-default path (CPU models, and GPU models with a CUDA-aware MPI); a GPU model without a CUDA-aware MPI
-copies each update into a ring of send buffers instead and never waits (the *copying* path).
+A real worker keeps its parameters in one of a pool of message-sized stores
+(``FlatSGD.use_send_storage``): ``SendParams`` sends from the current store with no copy, ``Reduce``
+writes another store and makes it current. It must not overwrite a store a send is still reading, so
+:func:`hopdec.runtime.hop_loop.worker_loop` picks the store: the oldest spare whose sends all *completed*
+(``MPITransport.sends_done``, a test), else a new store (two to begin with; the pool grows only where a
+receiver is slow), up to :func:`hopdec.runtime.hop_loop.store_cap` -- the receive slots a receiver
+posts per sender plus one, ``max_ig + 2`` with token queues (Hop sec. 4.2) -- and only at the cap does it
+wait for the oldest store's sends (``MPITransport.wait_sent``). That is the default path (CPU models,
+and GPU models with a CUDA-aware MPI); a GPU model without a CUDA-aware MPI copies each update into a
+ring of send buffers instead and never waits (the *copying* path). The simulator runs the same loop, so
+its pool (:class:`hopdec.sim.hop.ZeroCopyTimingBackend`: stores as indices, sends not yet completed
+counted per store) grows and waits exactly where the runtime's does, given the same completions.
 
 When does the data move, and when does a send complete? MPI decides by message size:
 
@@ -22,10 +28,13 @@ When does the data move, and when does a send complete? MPI decides by message s
     compute pushes it only when that compute ends, so the transfer does not overlap the sender's compute
     either; the send completes, and the message is delivered, when the data has arrived.
 
-On the zero-copy path a Reduce waits until the sends from the store it overwrites completed, so a
-fast worker whose out-neighbour is slow waits in its Reduce -- the "zero-copy completion effect" --
-even where the protocol (backup workers, staleness) would let it go on. On the copying path the data
-moves the same way but nothing waits for it.
+On the zero-copy path with two stores, a Reduce waited until the sends from the store it overwrote
+completed, so a fast worker whose out-neighbour was slow waited in every other Reduce -- the "zero-copy
+completion effect" -- even where the protocol (backup workers, staleness, skipping: Hop secs. 5-6) would
+let it go on (~33 ms per iteration on a 2x4 torus with a 4x straggler and max_ig 3). With the pool it
+waits only when every store up to the cap is still being sent from, which the token bound makes rare: a
+worker is at most max_ig iterations ahead of an out-neighbour. On the copying path the data moves the
+same way but nothing waits for it.
 
 A receiver-driven transfer over a network (RDMA read: the data moves only after the take) is not
 modelled; ``take`` lets it overlap the receiver's compute. Open MPI's eager limits: 4 KiB over shared
@@ -79,7 +88,7 @@ class SendPath:
             if self.protocol(nbytes) is None:
                 out += ": messages are eager"
             elif self.path == "zero-copy":
-                out += ": Reduce waits for slow receivers"
+                out += ": stores of slow receivers' sends pooled, Reduce waits at the pool's cap"
         return out + ")"
 
     def as_dict(self):

@@ -145,13 +145,16 @@ def sample(seed, contexts, topo_dir="topologies", work_dir=".", space=SPACE):
         max_ig = rng.choice(space["max_ig"])
         mech = rng.choice(space["mechanisms"])
         ctx = dict(kind="decentralized", graph=g, max_ig=max_ig, slowdown=slow, mechanism=mech)
-        base = ["--topology", topo, "--max-ig", str(max_ig)] + slow_argv
+        base = ["--topology", topo] + slow_argv
+        tokens = ["--max-ig", str(max_ig)]
         words = mech.replace("+skip", "").split()
         extra = [f"--{words[0]}", words[1]]
+        if words[0] != "protocol":                  # (a protocol without token queues has no max_ig)
+            extra = tokens + extra
         if "+skip" in mech:
             extra += ["--skip", f"max-jump={max_ig},trigger=2"]
         file_topo = topo if topo.endswith(".json") else None
-        cases.append(Case(f"{tag}-standard", base, cseed, topology=file_topo, context=ctx))
+        cases.append(Case(f"{tag}-standard", base + tokens, cseed, topology=file_topo, context=ctx))
         cases.append(Case(f"{tag}-{mech.replace(' ', '').replace('+', '-')}", base + extra, cseed,
                           base=f"{tag}-standard", topology=file_topo, context=ctx))
     return cases

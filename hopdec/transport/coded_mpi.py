@@ -6,7 +6,8 @@ what travels is smaller. A Send codes the parameters once per group of receivers
 (:mod:`hopdec.transport.codec`: four int64 header fields, then the code), Isent from a ring of small
 buffers; the first message to each receiver is a key (the full float32 parameters, on a tag of its own,
 from a buffer kept until its sends complete). The parameters' storage is only read, so the trainer's
-double-buffered storage needs no wait before Reduce overwrites it (:meth:`wait_sent` returns at once).
+stores need no wait before Reduce overwrites them (:meth:`sends_done` is always true, :meth:`wait_sent`
+returns at once: the pool stays at two stores).
 
 Receive side, per in-neighbour: ``slots`` small buffers with receives posted (as many as the
 uncompressed transport posts full ones) and one full-size key buffer that becomes the neighbour's
@@ -45,6 +46,8 @@ class CodedMPITransport(MPITransport):
         self.key_bytes = 0
         super().__init__(comm, view, numel, slots, send_ring=send_ring, peer_timeout=peer_timeout,
                          host_pinned=host_pinned)
+
+    lazy_ring = False                           # (small buffers, sized by the out-neighbours)
 
     def _make_ring(self, depth, view):
         groups = max(1, len(view.out_neighbors))    # at most one coded message per group and send
@@ -126,6 +129,10 @@ class CodedMPITransport(MPITransport):
     def send_from(self, iteration, dests, buf, grants=None):
         """Code the parameters in ``buf`` (a trainer's message-sized storage, read only)."""
         self._send(iteration, dests, buf[:self.numel], grants)
+
+    def sends_done(self, buf):
+        """Nothing is ever sent from the caller's storage: always done (its pool never grows)."""
+        return True
 
     def wait_sent(self, buf):
         """Nothing is ever sent from the caller's storage: return at once."""

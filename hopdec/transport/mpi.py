@@ -10,8 +10,9 @@ once (entering an iteration on the parallel graph; ``-1``: none), and a grant th
 a tiny int64 message of its own.
 
 Send side, zero-copy (:meth:`MPITransport.send_from`): a backend that keeps its parameters in a
-message-sized array (see ``LocalTrainer.use_send_storage``) has it sent as it is, and waits
-(:meth:`MPITransport.wait_sent`) before overwriting it. Otherwise a ring of send buffers: Send copies
+pool of message-sized arrays (see ``LocalTrainer.use_send_storage``) has the current one sent as it is,
+and overwrites only one whose sends completed (:meth:`MPITransport.sends_done` tests, without waiting;
+:meth:`MPITransport.wait_sent` waits). Otherwise a ring of send buffers: Send copies
 the parameters into the next one (Reduce/Apply change them while the message may still be in flight)
 and posts an ``Isend`` per destination.
 
@@ -139,7 +140,10 @@ class MPITransport:
         for j in view.out_neighbors:
             self.grant_bufs[j] = np.zeros(1, dtype=np.int64)
             self._post(("g", j, 0))
-        self.ring = self._make_ring(send_ring or max(2, slots), view)
+        self._ring_depth = send_ring or max(2, slots)
+        # the copying path's send buffers; the zero-copy path (send_from) never needs them: made at the
+        # first send_update (a transport that needs them from the start makes them here)
+        self.ring = [] if self.lazy_ring else self._make_ring(self._ring_depth, view)
         self._ring_pos = 0
         self._grant_out = []                        # (buffer, request) kept alive until complete
         self._sent_from = {}                        # id(caller's buffer) -> its pending Isends
@@ -148,6 +152,9 @@ class MPITransport:
         self.updates_sent = 0                       # update messages (one per destination)
         self.grant_messages = 0                     # grants sent as messages of their own
         self.grants_carried = 0                     # grants that rode in an update's header
+
+    lazy_ring = True
+    """The send ring is made at the first :meth:`send_update` (zero-copy workers never make it)."""
 
     def _make_ring(self, depth, view):
         """The send buffers: ``[buffer, its pending Isends]`` each (a coded transport's are smaller)."""
@@ -335,6 +342,8 @@ class MPITransport:
     def send_update(self, iteration, dests, fill, grants=None):
         """Copy the parameters (``fill(out)``) into the next send buffer and Isend it to ``dests``;
         ``grants`` as for :meth:`send_from`."""
+        if not self.ring:
+            self.ring = self._make_ring(self._ring_depth, None)
         slot = self.ring[self._ring_pos]
         self._ring_pos = (self._ring_pos + 1) % len(self.ring)
         buf, pending = slot
@@ -364,6 +373,24 @@ class MPITransport:
         sends.dests = tuple(dests)
         self.bytes_sent += 4 * self.length * len(dests)
         self.updates_sent += len(dests)
+
+    def sends_done(self, buf):
+        """Whether every send from ``buf`` completed (one ``Testall``, never a wait): a worker's Reduce
+        picks a store of its pool this says is free (:func:`hopdec.runtime.hop_loop.writable_store`). After
+        a recorded peer failure the sends are abandoned (kept referenced) and the store is free."""
+        reqs = self._sent_from.get(id(buf))
+        if not reqs:
+            return True
+        if not self.failed:
+            try:
+                if not Testall(reqs):
+                    return False
+            except MPI.Exception as err:
+                self._failure(err)
+        del self._sent_from[id(buf)]
+        if self.failed:
+            self._bury(reqs)
+        return True
 
     def wait_sent(self, buf):
         """Return once every send from ``buf`` completed (normally long ago: an iteration has passed)."""

@@ -12,8 +12,16 @@ Actions that mean the same thing on every side are defined here once.
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                           # tells type checkers (and mypyc) that @action makes dataclasses
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**kwargs):
+        return lambda f: f
 
 
+@dataclass_transform(frozen_default=True)
 def action(cls):
     """``@dataclass(frozen=True)`` -- the same class, fields, equality, hash and immutability -- whose
     ``__init__`` writes the fields straight into the instance's ``__dict__``. The generated one calls

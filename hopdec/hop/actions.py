@@ -9,6 +9,8 @@ then a token from every out-neighbour before Enter(k+1). :class:`~hopdec.core.Co
 shared with the parameter-server cores (:mod:`hopdec.core`).
 """
 
+from typing import Optional
+
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait  # noqa: F401  (re-exported)
 from hopdec.core import action
 
@@ -18,7 +20,7 @@ class Enter:
     """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5)."""
 
     iteration: int
-    jumped_from: int = None
+    jumped_from: Optional[int] = None
 
 
 @action

@@ -16,13 +16,16 @@ available and always part of Reduce. A policy never blocks: ``plan(k)`` returns 
 No MPI, no torch: parameters are opaque handles.
 """
 
+from __future__ import annotations
+
 from operator import itemgetter
+from typing import Any, Callable, Optional, Union
 
 from hopdec.core import action
 from hopdec.hop.config import check_backup
 from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender
 
-SELF = None  # handle of the worker's own parameters in a Reduce term
+SELF: None = None  # handle of the worker's own parameters in a Reduce term
 
 
 @action
@@ -35,13 +38,13 @@ class Term:
     weight: float
 
 
-def _normalise(terms):
+def _normalise(terms: Any) -> tuple:
     """Weights summing to 1, terms in sender order (self included): every worker of a complete graph
     then adds the same numbers in the same order and holds bit-identical parameters."""
     return _normalised([(t.sender, t.iteration, t.handle, t.weight) for t in terms])
 
 
-def _normalised(raw):
+def _normalised(raw: list[tuple[int, int, Any, float]]) -> tuple:
     """:func:`_normalise` of ``raw`` = ``[(sender, iteration, handle, weight)]`` (the self term first;
     sorted in place): the policies build plain tuples and make each :class:`Term` once.
 
@@ -63,28 +66,32 @@ _NONE = ()
 
 
 class _Policy:
-    def __init__(self, rank, in_weights, steps=None):
+    queue: Any                                      # the subclass's update queue
+    backup: int
+    floor: int
+
+    def __init__(self, rank: int, in_weights: dict, steps: Any = None) -> None:
         """``steps``: a time-varying topology's per-step in-weights (Recv(k) and Reduce(k) use step
         k mod P, :mod:`hopdec.hop.time_varying`); ``in_weights`` are then the union's senders."""
         self.rank = rank
-        self.in_weights = dict(in_weights)          # sender -> W[sender, rank], self included
-        self.senders = sorted(s for s in in_weights if s != rank)
+        self.in_weights: dict = dict(in_weights)    # sender -> W[sender, rank], self included
+        self.senders: list[int] = sorted(s for s in in_weights if s != rank)
         self._set_steps(steps)
-        self.required_from = {}                     # sender -> first iteration it is waited for (default 0)
-        self.used = 0                               # updates that went into a Reduce
-        self.dropped = 0                            # late or superseded updates thrown away
+        self.required_from: dict[int, int] = {}     # sender -> first iteration it is waited for (default 0)
+        self.used: int = 0                          # updates that went into a Reduce
+        self.dropped: int = 0                       # late or superseded updates thrown away
 
-    def _set_steps(self, steps):
-        self.step_weights = tuple(dict(w) for w in steps) if steps else (self.in_weights,)
-        self.period = len(self.step_weights)
-        self.step_senders = ([self.senders] if not steps else
+    def _set_steps(self, steps: Any) -> None:
+        self.step_weights: tuple[dict, ...] = tuple(dict(w) for w in steps) if steps else (self.in_weights,)
+        self.period: int = len(self.step_weights)
+        self.step_senders: list[list[int]] = ([self.senders] if not steps else
                              [sorted(s for s in w if s != self.rank) for w in self.step_weights])
 
-    def weights_at(self, k):
+    def weights_at(self, k: int) -> dict:
         """Sender -> W[sender, rank] of iteration k's step (self included)."""
         return self.step_weights[k % self.period]
 
-    def required(self, k):
+    def required(self, k: int) -> list[int]:
         """The senders Recv(k) waits for (do not modify the list): on a time-varying topology, the
         in-neighbours of step k mod P. After a heal or a resume a sender's updates older than the iteration
         it was at are used if they are here, never waited for (they will not come)."""
@@ -93,7 +100,7 @@ class _Policy:
             return senders
         return [s for s in senders if self.required_from.get(s, 0) <= k]
 
-    def reconfigure(self, in_weights, required_from, backup=0):
+    def reconfigure(self, in_weights: dict, required_from: dict, backup: int = 0) -> list:
         """The graph around this worker changed (a heal after failures, or a resume): new senders and
         weights; ``required_from[s]`` is the iteration sender s is at (it sends that update again, so a held
         copy is dropped). Returns the held entries to free (senders gone, or about to be sent again)."""
@@ -107,11 +114,11 @@ class _Policy:
         self.dropped += len(gone)
         return gone
 
-    def _self_term(self, k, factor=1.0):
+    def _self_term(self, k: int, factor: float = 1.0) -> tuple[int, int, Any, float]:
         return (self.rank, k, SELF, self.step_weights[k % self.period][self.rank] * factor)
 
     @property
-    def held(self):
+    def held(self) -> int:
         return self.queue.size
 
 
@@ -120,12 +127,12 @@ class Standard(_Policy):
 
     backup = 0
 
-    def __init__(self, rank, in_weights, slots, steps=None):
+    def __init__(self, rank: int, in_weights: dict, slots: int, steps: Any = None) -> None:
         super().__init__(rank, in_weights, steps)
         self.queue = IterationSlots(slots)
         self.floor = 0                              # oldest iteration that can still be used
 
-    def on_update(self, entry):
+    def on_update(self, entry: Entry) -> Any:
         """File an arriving update; returns entries to free (late ones, sec. 6.2 a)."""
         if entry.iteration < self.floor:
             self.dropped += 1
@@ -133,7 +140,7 @@ class Standard(_Policy):
         self.queue.put(entry)
         return _NONE
 
-    def set_floor(self, k):
+    def set_floor(self, k: int) -> Any:
         """Updates older than k can no longer be used: drop them (sec. 6.2 a)."""
         if k > self.floor:
             self.floor = k
@@ -142,7 +149,7 @@ class Standard(_Policy):
             self.dropped += len(late)
         return late
 
-    def waiting_for(self, k):
+    def waiting_for(self, k: int) -> list[int]:
         slot = self.queue.slot(k)
         out = []
         for s in self.required(k):
@@ -151,7 +158,7 @@ class Standard(_Policy):
                 out.append(s)
         return out
 
-    def ready(self, k):
+    def ready(self, k: int) -> bool:
         """Whether Recv(k) could complete now, with the updates already held (nothing is taken): every
         sender's update of iteration k is here (with backup workers, all but B of them)."""
         if k < self.floor:
@@ -165,7 +172,7 @@ class Standard(_Policy):
             return True
         return self.queue.count(k) >= len(self.required(k)) - self.backup
 
-    def plan(self, k):
+    def plan(self, k: int) -> Optional[tuple]:
         """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
         if not self.ready(k):
             return None
@@ -181,7 +188,7 @@ class Standard(_Policy):
 class Backup(Standard):
     """Recv(k) needs |N_in(i)| - B updates of iteration k and takes any extra ones there (Figure 8)."""
 
-    def __init__(self, rank, in_weights, slots, backup, steps=None):
+    def __init__(self, rank: int, in_weights: dict, slots: int, backup: int, steps: Any = None) -> None:
         super().__init__(rank, in_weights, slots, steps)
         self.backup = check_backup(backup, rank, backup_limit(self.step_senders))
 
@@ -189,22 +196,23 @@ class Backup(Standard):
 class Stale(_Policy):
     """Bounded staleness s (and the hybrid with B backup workers): newest update per neighbour."""
 
-    def __init__(self, rank, in_weights, staleness, weighted=True, backup=0, steps=None):
+    def __init__(self, rank: int, in_weights: dict, staleness: int, weighted: bool = True, backup: int = 0,
+                 steps: Any = None) -> None:
         super().__init__(rank, in_weights, steps)
         check_backup(backup, rank, backup_limit(self.step_senders))
-        self.s = staleness
-        self.weighted = weighted
+        self.s: int = staleness
+        self.weighted: bool = weighted
         self.backup = backup
         self.queue = NewestPerSender()
-        self.newest_seen = {j: -1 for j in self.senders}   # iter_rcv of Figure 9
+        self.newest_seen: dict[int, int] = {j: -1 for j in self.senders}   # iter_rcv of Figure 9
         self.floor = 0
 
-    def reconfigure(self, in_weights, required_from, backup=0):
+    def reconfigure(self, in_weights: dict, required_from: dict, backup: int = 0) -> list:
         gone = super().reconfigure(in_weights, required_from, backup)
         self.newest_seen = {j: self.newest_seen.get(j, -1) for j in self.senders}
         return gone
 
-    def on_update(self, entry):
+    def on_update(self, entry: Entry) -> Any:
         if entry.iteration < self.floor:
             self.dropped += 1
             return [entry]
@@ -214,23 +222,23 @@ class Stale(_Policy):
         self.dropped += len(gone)
         return gone
 
-    def set_floor(self, k):
+    def set_floor(self, k: int) -> Any:
         """Recv(k) accepts nothing older than k - s: drop what fell out of the window."""
         self.floor = max(self.floor, k - self.s)
         late = self.queue.drop_older(self.floor)
         self.dropped += len(late)
         return late
 
-    def waiting_for(self, k):
+    def waiting_for(self, k: int) -> list[int]:
         return [j for j in self.required(k) if self.newest_seen[j] < k - self.s]
 
-    def ready(self, k):
+    def ready(self, k: int) -> bool:
         """Whether Recv(k) could complete now (nothing is taken)."""
         required = self.required(k)
         fresh_enough = sum(1 for j in required if self.newest_seen[j] >= k - self.s)
         return fresh_enough >= len(required) - self.backup
 
-    def plan(self, k):
+    def plan(self, k: int) -> Optional[tuple]:
         min_iter = k - self.s
         if not self.ready(k):
             return None
@@ -246,12 +254,12 @@ class Stale(_Policy):
                 terms.append((j, e.iteration, e.handle, w * self._factor(e.iteration, k)))
         return _normalised(terms)
 
-    def _factor(self, it, k):
+    def _factor(self, it: int, k: int) -> float:
         """Eq. (2): an update of iteration ``it`` weighs it - (k - s) + 1; ``plain`` weighs all alike."""
         return float(it - (k - self.s) + 1) if self.weighted else 1.0
 
 
-def damped(terms, gamma):
+def damped(terms: tuple, gamma: float) -> tuple:
     """Choco-SGD's consensus step (Koloskova et al. 2019) on a Reduce: move ``gamma`` of the way from the own
     parameters to the weighted average, ``x <- x + gamma * (sum_t w_t x_t - x)``, i.e. the own term's weight
     becomes ``1 - gamma + gamma * w_self`` and every other ``gamma * w``. With compressed exchanges the
@@ -269,13 +277,14 @@ def damped(terms, gamma):
                       1.0 - gamma + gamma * t.weight if t.handle is SELF else gamma * t.weight) for t in terms)
 
 
-def backup_limit(step_senders):
+def backup_limit(step_senders: Any) -> int:
     """Backup workers must be fewer than this: the in-degree (without self), the smallest over the steps
     of a time-varying topology where the node has any in-neighbour at all."""
     return min((len(s) for s in step_senders if s), default=0)
 
 
-def make_policy(rank, in_weights, slots, backup=0, staleness=None, weighted=True, steps=None):
+def make_policy(rank: int, in_weights: dict, slots: int, backup: int = 0, staleness: Optional[int] = None,
+                weighted: bool = True, steps: Any = None) -> Union[Standard, Stale]:
     """The receive policy for a setting of Table 1: standard, backup, staleness or hybrid; ``steps``: the
     per-step in-weights of a time-varying topology (None: static)."""
     if staleness is not None:

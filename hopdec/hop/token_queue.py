@@ -10,6 +10,10 @@ Notify-ack (sec. 3.3), the baseline token queues generalise, is :class:`AckLedge
 counts on the same kind of message, sent by a receiver right after its Reduce.
 """
 
+from __future__ import annotations
+
+from typing import Any, Iterable
+
 from hopdec.hop.config import check_max_ig
 
 
@@ -28,25 +32,25 @@ class TokenLedger:
     1
     """
 
-    def __init__(self, in_neighbors, out_neighbors, max_ig):
+    def __init__(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int], max_ig: int) -> None:
         check_max_ig(max_ig, "max_ig")
         self.max_ig = max_ig
-        self.issued = {i: max_ig for i in sorted(in_neighbors)}     # in order: issue() returns it sorted
-        self.taken = {j: 0 for j in out_neighbors}
-        self.granted = {j: max_ig for j in out_neighbors}
+        self.issued: dict[int, int] = {i: max_ig for i in sorted(in_neighbors)}  # in order: issue() returns it sorted
+        self.taken: dict[int, int] = {j: 0 for j in out_neighbors}
+        self.granted: dict[int, int] = {j: max_ig for j in out_neighbors}
 
-    def available(self, j):
+    def available(self, j: int) -> int:
         """Tokens this worker may still take from out-neighbour j (its local view; never too many)."""
         return self.granted[j] - self.taken[j]
 
-    def can_take(self, n=1):
+    def can_take(self, n: int = 1) -> bool:
         granted = self.granted
         for j, t in self.taken.items():
             if granted[j] - t < n:
                 return False
         return True
 
-    def take(self, n=1):
+    def take(self, n: int = 1) -> None:
         granted, taken = self.granted, self.taken
         for j, t in taken.items():
             if granted[j] - t < n:
@@ -54,7 +58,7 @@ class TokenLedger:
         for j in taken:
             taken[j] += n
 
-    def issue(self, n=1):
+    def issue(self, n: int = 1) -> list[tuple[int, int]]:
         """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send,
         sorted by in-neighbour (``issued`` is kept in that order)."""
         issued = self.issued
@@ -62,11 +66,12 @@ class TokenLedger:
             issued[i] += n
         return list(issued.items())
 
-    def on_grant(self, j, cumulative):
+    def on_grant(self, j: int, cumulative: int) -> None:
         if j in self.granted and cumulative > self.granted[j]:
             self.granted[j] = cumulative
 
-    def reset(self, in_neighbors, out_neighbors, my_iteration, their_iterations):
+    def reset(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int], my_iteration: int,
+              their_iterations: Any) -> None:
         """Re-establish the token queues on a changed set of edges (a heal, or a resume) from the workers'
         iterations alone: with no message in flight, Theorem 2's relation fixes every count --
         ``issued[i] = Iter(me) + max_ig``, ``taken[j] = Iter(me)``, ``granted[j] = Iter(j) + max_ig``. A new
@@ -76,7 +81,7 @@ class TokenLedger:
         self.taken = {j: k for j in out_neighbors}
         self.granted = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
 
-    def lead_of(self, j):
+    def lead_of(self, j: int) -> int:
         """How many iterations out-neighbour j is known to be ahead of this worker (sec. 5)."""
         return self.available(j) - self.max_ig
 
@@ -98,24 +103,24 @@ class AckLedger:
     [(2, 1)]
     """
 
-    def __init__(self, in_neighbors, out_neighbors):
-        self.acked = {j: 0 for j in out_neighbors}     # my updates out-neighbour j has consumed
-        self.consumed = {i: 0 for i in in_neighbors}   # updates of in-neighbour i I have consumed
-        self.sent = 0                                  # updates I have sent (to every out-neighbour)
+    def __init__(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int]) -> None:
+        self.acked: dict[int, int] = {j: 0 for j in out_neighbors}     # my updates out-neighbour j has consumed
+        self.consumed: dict[int, int] = {i: 0 for i in in_neighbors}   # updates of in-neighbour i I have consumed
+        self.sent: int = 0                                  # updates I have sent (to every out-neighbour)
 
-    def may_send(self, k):
+    def may_send(self, k: int) -> bool:
         """Update k may go out once every out-neighbour consumed update k - 1."""
         return all(c >= k for c in self.acked.values())
 
-    def missing(self, k):
+    def missing(self, k: int) -> list[int]:
         return [j for j, c in sorted(self.acked.items()) if c < k]
 
-    def consume(self, k):
+    def consume(self, k: int) -> list[tuple[int, int]]:
         """Reduce(k) consumed iteration k's updates: the ACKs ``[(in-neighbour, cumulative)]`` to send."""
         for i in self.consumed:
             self.consumed[i] = k + 1
         return sorted(self.consumed.items())
 
-    def on_ack(self, j, cumulative):
+    def on_ack(self, j: int, cumulative: int) -> None:
         if j in self.acked and cumulative > self.acked[j]:
             self.acked[j] = cumulative

@@ -12,7 +12,10 @@ Both raise :class:`QueueOverflow` instead of silently overwriting: an overflow m
 sender run further ahead than the queue was sized for, which is a bug the tests must see.
 """
 
+from __future__ import annotations
+
 from operator import attrgetter
+from typing import Any, Callable, Optional
 
 from hopdec.core import action
 
@@ -41,15 +44,15 @@ class IterationSlots:
     ['h']
     """
 
-    def __init__(self, slots):
+    def __init__(self, slots: int) -> None:
         if slots < 1:
             raise ValueError("an update queue needs at least one slot")
         self.slots = slots
-        self._slot = [dict() for _ in range(slots)]  # sender -> Entry
-        self.size = 0
-        self._low = -1                               # no entry held is older than this
+        self._slot: list[dict[int, Entry]] = [dict() for _ in range(slots)]  # sender -> Entry
+        self.size: int = 0
+        self._low: int = -1                               # no entry held is older than this
 
-    def put(self, entry):
+    def put(self, entry: Entry) -> None:
         slot = self._slot[entry.iteration % self.slots]
         old = slot.get(entry.sender)
         if old is not None:
@@ -61,18 +64,18 @@ class IterationSlots:
         if entry.iteration < self._low:
             self._low = entry.iteration
 
-    def slot(self, iteration):
+    def slot(self, iteration: int) -> dict[int, Entry]:
         """The slot of ``iteration``: sender -> Entry (an entry may be of another iteration; read only)."""
         return self._slot[iteration % self.slots]
 
-    def count(self, iteration):
+    def count(self, iteration: int) -> int:
         """Number of updates of ``iteration`` held."""
         return sum(1 for e in self._slot[iteration % self.slots].values() if e.iteration == iteration)
 
-    def senders(self, iteration):
+    def senders(self, iteration: int) -> list[int]:
         return sorted(s for s, e in self._slot[iteration % self.slots].items() if e.iteration == iteration)
 
-    def take(self, iteration):
+    def take(self, iteration: int) -> list[Entry]:
         """Remove and return every update of ``iteration`` (sorted by sender)."""
         slot = self._slot[iteration % self.slots]
         got = [e for e in slot.values() if e.iteration == iteration]
@@ -83,7 +86,7 @@ class IterationSlots:
         self.size -= len(got)
         return got
 
-    def drop_older(self, iteration):
+    def drop_older(self, iteration: int) -> Any:
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
         if iteration <= self._low or not self.size:  # nothing held is older (no scan)
             if not self.size and iteration > self._low:
@@ -98,10 +101,10 @@ class IterationSlots:
         self._low = iteration
         return out
 
-    def entries(self):
+    def entries(self) -> list[Entry]:
         return [e for slot in self._slot for e in slot.values()]
 
-    def remove(self, which):
+    def remove(self, which: Callable[[Entry], Any]) -> list[Entry]:
         """Remove and return every entry for which ``which(entry)`` is true."""
         out = []
         for slot in self._slot:
@@ -131,11 +134,11 @@ class NewestPerSender:
     7
     """
 
-    def __init__(self):
-        self._by_sender = {}
-        self.size = 0
+    def __init__(self) -> None:
+        self._by_sender: dict[int, Entry] = {}
+        self.size: int = 0
 
-    def put(self, entry):
+    def put(self, entry: Entry) -> list[Entry]:
         old = self._by_sender.get(entry.sender)
         if old is not None and old.iteration >= entry.iteration:
             return [entry]  # an older (or duplicate) update arriving late: drop the newcomer
@@ -145,26 +148,26 @@ class NewestPerSender:
             return []
         return [old]
 
-    def newest(self, sender):
+    def newest(self, sender: int) -> Optional[Entry]:
         return self._by_sender.get(sender)
 
-    def take(self, sender):
+    def take(self, sender: int) -> Optional[Entry]:
         e = self._by_sender.pop(sender, None)
         if e is not None:
             self.size -= 1
         return e
 
-    def drop_older(self, iteration):
+    def drop_older(self, iteration: int) -> list[Entry]:
         out = [e for e in self._by_sender.values() if e.iteration < iteration]
         for e in out:
             del self._by_sender[e.sender]
         self.size -= len(out)
         return out
 
-    def entries(self):
+    def entries(self) -> list[Entry]:
         return list(self._by_sender.values())
 
-    def remove(self, which):
+    def remove(self, which: Callable[[Entry], Any]) -> list[Entry]:
         """Remove and return every entry for which ``which(entry)`` is true."""
         out = [e for e in self._by_sender.values() if which(e)]
         for e in out:

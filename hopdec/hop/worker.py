@@ -15,7 +15,10 @@ skipping (sec. 5) may turn the token step into ``Jump``. Notify-ack (sec. 3.3) h
 waits for every out-neighbour's ACK of update k - 1, and ``SendAcks`` follows every Reduce.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union, cast
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
@@ -23,6 +26,10 @@ from hopdec.hop.config import effective_backup
 from hopdec.hop.protocols import PROTOCOLS
 from hopdec.hop.receive import damped, make_policy
 from hopdec.hop.update_queue import Entry
+
+if TYPE_CHECKING:
+    from hopdec.hop.receive import Stale, Standard
+    from hopdec.hop.token_queue import AckLedger, TokenLedger
 
 
 @dataclass(frozen=True)
@@ -32,25 +39,25 @@ class NodeView:
     rank: int
     in_weights: dict                 # sender -> W[sender, rank], the self-loop included
     out_neighbors: tuple             # receivers, self excluded
-    backup_workers: int = None       # per-node override (topology attribute ``backup_workers``)
+    backup_workers: Optional[int] = None  # per-node override (topology attribute ``backup_workers``)
     ahead_bound: int = 1             # queue-only: how far an in-neighbour may be ahead (Theorem 1)
-    steps: tuple = None              # time-varying topology: ((in_weights, out_neighbors) of step m, ...);
+    steps: Optional[tuple] = None    # time-varying topology: ((in_weights, out_neighbors) of step m, ...);
                                      # then in_weights / out_neighbors are the union's (hopdec.hop.time_varying)
 
     @property
-    def in_neighbors(self):
+    def in_neighbors(self) -> tuple:
         return tuple(sorted(s for s in self.in_weights if s != self.rank))
 
     @property
-    def period(self):
+    def period(self) -> int:
         return len(self.steps) if self.steps else 1
 
-    def in_weights_at(self, k):
+    def in_weights_at(self, k: int) -> dict:
         """Sender -> weight of Recv(k)/Reduce(k) (the step k mod P of a schedule; always ``in_weights``
         on a static graph)."""
         return self.steps[k % len(self.steps)][0] if self.steps else self.in_weights
 
-    def out_at(self, k):
+    def out_at(self, k: int) -> tuple:
         """The receivers of Send(k)."""
         return self.steps[k % len(self.steps)][1] if self.steps else self.out_neighbors
 
@@ -58,37 +65,41 @@ class NodeView:
 class Worker:
     """One worker's protocol state. Drive it with :meth:`next_action`, feed it with ``on_*``."""
 
-    def __init__(self, view, cfg):
+    ledger: Optional[TokenLedger]
+    acks: Optional[AckLedger]
+    policy: Union[Standard, Stale]
+
+    def __init__(self, view: NodeView, cfg: Any) -> None:
         self.view = view
         self.cfg = cfg
-        self.rank = view.rank
+        self.rank: int = view.rank
         backup = effective_backup(cfg, view)
         # the protocol's gap control (hopdec.hop.protocols): token queues, ACKs, or update queues alone
         self.ledger, self.acks, max_ig, slots = PROTOCOLS[cfg.protocol].ledgers(view, cfg)
-        self.max_ig = max_ig
-        self.slots = slots
+        self.max_ig: Optional[int] = max_ig
+        self.slots: int = slots
         self.policy = make_policy(self.rank, view.in_weights, slots, backup=backup,
                                   staleness=cfg.staleness, weighted=cfg.stale_reduce == "weighted",
                                   steps=tuple(w for w, _ in view.steps) if view.steps else None)
-        self.iteration = 0
-        self.jumps = []                    # (from, to)
-        self.sends_skipped = 0
-        self._pending_release = []
-        self._catch_up = None
-        self._last_sent = -1
-        self.budget = cfg.iterations       # the run ends after iteration budget - 1 (see stop_at)
-        self._start = 0
-        self._entered = -1                 # the last iteration entered (or committed to by a jump)
-        self._steps = self._run()
+        self.iteration: int = 0
+        self.jumps: list[tuple[int, int]] = []    # (from, to)
+        self.sends_skipped: int = 0
+        self._pending_release: list[Entry] = []
+        self._catch_up: Optional[SendParams] = None
+        self._last_sent: int = -1
+        self.budget: int = cfg.iterations  # the run ends after iteration budget - 1 (see stop_at)
+        self._start: int = 0
+        self._entered: int = -1            # the last iteration entered (or committed to by a jump)
+        self._steps: Iterator[Any] = self._run()
 
     # ---- events from the transport ----
-    def on_update(self, sender, iteration, handle):
+    def on_update(self, sender: int, iteration: int, handle: Any) -> None:
         """An update arrived. Its buffer is the worker's until a Reduce or a Release frees it."""
         late = self.policy.on_update(Entry(sender, iteration, handle))
         if late:
             self._pending_release += late
 
-    def on_grant(self, sender, cumulative):
+    def on_grant(self, sender: int, cumulative: int) -> None:
         """A cumulative count from out-neighbour ``sender``: the tokens it has put into my queue in total
         (token queues), or the updates of mine it has consumed (notify-ack ACKs)."""
         if self.ledger is not None:
@@ -96,7 +107,7 @@ class Worker:
         elif self.acks is not None:
             self.acks.on_ack(sender, cumulative)
 
-    def reconfigure(self, view, iterations):
+    def reconfigure(self, view: NodeView, iterations: Any) -> None:
         """The graph around this worker changed -- workers failed and the survivors healed the graph
         (:mod:`hopdec.topology.heal`) -- while no message is in flight (the old communicator's are lost).
 
@@ -123,7 +134,7 @@ class Worker:
             self._catch_up = SendParams(self.iteration, tuple(view.out_neighbors))
 
     # ---- what to do next ----
-    def next_action(self):
+    def next_action(self) -> Any:
         """The next action; a :class:`Wait` is repeated until an event unblocks it."""
         if self._pending_release:
             handles = tuple(e.handle for e in self._pending_release)
@@ -134,13 +145,13 @@ class Worker:
             return a
         return next(self._steps, _FINISHED)
 
-    def held_handles(self):
+    def held_handles(self) -> list:
         """Handles of the buffers this worker still owns: updates it holds and those it is about to
         release (a transport must not reuse either before the core lets them go)."""
         return [e.handle for e in self.policy.queue.entries()] + [e.handle for e in self._pending_release]
 
     # ---- checkpoints and stops (hopdec.runtime.checkpoint, hopdec.runtime.interrupt) ----
-    def resume_at(self, k):
+    def resume_at(self, k: int) -> None:
         """Start at Enter(k) instead of Enter(0), as if iterations 0..k-1 had run, with every other worker
         resuming at k too (call before the first :meth:`next_action`).
 
@@ -167,12 +178,12 @@ class Worker:
         self._pending_release += self.policy.set_floor(k)
 
     @property
-    def position(self):
+    def position(self) -> int:
         """The last iteration this worker has entered, or committed to enter (a jump's target, whose
         refresh it has already done); ``start - 1`` before it starts."""
         return self._entered
 
-    def stop_at(self, n):
+    def stop_at(self, n: int) -> None:
         """End the run after iteration n - 1 instead of ``cfg.iterations - 1`` (n never raises it). Every
         worker must get the same n > every worker's :attr:`position` (e.g. the largest + 1): then none has
         passed it, and each finishes iterations up to n - 1 normally, so Enter(n) is a consistent cut."""
@@ -181,10 +192,10 @@ class Worker:
         self.budget = min(self.budget, int(n))
 
     @property
-    def held_updates(self):
+    def held_updates(self) -> int:
         return self.policy.held
 
-    def tokens(self):
+    def tokens(self) -> Optional[int]:
         """The tokens this worker may take from its scarcest out-neighbour (None without token queues):
         what a log records of the token queues."""
         led = self.ledger
@@ -192,23 +203,23 @@ class Worker:
             return None
         return min([led.available(j) for j in self.view.out_neighbors], default=None)
 
-    def counts(self):
+    def counts(self) -> dict[str, int]:
         """What a log or a summary records of this worker's updates: held now, used and dropped in all,
         sends left out because the receiver was past them."""
         p = self.policy
         return {"held": p.held, "used": p.used, "dropped": p.dropped, "sends_skipped": self.sends_skipped}
 
-    def capacity(self):
+    def capacity(self) -> int:
         """The most updates this worker may ever hold: (1 + max_ig) * |N_in(i)| with token queues (Hop
         sec. 4.2), |N_in(i)| with notify-ack (one outstanding update per sender), Theorem 1's path bound
         + 1 per sender with update queues only; N_in(i) without i: its own parameters never wait here."""
         return self.slots * len(self.view.in_neighbors)
 
     # ---- the iteration, as a generator of actions ----
-    def _run(self):
+    def _run(self) -> Iterator[Any]:
         cfg = self.cfg
         k = prev = self._start
-        jumped_from = None
+        jumped_from: Optional[int] = None
         if k >= self.budget:
             return
         while True:
@@ -250,14 +261,15 @@ class Worker:
                 self.ledger.take(target - k)
             prev, self.iteration, k = k, target, target
 
-    def _straggler_lead(self):
+    def _straggler_lead(self) -> Optional[int]:
         """Iterations this worker may skip: it is >= trigger behind every out-neighbour (sec. 5)."""
         if not self.cfg.skip_max_jump or not self.view.out_neighbors:
             return None
-        lead = min(self.ledger.lead_of(j) for j in self.view.out_neighbors)
+        led = cast("TokenLedger", self.ledger)
+        lead = min(led.lead_of(j) for j in self.view.out_neighbors)
         return lead if lead >= self.cfg.skip_trigger else None
 
-    def _jump_target(self, k):
+    def _jump_target(self, k: int) -> Optional[int]:
         """Where a straggler at k jumps to (sec. 5), or None: the farthest k + d, 2 <= d <= min(max-jump,
         lead over the slowest out-neighbour, iterations left), whose Recv(k + d - 1) can complete *now*.
 
@@ -281,7 +293,7 @@ class Worker:
                 return k + d
         return None
 
-    def _send(self, k):
+    def _send(self, k: int) -> Iterator[Any]:
         """Send(k), leaving out neighbours known to be past the last iteration that could use it; with
         notify-ack, only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
         if self.acks is not None:
@@ -290,7 +302,7 @@ class Worker:
             self.acks.sent = k + 1
         outs = self.view.out_at(k)             # a schedule's step k (sec. 3.1's graph, time-varying)
         led = self.ledger
-        useless = ()
+        useless: Any = ()
         if led is not None:
             # out-neighbour j is known to be at least at my iteration + its lead (TokenLedger.
             # lead_of); it is past every iteration that could use update k when
@@ -306,7 +318,7 @@ class Worker:
         self._last_sent = k
         yield SendParams(k, tuple(dests), tuple(useless))
 
-    def _recv_reduce(self, k):
+    def _recv_reduce(self, k: int) -> Iterator[Any]:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
@@ -319,7 +331,7 @@ class Worker:
 _FINISHED = Finished()
 
 
-def node_views(graph, backup_attr="backup_workers"):
+def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView]:
     """One :class:`NodeView` per node of a weighted ``nx.DiGraph`` (self-loops and weights present).
 
     ``ahead_bound`` is Theorem 1's bound on how far an in-neighbour j may be ahead of node i
@@ -329,7 +341,7 @@ def node_views(graph, backup_attr="backup_workers"):
     """
     from hopdec.topology.schedule import schedule_of
     sched = schedule_of(graph)
-    ahead_of = None
+    ahead_of: Any = None
     if sched is not None:
         from hopdec.topology.schedule_analysis import ahead_bounds
         ahead_of = ahead_bounds(graph)
@@ -347,7 +359,7 @@ def node_views(graph, backup_attr="backup_workers"):
     return views
 
 
-def _farthest(graph, source, targets):
+def _farthest(graph: Any, source: Any, targets: Any) -> Any:
     """The longest shortest path from ``source`` to any of ``targets`` (a breadth-first search that stops
     once it has seen them all: cheap where in-neighbours are near, as on every shipped graph)."""
     if not targets:

@@ -25,7 +25,10 @@ it can, sending the others as grant messages; a grant is never held past the nex
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
 """
 
+from __future__ import annotations
+
 import time
+from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
@@ -36,7 +39,7 @@ class IterationRecord(dict):
     """One line of ``rank{r}.jsonl``: what the worker did and measured in one iteration."""
 
 
-def wait_kind(what):
+def wait_kind(what: str) -> str:
     """``Wait.what`` of the Hop core as a short name: ``updates``, ``tokens``, ``acks`` (or ``other``)."""
     w = what.lower()
     for kind in ("updates", "tokens", "acks"):
@@ -45,7 +48,9 @@ def wait_kind(what):
     return "other"
 
 
-def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, spans=False, detail=True):
+def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[Any], Any]] = None,
+                clock: Callable[[], float] = time.time, step: Any = False, spans: bool = False,
+                detail: bool = True) -> Iterator[Any]:
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
     With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
@@ -69,10 +74,11 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
     the time split, iteration, loss and jumps (what a summary reads): a simulator that writes no logs
     does not build them for 10 million worker-iterations.
     """
-    rec = None
+    rec: Any = None
+    t0: Any
     poll = getattr(io, "poll", None)
     carry = getattr(io, "carries_grants", False)
-    deferred = None             # grants to carry on the SendParams that follows them (``carries_grants``)
+    deferred: Any = None        # grants to carry on the SendParams that follows them (``carries_grants``)
     send_storage = getattr(backend, "send_storage", None)
     spare_stores = getattr(backend, "spare_stores", None)
     cap = store_cap(core)
@@ -193,7 +199,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             yield a
 
 
-def store_cap(core):
+def store_cap(core: Any) -> int:
     """How many message-sized stores a zero-copy worker may keep: one per update of its own that an
     out-neighbour can leave untaken while the protocol still lets this worker advance, plus the one its
     Reduce writes.
@@ -216,7 +222,7 @@ def store_cap(core):
     return 2 if not slots else int(slots) + 1
 
 
-def stores_line(counts, store_bytes, cap):
+def stores_line(counts: list[int], store_bytes: int, cap: int) -> str:
     """The summary's line on the zero-copy send stores: ``counts`` per worker (2 unless a slow receiver
     grew the pool), each of ``store_bytes`` (a message), at most ``cap`` (:func:`store_cap`)."""
     lo, hi = min(counts), max(counts)
@@ -226,7 +232,7 @@ def stores_line(counts, store_bytes, cap):
             f"on {grew} of {len(counts)} workers, where a receiver was slow)")
 
 
-def writable_store(spares, backend, io, cap):
+def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[Optional[int], bool]:
     """``(store, added)``: a store that can be written now without waiting -- the first of ``spares`` (the
     backend's spare stores, oldest first) whose sends all completed (``io.sends_done`` tests without
     blocking), else a new one (``backend.add_store()``, ``added``) while the pool is below ``cap``
@@ -243,7 +249,7 @@ def writable_store(spares, backend, io, cap):
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
 
-_NO_GRANTS = {}
+_NO_GRANTS: dict = {}
 """The keywords of a send that carries no grants (read only)."""
 
 
@@ -252,7 +258,7 @@ class _Rounded(dict):
     and ``round`` to digits formats the number (microseconds, 4 terms per iteration). Zero is not kept (0.0
     and -0.0 are one key but print differently); at most 4096 weights are."""
 
-    def __missing__(self, w):
+    def __missing__(self, w: float) -> float:
         r = round(w, 6)
         if w:
             if len(self) >= 4096:
@@ -264,14 +270,14 @@ class _Rounded(dict):
 _ROUND6 = _Rounded()
 
 
-def _timed(rec, kind, t0, t1, spans, detail=None):
+def _timed(rec: Any, kind: str, t0: float, t1: float, spans: bool, detail: Any = None) -> None:
     rec[kind + "_s"] += t1 - t0
     if spans:
         rec["spans"].append([kind, t0 - rec["time"], t1 - t0,
                              list(detail) if isinstance(detail, tuple) else detail])
 
 
-def _waited(rec, a, t0, dt, spans, detail=True):
+def _waited(rec: Any, a: Any, t0: float, dt: float, spans: bool, detail: bool = True) -> None:
     """Book one wait of ``dt`` seconds for ``a.what`` on ``a.on``; consecutive waits for the same thing
     (the core repeats its Wait until what it needs is there) make one span."""
     kind = wait_kind(a.what)
@@ -297,7 +303,7 @@ def _waited(rec, a, t0, dt, spans, detail=True):
             rec["spans"].append(["wait", start, dt, [a.what, list(a.on)]])
 
 
-def _close(rec, core):
+def _close(rec: Any, core: Any) -> Any:
     c = core.counts()
     rec["held"], rec["used_total"], rec["dropped_total"] = c["held"], c["used"], c["dropped"]
     return rec

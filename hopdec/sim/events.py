@@ -10,12 +10,17 @@ so reference counting frees all of them; the periodic young collection bounds wh
 code (a user's model) can hold, without walking the old objects.
 """
 
+from __future__ import annotations
+
 import gc
 import heapq
 import itertools
 import math
+from typing import Any, Callable, Iterator, Optional
 
-COLLECT_EVERY = 1_000_000
+Event = Callable[[], Any]
+
+COLLECT_EVERY: int = 1_000_000
 """Events between two collections of the young generations while :meth:`EventQueue.run` runs."""
 
 
@@ -32,30 +37,30 @@ class EventQueue:
     (['a', 'b'], 2.0)
     """
 
-    def __init__(self):
-        self.now = 0.0
-        self._heap = []
-        self._seq = itertools.count()
-        self._end = []
-        self._bg = 0                       # background events pending (see every)
-        self.events = 0
-        self._watch = None                 # (every so many events, fn): see watch
+    def __init__(self) -> None:
+        self.now: float = 0.0
+        self._heap: list[tuple[float, int, Event]] = []
+        self._seq: Iterator[int] = itertools.count()
+        self._end: list[Event] = []
+        self._bg: int = 0                  # background events pending (see every)
+        self.events: int = 0
+        self._watch: Optional[tuple[int, Event]] = None  # (every so many events, fn): see watch
 
-    def at(self, t, fn):
+    def at(self, t: float, fn: Event) -> None:
         if t < self.now:
             raise ValueError(f"cannot schedule at {t} before now ({self.now})")
         heapq.heappush(self._heap, (t, next(self._seq), fn))
 
-    def after(self, delay, fn):
+    def after(self, delay: float, fn: Event) -> None:
         self.at(self.now + delay, fn)
 
-    def at_instant_end(self, fn):
+    def at_instant_end(self, fn: Event) -> None:
         self._end.append(fn)
 
-    def every(self, interval, fn):
+    def every(self, interval: float, fn: Event) -> None:
         """Run ``fn()`` every ``interval`` virtual seconds from now on, in the background: :meth:`run`
         stops when only background events are left, so it never keeps a finished simulation going."""
-        def tick():
+        def tick() -> None:
             self._bg -= 1
             fn()
             self._bg += 1
@@ -63,22 +68,24 @@ class EventQueue:
         self._bg += 1
         self.at(self.now + interval, tick)
 
-    def watch(self, events, fn):
+    def watch(self, events: int, fn: Event) -> None:
         """Call ``fn()`` after every ``events`` events while :meth:`run` runs (not an event: it schedules
         nothing and sees no virtual time pass; e.g. a progress line by the wall clock)."""
         if events < 1:
             raise ValueError(f"watch every {events} events: must be >= 1")
         self._watch = (int(events), fn)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._heap)
 
-    def run(self, until=None, on_event=None):
+    def run(self, until: Optional[float] = None, on_event: Optional[Event] = None) -> EventQueue:
         """Run events up to virtual time ``until`` (all when None); ``on_event()`` after each one."""
         heap, pop = self._heap, heapq.heappop
         limit = math.inf if until is None else until
         base, done = self.events, 0
-        collect_at = COLLECT_EVERY          # events until the next young collection
+        collect_at: float = COLLECT_EVERY   # events until the next young collection
+        every: float
+        watcher: Any
         every, watcher = self._watch or (math.inf, None)
         watch_at = every
         left = min(collect_at, watch_at)    # the next of the two, one comparison per event

@@ -22,7 +22,10 @@ with real parameters, e.g. :class:`hopdec.sim.backends.MathBackend`: sends carry
 sender's parameters, Reduce averages real arrays).
 """
 
+from __future__ import annotations
+
 from functools import partial
+from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
@@ -44,20 +47,20 @@ class TimingBackend:
 
     __slots__ = ("rank", "compute_time", "duration")
 
-    def __init__(self, rank, compute_time):
+    def __init__(self, rank: int, compute_time: Callable[[int, int], Any]) -> None:
         self.rank, self.compute_time, self.duration = rank, compute_time, 0.0
 
-    def write_params(self, out=None):
+    def write_params(self, out: Any = None) -> Any:
         return None
 
-    def compute(self, iteration):
+    def compute(self, iteration: int) -> dict:
         self.duration, factor = step_of(self.compute_time, self.rank, iteration)
         return compute_record(self.duration, factor)
 
-    def reduce(self, pairs):
+    def reduce(self, pairs: Any) -> None:
         pass
 
-    def apply(self, iteration):
+    def apply(self, iteration: int) -> None:
         pass
 
 
@@ -67,7 +70,7 @@ class SendsPending:
 
     __slots__ = ("store",)
 
-    def __init__(self, store):
+    def __init__(self, store: int) -> None:
         self.store = store
 
 
@@ -78,19 +81,23 @@ class _StorePool:
     completed, else a new one up to :func:`~hopdec.runtime.hop_loop.store_cap`, else the oldest once it
     is free) and makes it current. ``unsent``: the driver's row of sends not yet completed, per store."""
 
-    def send_storage(self):
+    cur: int
+    spares: list[int]
+    unsent: list[int]
+
+    def send_storage(self) -> int:
         return self.cur
 
-    def spare_stores(self):
+    def spare_stores(self) -> list[int]:
         return self.spares
 
-    def add_store(self):
+    def add_store(self) -> int:
         i = len(self.unsent)
         self.unsent.append(0)
         self.spares.append(i)
         return i
 
-    def _switch(self, into):
+    def _switch(self, into: Optional[int]) -> None:
         spares = self.spares
         if into is None:
             into = spares[0]
@@ -99,7 +106,7 @@ class _StorePool:
         self.cur = into
 
     @property
-    def stores(self):
+    def stores(self) -> int:
         return len(self.unsent)
 
 
@@ -108,35 +115,35 @@ class ZeroCopyTimingBackend(_StorePool, TimingBackend):
 
     __slots__ = ("cur", "spares", "unsent")
 
-    def __init__(self, rank, compute_time, unsent):
+    def __init__(self, rank: int, compute_time: Callable[[int, int], Any], unsent: list[int]) -> None:
         TimingBackend.__init__(self, rank, compute_time)
         self.cur, self.spares, self.unsent = 0, [1], unsent
 
-    def reduce(self, pairs, into=None):
+    def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
         self._switch(into)
 
 
 class ZeroCopyBackend(_StorePool):
     """A math backend (see :mod:`hopdec.sim.backends`) with the store pool of the zero-copy send path."""
 
-    def __init__(self, backend, unsent):
+    def __init__(self, backend: Any, unsent: list[int]) -> None:
         self.b, self.cur, self.spares, self.unsent = backend, 0, [1], unsent
 
     @property
-    def duration(self):
+    def duration(self) -> float:
         return self.b.duration
 
-    def write_params(self, out=None):
+    def write_params(self, out: Any = None) -> Any:
         return self.b.write_params(out)
 
-    def compute(self, iteration):
+    def compute(self, iteration: int) -> dict:
         return self.b.compute(iteration)
 
-    def reduce(self, pairs, into=None):
+    def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
         self.b.reduce(pairs)
         self._switch(into)
 
-    def apply(self, iteration):
+    def apply(self, iteration: int) -> None:
         self.b.apply(iteration)
 
 
@@ -148,14 +155,14 @@ class _IO:
     __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent")
     carries_grants = True
 
-    def __init__(self, sim, rank, grantees=()):
+    def __init__(self, sim: HopSim, rank: int, grantees: Any = ()) -> None:
         self.sim, self.rank = sim, rank
-        self.held = {} if sim.math else None
+        self.held: Optional[dict[int, Any]] = {} if sim.math else None
         self._next = 0
         self.grantees = set(grantees)
-        self.bytes_sent = 0
+        self.bytes_sent: float = 0
 
-    def _carry(self, dests, grants):
+    def _carry(self, dests: tuple, grants: Any) -> int:
         if not grants:
             return NO_GRANT
         carried, rest = split_grants(dests, grants, self.grantees)
@@ -163,42 +170,42 @@ class _IO:
             self.sim._send_grants(self.rank, rest)
         return carried
 
-    def send_update(self, iteration, dests, fill, grants=None):
+    def send_update(self, iteration: int, dests: tuple, fill: Any, grants: Any = None) -> None:
         grant = self._carry(dests, grants)
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, fill(None) if self.held is not None else None,
                               None, grant)
 
-    def send_from(self, iteration, dests, store, grants=None):
+    def send_from(self, iteration: int, dests: tuple, store: int, grants: Any = None) -> None:
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
         grant = self._carry(dests, grants)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
 
-    def sends_done(self, store):
+    def sends_done(self, store: int) -> bool:
         """Whether every send from ``store`` completed (as ``MPITransport.sends_done``; while the
         communicator is revoked by a death every send is abandoned: done, as after a recorded failure)."""
         return not self.sim.unsent[self.rank][store] or self.sim.sends_abandoned
 
-    def wait_sent(self, store):
+    def wait_sent(self, store: int) -> Optional[SendsPending]:
         """None when every send from ``store`` completed, else what the loop waits on."""
         return SendsPending(store) if self.sim.unsent[self.rank][store] else None
 
-    def send_grants(self, grants):
+    def send_grants(self, grants: Any) -> None:
         self.sim._send_grants(self.rank, grants)
 
-    def hold(self, data):
+    def hold(self, data: Any) -> int:
         if self.held is None:
             return 0
         self._next += 1
         self.held[self._next] = data
         return self._next
 
-    def payload(self, handle):
+    def payload(self, handle: Any) -> Any:
         return None if self.held is None else self.held[handle]
 
-    def release(self, handles):
+    def release(self, handles: Any) -> None:
         if self.held is not None:
             for h in handles:
                 if self.held.pop(h, None) is None:
@@ -222,65 +229,69 @@ class HopSim:
     send to complete: the copying path, whatever ``send_path`` says).
     """
 
-    def __init__(self, views, cfg, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 check=None, on_record=None, send_path=None, compress=None, numel=None, coded_scale=1.0,
-                 detail=True):
+    def __init__(self, views: Any, cfg: Any, compute_time: Any, network: Any = None, message_bytes: float = 0,
+                 backend_factory: Any = None, check: Any = None, on_record: Any = None, send_path: Any = None,
+                 compress: Any = None, numel: Any = None, coded_scale: float = 1.0, detail: bool = True) -> None:
         self.views, self.cfg = views, cfg
-        self.n = len(views)
-        self.q = EventQueue()
-        self.net = Network(self.q, self.n, network)
-        self.message_bytes = float(message_bytes)
-        self.math = backend_factory is not None
-        self.cores = [Worker(v, cfg) for v in views]
+        self.n: int = len(views)
+        self.q: EventQueue = EventQueue()
+        self.net: Any = Network(self.q, self.n, network)  # (Any: a failure model may wrap it, sim.churn)
+        self.message_bytes: float = float(message_bytes)
+        self.math: bool = backend_factory is not None
+        self.cores: list[Worker] = [Worker(v, cfg) for v in views]
         self.send_path = send_path or SendPath()
         coded = compress is not None and str(compress) != "none"
         if coded:                                   # per-edge coded streams: each message its own size
             from hopdec.sim.compressed import CodedSimIO
-            self.ios = [CodedSimIO(self, v.rank, compress, numel, v.in_neighbors, coded_scale) for v in views]
+            self.ios: list[Any] = [CodedSimIO(self, v.rank, compress, numel, v.in_neighbors, coded_scale) for v in views]
         else:
             self.ios = [_IO(self, v.rank, v.in_neighbors) for v in views]
         # zero-copy sends that wait for their receivers (else every send completes at once, and the
         # loop takes the copying path: nothing to track)
-        self.rndv = self.send_path.protocol(self.message_bytes)
-        self.waits = self.send_path.waits(self.message_bytes) and not coded
-        self.unsent = [[0, 0] for _ in views]     # sends not yet completed, per worker and store (a pool)
+        self.rndv: Optional[str] = self.send_path.protocol(self.message_bytes)
+        self.waits: bool = self.send_path.waits(self.message_bytes) and not coded
+        # sends not yet completed, per worker and store (a pool)
+        self.unsent: list[list[int]] = [[0, 0] for _ in views]
+        self.backends: list[Any]
         if self.waits:
             self.backends = [ZeroCopyBackend(backend_factory(v.rank), u) if self.math
                              else ZeroCopyTimingBackend(v.rank, compute_time, u) for v, u in zip(views, self.unsent)]
         else:
             self.backends = [backend_factory(v.rank) if self.math else TimingBackend(v.rank, compute_time)
                              for v in views]
-        self.parked = [None] * self.n             # the store a worker's Reduce waits on (SendsPending)
-        self.sends_abandoned = False              # a death revoked the communicator (hopdec.sim.churn)
-        self.computing = [False] * self.n
-        self.untaken = [[] for _ in views]        # what a computing worker does when it is back in MPI
+        self.parked: list[Optional[int]] = [None] * self.n  # the store a worker's Reduce waits on (SendsPending)
+        self.sends_abandoned: bool = False        # a death revoked the communicator (hopdec.sim.churn)
+        self.computing: list[bool] = [False] * self.n
+        # what a computing worker does when it is back in MPI
+        self.untaken: list[list[Callable[[], Any]]] = [[] for _ in views]
         clock = self._clock
         self.detail = detail
-        self.loops = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
+        self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
                                   on_record=None if on_record is None else partial(on_record, c.rank))
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
-        self._resume = [partial(self._advance if self.rndv is None else self._computed, r) for r in range(self.n)]
-        self.blocked = [False] * self.n
-        self.done = [False] * self.n
-        self.finished = 0
-        self.check = check
-        self.in_flight = [0] * self.n             # updates on their way to each worker (with a check)
-        self.sent_to = [0] * self.n               # updates ever sent to each worker (with a check)
+        self._resume: list[Callable[[], Any]] = [partial(self._advance if self.rndv is None else self._computed, r)
+                                                 for r in range(self.n)]
+        self.blocked: list[bool] = [False] * self.n
+        self.done: list[bool] = [False] * self.n
+        self.finished: int = 0
+        self.check: Any = check
+        self.in_flight: list[int] = [0] * self.n  # updates on their way to each worker (with a check)
+        self.sent_to: list[int] = [0] * self.n    # updates ever sent to each worker (with a check)
         # the largest Iter(i) - Iter(j) seen, evaluated once per instant (like the logs' replay)
-        self._cur = [-1] * self.n
-        self._at = {}                             # iteration -> workers there now
-        self._low = 0
-        self._high = -1
-        self._started = 0                        # workers that entered an iteration
-        self.max_gap = 0
-        self._gap_pending = False
-        self._running = False
+        self._cur: list[int] = [-1] * self.n
+        self._at: dict[int, int] = {}             # iteration -> workers there now
+        self._low: int = 0
+        self._high: int = -1
+        self._started: int = 0                   # workers that entered an iteration
+        self.max_gap: int = 0
+        self._gap_pending: bool = False
+        self._running: bool = False
 
-    def _clock(self):
+    def _clock(self) -> float:
         return self.q.now
 
     # ---- running ----
-    def run(self):
+    def run(self) -> HopSim:
         """Run to the end; raises :class:`Deadlock` if the events run out before every worker finished."""
         if not self._running:
             self._running = True
@@ -291,7 +302,7 @@ class HopSim:
             raise Deadlock("no event left but not every worker finished: " + self.describe())
         return self
 
-    def _advance(self, r):
+    def _advance(self, r: int) -> None:
         """Run worker ``r``'s loop until it waits or computes (compute takes virtual time)."""
         loop = self.loops[r]
         for a in loop:
@@ -312,7 +323,7 @@ class HopSim:
         self.finished += 1
 
     # ---- rendezvous messages and zero-copy completion (hopdec.sim.sends) ----
-    def _computed(self, r):
+    def _computed(self, r: int) -> None:
         """Worker ``r``'s compute ended: it enters MPI again, takes the messages that reached it meanwhile
         (and pushes those acknowledged), then goes on."""
         self.computing[r] = False
@@ -323,22 +334,22 @@ class HopSim:
                 fn()
         self._advance(r)
 
-    def _when_in_mpi(self, r, fn):
+    def _when_in_mpi(self, r: int, fn: Callable[[], Any]) -> None:
         """``fn()`` now if worker ``r`` is in MPI (not computing), else when its compute ends."""
         if self.computing[r]:
             self.untaken[r].append(fn)
         else:
             fn()
 
-    def _rts(self, src, done, nbytes, dst):
+    def _rts(self, src: int, done: Any, nbytes: float, dst: int) -> None:
         """A ``push`` rendezvous request reached ``dst``: when it is in MPI it acknowledges, and the sender
         pushes the data when it is in MPI (:meth:`_acked`)."""
         self._when_in_mpi(dst, partial(self.net.control, dst, (src,), partial(self._acked, dst, done, nbytes)))
 
-    def _acked(self, dst, done, nbytes, src):
+    def _acked(self, dst: int, done: Any, nbytes: float, src: int) -> None:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
-    def _arrived(self, src, iteration, data, store, grant, dst):
+    def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
         one from its store resumes a Reduce parked on it), then it is delivered like any other."""
         if store is not None:
@@ -350,7 +361,8 @@ class HopSim:
         self._deliver_update(src, iteration, data, grant, dst)
 
     # ---- messages ----
-    def _send_update(self, src, iteration, dests, data, store=None, grant=NO_GRANT, nbytes=None):
+    def _send_update(self, src: int, iteration: int, dests: tuple, data: Any, store: Optional[int] = None,
+                     grant: int = NO_GRANT, nbytes: Optional[float] = None) -> None:
         """Send an update of ``nbytes`` (default: the message size) from ``store`` (zero-copy) or from a
         buffer of its own (``store`` None), with a grant carried in its header."""
         if self.check is not None:
@@ -372,7 +384,7 @@ class HopSim:
         else:                                   # take: see _reached
             self.net.send(src, dests, size, partial(self._reached, src, iteration, data, store, grant))
 
-    def _reached(self, src, iteration, data, store, grant, dst):
+    def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
         :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
         if self.computing[dst]:
@@ -380,7 +392,7 @@ class HopSim:
         else:
             self._arrived(src, iteration, data, store, grant, dst)
 
-    def _deliver_update(self, src, iteration, data, grant, dst):
+    def _deliver_update(self, src: int, iteration: int, data: Any, grant: int, dst: int) -> None:
         if self.check is not None:
             self.in_flight[dst] -= 1
         if grant != NO_GRANT:                   # carried in the update's header: delivered first
@@ -390,18 +402,18 @@ class HopSim:
             self.blocked[dst] = False
             self._advance(dst)
 
-    def _send_grants(self, src, grants):
+    def _send_grants(self, src: int, grants: Any) -> None:
         counts = dict(grants)
         self.net.control(src, tuple(counts), partial(self._deliver_grant, src, counts))
 
-    def _deliver_grant(self, src, counts, dst):
+    def _deliver_grant(self, src: int, counts: dict[int, int], dst: int) -> None:
         self.cores[dst].on_grant(src, counts[dst])
         if self.blocked[dst]:
             self.blocked[dst] = False
             self._advance(dst)
 
     # ---- the iteration gap, as the logs' replay computes it ----
-    def _entered(self, r, k):
+    def _entered(self, r: int, k: int) -> None:
         old = self._cur[r]
         at = self._at
         if old >= 0:
@@ -420,7 +432,7 @@ class HopSim:
             self._gap_pending = True
             self.q.at_instant_end(self._gap_now)
 
-    def _gap_now(self):
+    def _gap_now(self) -> None:
         self._gap_pending = False
         if self._started < self.n:
             return
@@ -434,10 +446,10 @@ class HopSim:
 
     # ---- checks and reports ----
     @property
-    def now(self):
+    def now(self) -> float:
         return self.q.now
 
-    def describe(self):
+    def describe(self) -> str:
         return "; ".join(f"worker {c.rank} at {c.iteration}{' done' if self.done[c.rank] else ''}"
                          f"{' waiting' if self.blocked[c.rank] else ''}" for c in self.cores[:64]) + \
             (f"; ... ({self.n} workers)" if self.n > 64 else "")

@@ -28,12 +28,27 @@ sent, as MPI guarantees.
 [(1, 2.0), (2, 2.0)]
 """
 
+from __future__ import annotations
+
 import heapq
 import math
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Final, Optional
 
-INF = math.inf
+if TYPE_CHECKING:
+    from hopdec.sim.events import EventQueue
+
+Flow = list
+"""A transfer: a list of fields, by the indices below."""
+Route = tuple[int, tuple[int, ...], float, bool, int, float]
+"""(dst, resources, latency, takes no time, pair key, least capacity after the sender's NIC): :meth:`Network._route`."""
+Fan = tuple[Any, list[Route], tuple[int, ...], bool]
+"""(dsts, routes, resources touched, may be rated alone): :meth:`Network._fan`."""
+Arrival = tuple[float, Callable[[int], Any], int]
+"""(latency, deliver, dst) of a message whose last byte has left."""
+
+INF: Final = math.inf
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ class LinkModel:
     links: dict = field(default_factory=dict)
     duplex: str = "full"
 
-    def describe(self):
+    def describe(self) -> str:
         bw = "infinite bandwidth" if self.bandwidth == INF else f"{self.bandwidth * 8 / 1e9:g} Gb/s"
         parts = [f"NICs {bw} per direction ({self.duplex} duplex, shared equally by concurrent transfers)",
                  f"latency {self.latency:g} s"]
@@ -59,7 +74,7 @@ class LinkModel:
             parts.append(f"{len(self.links)} link(s) with their own bandwidth or latency")
         return ", ".join(parts)
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         return dict(bandwidth_gbps=None if self.bandwidth == INF else self.bandwidth * 8 / 1e9,
                     latency_s=self.latency, duplex=self.duplex,
                     node_bandwidth_gbps={str(k): v * 8 / 1e9 for k, v in sorted(self.node_bandwidth.items())},
@@ -72,7 +87,19 @@ class LinkModel:
 # end with one event at _END + latency (see Network._rate), False once taken off the NICs, else None.
 # _HUB: the hub resource whose shared clock moves it (see Network's hubs), else None. _DELIVER(_DST) delivers
 # it; _PAIR: src * nodes + dst, the key of its pair's queue.
-_ID, _LEFT, _RATE, _T, _TOKEN, _RES, _DELIVER, _LAT, _PAIR, _END, _ALONE, _HUB, _DST = range(13)
+_ID: Final = 0
+_LEFT: Final = 1
+_RATE: Final = 2
+_T: Final = 3
+_TOKEN: Final = 4
+_RES: Final = 5
+_DELIVER: Final = 6
+_LAT: Final = 7
+_PAIR: Final = 8
+_END: Final = 9
+_ALONE: Final = 10
+_HUB: Final = 11
+_DST: Final = 12
 
 
 class _Hub:
@@ -82,19 +109,23 @@ class _Hub:
 
     __slots__ = ("on", "v", "t", "tags", "token")
 
-    def __init__(self):
-        self.on, self.v, self.t, self.tags, self.token = False, 0.0, 0.0, [], 0
+    def __init__(self) -> None:
+        self.on: bool = False
+        self.v: float = 0.0
+        self.t: float = 0.0
+        self.tags: list[tuple[float, int, Flow]] = []
+        self.token: int = 0
 
 
 class Network:
     """Transfers between ``nodes`` (0..nodes-1) on an :class:`~hopdec.sim.events.EventQueue`."""
 
-    def __init__(self, queue, nodes, model=None, hubs=()):
+    def __init__(self, queue: EventQueue, nodes: int, model: Optional[LinkModel] = None, hubs: Any = ()) -> None:
         """``hubs``: nodes whose NIC many transfers share at once (a parameter server): while every
         transfer there is alone on its other NIC, and that NIC is no slower, they all move at the hub's
         equal share, and the hub keeps one clock for them (same times as the general rule, O(log k))."""
         self.q = queue
-        self.model = model or LinkModel()
+        self.model: LinkModel = model or LinkModel()
         m = self.model
         if m.duplex not in ("full", "half"):
             raise ValueError(f"duplex must be full or half, got {m.duplex!r}")
@@ -104,37 +135,38 @@ class Network:
             if not c > 0:
                 raise ValueError(f"bandwidth must be > 0, got {c}")
         # resources: send side of node i is i; receive side nodes + i (full duplex) or i (half duplex)
-        self._down = nodes if m.duplex == "full" else 0
-        self.cap = caps + (caps if m.duplex == "full" else [])
-        self._link = {}                    # (src, dst) -> (resource or None, latency)
+        self._down: int = nodes if m.duplex == "full" else 0
+        self.cap: list[float] = caps + (caps if m.duplex == "full" else [])
+        self._link: dict[tuple[int, int], tuple[Optional[int], float]] = {}  # (src, dst) -> (resource or None, latency)
         for (s, d), (bw, lat) in m.links.items():
-            r = None
+            own: Optional[int] = None          # the link's own resource
             if bw is not None:
                 if not bw > 0:
                     raise ValueError(f"link {s}->{d}: bandwidth must be > 0, got {bw}")
-                r = len(self.cap)
+                own = len(self.cap)
                 self.cap.append(float(bw))
-            self._link[(s, d)] = (r, m.latency if lat is None else float(lat))
-        self.active = [dict() for _ in self.cap]   # resource -> {flow id: flow}, in start order
-        self._hub = {}
+            self._link[(s, d)] = (own, m.latency if lat is None else float(lat))
+        self.active: list[dict[int, Flow]] = [dict() for _ in self.cap]  # resource -> {flow id: flow}, in start
+                                                                          # order
+        self._hub: dict[int, _Hub] = {}
         for node in hubs:
             for r in {node, self._down + node}:
                 self._hub[r] = _Hub()
-        self._fans = {}                    # src -> its last send's fan (see _fan): a worker sends to the
+        self._fans: dict[int, Fan] = {}    # src -> its last send's fan (see _fan): a worker sends to the
                                            # same out-neighbours every time
-        self._solo = [None] * len(self.cap)  # resource -> the send rated alone there and not yet put on
+        self._solo: Flow = [None] * len(self.cap)  # resource -> the send rated alone there and not yet put on
                                              # the NICs (see _materialize), else None
-        self._pairs = {}                   # src * nodes + dst -> its messages: [in transit, waiting...]
-        self._dirty = {}
-        self._flush_pending = False
-        self._ids = 0
-        self.transfers = 0                 # data messages sent
-        self.bytes = 0.0
-        self.superseded = 0                # completion events made stale by a re-rate
-        self.controls = 0
+        self._pairs: dict[int, list[Flow]] = {}  # src * nodes + dst -> its messages: [in transit, waiting...]
+        self._dirty: dict[int, bool] = {}
+        self._flush_pending: bool = False
+        self._ids: int = 0
+        self.transfers: int = 0            # data messages sent
+        self.bytes: float = 0.0
+        self.superseded: int = 0           # completion events made stale by a re-rate
+        self.controls: int = 0
 
     # ---- data messages ----
-    def send(self, src, dsts, nbytes, deliver):
+    def send(self, src: int, dsts: Any, nbytes: float, deliver: Callable[[int], Any]) -> None:
         """Send ``nbytes`` from ``src`` to each of ``dsts``; ``deliver(dst)`` runs when it has arrived."""
         now = self.q.now
         k = len(dsts)
@@ -156,7 +188,7 @@ class Network:
                 if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver):
                     return
         pairs, hubs = self._pairs, self._hub
-        free = None
+        free: Optional[list[Arrival]] = None
         started = []
         out = active[src]
         if out:
@@ -170,7 +202,7 @@ class Network:
                 free.append((lat, deliver, dst))
                 continue
             fid += 1
-            f = [fid, size, 0.0, now, 0, res, deliver, lat, pair, 0.0, None, None, dst]
+            f: Flow = [fid, size, 0.0, now, 0, res, deliver, lat, pair, 0.0, None, None, dst]
             queue = pairs.get(pair)
             if queue is not None:
                 head = queue[0]
@@ -210,7 +242,7 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
-    def _fan(self, src, dsts):
+    def _fan(self, src: int, dsts: Any) -> Fan:
         """What a send from ``src`` to ``dsts`` needs, computed once: ``(dsts, routes, touched, may_solo)``
         -- the route of each destination (:meth:`_route`), every resource the send uses (its NIC first),
         and whether it can be rated alone without entering the NICs' books (no hub, distinct destinations,
@@ -223,7 +255,8 @@ class Network:
                     and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
         return dsts, routes, tuple(touched), may_solo
 
-    def _solo_send(self, src, k, routes, touched, now, size, deliver):
+    def _solo_send(self, src: int, k: int, routes: list[Route],
+                   touched: tuple[int, ...], now: float, size: float, deliver: Callable[[int], Any]) -> bool:
         """A send alone on every resource it uses (the usual case when transfers are short), rated as
         :meth:`_rate` would. When all its transfers arrive at once -- one arrival event -- it stays off the
         NICs' books: nothing else can use them before that event without first putting it on them
@@ -232,8 +265,8 @@ class Network:
         (nothing done) when its transfers would arrive at different times."""
         out = self.cap[src] / k
         fid = self._ids
-        flows = []
-        end0 = None
+        flows: list[Flow] = []
+        end0: Any = None
         lat0 = routes[0][2]
         for dst, res, lat, _, pair, restcap in routes:
             rate = restcap if restcap < out else out
@@ -251,7 +284,7 @@ class Network:
         self.q.at(end0 + lat0, partial(self._arrive_solo, flows))
         return True
 
-    def _materialize(self, flows):
+    def _materialize(self, flows: list[Flow]) -> None:
         """Put a send rated alone (:meth:`_solo_send`) on its NICs' and pairs' books, as the general rule
         keeps them, before anything else looks at those."""
         active, pairs, solo = self.active, self._pairs, self._solo
@@ -262,7 +295,7 @@ class Network:
                 active[r][fid] = f
                 solo[r] = None
 
-    def _start(self, f, now):
+    def _start(self, f: Flow, now: float) -> bool:
         """Put a transfer on its NICs: on a hub's clock when it can, else under the general rule (returns
         True: the caller rates it)."""
         active, hubs, solo = self.active, self._hub, self._solo
@@ -297,7 +330,7 @@ class Network:
         return True
 
     # ---- hubs: one clock for all the transfers of a hub NIC ----
-    def _hub_join(self, f, h, other, now):
+    def _hub_join(self, f: Flow, h: int, other: int, now: float) -> None:
         hub, active = self._hub[h], self.active
         if hub.on:
             hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
@@ -311,14 +344,14 @@ class Network:
         heapq.heappush(hub.tags, (hub.v + f[_LEFT], f[_ID], f))
         self._hub_next(h, now)
 
-    def _hub_next(self, h, now):
+    def _hub_next(self, h: int, now: float) -> None:
         hub = self._hub[h]
         hub.token += 1
         share = self.cap[h] / len(self.active[h])
         left = hub.tags[0][0] - hub.v
         self.q.at(now + (left if left > 0.0 else 0.0) / share, partial(self._hub_done, h, hub.token))
 
-    def _hub_done(self, h, token):
+    def _hub_done(self, h: int, token: int) -> None:
         hub = self._hub[h]
         if token != hub.token:
             return
@@ -353,7 +386,7 @@ class Network:
         if arrived:
             self._deliver_later(arrived, may_call_now=True)
 
-    def _hub_off(self, h):
+    def _hub_off(self, h: int) -> None:
         """Back to the general rule: each hub transfer gets its bytes left and is rated by the flush."""
         hub = self._hub[h]
         if not hub.on:
@@ -373,17 +406,17 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
-    def _expire(self, on, now):
+    def _expire(self, on: dict[int, Flow], now: float) -> None:
         """Take transfers rated alone whose last byte has left off a NIC another transfer is joining."""
         if on:
             gone = [g for g in on.values() if g[_ALONE] and g[_END] <= now]
             for g in gone:
                 self._take_off(g)
 
-    def _route(self, src, dst):
+    def _route(self, src: int, dst: int) -> Route:
         """(dst, resources, latency, takes no time, pair key, the least capacity after the sender's NIC) of a
         transfer src -> dst."""
-        res = (src, self._down + dst)
+        res: tuple[int, ...] = (src, self._down + dst)
         lat = self.model.latency
         link = self._link.get((src, dst))
         if link is not None:
@@ -393,7 +426,7 @@ class Network:
         return (dst, res, lat, all(self.cap[r] == INF for r in res), src * self.nodes + dst,
                 min(self.cap[r] for r in res[1:]))
 
-    def _alone(self, src, started):
+    def _alone(self, src: int, started: list[Flow]) -> bool:
         """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they
         use (the usual case when transfers are short)."""
         active = self.active
@@ -405,7 +438,7 @@ class Network:
                     return False
         return True
 
-    def _rate(self, src, flows):
+    def _rate(self, src: int, flows: list[Flow]) -> None:
         """Rate the transfers of one send that are alone on their NICs. Until another transfer comes near
         them, nothing changes before they end: those with a latency end with ONE event at their arrival
         (leaving the NICs then, or earlier when a transfer that arrives after their last byte needs the
@@ -413,7 +446,7 @@ class Network:
         event, as every other transfer has)."""
         now, cap = self.q.now, self.cap
         out = cap[src] / len(flows)
-        ending = {}
+        ending: dict[Any, list[tuple[Flow, int]]] = {}
         for f in flows:
             rate = out
             for r in f[_RES][1:]:
@@ -437,7 +470,7 @@ class Network:
             else:
                 at(end, partial(self._done, fl))
 
-    def _open(self, flows):
+    def _open(self, flows: list[Flow]) -> None:
         """Transfers rated alone now share a NIC, or a message waits behind one: give each a real end
         event at its _END (those already past it just leave the NICs)."""
         now = self.q.now
@@ -451,7 +484,7 @@ class Network:
             f[_TOKEN] += 1
             self.q.at(f[_END], partial(self._done, [(f, f[_TOKEN])]))
 
-    def _take_off(self, f):
+    def _take_off(self, f: Flow) -> None:
         """A transfer rated alone whose last byte has left: off its NICs and its pair now; its arrival event
         (at _END + latency) still delivers it."""
         active = self.active
@@ -466,7 +499,7 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
-    def _arrive_solo(self, flows):
+    def _arrive_solo(self, flows: list[Flow]) -> None:
         """The arrival event of a send rated alone by :meth:`_solo_send` (its transfers' token is 1)."""
         solo = self._solo
         if solo[flows[0][_RES][0]] is not flows:
@@ -479,7 +512,7 @@ class Network:
         for f in flows:
             f[_DELIVER](f[_DST])
 
-    def _arrive(self, flows):
+    def _arrive(self, flows: list[tuple[Flow, int]]) -> None:
         """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing
         has taken them off yet)."""
         calls = []
@@ -496,7 +529,7 @@ class Network:
         for f in calls:
             f[_DELIVER](f[_DST])
 
-    def _flush(self):
+    def _flush(self) -> None:
         """Re-rate every transfer on a NIC (or link) where a transfer started or ended this instant; the
         transfers that will end at the same time end in one event."""
         self._flush_pending = False
@@ -514,7 +547,7 @@ class Network:
                         self._open(g[_ALONE])
         self._flush_pending = False
         seen = set()
-        ending = {}
+        ending: dict[Any, list[tuple[Flow, int]]] = {}
         for r in self._dirty:
             for fid, f in active[r].items():
                 if fid in seen or f[_HUB] is not None:
@@ -550,7 +583,7 @@ class Network:
         for t, flows in ending.items():
             at(t, partial(done, flows))
 
-    def _done(self, flows):
+    def _done(self, flows: list[tuple[Flow, int]]) -> None:
         active, dirty, pairs = self.active, self._dirty, self._pairs
         arrived = []
         left = []
@@ -582,7 +615,7 @@ class Network:
         if arrived:
             self._deliver_later(arrived, may_call_now=True)
 
-    def _deliver_later(self, arrived, may_call_now=False):
+    def _deliver_later(self, arrived: list[Arrival], may_call_now: bool = False) -> None:
         """``arrived = [(latency, deliver, dst)]``: ``deliver(dst)`` after the latency, one event per distinct
         latency; with ``may_call_now`` (inside an event, never inside a send) the ones of latency 0 are
         delivered at once, in order."""
@@ -597,7 +630,7 @@ class Network:
             else:
                 self.q.at(self.q.now + lat, partial(_call_all, arrived))
             return
-        by = {}
+        by: dict[float, list[Arrival]] = {}
         for x in arrived:
             by.setdefault(x[0], []).append(x)
         for lat, calls in by.items():
@@ -608,7 +641,7 @@ class Network:
                 self.q.at(self.q.now + lat, partial(_call_all, calls))
 
     # ---- control messages ----
-    def control(self, src, dsts, deliver):
+    def control(self, src: int, dsts: Any, deliver: Callable[[int], Any]) -> None:
         """A few bytes from ``src`` to each of ``dsts``: ``deliver(dst)`` after the latency (one event for
         all destinations with the same latency)."""
         self.controls += len(dsts)
@@ -616,7 +649,7 @@ class Network:
         if not link:
             q.at(q.now + self.model.latency, partial(_each, deliver, tuple(dsts)))
             return
-        by_lat = {}
+        by_lat: dict[float, list[int]] = {}
         for d in dsts:
             lat = link[(src, d)][1] if (src, d) in link else self.model.latency
             by_lat.setdefault(lat, []).append(d)
@@ -624,11 +657,11 @@ class Network:
             q.at(q.now + lat, partial(_each, deliver, tuple(ds)))
 
 
-def _each(deliver, dsts):
+def _each(deliver: Callable[[int], Any], dsts: Any) -> None:
     for d in dsts:
         deliver(d)
 
 
-def _call_all(calls):
+def _call_all(calls: list[Arrival]) -> None:
     for _, deliver, dst in calls:
         deliver(dst)

@@ -6,6 +6,10 @@ transports; no MPI here. A decentralized update's header may also carry a token 
 (:func:`split_grants`).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 
 
@@ -28,11 +32,11 @@ def header(buf, numel):
     return tail.view(torch.int64)
 
 
-NO_GRANT = -1
+NO_GRANT: int = -1
 """The grant field of an update header that carries no grant (cumulative counts are >= 0)."""
 
 
-def split_grants(dests, grants, grantees):
+def split_grants(dests: Any, grants: Any, grantees: Any) -> tuple[int, list[tuple[int, int]]]:
     """Which of ``grants`` (``[(worker, cumulative count)]``, due now) one update to ``dests`` can carry.
 
     Returns ``(carried, rest)``: the count to write into the update's header (:data:`NO_GRANT` for

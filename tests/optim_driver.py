@@ -213,8 +213,39 @@ def scenario_serial(out):
     report("serial", dict(steps=steps, end=opt.iteration))
 
 
+def scenario_adopt(out):
+    """The user replaces the parameters (``load_state_dict(assign=True)``) while updates sent from them are
+    still on their way to a slow rank: the values move to a free store of the pool instead of being
+    written under the send (``HopOptimizer._off_the_wire``). lr 0 and constant vectors per rank: mixing
+    keeps every rank's values constant across elements, so a store written in the wrong place shows."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)                  # 16 KB messages: rendezvous over shared memory
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float(rank))
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.0, topology="ring", backup_workers=1, peer_timeout=30)
+    x = torch.randn(8, 64)
+    grew_before = None
+    for k in range(24):
+        if rank == size - 1:
+            time.sleep(0.03)                         # the straggler: it takes its updates late
+        if k == 12:
+            grew_before = opt.flat.stores
+            loaded = {n: torch.full_like(v, float(v.flatten()[0]) + 1.0) for n, v in model.state_dict().items()}
+            model.load_state_dict(loaded, assign=True)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    opt.finish()
+    vals = opt.flat.values()
+    report("adopt", dict(stores=opt.flat.stores, grew_before=grew_before,
+                         constant=bool(torch.all(vals == vals[0])), value=float(vals[0]),
+                         in_buffer=model.weight.untyped_storage().data_ptr()
+                         == vals.untyped_storage().data_ptr()))
+
+
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 periodic=scenario_periodic, serial=scenario_serial)
+                 periodic=scenario_periodic, serial=scenario_serial, adopt=scenario_adopt)
 
 if __name__ == "__main__":
     out = sys.argv[1]

@@ -54,7 +54,7 @@ def scenarios(out):
 def driven(mpirun, tmp_path_factory):
     """One job: unequal step counts, a checkpoint round trip, a persistently slow rank with skipping."""
     d = tmp_path_factory.mktemp("optim")
-    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip", "periodic", "serial"],
+    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip", "periodic", "serial", "adopt"],
                        timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return d, scenarios(out.stdout), out
@@ -65,6 +65,18 @@ def test_a_periodic_topology_is_warned_about_once_in_a_users_loop(driven):
     seen = driven[1]["periodic"]
     assert [len(w) for w in seen] == [1, 0, 0, 0], seen            # rank 0 only
     assert seen[0][0].startswith("HopOptimizer: ") and "W is periodic" in seen[0][0]
+
+
+def test_parameters_replaced_with_sends_in_flight_move_to_a_free_store(driven):
+    """Replacing the parameters while a slow rank has not taken their updates (the path through
+    ``_off_the_wire``): the run goes on, the new tensors are the optimizer's buffer, the values stay
+    constant vectors (a store written in the wrong place would break that), the fast ranks' pools grew
+    past two stores for the slow receiver and none beyond the cap."""
+    ranks = driven[1]["adopt"]
+    assert all(r["constant"] and r["in_buffer"] for r in ranks), ranks
+    assert all(2 <= r["stores"] <= 4 for r in ranks), ranks              # the cap: max_ig (2) + 2
+    assert any(r["stores"] > 2 for r in ranks[:-1]), ranks
+    assert all(0.0 < r["value"] < 4.0 for r in ranks), ranks
 
 
 def test_unequal_step_counts_end_cleanly_at_the_furthest_rank(driven):

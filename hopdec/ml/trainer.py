@@ -19,6 +19,7 @@ import torch
 
 from hopdec.ml.data import batches
 from hopdec.ml.models import build_model, loss_fn, predict
+from hopdec.ml.stores import StoreOrder
 
 
 def flatten_parameters(module=None, params=None):
@@ -251,8 +252,7 @@ class FlatModel:
         self.numel_params = self.flat.numel()
         self.numel = self.numel_params + sum(b.numel() for b in buffers)
         self._stores = None                         # the stores (two at first), once double-buffered
-        self._cur = 0                               # the values' store
-        self._spares = [1]                          # the other stores, in the order they stopped being current
+        self._order = StoreOrder()                  # the values' store, and the order of the others
         self._views = None                          # what the views are on when not the values (local steps)
         self._stage = None                          # device staging for received host buffers (GPU)
         if buffers:                                 # buffers live in the second half of the stores
@@ -280,11 +280,10 @@ class FlatModel:
         if self._stage is None and self.device.type != "cpu" and any(
                 a is not None and not (torch.is_tensor(a) and a.device == self.device) for a, _ in pairs):
             self._stage = torch.empty(self.numel, dtype=torch.float32, device=self.device)
-        spare = self._spares[0] if into is None else self._index(into)
+        spare = self._order.spares[0] if into is None else self._index(into)
         weighted_sum_into(self.values(), pairs, _as_tensor(self._stores[spare])[:self.numel], self._stage)
-        self._spares.remove(spare)
-        self._spares.append(self._cur)
-        self._point_at(spare)
+        self._order.switch(spare)
+        self._point_at()
 
     def load_values(self, values):
         """Overwrite the current parameters (and averaged buffers) with a flat array of :attr:`numel`."""
@@ -307,7 +306,7 @@ class FlatModel:
     def _double_buffer(self, length):
         current = self.values().clone() if self._stores is not None else None
         self._stores = [_alloc(length, self.device) for _ in range(2)]
-        self._spares = [1]
+        self._order = StoreOrder()
         with torch.no_grad():
             dst = _as_tensor(self._stores[0])
             if current is not None:
@@ -318,7 +317,7 @@ class FlatModel:
                 for b in self._buffers:
                     dst[off:off + b.numel()].copy_(b.detach().reshape(-1))
                     off += b.numel()
-        self._point_at(0)
+        self._point_at()
 
     def send_storage(self):
         """The values' message-sized store (what SendParams sends from), or None without send storage."""
@@ -329,7 +328,7 @@ class FlatModel:
         are the oldest): what the next Reduce may write. None without send storage."""
         if self._stores is None or len(self._stores[0]) == self.numel:
             return None
-        return [self._stores[i] for i in self._spares]
+        return [self._stores[i] for i in self._order.spares]
 
     def add_store(self):
         """Allocate one more store of the message size (last among :meth:`spare_stores`) and return it: the
@@ -338,7 +337,7 @@ class FlatModel:
             raise RuntimeError("add_store() before the stores exist (use_send_storage)")
         store = _alloc(len(self._stores[0]), self.device)
         self._stores.append(store)
-        self._spares.append(len(self._stores) - 1)
+        self._order.add()
         return store
 
     @property
@@ -353,15 +352,20 @@ class FlatModel:
     def _index(self, store):
         for i, s in enumerate(self._stores):
             if s is store:
-                if i == self._cur:
+                if i == self._order.cur:
                     raise ValueError("Reduce cannot write the store it reads (the current values)")
                 return i
         raise ValueError("not one of this model's stores")
 
-    def _point_at(self, i):
-        """Make store ``i`` the values: the flat tensor, every parameter view and every buffer move to it."""
-        self._cur = i
-        self._point_views(_as_tensor(self._stores[i]) if self._views is None else self._views)
+    @property
+    def _cur(self):
+        """The index of the values' store."""
+        return self._order.cur
+
+    def _point_at(self):
+        """Make the current store the values: the flat tensor, every parameter view and every buffer move
+        to it."""
+        self._point_views(_as_tensor(self._stores[self._cur]) if self._views is None else self._views)
 
     def views_on(self, work):
         """Point the parameters (and averaged buffers) at ``work`` (a tensor of :attr:`numel` on the device)
@@ -374,7 +378,7 @@ class FlatModel:
         """Point the parameters back at the values (after :meth:`views_on`)."""
         if self._views is not None:
             self._views = None
-            self._point_at(self._cur)
+            self._point_at()
 
     def _point_views(self, store):
         data = store[:self.numel_params]

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
+from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
@@ -79,31 +80,21 @@ class _StorePool:
     ``FlatModel``'s with send storage: SendParams sends from the current one, Reduce writes the store the
     worker loop picks (:func:`hopdec.runtime.hop_loop.writable_store`: the oldest spare whose sends all
     completed, else a new one up to :func:`~hopdec.runtime.hop_loop.store_cap`, else the oldest once it
-    is free) and makes it current. ``unsent``: the driver's row of sends not yet completed, per store."""
+    is free) and makes it current -- in ``FlatModel``'s order (:class:`~hopdec.ml.stores.StoreOrder`).
+    ``unsent``: the driver's row of sends not yet completed, per store."""
 
-    cur: int
-    spares: list[int]
+    order: StoreOrder
     unsent: list[int]
 
     def send_storage(self) -> int:
-        return self.cur
+        return self.order.cur
 
     def spare_stores(self) -> list[int]:
-        return self.spares
+        return self.order.spares
 
     def add_store(self) -> int:
-        i = len(self.unsent)
         self.unsent.append(0)
-        self.spares.append(i)
-        return i
-
-    def _switch(self, into: Optional[int]) -> None:
-        spares = self.spares
-        if into is None:
-            into = spares[0]
-        spares.remove(into)
-        spares.append(self.cur)
-        self.cur = into
+        return self.order.add()
 
     @property
     def stores(self) -> int:
@@ -113,21 +104,21 @@ class _StorePool:
 class ZeroCopyTimingBackend(_StorePool, TimingBackend):
     """:class:`TimingBackend` with the store pool of the zero-copy send path."""
 
-    __slots__ = ("cur", "spares", "unsent")
+    __slots__ = ("order", "unsent")
 
     def __init__(self, rank: int, compute_time: Callable[[int, int], Any], unsent: list[int]) -> None:
         TimingBackend.__init__(self, rank, compute_time)
-        self.cur, self.spares, self.unsent = 0, [1], unsent
+        self.order, self.unsent = StoreOrder(), unsent
 
     def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
-        self._switch(into)
+        self.order.switch(into)
 
 
 class ZeroCopyBackend(_StorePool):
     """A math backend (see :mod:`hopdec.sim.backends`) with the store pool of the zero-copy send path."""
 
     def __init__(self, backend: Any, unsent: list[int]) -> None:
-        self.b, self.cur, self.spares, self.unsent = backend, 0, [1], unsent
+        self.b, self.order, self.unsent = backend, StoreOrder(), unsent
 
     @property
     def duration(self) -> float:
@@ -141,7 +132,7 @@ class ZeroCopyBackend(_StorePool):
 
     def reduce(self, pairs: Any, into: Optional[int] = None) -> None:
         self.b.reduce(pairs)
-        self._switch(into)
+        self.order.switch(into)
 
     def apply(self, iteration: int) -> None:
         self.b.apply(iteration)

@@ -186,7 +186,7 @@ def test_aperiodicity_and_strong_connectivity_on_arrays_agree_with_networkx(seed
     nx.set_edge_attributes(G, 1.0, "weight")
     G.add_nodes_from(range(n))
     strong = nx.is_strongly_connected(G)
-    assert (graph_io._strong_components(graph_io._positive_matrix(G, loops=False)) == 1) == strong
+    assert (graph_io._strong_components(graph_io._positive_matrix(G)) == 1) == strong
     if strong:
         assert graph_io.is_aperiodic(G) == nx.is_aperiodic(G)
 

@@ -92,12 +92,14 @@ def validate(G, source="<graph>", connected=True):
     return G
 
 
-def check_strongly_connected(G, source="<graph>"):
+def check_strongly_connected(G, source="<graph>", pattern=None):
     """TopologyError unless every node reaches every other over edges of positive weight.
 
     The message names a node that hears from (or sends to) no other worker, else a missing path.
+    ``pattern``: :func:`_positive_matrix` of ``G`` where the caller has it.
     """
-    if G.number_of_nodes() <= 1 or _strong_components(_positive_matrix(G, loops=False)) == 1:
+    if G.number_of_nodes() <= 1 or _strong_components(
+            _positive_matrix(G) if pattern is None else pattern) == 1:
         return G                            # (scipy: seconds where networkx took 20 s at 2 million edges)
     P = _positive(G, loops=False)           # not strongly connected: networkx names where
     for v in sorted(P.nodes):
@@ -118,16 +120,17 @@ def check_strongly_connected(G, source="<graph>"):
                         f"{a} to node {b} (every worker must eventually hear from every other)")
 
 
-def is_aperiodic(G):
+def is_aperiodic(G, pattern=None):
     """Whether the matrix W of a strongly connected ``G`` (edges of positive weight, self-loops included)
     is aperiodic: the gcd of its cycle lengths is 1, so W^t converges to the consensus (Perron-Frobenius);
     a periodic W keeps permuting the models instead. One breadth-first search from a node gives each node
     its depth; the period is the gcd over the edges u->v of depth(u) + 1 - depth(v) (as networkx's
-    ``is_aperiodic``, on arrays: seconds at 2 million edges)."""
+    ``is_aperiodic``, on arrays: seconds at 2 million edges). ``pattern``: as for
+    :func:`check_strongly_connected`."""
     if G.number_of_nodes() <= 1:
         return True
     from scipy.sparse.csgraph import breadth_first_order
-    A = _positive_matrix(G, loops=True)
+    A = _positive_matrix(G) if pattern is None else pattern
     order, pred = breadth_first_order(A, 0, directed=True, return_predecessors=True)
     if len(order) < A.shape[0]:             # not strongly connected: no single period to speak of
         return nx.is_aperiodic(_positive(G, loops=True))
@@ -138,12 +141,12 @@ def is_aperiodic(G):
     return int(np.gcd.reduce(np.abs(depth[coo.row] + 1 - depth[coo.col]))) == 1
 
 
-def _positive_matrix(G, loops):
-    """:func:`_positive` as a sparse 0/1 matrix over the nodes in ``G``'s order (``A[u, v]``: edge u->v)."""
+def _positive_matrix(G):
+    """:func:`_positive` with self-loops as a sparse 0/1 matrix over the nodes in ``G``'s order (``A[u, v]``:
+    edge u->v): what both load-time checks read (self-loops change no strong component)."""
     import scipy.sparse as sp
     index = {v: i for i, v in enumerate(G.nodes)}
-    pairs = [(index[u], index[v]) for u, v, w in G.edges(data="weight")
-             if (loops or u != v) and (w is None or w > 0)]
+    pairs = [(index[u], index[v]) for u, v, w in G.edges(data="weight") if w is None or w > 0]
     n = len(index)
     rows, cols = (np.array(x, dtype=np.int64) for x in zip(*pairs)) if pairs else (np.zeros(0, np.int64),) * 2
     return sp.csr_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
@@ -220,8 +223,9 @@ def effective_graph(G, source="<graph>", connected=True, rule=None):
         d["weight"] = float(d["weight"])
     G, notes = effective_weights(G, source, copy=False)
     if connected:
-        check_strongly_connected(G, source)
-        if not is_aperiodic(G):
+        pattern = _positive_matrix(G)           # (one pass over the edges for both checks)
+        check_strongly_connected(G, source, pattern)
+        if not is_aperiodic(G, pattern):
             notes.append(f"{source}: W is periodic (no worker on some cycle keeps a positive self-weight, so "
                          f"models are passed round it): the workers' models never approach their average; "
                          f"give every worker a positive self-loop weight")

@@ -86,6 +86,26 @@ class _Policy:
         self.period: int = len(self.step_weights)
         self.step_senders: list[list[int]] = ([self.senders] if not steps else
                              [sorted(s for s in w if s != self.rank) for w in self.step_weights])
+        self._full: list[Any] = [None] * self.period    # per step: see _full_weights
+
+    def _full_weights(self, step: int) -> Any:
+        """The normalised weights of a Reduce that has an update from every sender of ``step`` -- the same
+        every iteration, so computed once: ``(own position, own weight, the others' in sender order)``,
+        each exactly what :func:`_normalised` gives (the same sum, in the same order); None where the
+        self-loop rule of :func:`_normalised` applies (nothing of positive weight)."""
+        got = self._full[step]
+        if got is None:
+            w = self.step_weights[step]
+            senders = self.step_senders[step]
+            raw = [(self.rank, 0, SELF, w[self.rank])] + [(s, 0, None, w[s]) for s in senders]
+            if sum([r[3] for r in raw]) <= 0.0:
+                got = self._full[step] = False
+            else:
+                terms = _normalised(raw)
+                pos = [t.sender for t in terms].index(self.rank)
+                got = self._full[step] = (pos, terms[pos].weight,
+                                          tuple(t.weight for t in terms if t.sender != self.rank))
+        return got or None
 
     def weights_at(self, k: int) -> dict:
         """Sender -> W[sender, rank] of iteration k's step (self included)."""
@@ -178,7 +198,15 @@ class Standard(_Policy):
             return None
         got = self.queue.take(k)
         self.used += len(got)
-        w = self.step_weights[k % self.period]
+        step = k % self.period
+        if len(got) == len(self.step_senders[step]):    # everyone's update (got is in sender order)
+            full = self._full_weights(step)
+            if full is not None:
+                pos, own, ws = full
+                terms = [Term(e.sender, k, e.handle, x) for e, x in zip(got, ws)]
+                terms.insert(pos, Term(self.rank, k, SELF, own))
+                return tuple(terms)
+        w = self.step_weights[step]
         raw = [self._self_term(k)]
         for e in got:
             raw.append((e.sender, k, e.handle, w[e.sender]))

@@ -143,12 +143,13 @@ class _IO:
     transport it carries token grants in the header of the update they come with (``carries_grants``,
     :func:`hopdec.transport.message.split_grants`): such a grant arrives with the update, not on its own."""
 
-    __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent")
+    __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent", "carries_data")
     carries_grants = True
 
     def __init__(self, sim: HopSim, rank: int, grantees: Any = ()) -> None:
         self.sim, self.rank = sim, rank
         self.held: Optional[dict[int, Any]] = {} if sim.math else None
+        self.carries_data: bool = sim.math      # timing only: updates carry no parameters (worker_loop)
         self._next = 0
         self.grantees = set(grantees)
         self.bytes_sent: float = 0
@@ -213,7 +214,7 @@ class HopSim:
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
     ``on_record(rank, rec)``: each iteration's log record (``detail``: with the fields only a log file
-    reads, ``worker_loop(detail=...)``); ``send_path``: a
+    reads, ``worker_loop(detail=...)``), or ``records(rank)``: rank's own ``f(rec)``; ``send_path``: a
     :class:`~hopdec.sim.sends.SendPath` (default: zero-copy, TCP's eager limit); ``compress``: a
     ``--compress`` spec for models of ``numel`` parameters (each message then costs its coded size,
     :mod:`hopdec.sim.compressed`; coded messages go from buffers of their own, so nothing waits for a
@@ -222,7 +223,8 @@ class HopSim:
 
     def __init__(self, views: Any, cfg: Any, compute_time: Any, network: Any = None, message_bytes: float = 0,
                  backend_factory: Any = None, check: Any = None, on_record: Any = None, send_path: Any = None,
-                 compress: Any = None, numel: Any = None, coded_scale: float = 1.0, detail: bool = True) -> None:
+                 compress: Any = None, numel: Any = None, coded_scale: float = 1.0, detail: bool = True,
+                 records: Any = None) -> None:
         self.views, self.cfg = views, cfg
         self.n: int = len(views)
         self.q: EventQueue = EventQueue()
@@ -258,7 +260,9 @@ class HopSim:
         clock = self._clock
         self.detail = detail
         self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
-                                  on_record=None if on_record is None else partial(on_record, c.rank))
+                                  on_record=(records(c.rank) if records is not None else
+                                             None if on_record is None else partial(on_record, c.rank)),
+                                  instant=True)
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
         self._resume: list[Callable[[], Any]] = [partial(self._advance if self.rndv is None else self._computed, r)
                                                  for r in range(self.n)]
@@ -377,11 +381,28 @@ class HopSim:
 
     def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
-        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
-        if self.computing[dst]:
-            self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
-        else:
-            self._arrived(src, iteration, data, store, grant, dst)
+        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message). Taken now
+        and timing only (the common case, millions of times): :meth:`_arrived` and :meth:`_deliver_update`
+        inline."""
+        if self.computing[dst] or data is not None or self.check is not None:
+            if self.computing[dst]:
+                self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
+            else:
+                self._arrived(src, iteration, data, store, grant, dst)
+            return
+        if store is not None:
+            u = self.unsent[src]
+            u[store] -= 1
+            if not u[store] and self.parked[src] == store:
+                self.parked[src] = None
+                self._advance(src)
+        core = self.cores[dst]
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            core.on_grant(src, grant)
+        core.on_update(src, iteration, 0)
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     def _deliver_update(self, src: int, iteration: int, data: Any, grant: int, dst: int) -> None:
         if self.check is not None:

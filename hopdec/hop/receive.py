@@ -185,7 +185,7 @@ class Standard(_Policy):
             return False
         if not self.backup:
             slot = self.queue.slot(k)
-            for s in self.required(k):
+            for s in self.required(k) if self.required_from else self.step_senders[k % self.period]:
                 e = slot.get(s)
                 if e is None or e.iteration != k:
                     return False

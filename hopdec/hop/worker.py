@@ -231,20 +231,24 @@ class Worker:
             if grants:
                 yield GrantTokens(tuple(grants))
             if cfg.compute_graph == "parallel":
-                yield from self._send(k)
+                if self.acks is not None:
+                    yield from self._acked(k)
+                yield self._send(k)
                 yield ComputeGradient(k)
                 yield from self._recv_reduce(k)
                 yield ApplyGradient(k)
             else:
                 yield ComputeGradient(k)
                 yield ApplyGradient(k)
-                yield from self._send(k)
+                if self.acks is not None:
+                    yield from self._acked(k)
+                yield self._send(k)
                 yield from self._recv_reduce(k)
             if k + 1 >= self.budget:
                 return
             jumped_from, target = None, k + 1
             if self.ledger is not None:
-                jump_to = self._jump_target(k)
+                jump_to = self._jump_target(k) if cfg.skip_max_jump else None
                 if jump_to is not None:
                     target, jumped_from = jump_to, k
                     self.jumps.append((k, target))
@@ -293,14 +297,19 @@ class Worker:
                 return k + d
         return None
 
-    def _send(self, k: int) -> Iterator[Any]:
-        """Send(k), leaving out neighbours known to be past the last iteration that could use it; with
-        notify-ack, only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
-        if self.acks is not None:
-            while not self.acks.may_send(k):
-                yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
-            self.acks.sent = k + 1
-        outs = self.view.out_at(k)             # a schedule's step k (sec. 3.1's graph, time-varying)
+    def _acked(self, k: int) -> Iterator[Any]:
+        """Notify-ack: Send(k) only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
+        acks = cast("AckLedger", self.acks)
+        while not acks.may_send(k):
+            yield Wait(tuple(acks.missing(k)), f"ACKs of update {k - 1}")
+        acks.sent = k + 1
+
+    def _send(self, k: int) -> SendParams:
+        """Send(k), leaving out neighbours known to be past the last iteration that could use it (after
+        :meth:`_acked` with notify-ack)."""
+        view = self.view
+        outs = view.out_at(k) if view.steps else view.out_neighbors   # a schedule's step k (sec. 3.1's
+                                                                        # graph, time-varying)
         led = self.ledger
         useless: Any = ()
         if led is not None:
@@ -316,13 +325,14 @@ class Worker:
         else:
             dests = outs
         self._last_sent = k
-        yield SendParams(k, tuple(dests), tuple(useless))
+        return SendParams(k, tuple(dests), tuple(useless))
 
     def _recv_reduce(self, k: int) -> Iterator[Any]:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
-        yield Reduce(k, damped(plan, self.cfg.consensus_step))   # gamma < 1: compressed exchanges
+        gamma = self.cfg.consensus_step
+        yield Reduce(k, plan if gamma == 1.0 else damped(plan, gamma))   # gamma < 1: compressed exchanges
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))

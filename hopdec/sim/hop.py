@@ -32,7 +32,6 @@ from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
@@ -55,8 +54,14 @@ class TimingBackend:
         return None
 
     def compute(self, iteration: int) -> dict:
-        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
-        return compute_record(self.duration, factor)
+        got = self.compute_time(self.rank, iteration)     # step_of and compute_record, inline (hot)
+        if type(got) is tuple:
+            self.duration, factor = got
+            if factor is not None:
+                return {"loss": None, "compute_s": got[0], "slowdown": factor}
+            got = got[0]
+        self.duration = got
+        return {"loss": None, "compute_s": got}
 
     def reduce(self, pairs: Any) -> None:
         pass
@@ -346,14 +351,24 @@ class HopSim:
 
     def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
-        one from its store resumes a Reduce parked on it), then it is delivered like any other."""
+        one from its store resumes a Reduce parked on it), then it is delivered like any other (timing
+        only and unchecked -- millions of times -- :meth:`_deliver_update` inline)."""
         if store is not None:
             u = self.unsent[src]
             u[store] -= 1
             if not u[store] and self.parked[src] == store:
                 self.parked[src] = None
                 self._advance(src)
-        self._deliver_update(src, iteration, data, grant, dst)
+        if data is not None or self.check is not None:
+            self._deliver_update(src, iteration, data, grant, dst)
+            return
+        core = self.cores[dst]
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            core.on_grant(src, grant)
+        core.on_update(src, iteration, 0)
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     # ---- messages ----
     def _send_update(self, src: int, iteration: int, dests: tuple, data: Any, store: Optional[int] = None,
@@ -381,28 +396,11 @@ class HopSim:
 
     def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
-        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message). Taken now
-        and timing only (the common case, millions of times): :meth:`_arrived` and :meth:`_deliver_update`
-        inline."""
-        if self.computing[dst] or data is not None or self.check is not None:
-            if self.computing[dst]:
-                self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
-            else:
-                self._arrived(src, iteration, data, store, grant, dst)
-            return
-        if store is not None:
-            u = self.unsent[src]
-            u[store] -= 1
-            if not u[store] and self.parked[src] == store:
-                self.parked[src] = None
-                self._advance(src)
-        core = self.cores[dst]
-        if grant != NO_GRANT:                   # carried in the update's header: delivered first
-            core.on_grant(src, grant)
-        core.on_update(src, iteration, 0)
-        if self.blocked[dst]:
-            self.blocked[dst] = False
-            self._advance(dst)
+        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
+        if self.computing[dst]:
+            self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
+        else:
+            self._arrived(src, iteration, data, store, grant, dst)
 
     def _deliver_update(self, src: int, iteration: int, data: Any, grant: int, dst: int) -> None:
         if self.check is not None:

@@ -194,11 +194,15 @@ class Standard(_Policy):
 
     def plan(self, k: int) -> Optional[tuple]:
         """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
-        if not self.ready(k):
-            return None
-        got = self.queue.take(k)
-        self.used += len(got)
         step = k % self.period
+        got = None
+        if not self.backup and not self.required_from and k >= self.floor:   # the usual case, at once
+            got = self.queue.take_exactly(k, self.step_senders[step])
+        if got is None:
+            if not self.ready(k):
+                return None
+            got = self.queue.take(k)
+        self.used += len(got)
         if len(got) == len(self.step_senders[step]):    # everyone's update (got is in sender order)
             full = self._full_weights(step)
             if full is not None:

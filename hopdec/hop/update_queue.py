@@ -86,6 +86,20 @@ class IterationSlots:
         self.size -= len(got)
         return got
 
+    def take_exactly(self, iteration: int, senders: list[int]) -> Optional[list[Entry]]:
+        """Remove and return the updates of ``iteration`` from ``senders``, in that order, when the slot
+        holds exactly those (one each, nothing else); else None, taking nothing. (The usual Recv: a
+        :meth:`take` without its scan and sort.)"""
+        slot = self._slot[iteration % self.slots]
+        if len(slot) != len(senders):
+            return None
+        for s in senders:
+            e = slot.get(s)
+            if e is None or e.iteration != iteration:
+                return None
+        self.size -= len(senders)
+        return [slot.pop(s) for s in senders]
+
     def drop_older(self, iteration: int) -> Any:
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
         if iteration <= self._low or not self.size:  # nothing held is older (no scan)

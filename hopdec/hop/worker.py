@@ -91,6 +91,13 @@ class Worker:
         self._start: int = 0
         self._entered: int = -1            # the last iteration entered (or committed to by a jump)
         self._steps: Iterator[Any] = self._run()
+        # a grant goes straight to the ledger's own method (the ledger object is kept for the worker's
+        # life: heals and resumes reset its counts): one call per grant, not two (a simulation delivers
+        # millions); the class method below documents it and serves a worker with neither ledger
+        if self.ledger is not None:
+            self.on_grant = self.ledger.on_grant  # type: ignore[method-assign]
+        elif self.acks is not None:
+            self.on_grant = self.acks.on_ack      # type: ignore[method-assign]
 
     # ---- events from the transport ----
     def on_update(self, sender: int, iteration: int, handle: Any) -> None:

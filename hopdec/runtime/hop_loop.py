@@ -136,12 +136,16 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
-                more = _NO_GRANTS if deferred is None else {"grants": deferred}
                 before = getattr(io, "bytes_sent", None) if detail else None
                 if store is not None:           # zero-copy: send from the parameters' own storage
-                    io.send_from(a.iteration, a.dests, store, **more)
+                    if deferred is None:
+                        io.send_from(a.iteration, a.dests, store)
+                    else:
+                        io.send_from(a.iteration, a.dests, store, grants=deferred)
+                elif deferred is None:
+                    io.send_update(a.iteration, a.dests, backend.write_params)
                 else:
-                    io.send_update(a.iteration, a.dests, backend.write_params, **more)
+                    io.send_update(a.iteration, a.dests, backend.write_params, grants=deferred)
                 if before is not None and rec is not None:      # what this send put on the wire
                     rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
@@ -269,8 +273,6 @@ _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 _NO_PAIRS: tuple = ()
 """What a Reduce hands a backend whose transport carries no parameters (read only)."""
 
-_NO_GRANTS: dict = {}
-"""The keywords of a send that carries no grants (read only)."""
 
 
 class _Rounded(dict):

@@ -25,6 +25,7 @@ sender's parameters, Reduce averages real arrays).
 from __future__ import annotations
 
 from functools import partial
+from operator import attrgetter
 from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ComputeGradient, Deadlock, Wait
@@ -175,7 +176,7 @@ class _IO:
 
     def send_from(self, iteration: int, dests: tuple, store: int, grants: Any = None) -> None:
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
-        grant = self._carry(dests, grants)
+        grant = NO_GRANT if not grants else self._carry(dests, grants)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
@@ -262,7 +263,8 @@ class HopSim:
         self.computing: list[bool] = [False] * self.n
         # what a computing worker does when it is back in MPI
         self.untaken: list[list[Callable[[], Any]]] = [[] for _ in views]
-        clock = self._clock
+        # the loops' clock: the queue's virtual time, read without a Python frame (it is read millions of times)
+        clock = self._clock = partial(attrgetter("now"), self.q)  # type: ignore[method-assign]
         self.detail = detail
         self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
                                   on_record=(records(c.rank) if records is not None else

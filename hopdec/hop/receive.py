@@ -161,10 +161,12 @@ class Standard(_Policy):
         return _NONE
 
     def set_floor(self, k: int) -> Any:
-        """Updates older than k can no longer be used: drop them (sec. 6.2 a)."""
-        if k > self.floor:
-            self.floor = k
-        late = self.queue.drop_older(self.floor)
+        """Updates older than k can no longer be used: drop them (sec. 6.2 a). Nothing older than the floor
+        is ever held (:meth:`on_update` refuses it), so a floor that does not rise drops nothing."""
+        if k <= self.floor:
+            return _NONE
+        self.floor = k
+        late = self.queue.drop_older(k)
         if late:
             self.dropped += len(late)
         return late

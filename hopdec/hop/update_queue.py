@@ -106,8 +106,13 @@ class IterationSlots:
             if not self.size and iteration > self._low:
                 self._low = iteration
             return _NONE
+        # every entry held is of an iteration >= _low, so only the slots of _low .. iteration - 1 can hold
+        # older ones (usually one slot, emptied by the Recv just taken), scanned in slot order
+        slots, n = self._slot, self.slots
+        scan = slots if iteration - self._low >= n else [slots[i] for i in sorted(
+            {it % n for it in range(self._low, iteration)})]
         out = []
-        for slot in self._slot:
+        for slot in scan:
             if slot:
                 for s in [s for s, e in slot.items() if e.iteration < iteration]:
                     out.append(slot.pop(s))

@@ -264,12 +264,11 @@ class Worker:
                     # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5); the
                     # target was chosen so that this Recv completes at once (see _jump_target).
                     yield from self._recv_reduce(target - 1)
-                while not self.ledger.can_take(target - k):
+                while not self.ledger.take_if(target - k):
                     if target >= self.budget:       # stop_at() while waiting: iteration k was the last
                         return
                     yield Wait(tuple(j for j in self.view.out_neighbors
                                      if self.ledger.available(j) < target - k), "tokens")
-                self.ledger.take(target - k)
             prev, self.iteration, k = k, target, target
 
     def _straggler_lead(self) -> Optional[int]:
@@ -325,7 +324,10 @@ class Worker:
             # k < known - staleness
             base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
             granted, taken = led.granted, led.taken
-            useless = [j for j in outs if k < base + granted[j] - taken[j]]
+            for j in outs:                      # (a loop: usually nobody is past it, and no list is made)
+                if k < base + granted[j] - taken[j]:
+                    useless = [j for j in outs if k < base + granted[j] - taken[j]]
+                    break
         if useless:
             self.sends_skipped += len(useless)
             dests = tuple(j for j in outs if j not in useless)

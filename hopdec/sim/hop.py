@@ -176,7 +176,11 @@ class _IO:
 
     def send_from(self, iteration: int, dests: tuple, store: int, grants: Any = None) -> None:
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
-        grant = NO_GRANT if not grants else self._carry(dests, grants)
+        grant = NO_GRANT
+        if grants:                              # self._carry, inline
+            grant, rest = split_grants(dests, grants, self.grantees)
+            if rest:
+                self.sim._send_grants(self.rank, rest)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)

@@ -134,6 +134,13 @@ class _Policy:
         self.dropped += len(gone)
         return gone
 
+    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
+        """:meth:`on_update` of an update as the worker gets it (``Worker.on_update``): what must be freed is
+        appended to ``late``."""
+        gone = self.on_update(Entry(sender, iteration, handle))  # type: ignore[attr-defined]
+        if gone:
+            late += gone
+
     def _self_term(self, k: int, factor: float = 1.0) -> tuple[int, int, Any, float]:
         return (self.rank, k, SELF, self.step_weights[k % self.period][self.rank] * factor)
 
@@ -159,6 +166,14 @@ class Standard(_Policy):
             return [entry]
         self.queue.put(entry)
         return _NONE
+
+    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
+        """:meth:`on_update` without the returned list (see :meth:`_Policy.receive`)."""
+        if iteration < self.floor:
+            self.dropped += 1
+            late.append(Entry(sender, iteration, handle))
+        else:
+            self.queue.put(Entry(sender, iteration, handle))
 
     def set_floor(self, k: int) -> Any:
         """Updates older than k can no longer be used: drop them (sec. 6.2 a). Nothing older than the floor

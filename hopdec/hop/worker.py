@@ -18,6 +18,7 @@ waits for every out-neighbour's ACK of update k - 1, and ``SendAcks`` follows ev
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union, cast
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
@@ -91,9 +92,11 @@ class Worker:
         self._start: int = 0
         self._entered: int = -1            # the last iteration entered (or committed to by a jump)
         self._steps: Iterator[Any] = self._run()
-        # a grant goes straight to the ledger's own method (the ledger object is kept for the worker's
-        # life: heals and resumes reset its counts): one call per grant, not two (a simulation delivers
-        # millions); the class method below documents it and serves a worker with neither ledger
+        # An update and a grant go straight to the receive policy's and the ledger's own methods (both
+        # objects are kept for the worker's life: heals and resumes reset them in place): one call per
+        # message, not two (a simulation delivers millions). The class methods below document them; the
+        # policy appends late updates to _pending_release itself.
+        self.on_update = partial(self.policy.receive, self._pending_release)  # type: ignore[method-assign]
         if self.ledger is not None:
             self.on_grant = self.ledger.on_grant  # type: ignore[method-assign]
         elif self.acks is not None:
@@ -102,9 +105,7 @@ class Worker:
     # ---- events from the transport ----
     def on_update(self, sender: int, iteration: int, handle: Any) -> None:
         """An update arrived. Its buffer is the worker's until a Reduce or a Release frees it."""
-        late = self.policy.on_update(Entry(sender, iteration, handle))
-        if late:
-            self._pending_release += late
+        self.policy.receive(self._pending_release, sender, iteration, handle)
 
     def on_grant(self, sender: int, cumulative: int) -> None:
         """A cumulative count from out-neighbour ``sender``: the tokens it has put into my queue in total
@@ -145,7 +146,7 @@ class Worker:
         """The next action; a :class:`Wait` is repeated until an event unblocks it."""
         if self._pending_release:
             handles = tuple(e.handle for e in self._pending_release)
-            self._pending_release = []
+            self._pending_release.clear()       # (in place: on_update's shortcut below appends to it)
             return ReleaseUpdates(handles)
         if self._catch_up is not None:
             a, self._catch_up = self._catch_up, None

@@ -266,7 +266,7 @@ class HopSim:
         self.sends_abandoned: bool = False        # a death revoked the communicator (hopdec.sim.churn)
         self.computing: list[bool] = [False] * self.n
         # what a computing worker does when it is back in MPI
-        self.untaken: list[list[Callable[[], Any]]] = [[] for _ in views]
+        self.untaken: list[list[Any]] = [[] for _ in views]   # callables, or _arrived's arguments
         # the loops' clock: the queue's virtual time, read without a Python frame (it is read millions of times)
         clock = self._clock = partial(attrgetter("now"), self.q)  # type: ignore[method-assign]
         self.detail = detail
@@ -337,7 +337,10 @@ class HopSim:
         if held:
             self.untaken[r] = []
             for fn in held:
-                fn()
+                if type(fn) is tuple:       # a message that reached it (_reached)
+                    self._arrived(*fn)
+                else:
+                    fn()
         self._advance(r)
 
     def _when_in_mpi(self, r: int, fn: Callable[[], Any]) -> None:
@@ -403,8 +406,8 @@ class HopSim:
     def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
         :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
-        if self.computing[dst]:
-            self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
+        if self.computing[dst]:             # (its arguments: _computed calls _arrived, no partial made)
+            self.untaken[dst].append((src, iteration, data, store, grant, dst))
         else:
             self._arrived(src, iteration, data, store, grant, dst)
 

@@ -107,7 +107,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             deferred = None
         # after bookkeeping actions (microseconds) and after a wait (the driver's wait delivered what
         # arrived) another poll would find nothing new: only actions that take time are followed by one
-        fresh = kind in _BOOKKEEPING
+        if poll is not None:
+            fresh = kind in _BOOKKEEPING
         if kind is Wait:
             t0 = clock()
             yield a

@@ -193,16 +193,16 @@ class Network:
             fan = self._fans[src] = self._fan(src, dsts)
         _, routes, touched, may_solo, alike = fan
         solo, active = self._solo, self.active
+        alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
             if solo[r] is not None:
-                self._materialize(solo[r])
-        if may_solo and nbytes > 0 and not self._flush_pending:
-            for r in touched:
-                if active[r]:
-                    break
-            else:                               # alone on every NIC and link it uses: rate it now
-                if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver, alike):
-                    return
+                self._materialize(solo[r])      # (it is on r now: this send is not alone)
+                alone = False
+            elif alone and active[r]:
+                alone = False
+        if alone:                               # alone on every NIC and link it uses: rate it now
+            if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver, alike):
+                return
         pairs, hubs = self._pairs, self._hub
         free: Optional[list[Arrival]] = None
         started = []

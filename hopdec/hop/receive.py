@@ -221,8 +221,8 @@ class Standard(_Policy):
             got = self.queue.take(k)
         self.used += len(got)
         if len(got) == len(self.step_senders[step]):    # everyone's update (got is in sender order)
-            full = self._full_weights(step)
-            if full is not None:
+            full = self._full[step] or self._full_weights(step)
+            if full:
                 pos, own, ws = full
                 terms = [Term(e.sender, k, e.handle, x) for e, x in zip(got, ws)]
                 terms.insert(pos, Term(self.rank, k, SELF, own))

@@ -86,6 +86,26 @@ class _Policy:
         self.period: int = len(self.step_weights)
         self.step_senders: list[list[int]] = ([self.senders] if not steps else
                              [sorted(s for s in w if s != self.rank) for w in self.step_weights])
+        self._full: list[Any] = [None] * self.period    # per step: see _full_weights
+
+    def _full_weights(self, step: int) -> Any:
+        """The normalised weights of a Reduce that has an update from every sender of ``step`` -- the same
+        every iteration, so computed once: ``(own position, own weight, the others' in sender order)``,
+        each exactly what :func:`_normalised` gives (the same sum, in the same order); None where the
+        self-loop rule of :func:`_normalised` applies (nothing of positive weight)."""
+        got = self._full[step]
+        if got is None:
+            w = self.step_weights[step]
+            senders = self.step_senders[step]
+            raw = [(self.rank, 0, SELF, w[self.rank])] + [(s, 0, None, w[s]) for s in senders]
+            if sum([r[3] for r in raw]) <= 0.0:
+                got = self._full[step] = False
+            else:
+                terms = _normalised(raw)
+                pos = [t.sender for t in terms].index(self.rank)
+                got = self._full[step] = (pos, terms[pos].weight,
+                                          tuple(t.weight for t in terms if t.sender != self.rank))
+        return got or None
 
     def weights_at(self, k: int) -> dict:
         """Sender -> W[sender, rank] of iteration k's step (self included)."""
@@ -114,6 +134,13 @@ class _Policy:
         self.dropped += len(gone)
         return gone
 
+    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
+        """:meth:`on_update` of an update as the worker gets it (``Worker.on_update``): what must be freed is
+        appended to ``late``."""
+        gone = self.on_update(Entry(sender, iteration, handle))  # type: ignore[attr-defined]
+        if gone:
+            late += gone
+
     def _self_term(self, k: int, factor: float = 1.0) -> tuple[int, int, Any, float]:
         return (self.rank, k, SELF, self.step_weights[k % self.period][self.rank] * factor)
 
@@ -140,11 +167,21 @@ class Standard(_Policy):
         self.queue.put(entry)
         return _NONE
 
+    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
+        """:meth:`on_update` without the returned list (see :meth:`_Policy.receive`)."""
+        if iteration < self.floor:
+            self.dropped += 1
+            late.append(Entry(sender, iteration, handle))
+        else:
+            self.queue.put(Entry(sender, iteration, handle))
+
     def set_floor(self, k: int) -> Any:
-        """Updates older than k can no longer be used: drop them (sec. 6.2 a)."""
-        if k > self.floor:
-            self.floor = k
-        late = self.queue.drop_older(self.floor)
+        """Updates older than k can no longer be used: drop them (sec. 6.2 a). Nothing older than the floor
+        is ever held (:meth:`on_update` refuses it), so a floor that does not rise drops nothing."""
+        if k <= self.floor:
+            return _NONE
+        self.floor = k
+        late = self.queue.drop_older(k)
         if late:
             self.dropped += len(late)
         return late
@@ -165,7 +202,7 @@ class Standard(_Policy):
             return False
         if not self.backup:
             slot = self.queue.slot(k)
-            for s in self.required(k):
+            for s in self.required(k) if self.required_from else self.step_senders[k % self.period]:
                 e = slot.get(s)
                 if e is None or e.iteration != k:
                     return False
@@ -174,11 +211,23 @@ class Standard(_Policy):
 
     def plan(self, k: int) -> Optional[tuple]:
         """The Reduce terms for iteration k, or None while Recv(k) must still wait."""
-        if not self.ready(k):
-            return None
-        got = self.queue.take(k)
+        step = k % self.period
+        got = None
+        if not self.backup and not self.required_from and k >= self.floor:   # the usual case, at once
+            got = self.queue.take_exactly(k, self.step_senders[step])
+        if got is None:
+            if not self.ready(k):
+                return None
+            got = self.queue.take(k)
         self.used += len(got)
-        w = self.step_weights[k % self.period]
+        if len(got) == len(self.step_senders[step]):    # everyone's update (got is in sender order)
+            full = self._full[step] or self._full_weights(step)
+            if full:
+                pos, own, ws = full
+                terms = [Term(e.sender, k, e.handle, x) for e, x in zip(got, ws)]
+                terms.insert(pos, Term(self.rank, k, SELF, own))
+                return tuple(terms)
+        w = self.step_weights[step]
         raw = [self._self_term(k)]
         for e in got:
             raw.append((e.sender, k, e.handle, w[e.sender]))

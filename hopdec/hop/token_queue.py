@@ -58,6 +58,16 @@ class TokenLedger:
         for j in taken:
             taken[j] += n
 
+    def take_if(self, n: int = 1) -> bool:
+        """:meth:`take` n tokens from every out-neighbour if :meth:`can_take`; returns whether it did."""
+        granted, taken = self.granted, self.taken
+        for j, t in taken.items():
+            if granted[j] - t < n:
+                return False
+        for j in taken:
+            taken[j] += n
+        return True
+
     def issue(self, n: int = 1) -> list[tuple[int, int]]:
         """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send,
         sorted by in-neighbour (``issued`` is kept in that order)."""

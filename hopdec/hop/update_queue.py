@@ -53,16 +53,16 @@ class IterationSlots:
         self._low: int = -1                               # no entry held is older than this
 
     def put(self, entry: Entry) -> None:
-        slot = self._slot[entry.iteration % self.slots]
-        old = slot.get(entry.sender)
-        if old is not None:
+        it, sender = entry.iteration, entry.sender
+        slot = self._slot[it % self.slots]
+        if sender in slot:
             raise QueueOverflow(
-                f"update of iteration {entry.iteration} from {entry.sender} would overwrite iteration "
-                f"{old.iteration} in a queue of {self.slots} slots")
-        slot[entry.sender] = entry
+                f"update of iteration {it} from {sender} would overwrite iteration "
+                f"{slot[sender].iteration} in a queue of {self.slots} slots")
+        slot[sender] = entry
         self.size += 1
-        if entry.iteration < self._low:
-            self._low = entry.iteration
+        if it < self._low:
+            self._low = it
 
     def slot(self, iteration: int) -> dict[int, Entry]:
         """The slot of ``iteration``: sender -> Entry (an entry may be of another iteration; read only)."""
@@ -86,14 +86,33 @@ class IterationSlots:
         self.size -= len(got)
         return got
 
+    def take_exactly(self, iteration: int, senders: list[int]) -> Optional[list[Entry]]:
+        """Remove and return the updates of ``iteration`` from ``senders``, in that order, when the slot
+        holds exactly those (one each, nothing else); else None, taking nothing. (The usual Recv: a
+        :meth:`take` without its scan and sort.)"""
+        slot = self._slot[iteration % self.slots]
+        if len(slot) != len(senders):
+            return None
+        for s in senders:
+            e = slot.get(s)
+            if e is None or e.iteration != iteration:
+                return None
+        self.size -= len(senders)
+        return [slot.pop(s) for s in senders]
+
     def drop_older(self, iteration: int) -> Any:
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""
         if iteration <= self._low or not self.size:  # nothing held is older (no scan)
             if not self.size and iteration > self._low:
                 self._low = iteration
             return _NONE
+        # every entry held is of an iteration >= _low, so only the slots of _low .. iteration - 1 can hold
+        # older ones (usually one slot, emptied by the Recv just taken), scanned in slot order
+        slots, n, low = self._slot, self.slots, self._low
+        scan = ((slots[low % n],) if iteration - low == 1 else
+                slots if iteration - low >= n else [slots[i] for i in sorted({it % n for it in range(low, iteration)})])
         out = []
-        for slot in self._slot:
+        for slot in scan:
             if slot:
                 for s in [s for s, e in slot.items() if e.iteration < iteration]:
                     out.append(slot.pop(s))

@@ -18,6 +18,7 @@ waits for every out-neighbour's ACK of update k - 1, and ``SendAcks`` follows ev
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union, cast
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
@@ -91,13 +92,20 @@ class Worker:
         self._start: int = 0
         self._entered: int = -1            # the last iteration entered (or committed to by a jump)
         self._steps: Iterator[Any] = self._run()
+        # An update and a grant go straight to the receive policy's and the ledger's own methods (both
+        # objects are kept for the worker's life: heals and resumes reset them in place): one call per
+        # message, not two (a simulation delivers millions). The class methods below document them; the
+        # policy appends late updates to _pending_release itself.
+        self.on_update = partial(self.policy.receive, self._pending_release)  # type: ignore[method-assign]
+        if self.ledger is not None:
+            self.on_grant = self.ledger.on_grant  # type: ignore[method-assign]
+        elif self.acks is not None:
+            self.on_grant = self.acks.on_ack      # type: ignore[method-assign]
 
     # ---- events from the transport ----
     def on_update(self, sender: int, iteration: int, handle: Any) -> None:
         """An update arrived. Its buffer is the worker's until a Reduce or a Release frees it."""
-        late = self.policy.on_update(Entry(sender, iteration, handle))
-        if late:
-            self._pending_release += late
+        self.policy.receive(self._pending_release, sender, iteration, handle)
 
     def on_grant(self, sender: int, cumulative: int) -> None:
         """A cumulative count from out-neighbour ``sender``: the tokens it has put into my queue in total
@@ -138,7 +146,7 @@ class Worker:
         """The next action; a :class:`Wait` is repeated until an event unblocks it."""
         if self._pending_release:
             handles = tuple(e.handle for e in self._pending_release)
-            self._pending_release = []
+            self._pending_release.clear()       # (in place: on_update's shortcut below appends to it)
             return ReleaseUpdates(handles)
         if self._catch_up is not None:
             a, self._catch_up = self._catch_up, None
@@ -231,20 +239,24 @@ class Worker:
             if grants:
                 yield GrantTokens(tuple(grants))
             if cfg.compute_graph == "parallel":
-                yield from self._send(k)
+                if self.acks is not None:
+                    yield from self._acked(k)
+                yield self._send(k)
                 yield ComputeGradient(k)
                 yield from self._recv_reduce(k)
                 yield ApplyGradient(k)
             else:
                 yield ComputeGradient(k)
                 yield ApplyGradient(k)
-                yield from self._send(k)
+                if self.acks is not None:
+                    yield from self._acked(k)
+                yield self._send(k)
                 yield from self._recv_reduce(k)
             if k + 1 >= self.budget:
                 return
             jumped_from, target = None, k + 1
             if self.ledger is not None:
-                jump_to = self._jump_target(k)
+                jump_to = self._jump_target(k) if cfg.skip_max_jump else None
                 if jump_to is not None:
                     target, jumped_from = jump_to, k
                     self.jumps.append((k, target))
@@ -253,12 +265,11 @@ class Worker:
                     # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5); the
                     # target was chosen so that this Recv completes at once (see _jump_target).
                     yield from self._recv_reduce(target - 1)
-                while not self.ledger.can_take(target - k):
+                while not self.ledger.take_if(target - k):
                     if target >= self.budget:       # stop_at() while waiting: iteration k was the last
                         return
                     yield Wait(tuple(j for j in self.view.out_neighbors
                                      if self.ledger.available(j) < target - k), "tokens")
-                self.ledger.take(target - k)
             prev, self.iteration, k = k, target, target
 
     def _straggler_lead(self) -> Optional[int]:
@@ -293,14 +304,19 @@ class Worker:
                 return k + d
         return None
 
-    def _send(self, k: int) -> Iterator[Any]:
-        """Send(k), leaving out neighbours known to be past the last iteration that could use it; with
-        notify-ack, only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
-        if self.acks is not None:
-            while not self.acks.may_send(k):
-                yield Wait(tuple(self.acks.missing(k)), f"ACKs of update {k - 1}")
-            self.acks.sent = k + 1
-        outs = self.view.out_at(k)             # a schedule's step k (sec. 3.1's graph, time-varying)
+    def _acked(self, k: int) -> Iterator[Any]:
+        """Notify-ack: Send(k) only once every out-neighbour has ACKed update k - 1 (sec. 3.3)."""
+        acks = cast("AckLedger", self.acks)
+        while not acks.may_send(k):
+            yield Wait(tuple(acks.missing(k)), f"ACKs of update {k - 1}")
+        acks.sent = k + 1
+
+    def _send(self, k: int) -> SendParams:
+        """Send(k), leaving out neighbours known to be past the last iteration that could use it (after
+        :meth:`_acked` with notify-ack)."""
+        view = self.view
+        outs = view.out_at(k) if view.steps else view.out_neighbors   # a schedule's step k (sec. 3.1's
+                                                                        # graph, time-varying)
         led = self.ledger
         useless: Any = ()
         if led is not None:
@@ -309,20 +325,24 @@ class Worker:
             # k < known - staleness
             base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
             granted, taken = led.granted, led.taken
-            useless = [j for j in outs if k < base + granted[j] - taken[j]]
+            for j in outs:                      # (a loop: usually nobody is past it, and no list is made)
+                if k < base + granted[j] - taken[j]:
+                    useless = [j for j in outs if k < base + granted[j] - taken[j]]
+                    break
         if useless:
             self.sends_skipped += len(useless)
             dests = tuple(j for j in outs if j not in useless)
         else:
             dests = outs
         self._last_sent = k
-        yield SendParams(k, tuple(dests), tuple(useless))
+        return SendParams(k, tuple(dests), tuple(useless))
 
     def _recv_reduce(self, k: int) -> Iterator[Any]:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
-        yield Reduce(k, damped(plan, self.cfg.consensus_step))   # gamma < 1: compressed exchanges
+        gamma = self.cfg.consensus_step
+        yield Reduce(k, plan if gamma == 1.0 else damped(plan, gamma))   # gamma < 1: compressed exchanges
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))

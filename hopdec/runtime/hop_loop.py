@@ -50,7 +50,7 @@ def wait_kind(what: str) -> str:
 
 def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[Any], Any]] = None,
                 clock: Callable[[], float] = time.time, step: Any = False, spans: bool = False,
-                detail: bool = True) -> Iterator[Any]:
+                detail: bool = True, instant: bool = False) -> Iterator[Any]:
     """Run ``core`` to the end; yields each :class:`Wait`. ``on_record(rec)`` gets one dict per iteration.
 
     With ``step=True`` it also yields every other action after carrying it out, so a scheduler can
@@ -73,6 +73,11 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     ``sent_bytes``, ``waited_on``, ``tokens``, ``held``, ``used_total``, ``dropped_total`` -- and keeps
     the time split, iteration, loss and jumps (what a summary reads): a simulator that writes no logs
     does not build them for 10 million worker-iterations.
+
+    ``instant=True``: ``clock`` does not move while a send, a Reduce or an Apply runs (virtual time: only
+    computing and waiting take time), so their times are 0 without reading it (with ``spans`` it is read
+    as always). A transport whose updates carry no parameters (``io.carries_data`` False: a timing-only
+    simulation) gets no payloads to look up or release, and the backend's Reduce no pairs.
     """
     rec: Any = None
     t0: Any
@@ -85,6 +90,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     fresh = False               # nothing can have arrived since the last poll worth another one
     every = step is True        # else the kinds to yield (none when False)
     stepped = frozenset() if every or not step else frozenset(step)
+    timed = spans or not instant    # read the clock around actions (else they take no time on it)
+    data = getattr(io, "carries_data", True)
     while True:
         if poll is not None and not fresh:
             if rec is None:
@@ -100,7 +107,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             deferred = None
         # after bookkeeping actions (microseconds) and after a wait (the driver's wait delivered what
         # arrived) another poll would find nothing new: only actions that take time are followed by one
-        fresh = kind in _BOOKKEEPING
+        if poll is not None:
+            fresh = kind in _BOOKKEEPING
         if kind is Wait:
             t0 = clock()
             yield a
@@ -111,7 +119,7 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         if kind is GrantTokens and carry:
             deferred = a.grants     # sent with the update right behind it (or before the next action)
             continue
-        t0 = clock() if rec is not None else None
+        t0 = clock() if timed and rec is not None else 0.0
         if kind is Enter:
             if rec is not None and on_record:
                 on_record(_close(rec, core) if detail else rec)
@@ -129,12 +137,16 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
-                more = _NO_GRANTS if deferred is None else {"grants": deferred}
                 before = getattr(io, "bytes_sent", None) if detail else None
                 if store is not None:           # zero-copy: send from the parameters' own storage
-                    io.send_from(a.iteration, a.dests, store, **more)
+                    if deferred is None:
+                        io.send_from(a.iteration, a.dests, store)
+                    else:
+                        io.send_from(a.iteration, a.dests, store, grants=deferred)
+                elif deferred is None:
+                    io.send_update(a.iteration, a.dests, backend.write_params)
                 else:
-                    io.send_update(a.iteration, a.dests, backend.write_params, **more)
+                    io.send_update(a.iteration, a.dests, backend.write_params, grants=deferred)
                 if before is not None and rec is not None:      # what this send put on the wire
                     rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
@@ -145,7 +157,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 if a.dests and detail:
                     rec.setdefault("sent_to", []).extend(a.dests)
                 rec["send_skipped"] += len(a.skipped)
-                _timed(rec, "send", t0, clock(), spans, a.dests)
+                if timed:
+                    _timed(rec, "send", t0, clock(), spans, a.dests)
         elif kind is GrantTokens:
             io.send_grants(a.grants)
         elif kind is SendAcks:
@@ -156,18 +169,24 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
         elif kind is Reduce:
             spares = spare_stores() if spare_stores is not None else None
-            pairs = [(None if t.handle is SELF else io.payload(t.handle), t.weight) for t in a.terms]
+            pairs = ([(None if t.handle is SELF else io.payload(t.handle), t.weight) for t in a.terms]
+                     if data else _NO_PAIRS)
             if spares:                          # zero-copy: Reduce overwrites a store none of whose sends
                 stores = len(spares) + 1
                 into, added = writable_store(spares, backend, io, cap)  # is in flight, a new one, or
-                if into is None:                                        # (at the cap) the oldest, once
-                    into = spares[0]                                    # it is free
+                t1 = t0                                                 # (at the cap) the oldest, once
+                if into is None:                                        # it is free
+                    into = spares[0]
                     pending = io.wait_sent(into)
                     if pending is not None:     # a virtual-time driver resumes us once it is
+                        if not timed:
+                            t0 = clock()
                         yield pending
+                        t1 = clock()
                 elif added:
                     rec["send_stores"] = stores + 1
-                t1 = clock()
+                if timed:
+                    t1 = clock()
                 rec["wait_sends_s"] = rec.get("wait_sends_s", 0.0) + t1 - t0
                 if spans and t1 - t0 > 1e-4:
                     rec["spans"].append(["wait", t0 - rec["time"], t1 - t0, ["sends to complete", []]])
@@ -175,14 +194,17 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 backend.reduce(pairs, into=into)
             else:
                 backend.reduce(pairs)
-            io.release([t.handle for t in a.terms if t.handle is not SELF])
+            if data:
+                io.release([t.handle for t in a.terms if t.handle is not SELF])
             if detail:
                 rec.setdefault("reduced", []).append(
                     [[t.sender, t.iteration, _ROUND6[t.weight]] for t in a.terms])
-            _timed(rec, "reduce", t0, clock(), spans, a.iteration)
+            if timed:
+                _timed(rec, "reduce", t0, clock(), spans, a.iteration)
         elif kind is ApplyGradient:
             backend.apply(a.iteration)
-            _timed(rec, "apply", t0, clock(), spans)
+            if timed:
+                _timed(rec, "apply", t0, clock(), spans)
         elif kind is ReleaseUpdates:
             io.release(a.handles)
         elif kind is Jump:
@@ -249,8 +271,9 @@ def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
 
-_NO_GRANTS: dict = {}
-"""The keywords of a send that carries no grants (read only)."""
+_NO_PAIRS: tuple = ()
+"""What a Reduce hands a backend whose transport carries no parameters (read only)."""
+
 
 
 class _Rounded(dict):

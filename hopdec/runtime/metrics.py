@@ -78,18 +78,20 @@ class RankLogger:
         self.jumps = 0
 
     def log(self, rec):
+        t, it = rec["time"], rec["iter"]
         if self.entries is not None:
-            self.entries.append((rec["time"], rec["iter"]))
+            self.entries.append((t, it))
         self.iterations += 1
         self.wait_s += rec.get("wait_s", 0.0)
         self.compute_s += rec.get("compute_s", 0.0)
-        if rec.get("loss") is not None:
-            self.last_loss = rec["loss"]
-        self.first_time = rec["time"] if self.first_time is None else self.first_time
-        self.last_time = rec["time"]
-        self.first_iter = rec["iter"] if self.first_iter is None else self.first_iter
-        self.last_iter = rec["iter"]
-        self.jumps += "jumped_from" in rec
+        loss = rec.get("loss")
+        if loss is not None:
+            self.last_loss = loss
+        if self.first_time is None:
+            self.first_time, self.first_iter = t, it
+        self.last_time, self.last_iter = t, it
+        if "jumped_from" in rec:
+            self.jumps += 1
         if self._f:
             self._f.write(json.dumps(rec) + "\n")
 

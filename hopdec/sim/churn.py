@@ -286,7 +286,7 @@ class Churn:
                 sim.finished -= 1
                 sim.loops[r] = self._joining(r, worker_loop(sim.cores[r], sim.ios[r], sim.backends[r],
                                                             clock=sim._clock, step=STEPS,
-                                                            detail=sim.detail))
+                                                            detail=sim.detail, instant=True))
             sim.blocked[r] = False
             sim._advance(r)
 

@@ -101,7 +101,7 @@ class EventQueue:
                     for fn in hooks:
                         fn()
                     continue
-                if len(heap) <= self._bg or heap[0][0] > limit:
+                if len(heap) <= self._bg or (until is not None and heap[0][0] > limit):
                     return self
                 self.now, _, fn = pop(heap)
                 fn()

@@ -25,6 +25,7 @@ sender's parameters, Reduce averages real arrays).
 from __future__ import annotations
 
 from functools import partial
+from operator import attrgetter
 from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ComputeGradient, Deadlock, Wait
@@ -32,7 +33,6 @@ from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
@@ -55,8 +55,14 @@ class TimingBackend:
         return None
 
     def compute(self, iteration: int) -> dict:
-        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
-        return compute_record(self.duration, factor)
+        got = self.compute_time(self.rank, iteration)     # step_of and compute_record, inline (hot)
+        if type(got) is tuple:
+            self.duration, factor = got
+            if factor is not None:
+                return {"loss": None, "compute_s": got[0], "slowdown": factor}
+            got = got[0]
+        self.duration = got
+        return {"loss": None, "compute_s": got}
 
     def reduce(self, pairs: Any) -> None:
         pass
@@ -143,12 +149,13 @@ class _IO:
     transport it carries token grants in the header of the update they come with (``carries_grants``,
     :func:`hopdec.transport.message.split_grants`): such a grant arrives with the update, not on its own."""
 
-    __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent")
+    __slots__ = ("sim", "rank", "held", "_next", "grantees", "bytes_sent", "carries_data")
     carries_grants = True
 
     def __init__(self, sim: HopSim, rank: int, grantees: Any = ()) -> None:
         self.sim, self.rank = sim, rank
         self.held: Optional[dict[int, Any]] = {} if sim.math else None
+        self.carries_data: bool = sim.math      # timing only: updates carry no parameters (worker_loop)
         self._next = 0
         self.grantees = set(grantees)
         self.bytes_sent: float = 0
@@ -169,7 +176,11 @@ class _IO:
 
     def send_from(self, iteration: int, dests: tuple, store: int, grants: Any = None) -> None:
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
-        grant = self._carry(dests, grants)
+        grant = NO_GRANT
+        if grants:                              # self._carry, inline
+            grant, rest = split_grants(dests, grants, self.grantees)
+            if rest:
+                self.sim._send_grants(self.rank, rest)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
@@ -213,7 +224,7 @@ class HopSim:
     s.in_flight, s.sent_to)`` with :class:`hopdec.hop.invariants.Invariants`; ``in_flight`` and ``sent_to``
     are kept only when there is a check);
     ``on_record(rank, rec)``: each iteration's log record (``detail``: with the fields only a log file
-    reads, ``worker_loop(detail=...)``); ``send_path``: a
+    reads, ``worker_loop(detail=...)``), or ``records(rank)``: rank's own ``f(rec)``; ``send_path``: a
     :class:`~hopdec.sim.sends.SendPath` (default: zero-copy, TCP's eager limit); ``compress``: a
     ``--compress`` spec for models of ``numel`` parameters (each message then costs its coded size,
     :mod:`hopdec.sim.compressed`; coded messages go from buffers of their own, so nothing waits for a
@@ -222,7 +233,8 @@ class HopSim:
 
     def __init__(self, views: Any, cfg: Any, compute_time: Any, network: Any = None, message_bytes: float = 0,
                  backend_factory: Any = None, check: Any = None, on_record: Any = None, send_path: Any = None,
-                 compress: Any = None, numel: Any = None, coded_scale: float = 1.0, detail: bool = True) -> None:
+                 compress: Any = None, numel: Any = None, coded_scale: float = 1.0, detail: bool = True,
+                 records: Any = None) -> None:
         self.views, self.cfg = views, cfg
         self.n: int = len(views)
         self.q: EventQueue = EventQueue()
@@ -254,11 +266,14 @@ class HopSim:
         self.sends_abandoned: bool = False        # a death revoked the communicator (hopdec.sim.churn)
         self.computing: list[bool] = [False] * self.n
         # what a computing worker does when it is back in MPI
-        self.untaken: list[list[Callable[[], Any]]] = [[] for _ in views]
-        clock = self._clock
+        self.untaken: list[list[Any]] = [[] for _ in views]   # callables, or _arrived's arguments
+        # the loops' clock: the queue's virtual time, read without a Python frame (it is read millions of times)
+        clock = self._clock = partial(attrgetter("now"), self.q)  # type: ignore[method-assign]
         self.detail = detail
         self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
-                                  on_record=None if on_record is None else partial(on_record, c.rank))
+                                  on_record=(records(c.rank) if records is not None else
+                                             None if on_record is None else partial(on_record, c.rank)),
+                                  instant=True)
                       for c, io, b in zip(self.cores, self.ios, self.backends)]
         self._resume: list[Callable[[], Any]] = [partial(self._advance if self.rndv is None else self._computed, r)
                                                  for r in range(self.n)]
@@ -322,7 +337,10 @@ class HopSim:
         if held:
             self.untaken[r] = []
             for fn in held:
-                fn()
+                if type(fn) is tuple:       # a message that reached it (_reached)
+                    self._arrived(*fn)
+                else:
+                    fn()
         self._advance(r)
 
     def _when_in_mpi(self, r: int, fn: Callable[[], Any]) -> None:
@@ -342,14 +360,24 @@ class HopSim:
 
     def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
-        one from its store resumes a Reduce parked on it), then it is delivered like any other."""
+        one from its store resumes a Reduce parked on it), then it is delivered like any other (timing
+        only and unchecked -- millions of times -- :meth:`_deliver_update` inline)."""
         if store is not None:
             u = self.unsent[src]
             u[store] -= 1
             if not u[store] and self.parked[src] == store:
                 self.parked[src] = None
                 self._advance(src)
-        self._deliver_update(src, iteration, data, grant, dst)
+        if data is not None or self.check is not None:
+            self._deliver_update(src, iteration, data, grant, dst)
+            return
+        core = self.cores[dst]
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            core.on_grant(src, grant)
+        core.on_update(src, iteration, 0)
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     # ---- messages ----
     def _send_update(self, src: int, iteration: int, dests: tuple, data: Any, store: Optional[int] = None,
@@ -378,8 +406,8 @@ class HopSim:
     def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
         :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
-        if self.computing[dst]:
-            self.untaken[dst].append(partial(self._arrived, src, iteration, data, store, grant, dst))
+        if self.computing[dst]:             # (its arguments: _computed calls _arrived, no partial made)
+            self.untaken[dst].append((src, iteration, data, store, grant, dst))
         else:
             self._arrived(src, iteration, data, store, grant, dst)
 

@@ -43,8 +43,10 @@ Flow = list
 """A transfer: a list of fields, by the indices below."""
 Route = tuple[int, tuple[int, ...], float, bool, int, float]
 """(dst, resources, latency, takes no time, pair key, least capacity after the sender's NIC): :meth:`Network._route`."""
-Fan = tuple[Any, list[Route], tuple[int, ...], bool]
-"""(dsts, routes, resources touched, may be rated alone): :meth:`Network._fan`."""
+Fan = tuple[Any, list[Route], tuple[int, ...], bool, bool]
+"""(dsts, routes, resources touched, may be rated alone, its transfers alike): :meth:`Network._fan`."""
+Solo = list
+"""A send rated alone and kept off the NICs' books (:meth:`Network._solo_send`): fields by the _S_ indices."""
 Arrival = tuple[float, Callable[[int], Any], int]
 """(latency, deliver, dst) of a message whose last byte has left."""
 
@@ -102,6 +104,20 @@ _HUB: Final = 11
 _DST: Final = 12
 
 
+# A send rated alone (Network._solo_send), by index: the id before its transfers' ids, their size, the send
+# NIC's share per transfer, when it started, when its last bytes leave, its routes, deliver, the resources it
+# touches (its NIC first), and its transfers once put on the books (Network._materialize), else None.
+_S_FID: Final = 0
+_S_SIZE: Final = 1
+_S_OUT: Final = 2
+_S_NOW: Final = 3
+_S_END: Final = 4
+_S_ROUTES: Final = 5
+_S_DELIVER: Final = 6
+_S_TOUCHED: Final = 7
+_S_FLOWS: Final = 8
+
+
 class _Hub:
     """A hub NIC in hub mode: all its transfers move at its equal share cap / k, so one clock ``v`` (bytes
     each has received since the mode began, at time ``t``) and one heap of finish tags (v at start + size)
@@ -154,8 +170,8 @@ class Network:
                 self._hub[r] = _Hub()
         self._fans: dict[int, Fan] = {}    # src -> its last send's fan (see _fan): a worker sends to the
                                            # same out-neighbours every time
-        self._solo: Flow = [None] * len(self.cap)  # resource -> the send rated alone there and not yet put on
-                                             # the NICs (see _materialize), else None
+        self._solo: list[Optional[Solo]] = [None] * len(self.cap)  # resource -> the send rated alone there
+                                             # and not yet put on the NICs (see _materialize), else None
         self._pairs: dict[int, list[Flow]] = {}  # src * nodes + dst -> its messages: [in transit, waiting...]
         self._dirty: dict[int, bool] = {}
         self._flush_pending: bool = False
@@ -175,18 +191,18 @@ class Network:
         fan = self._fans.get(src)
         if fan is None or (fan[0] is not dsts and fan[0] != dsts):
             fan = self._fans[src] = self._fan(src, dsts)
-        _, routes, touched, may_solo = fan
+        _, routes, touched, may_solo, alike = fan
         solo, active = self._solo, self.active
+        alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
             if solo[r] is not None:
-                self._materialize(solo[r])
-        if may_solo and nbytes > 0 and not self._flush_pending:
-            for r in touched:
-                if active[r]:
-                    break
-            else:                               # alone on every NIC and link it uses: rate it now
-                if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver):
-                    return
+                self._materialize(solo[r])      # (it is on r now: this send is not alone)
+                alone = False
+            elif alone and active[r]:
+                alone = False
+        if alone:                               # alone on every NIC and link it uses: rate it now
+            if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver, alike):
+                return
         pairs, hubs = self._pairs, self._hub
         free: Optional[list[Arrival]] = None
         started = []
@@ -253,40 +269,51 @@ class Network:
             touched += [r for r in route[1] if r not in touched]
         may_solo = (not self._hub and len(set(dsts)) == len(dsts)
                     and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
-        return dsts, routes, tuple(touched), may_solo
+        alike = len({(lat, restcap) for _, _, lat, _, _, restcap in routes}) == 1
+        return dsts, routes, tuple(touched), may_solo, alike
 
-    def _solo_send(self, src: int, k: int, routes: list[Route],
-                   touched: tuple[int, ...], now: float, size: float, deliver: Callable[[int], Any]) -> bool:
+    def _solo_send(self, src: int, k: int, routes: list[Route], touched: tuple[int, ...], now: float,
+                   size: float, deliver: Callable[[int], Any], alike: bool) -> bool:
         """A send alone on every resource it uses (the usual case when transfers are short), rated as
         :meth:`_rate` would. When all its transfers arrive at once -- one arrival event -- it stays off the
         NICs' books: nothing else can use them before that event without first putting it on them
         (:meth:`_materialize`, called by whatever touches one of its resources), so the books and events
-        are those of the general rule, without the work while nothing else comes near. Returns False
-        (nothing done) when its transfers would arrive at different times."""
+        are those of the general rule, without the work while nothing else comes near; until then it is
+        one small record (:data:`Solo`), not a transfer per destination. Returns False (nothing done) when
+        its transfers would arrive at different times. ``alike``: every route has the same latency and
+        capacity after the sender's NIC (then they all arrive at once)."""
         out = self.cap[src] / k
-        fid = self._ids
-        flows: list[Flow] = []
-        end0: Any = None
         lat0 = routes[0][2]
-        for dst, res, lat, _, pair, restcap in routes:
-            rate = restcap if restcap < out else out
-            end = now + size / rate
-            if end0 is None:
-                end0 = end
-            elif end != end0 or lat != lat0:
-                return False
-            fid += 1
-            flows.append([fid, size, rate, now, 1, res, deliver, lat, pair, end, flows, None, dst])
-        self._ids = fid
+        if alike:
+            restcap = routes[0][5]
+            end0 = now + size / (restcap if restcap < out else out)
+        else:
+            end0 = None
+            for _, _, lat, _, _, restcap in routes:
+                end = now + size / (restcap if restcap < out else out)
+                if end0 is None:
+                    end0 = end
+                elif end != end0 or lat != lat0:
+                    return False
+        fid = self._ids
+        self._ids = fid + k
+        rec: Solo = [fid, size, out, now, end0, routes, deliver, touched, None]
         solo = self._solo
         for r in touched:
-            solo[r] = flows
-        self.q.at(end0 + lat0, partial(self._arrive_solo, flows))
+            solo[r] = rec
+        self.q.at(end0 + lat0, partial(self._arrive_solo, rec))
         return True
 
-    def _materialize(self, flows: list[Flow]) -> None:
+    def _materialize(self, rec: Solo) -> None:
         """Put a send rated alone (:meth:`_solo_send`) on its NICs' and pairs' books, as the general rule
-        keeps them, before anything else looks at those."""
+        keeps them, before anything else looks at those: its transfers, each rated as :meth:`_rate` would."""
+        fid, size, out, now, end, routes, deliver, _, _ = rec
+        flows: list[Flow] = []
+        for dst, res, lat, _, pair, restcap in routes:
+            fid += 1
+            flows.append([fid, size, restcap if restcap < out else out, now, 1, res, deliver, lat, pair, end,
+                          flows, None, dst])
+        rec[_S_FLOWS] = flows
         active, pairs, solo = self.active, self._pairs, self._solo
         for f in flows:
             pairs[f[_PAIR]] = [f]
@@ -499,18 +526,18 @@ class Network:
             self._flush_pending = True
             self.q.at_instant_end(self._flush)
 
-    def _arrive_solo(self, flows: list[Flow]) -> None:
+    def _arrive_solo(self, rec: Solo) -> None:
         """The arrival event of a send rated alone by :meth:`_solo_send` (its transfers' token is 1)."""
         solo = self._solo
-        if solo[flows[0][_RES][0]] is not flows:
-            self._arrive([(f, 1) for f in flows])   # put on the books since: as any transfer rated alone
+        touched = rec[_S_TOUCHED]
+        if solo[touched[0]] is not rec:
+            self._arrive([(f, 1) for f in rec[_S_FLOWS]])  # put on the books since: as any transfer rated alone
             return
-        for f in flows:                             # never on the books: all arrive now
-            f[_ALONE] = None
-            for r in f[_RES]:
-                solo[r] = None
-        for f in flows:
-            f[_DELIVER](f[_DST])
+        for r in touched:                           # never on the books: all arrive now
+            solo[r] = None
+        deliver = rec[_S_DELIVER]
+        for route in rec[_S_ROUTES]:
+            deliver(route[0])
 
     def _arrive(self, flows: list[tuple[Flow, int]]) -> None:
         """The one event of transfers rated alone: their arrival (and their leaving the NICs, if nothing

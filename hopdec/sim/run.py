@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from functools import partial
 
 from hopdec.errors import ConfigError
 from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
@@ -124,6 +125,11 @@ class _Logs:
 
     def _path(self, r):
         return os.path.join(self.dir, f"rank{r}.jsonl")
+
+    def sink(self, rank):
+        """Where rank ``rank``'s records go: :meth:`log` for it, or straight to its :class:`RankLogger` when
+        no file is kept (one call less per simulated worker-iteration)."""
+        return partial(self.log, rank) if self.dir else self.stats[rank].log
 
     def log(self, rank, rec):
         self.stats[rank].log(rec)
@@ -313,7 +319,7 @@ def _run_hop(S, entries=False):
     bound = hop.bound() if n <= BOUND_UP_TO else None
     header = hop.header(S.numel, S.compute.describe(), bound, **S.header())
     logs = _Logs(log_dir, workers, lambda r: header, entries=entries)   # the gap: sim.max_gap
-    compute_time, on_record = S.compute.step, logs.log
+    compute_time, on_record, records = S.compute.step, None, logs.sink
     if hop.cfg.rounds:                  # a round of local steps costs its inner steps' times
         from hopdec.sim.costs import RoundCompute
         compute_time = RoundCompute(S.compute.step, hop.round_steps)
@@ -322,6 +328,7 @@ def _run_hop(S, entries=False):
             steps = hop.round_steps(rec["iter"])
             rec["inner_steps"], rec["first_step"] = len(steps), steps.start
             logs.log(rank, rec)
+        records = None
     factory, trainers = None, None
     if cost.math:                       # torch only here: a timing-only run never imports it
         from hopdec.sim.backends import MathBackend
@@ -332,7 +339,7 @@ def _run_hop(S, entries=False):
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
     sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=on_record, send_path=S.sends,
+                 backend_factory=factory, on_record=on_record, records=records, send_path=S.sends,
                  compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale, detail=bool(log_dir),
                  check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     churn = None

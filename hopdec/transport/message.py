@@ -55,6 +55,13 @@ def split_grants(dests: Any, grants: Any, grantees: Any) -> tuple[int, list[tupl
     """
     if not grants:
         return NO_GRANT, []
+    if len(grants) == len(dests):       # the usual case: one count, to exactly the update's destinations
+        carried = grants[0][1]
+        for (i, c), d in zip(grants, dests):
+            if i != d or c != carried:
+                break
+        else:
+            return carried, []
     want = dict(grants)
     carried = NO_GRANT
     for d in dests:

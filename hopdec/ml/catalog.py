@@ -3,7 +3,7 @@ hyperparameter presets (Hop sec. 7.2), the model each dataset trains by default,
 datasets known without reading them, and the models' parameter counts on those datasets.
 
 A timing-only ``hopdec sim`` needs no more than this (the message size is 4 bytes per parameter), so it
-starts without torch (about 1.3 s). The counts are a table, not a formula: ``tests/test_catalog.py``
+starts without torch (importing it took about 1.4 s). The counts are a table, not a formula: ``tests/test_catalog.py``
 builds every combination with :func:`hopdec.ml.models.parameter_count` and compares, so the table cannot
 drift from the models; anything not in it (a model of your own, a dataset read from files) is counted by
 building the model on torch's meta device (:meth:`hopdec.modes.work.Workload.numel`).

@@ -161,14 +161,13 @@ class Standard(_Policy):
 
     def on_update(self, entry: Entry) -> Any:
         """File an arriving update; returns entries to free (late ones, sec. 6.2 a)."""
-        if entry.iteration < self.floor:
-            self.dropped += 1
-            return [entry]
-        self.queue.put(entry)
-        return _NONE
+        late: list = []
+        self.receive(late, entry.sender, entry.iteration, entry.handle)
+        return late or _NONE
 
     def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
-        """:meth:`on_update` without the returned list (see :meth:`_Policy.receive`)."""
+        """:meth:`on_update` of the update's fields, late ones appended to ``late`` (see
+        :meth:`_Policy.receive`)."""
         if iteration < self.floor:
             self.dropped += 1
             late.append(Entry(sender, iteration, handle))

@@ -159,10 +159,6 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 rec["send_skipped"] += len(a.skipped)
                 if timed:
                     _timed(rec, "send", t0, clock(), spans, a.dests)
-        elif kind is GrantTokens:
-            io.send_grants(a.grants)
-        elif kind is SendAcks:
-            io.send_grants(a.acks)          # the same cumulative-count message, other meaning
         elif kind is ComputeGradient:
             rec.update(backend.compute(a.iteration))
             if spans:
@@ -205,6 +201,10 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             backend.apply(a.iteration)
             if timed:
                 _timed(rec, "apply", t0, clock(), spans)
+        elif kind is GrantTokens:
+            io.send_grants(a.grants)
+        elif kind is SendAcks:
+            io.send_grants(a.acks)          # the same cumulative-count message, other meaning
         elif kind is ReleaseUpdates:
             io.release(a.handles)
         elif kind is Jump:

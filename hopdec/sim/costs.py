@@ -21,6 +21,7 @@ Syntax of one ``--compute-time`` value: ``[WHO@]DIST``
 """
 
 import math
+from array import array
 
 import numpy as np
 
@@ -193,7 +194,7 @@ class ComputeModel:
                 block = [d.params["value"]] * BLOCK
             else:
                 rng = np.random.default_rng([self.seed & 0xFFFFFFFF, w, b, _STREAM_COMPUTE])
-                block = d.sample(rng, BLOCK).tolist()
+                block = array("d", d.sample(rng, BLOCK).tolist())   # 8 bytes a draw, not a float object
             self._blocks[key] = block
             self._blocks.pop((w, b - 1), None)      # a worker's iterations only go up
         return block

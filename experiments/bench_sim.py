@@ -101,9 +101,8 @@ def main(argv=None):
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child or args.profile:
-        import networkx  # noqa: F401  imports outside the timings
-        import torch  # noqa: F401
-        import hopdec.sim.run  # noqa: F401
+        import networkx  # noqa: F401  imports outside the timings (torch is not one: a timing-only
+        import hopdec.sim.run  # noqa: F401  run never imports it, and its objects would slow the collector)
         if args.profile:
             run_case(args.profile, args.iterations, profile=True)
             return

@@ -139,3 +139,36 @@ def test_emulator_bad_settings():
         Emulator(None, rank=0, workers=2, compute_time=0)
     with pytest.raises(ConfigError, match="rank 2 is not one of the workers"):
         Emulator(None, rank=2, workers=2)
+
+
+class _Rank:
+    """A rank that counts how often it is read as an int."""
+    reads = 0
+
+    def __init__(self, r):
+        self.r = r
+
+    def __int__(self):
+        _Rank.reads += 1
+        return self.r
+
+
+def test_emulators_of_the_same_workers_read_them_once():
+    """A simulator makes one Emulator per worker, each given the same tuple of all n workers: the tuple is
+    read once, not n times (10,000 workers took 20 s before the first event), and membership stays exact."""
+    n = 300
+    workers = tuple(_Rank(r) for r in range(1, n + 1))          # a parameter server's workers: 1..n
+    _Rank.reads = 0
+    emus = [Emulator(["random:factor=6,prob=1/n", "rank=7,factor=2"], w, workers, seed=1) for w in range(1, n + 1)]
+    assert _Rank.reads == n
+    assert all(e.n_workers == n for e in emus) and emus[6].factor(0) >= 2 and emus[5].factor(0) in (1.0, 6.0)
+    with pytest.raises(ConfigError, match="rank 0 is not one of the workers 1..300"):
+        Emulator("rank=7,factor=2", 0, workers)
+    with pytest.raises(ConfigError, match=r"rank 301 is not a worker: the workers are ranks 1..300 \(rank 0"):
+        Emulator("rank=301,factor=2", 1, workers)
+    ranks = [0, 1, 2]                                            # a list can change between calls: read each time
+    assert Emulator("rank=2,factor=3", 0, ranks).factor(0) == 1.0
+    ranks.pop()
+    with pytest.raises(ConfigError, match="rank 2 is not a worker"):
+        Emulator("rank=2,factor=3", 0, ranks)
+    assert Emulator("rank=2,factor=3", 2, (0, 1, 2)).factor(5) == 3.0     # another tuple: its own ranks

@@ -16,6 +16,7 @@ import torch
 
 from hopdec.errors import ConfigError
 from hopdec.limits import check_alloc
+from hopdec.ml.catalog import steps_per_epoch  # noqa: F401  (torch-free, re-exported)
 from hopdec.ml.registry import DATASETS  # noqa: F401  (the names, without torch: the CLI reads them)
 from hopdec.ml.registry import is_entry_point
 from hopdec.ml.safe_pickle import RefusedPickle, load_batch
@@ -265,13 +266,6 @@ def partition(labels, n_parts: int, part: int, scheme: str = "iid", seed: int = 
         _, by_label = torch.sort(y[order], stable=True)
         order = order[by_label]
     return torch.tensor_split(order, n_parts)[part].clone().long()
-
-
-def steps_per_epoch(n_indices: int, batch_size: int) -> int:
-    """Mini-batches in one pass over ``n_indices`` samples (the last partial batch counts)."""
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
-    return max(1, -(-int(n_indices) // int(batch_size)))
 
 
 class BatchStream:

@@ -1,4 +1,5 @@
-"""Models, their losses and default hyper-parameters (Hop sec. 7.1-7.2).
+"""Models and their losses (Hop sec. 7.1-7.2); their default hyper-parameters and sizes, which need no torch,
+are in :mod:`hopdec.ml.catalog`.
 
 ``build_model`` is deterministic under ``torch.manual_seed``, so every rank can start from the
 same weights. Normalisation in vgg11 (``norm``): the default "batch" is BatchNorm *without*
@@ -11,44 +12,18 @@ mean/var are buffers: per-worker unless the engine averages them too); "group"; 
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from hopdec.errors import ConfigError
 
-from hopdec.ml.registry import DEFAULT_MODEL as _DEFAULT_MODEL
+from hopdec.ml.catalog import NORMS, PRESETS, default_model_for  # noqa: F401  (torch-free, re-exported)
 from hopdec.ml.registry import MODELS, is_entry_point
 
 # VGG configuration A (VGG-11): numbers are conv widths, "M" a 2x2 max-pool.
 VGG11_CFG = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
-
-# Defaults per model. vgg11/svm: Hop sec. 7.2. cnn/mlp: measured on digits, iid shards, ring
-# gossip (average with both neighbours each step): cnn reaches ~96% test accuracy after 100
-# iterations and 97-98% after 200 with 4 or 8 workers; mlp ~95% after 200.
-PRESETS: Dict[str, Dict[str, float]] = {
-    "vgg11": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 128},
-    "svm": {"lr": 10.0, "momentum": 0.9, "weight_decay": 1e-7, "batch_size": 128},
-    "cnn": {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 32},
-    "mlp": {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 32},
-    # A small causal transformer on bytes (kjv): AdamW (``momentum`` is its beta1), linear warmup over 5%
-    # of the run (at least 10 iterations: 2 made the loss spike from 3.8 to 8.2 at lr 3e-3) then cosine
-    # decay to 10% of lr at its last iteration, gradients clipped to norm 1.
-    "transformer": {"lr": 3e-3, "momentum": 0.9, "weight_decay": 0.01, "batch_size": 16,
-                    "optimizer": "adamw", "beta2": 0.99, "schedule": "warmup-cosine", "warmup": 0.05,
-                    "warmup_min": 10,
-                    "min_lr_ratio": 0.1, "horizon": 1000, "clip": 1.0},
-}
-
-
-def default_model_for(dataset_name: str) -> str:
-    """The model the paper pairs with a dataset: digits->cnn, cifar10->vgg11, libsvm->svm."""
-    try:
-        return _DEFAULT_MODEL[dataset_name]
-    except KeyError:
-        raise ConfigError(f"--dataset {dataset_name!r}: no default model "
-                          f"(known: {', '.join(_DEFAULT_MODEL)})") from None
 
 
 class SmallCNN(nn.Module):
@@ -69,9 +44,6 @@ class SmallCNN(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x))
-
-
-NORMS = ("batch", "running", "group", "none")
 
 
 def _norm_layer(kind: str, channels: int):

@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from hopdec.errors import ConfigError
+from hopdec.ml.catalog import USER_PRESET  # noqa: F401  (torch-free, re-exported)
 from hopdec.ml.registry import ENTRY_POINT
 
-USER_PRESET = {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 32}
-"""The hyperparameters of a model of your own unless ``--lr`` ... ``--batch-size`` say otherwise (SGD)."""
 
 
 def _one_line(err):

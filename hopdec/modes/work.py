@@ -9,10 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hopdec.errors import ConfigError
+from hopdec.ml.catalog import (INPUTS, PRESETS, USER_PRESET, default_model_for, known_parameter_count,
+                               steps_per_epoch)
 from hopdec.settings.work import DEFAULT_ITERATIONS
-
-INPUTS = {"digits": ((1, 8, 8), 10), "cifar10": ((3, 32, 32), 10)}
-"""Input shape and classes of the datasets whose model size is known without reading them."""
 
 
 @dataclass
@@ -38,7 +37,14 @@ class Workload:
                             iterations=self.iterations)
 
     def numel(self):
-        """Trainable parameters of the model, counted on torch's meta device (no memory, no training)."""
+        """Trainable parameters of the model: of a built-in model on a dataset of known shape, from
+        :data:`hopdec.ml.catalog.PARAMETERS` (no torch: a timing-only simulation never imports it); else
+        counted on torch's meta device (no memory, no training)."""
+        w = self.settings
+        if self.dataset is None:
+            known = known_parameter_count(self.model, w.dataset, w.norm)
+            if known is not None:
+                return known
         from hopdec.ml.models import parameter_count
         if self.dataset is not None:
             shape, classes = self.dataset.input_shape, self.dataset.num_classes
@@ -60,9 +66,6 @@ def load(work):
 def resolve(work, n_workers, load_data=True):
     """The :class:`Workload` of ``work`` (:class:`hopdec.settings.Work`) for ``n_workers`` workers.
     ``load_data``: read the dataset even when nothing here needs it (``--epochs`` does)."""
-    from hopdec.ml.data import steps_per_epoch
-    from hopdec.ml.models import PRESETS, default_model_for
-    from hopdec.ml.user import USER_PRESET
     model = work.model or default_model_for(work.dataset)
     hparams = dict(PRESETS.get(model, USER_PRESET))     # a model of your own: plain SGD unless told
     hparams.update(work.overrides())

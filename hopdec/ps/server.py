@@ -197,7 +197,7 @@ class Server:
             self._send(SendWeights(go, self.policy.version, "checkpoint"))
 
     def _send(self, a):
-        a = replace(a, gaps=tuple(self.gap_of(w) for w in a.workers),
+        a = replace(a, gaps=self.gaps_of(a.workers),
                     staleness=tuple(self.last_staleness[w] for w in a.workers),
                     cut=self.cuts, keep_from=self._keep_from())
         for w in a.workers:
@@ -212,9 +212,11 @@ class Server:
             return Finished()
         return Wait(tuple(w for w in self.workers if w not in self.stopped), "pushes")
 
-    def gap_of(self, worker):
-        """How many pushes ``worker`` is ahead of the slowest worker."""
-        return self.policy.pushes[worker] - self.policy.slowest_pushes()
+    def gaps_of(self, workers):
+        """How many pushes each of ``workers`` is ahead of the slowest worker (the slowest found once: a
+        release of all n workers, BSP's every round, was O(n^2))."""
+        pushes, low = self.policy.pushes, self.policy.slowest_pushes()
+        return tuple(pushes[w] - low for w in workers)
 
     def _carry(self, actions):
         pol = self.policy

@@ -8,7 +8,6 @@ import math
 import time
 
 import numpy as np
-import torch
 
 from hopdec.errors import RunError
 
@@ -42,7 +41,8 @@ class TorchBackend:
             raise RunError(f"the training loss became {loss} at iteration {iteration}: training diverged "
                            f"(a smaller --lr may help)")
         if self.t.device.type == "cuda":
-            torch.cuda.synchronize(self.t.device)
+            import torch                        # here, not at the top: the simulator's timing-only runs
+            torch.cuda.synchronize(self.t.device)   # import this module (hopdec.sim.backends) without torch
 
     def _compute_round(self, k):
         """Round k's inner steps (``--local-steps``): each mini-batch is emulated as an iteration is

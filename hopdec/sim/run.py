@@ -311,7 +311,6 @@ def _run_hop(S, entries=False):
 
     from hopdec.modes.work import save_params
     from hopdec.runtime.summary import summary_text
-    from hopdec.sim.backends import MathBackend
     from hopdec.sim.hop import HopSim
 
     hop, cost, ob = S.run, S.cost, S.settings.observe
@@ -331,7 +330,8 @@ def _run_hop(S, entries=False):
             logs.log(rank, rec)
         records = None
     factory, trainers = None, None
-    if cost.math:
+    if cost.math:                       # torch only here: a timing-only run never imports it
+        from hopdec.sim.backends import MathBackend
         trainers = S.trainers(workers)
         factory = lambda r: MathBackend(trainers[r], r, compute_time)  # noqa: E731
     inv = None
@@ -417,10 +417,8 @@ def _run_ps(S):
     from hopdec.core import Deadlock
     from hopdec.modes.work import save_params
     from hopdec.report.gaps import largest_gap
-    from hopdec.runtime.backend import ServerModel
     from hopdec.runtime.metrics import EventLog
     from hopdec.runtime.summary import summary_text
-    from hopdec.sim.backends import PSMathBackend
     from hopdec.sim.ps import PSSim
 
     ps, cost, ob = S.run, S.cost, S.settings.observe
@@ -429,7 +427,9 @@ def _run_ps(S):
     events = EventLog(log_dir, ps.header(0, S.numel, **S.header()))
     logs = _Logs(log_dir, workers, lambda w: ps.header(w, S.numel, S.compute.describe(), **S.header()))
     factory = server_model = trainers = server_trainer = None
-    if cost.math:
+    if cost.math:                       # torch only here: a timing-only run never imports it
+        from hopdec.runtime.backend import ServerModel
+        from hopdec.sim.backends import PSMathBackend
         trainers = S.trainers(workers)
         server_trainer = ps.trainer(0)
         server_model = ServerModel(server_trainer)

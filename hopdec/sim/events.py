@@ -16,12 +16,27 @@ import gc
 import heapq
 import itertools
 import math
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 Event = Callable[[], Any]
 
 COLLECT_EVERY: int = 1_000_000
 """Events between two collections of the young generations while :meth:`EventQueue.run` runs."""
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's automatic cycle collector off inside (as while :meth:`EventQueue.run` runs, see the module's
+    note), back on after if it was on: building n workers' objects and their first steps before the
+    events run made full collections that walked them all (0.6-0.8 s at 10,000 workers)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class EventQueue:

@@ -33,7 +33,7 @@ from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.events import EventQueue
+from hopdec.sim.events import EventQueue, collector_paused
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
 from hopdec.transport.message import NO_GRANT, split_grants
@@ -301,8 +301,9 @@ class HopSim:
         """Run to the end; raises :class:`Deadlock` if the events run out before every worker finished."""
         if not self._running:
             self._running = True
-            for r in range(self.n):
-                self._advance(r)
+            with collector_paused():            # every worker's first steps: objects, no cycles
+                for r in range(self.n):
+                    self._advance(r)
         self.q.run(on_event=(lambda: self.check(self)) if self.check else None)
         if self.finished < self.n:
             raise Deadlock("no event left but not every worker finished: " + self.describe())

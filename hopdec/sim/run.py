@@ -19,6 +19,7 @@ from functools import partial
 from hopdec.errors import ConfigError
 from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
 from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_rank
+from hopdec.sim.events import collector_paused
 from hopdec.sim.network import LinkModel
 from hopdec.sim.progress import attach as progress
 
@@ -294,7 +295,8 @@ def simulate(settings, out=None, entries=False):
     if settings.observe.log_dir:                        # a file or a FIFO there, no permission: one line, first
         from hopdec.runtime.metrics import check_log_dir
         check_log_dir(settings.observe.log_dir, 0)
-    sim = Simulation(settings, out)
+    with collector_paused():                # O(n) objects, no cycles: no full collections walking them
+        sim = Simulation(settings, out)
     for note in getattr(sim.run, "warnings", ()):        # the topology file's, as hopdec train prints them
         print(f"hopdec sim: warning: {note}", file=sys.stderr, flush=True)
     for note in getattr(sim.run, "notes", ()):
@@ -338,10 +340,11 @@ def _run_hop(S, entries=False):
     if S.check:
         from hopdec.hop.invariants import Invariants
         inv = Invariants(hop.graph, hop.cfg)
-    sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
-                 backend_factory=factory, on_record=on_record, records=records, send_path=S.sends,
-                 compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale, detail=bool(log_dir),
-                 check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
+    with collector_paused():
+        sim = HopSim(hop.views, hop.cfg, compute_time, network=S.link, message_bytes=S.message_bytes,
+                     backend_factory=factory, on_record=on_record, records=records, send_path=S.sends,
+                     compress=hop.cfg.compress, numel=S.math_numel, coded_scale=S.coded_scale,
+                     detail=bool(log_dir), check=(lambda s: inv.check(s.cores, s.in_flight, s.sent_to)) if inv else None)
     churn = None
     if S.deaths is not None:                    # worker deaths, healed as --fault-tolerance heals them
         from hopdec.sim.churn import attach

@@ -365,13 +365,15 @@ def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView
     if sched is not None:
         from hopdec.topology.schedule_analysis import ahead_bounds
         ahead_of = ahead_bounds(graph)
+    else:
+        ahead_of = _ahead_bounds(graph)
     views = []
     for i in sorted(graph.nodes):
         in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
         b = graph.nodes[i].get(backup_attr)
         if sched is None:
-            ahead, steps = _farthest(graph, i, {j for j in in_w if j != i}), None
+            ahead, steps = ahead_of[i], None
         else:
             ahead = ahead_of[i]
             steps = tuple((dict(sched.in_weights_at(m, i)), sched.out_at(m, i)) for m in range(sched.period))
@@ -379,9 +381,66 @@ def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView
     return views
 
 
-def _farthest(graph: Any, source: Any, targets: Any) -> Any:
+BFS_VISITS_PER_NODE = 200
+"""Python breadth-first visits per node that :func:`_ahead_bounds` spends before it hands the remaining
+sources to scipy (searches of a few dozen nodes on rings and tori; most of the graph on an
+exponential graph, where 10,000 nodes took 106 s in Python)."""
+
+
+def _ahead_bounds(graph: Any) -> dict:
+    """node -> :func:`_farthest` of its in-neighbours, for every node: Python searches that stop early while
+    they stay cheap (in-neighbours near), else every remaining source's search in C (scipy, in blocks of
+    rows), which finds the same hop counts."""
+    ins = {i: {j for j in graph.predecessors(i) if j != i} for i in graph.nodes}
+    out: dict = {}
+    budget = [BFS_VISITS_PER_NODE * graph.number_of_nodes()]
+    for i in sorted(graph.nodes):
+        got = _farthest(graph, i, ins[i], budget)
+        if got is None:
+            break
+        out[i] = got
+    left = [i for i in sorted(graph.nodes) if i not in out]
+    if left:
+        out.update(_farthest_scipy(graph, left, ins))
+    return out
+
+
+def _farthest_scipy(graph: Any, sources: list, ins: dict) -> dict:
+    import numpy as np
+    from scipy.sparse import csgraph
+
+    from hopdec.topology.bounds import _csr_pattern
+    nodes = sorted(graph.nodes)
+    index = {v: k for k, v in enumerate(nodes)}
+    A = _csr_pattern(_relabelled(graph, index))
+    out = {}
+    rows = max(1, 4_000_000 // max(len(nodes), 1))          # 32 MB of distances at a time
+    for start in range(0, len(sources), rows):
+        block = sources[start:start + rows]
+        D = csgraph.shortest_path(A, method="D", directed=True, unweighted=True,
+                                  indices=[index[i] for i in block])
+        for row, i in zip(D, block):
+            targets = [index[j] for j in ins[i]]
+            if not targets:
+                out[i] = 1
+                continue
+            far = float(np.max(row[targets]))
+            out[i] = int(far) if far != float("inf") else float("inf")
+    return out
+
+
+def _relabelled(graph: Any, index: dict) -> Any:
+    """``graph`` with its nodes renamed 0..n-1 in sorted order (itself when they already are)."""
+    if all(v == k for v, k in index.items()):
+        return graph
+    import networkx as nx
+    return nx.relabel_nodes(graph, index, copy=True)
+
+
+def _farthest(graph: Any, source: Any, targets: Any, budget: Optional[list] = None) -> Any:
     """The longest shortest path from ``source`` to any of ``targets`` (a breadth-first search that stops
-    once it has seen them all: cheap where in-neighbours are near, as on every shipped graph)."""
+    once it has seen them all: cheap where in-neighbours are near, as on every shipped graph). ``budget``:
+    ``[visits left]``, shared by the calls; None (nothing done) once it is spent."""
     if not targets:
         return 1
     left, seen, frontier, depth = set(targets), {source}, [source], 0
@@ -395,4 +454,8 @@ def _farthest(graph: Any, source: Any, targets: Any) -> Any:
                     nxt.append(v)
                     left.discard(v)
         frontier = nxt
+        if budget is not None:
+            budget[0] -= len(nxt)
+            if budget[0] < 0:
+                return None
     return depth if not left else float("inf")

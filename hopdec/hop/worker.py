@@ -98,9 +98,9 @@ class Worker:
         # policy appends late updates to _pending_release itself.
         self.on_update = partial(self.policy.receive, self._pending_release)  # type: ignore[method-assign]
         if self.ledger is not None:
-            self.on_grant = self.ledger.on_grant  # type: ignore[method-assign]
+            self.on_grant = self.ledger.on_grant  # type: ignore[method-assign,assignment]
         elif self.acks is not None:
-            self.on_grant = self.acks.on_ack      # type: ignore[method-assign]
+            self.on_grant = self.acks.on_ack      # type: ignore[method-assign,assignment]
 
     # ---- events from the transport ----
     def on_update(self, sender: int, iteration: int, handle: Any) -> None:
@@ -413,7 +413,7 @@ def _farthest_scipy(graph: Any, sources: list, ins: dict) -> dict:
     nodes = sorted(graph.nodes)
     index = {v: k for k, v in enumerate(nodes)}
     A = _csr_pattern(_relabelled(graph, index))
-    out = {}
+    out: dict[Any, Any] = {}
     rows = max(1, 4_000_000 // max(len(nodes), 1))          # 32 MB of distances at a time
     for start in range(0, len(sources), rows):
         block = sources[start:start + rows]

@@ -195,8 +195,9 @@ class Network:
         solo, active = self._solo, self.active
         alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
-            if solo[r] is not None:
-                self._materialize(solo[r])      # (it is on r now: this send is not alone)
+            other = solo[r]
+            if other is not None:
+                self._materialize(other)        # (it is on r now: this send is not alone)
                 alone = False
             elif alone and active[r]:
                 alone = False
@@ -284,6 +285,7 @@ class Network:
         capacity after the sender's NIC (then they all arrive at once)."""
         out = self.cap[src] / k
         lat0 = routes[0][2]
+        end0: Any
         if alike:
             restcap = routes[0][5]
             end0 = now + size / (restcap if restcap < out else out)

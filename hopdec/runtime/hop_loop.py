@@ -123,9 +123,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         if kind is Enter:
             if rec is not None and on_record:
                 on_record(_close(rec, core) if detail else rec)
-            rec = IterationRecord(rank=core.rank, iter=a.iteration, time=clock(), loss=None,
-                                  compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0, apply_s=0.0,
-                                  sent=0, send_skipped=0)
+            rec = IterationRecord(_RECORD)    # (a copy of the template: twice as fast as keywords)
+            rec["rank"], rec["iter"], rec["time"] = core.rank, a.iteration, clock()
             if poll is not None:
                 rec["poll_s"] = 0.0
             if spans:
@@ -270,6 +269,10 @@ def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[
 
 _BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
+
+_RECORD = dict(rank=0, iter=0, time=0.0, loss=None, compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0,
+               apply_s=0.0, sent=0, send_skipped=0)
+"""Every record's first fields, in their order in the log (read only: each record is a copy)."""
 
 _NO_PAIRS: tuple = ()
 """What a Reduce hands a backend whose transport carries no parameters (read only)."""

@@ -39,8 +39,17 @@ def test_one_way_cycle_needs_the_long_way_round():
     assert {v.ahead_bound for v in node_views(directed([(i, (i + 1) % 6) for i in range(6)]))} == {5}
 
 
+def random_directed(n, out, seed):
+    """A ring (strongly connected) plus ``out`` random edges per node."""
+    import random
+    rng = random.Random(seed)
+    edges = [(i, (i + 1) % n) for i in range(n)] + [(i, rng.randrange(n)) for i in range(n) for _ in range(out)]
+    return directed([(u, v) for u, v in edges if u != v])
+
+
 @pytest.mark.parametrize("visits", [0, 1, 3])
-@pytest.mark.parametrize("graph", GRAPHS + [directed([(10, 30), (30, 20), (20, 10), (10, 20)])],
+@pytest.mark.parametrize("graph", GRAPHS + [directed([(10, 30), (30, 20), (20, 10), (10, 20)])]
+                         + [random_directed(n, 2, seed) for n, seed in ((40, 1), (300, 2), (1000, 3))],
                          ids=lambda g: g.graph.get("source") or g.graph.get("name") or "g")
 def test_searches_handed_to_scipy_find_the_same_bound(graph, visits, monkeypatch):
     """Past a budget of Python search visits the remaining nodes' bounds come from scipy's searches (an

@@ -19,7 +19,7 @@ No MPI, no torch: parameters are opaque handles.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from hopdec.core import action
 from hopdec.hop.config import check_backup
@@ -86,26 +86,22 @@ class _Policy:
         self.period: int = len(self.step_weights)
         self.step_senders: list[list[int]] = ([self.senders] if not steps else
                              [sorted(s for s in w if s != self.rank) for w in self.step_weights])
-        self._full: list[Any] = [None] * self.period    # per step: see _full_weights
+        self._full: list[Any] = [None] * self.period    # per step, once computed: _full_weights
 
-    def _full_weights(self, step: int) -> Any:
+    def _full_weights(self, step: int) -> tuple:
         """The normalised weights of a Reduce that has an update from every sender of ``step`` -- the same
         every iteration, so computed once: ``(own position, own weight, the others' in sender order)``,
-        each exactly what :func:`_normalised` gives (the same sum, in the same order); None where the
+        each exactly what :func:`_normalised` gives (the same sum, in the same order); ``()`` where the
         self-loop rule of :func:`_normalised` applies (nothing of positive weight)."""
-        got = self._full[step]
-        if got is None:
-            w = self.step_weights[step]
-            senders = self.step_senders[step]
-            raw = [(self.rank, 0, SELF, w[self.rank])] + [(s, 0, None, w[s]) for s in senders]
-            if sum([r[3] for r in raw]) <= 0.0:
-                got = self._full[step] = False
-            else:
-                terms = _normalised(raw)
-                pos = [t.sender for t in terms].index(self.rank)
-                got = self._full[step] = (pos, terms[pos].weight,
-                                          tuple(t.weight for t in terms if t.sender != self.rank))
-        return got or None
+        w = self.step_weights[step]
+        raw = [(self.rank, 0, SELF, w[self.rank])] + [(s, 0, None, w[s]) for s in self.step_senders[step]]
+        full: tuple = ()
+        if sum([r[3] for r in raw]) > 0.0:
+            terms = _normalised(raw)
+            pos = [t.sender for t in terms].index(self.rank)
+            full = (pos, terms[pos].weight, tuple(t.weight for t in terms if t.sender != self.rank))
+        self._full[step] = full
+        return full
 
     def weights_at(self, k: int) -> dict:
         """Sender -> W[sender, rank] of iteration k's step (self included)."""
@@ -201,7 +197,7 @@ class Standard(_Policy):
             return False
         if not self.backup:
             slot = self.queue.slot(k)
-            for s in self.required(k) if self.required_from else self.step_senders[k % self.period]:
+            for s in self.required(k):
                 e = slot.get(s)
                 if e is None or e.iteration != k:
                     return False
@@ -220,7 +216,9 @@ class Standard(_Policy):
             got = self.queue.take(k)
         self.used += len(got)
         if len(got) == len(self.step_senders[step]):    # everyone's update (got is in sender order)
-            full = self._full[step] or self._full_weights(step)
+            full = self._full[step]
+            if full is None:
+                full = self._full_weights(step)
             if full:
                 pos, own, ws = full
                 terms = [Term(e.sender, k, e.handle, x) for e, x in zip(got, ws)]

@@ -51,12 +51,9 @@ class TokenLedger:
         return True
 
     def take(self, n: int = 1) -> None:
-        granted, taken = self.granted, self.taken
-        for j, t in taken.items():
-            if granted[j] - t < n:
-                raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
-        for j in taken:
-            taken[j] += n
+        if not self.take_if(n):
+            j = min(self.taken, key=self.available)
+            raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
 
     def take_if(self, n: int = 1) -> bool:
         """:meth:`take` n tokens from every out-neighbour if :meth:`can_take`; returns whether it did."""

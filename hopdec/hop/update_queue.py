@@ -109,8 +109,11 @@ class IterationSlots:
         # every entry held is of an iteration >= _low, so only the slots of _low .. iteration - 1 can hold
         # older ones (usually one slot, emptied by the Recv just taken), scanned in slot order
         slots, n, low = self._slot, self.slots, self._low
-        scan = ((slots[low % n],) if iteration - low == 1 else
-                slots if iteration - low >= n else [slots[i] for i in sorted({it % n for it in range(low, iteration)})])
+        scan: Any = slots
+        if iteration - low == 1:                    # the usual case: the slot of the Recv just taken
+            scan = (slots[low % n],)
+        elif iteration - low < n:
+            scan = [slots[i] for i in sorted({it % n for it in range(low, iteration)})]
         out = []
         for slot in scan:
             if slot:

@@ -256,7 +256,7 @@ class Worker:
                 return
             jumped_from, target = None, k + 1
             if self.ledger is not None:
-                jump_to = self._jump_target(k) if cfg.skip_max_jump else None
+                jump_to = self._jump_target(k) if cfg.skip_max_jump else None   # skipping is on
                 if jump_to is not None:
                     target, jumped_from = jump_to, k
                     self.jumps.append((k, target))
@@ -273,8 +273,9 @@ class Worker:
             prev, self.iteration, k = k, target, target
 
     def _straggler_lead(self) -> Optional[int]:
-        """Iterations this worker may skip: it is >= trigger behind every out-neighbour (sec. 5)."""
-        if not self.cfg.skip_max_jump or not self.view.out_neighbors:
+        """Iterations this worker may skip: it is >= trigger behind every out-neighbour (sec. 5; asked only
+        with skipping on, see _run)."""
+        if not self.view.out_neighbors:
             return None
         led = cast("TokenLedger", self.ledger)
         lead = min(led.lead_of(j) for j in self.view.out_neighbors)
@@ -361,7 +362,6 @@ def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView
     """
     from hopdec.topology.schedule import schedule_of
     sched = schedule_of(graph)
-    ahead_of: Any = None
     if sched is not None:
         from hopdec.topology.schedule_analysis import ahead_bounds
         ahead_of = ahead_bounds(graph)
@@ -372,10 +372,8 @@ def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView
         in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
         b = graph.nodes[i].get(backup_attr)
-        if sched is None:
-            ahead, steps = ahead_of[i], None
-        else:
-            ahead = ahead_of[i]
+        ahead, steps = ahead_of[i], None
+        if sched is not None:
             steps = tuple((dict(sched.in_weights_at(m, i)), sched.out_at(m, i)) for m in range(sched.period))
         views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead, steps))
     return views

@@ -18,8 +18,9 @@ store completed, or, in virtual time, returns something for the loop to yield: t
 loop once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the
 storage and sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
 ``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
-``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as a keyword of
-that send (``send_from``/``send_update(..., grants=...)``) and carries them in the update's header where
+``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as the fourth
+argument of that send (``send_from``/``send_update(..., grants)``; every transport takes it, None when
+there are none) and carries them in the update's header where
 it can, sending the others as grant messages; a grant is never held past the next action. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
 ``compute(iteration) -> dict`` (at least ``loss`` and ``compute_s``), ``reduce(pairs)`` with
 ``pairs = [(array or None for self, weight)]`` and ``apply(iteration)``.
@@ -138,14 +139,9 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 store = send_storage() if send_storage is not None else None
                 before = getattr(io, "bytes_sent", None) if detail else None
                 if store is not None:           # zero-copy: send from the parameters' own storage
-                    if deferred is None:
-                        io.send_from(a.iteration, a.dests, store)
-                    else:
-                        io.send_from(a.iteration, a.dests, store, grants=deferred)
-                elif deferred is None:
-                    io.send_update(a.iteration, a.dests, backend.write_params)
+                    io.send_from(a.iteration, a.dests, store, deferred)
                 else:
-                    io.send_update(a.iteration, a.dests, backend.write_params, grants=deferred)
+                    io.send_update(a.iteration, a.dests, backend.write_params, deferred)
                 if before is not None and rec is not None:      # what this send put on the wire
                     rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
@@ -276,7 +272,6 @@ _RECORD = dict(rank=0, iter=0, time=0.0, loss=None, compute_s=0.0, wait_s=0.0, r
 
 _NO_PAIRS: tuple = ()
 """What a Reduce hands a backend whose transport carries no parameters (read only)."""
-
 
 
 class _Rounded(dict):

@@ -26,14 +26,14 @@ COLLECT_EVERY: int = 1_000_000
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's automatic cycle collector off inside (as while :meth:`EventQueue.run` runs, see the module's
-    note), back on after if it was on: building n workers' objects and their first steps before the
-    events run made full collections that walked them all (0.6-0.8 s at 10,000 workers)."""
+def collector_paused() -> Iterator[bool]:
+    """Python's automatic cycle collector off inside (see the module's note: :meth:`EventQueue.run` runs in
+    here; so do building n workers and their first steps, whose full collections walked them all, 0.6-0.8 s
+    at 10,000 workers), back on after if it was on; yields whether it turned it off."""
     was = gc.isenabled()
     gc.disable()
     try:
-        yield
+        yield was
     finally:
         if was:
             gc.enable()
@@ -104,37 +104,34 @@ class EventQueue:
         every, watcher = self._watch or (math.inf, None)
         watch_at = every
         left = min(collect_at, watch_at)    # the next of the two, one comparison per event
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
         end = self._end                     # at_instant_end appends here; emptied in place
-        try:
-            while True:
-                if end and (not heap or heap[0][0] > self.now):
-                    hooks = end[:]
-                    del end[:]
-                    for fn in hooks:
-                        fn()
-                    continue
-                if len(heap) <= self._bg or (until is not None and heap[0][0] > limit):
-                    return self
-                self.now, _, fn = pop(heap)
-                fn()
-                done += 1
-                if done >= left:
-                    if done >= collect_at:
-                        collect_at = done + COLLECT_EVERY
-                        if paused:
-                            gc.collect(1)
-                    if done >= watch_at:
-                        watch_at = done + every
+        # the collector paused meanwhile; if this run paused it, it collects the young generations itself
+        with collector_paused() as paused:
+            try:
+                while True:
+                    if end and (not heap or heap[0][0] > self.now):
+                        hooks = end[:]
+                        del end[:]
+                        for fn in hooks:
+                            fn()
+                        continue
+                    if len(heap) <= self._bg or (until is not None and heap[0][0] > limit):
+                        return self
+                    self.now, _, fn = pop(heap)
+                    fn()
+                    done += 1
+                    if done >= left:
+                        if done >= collect_at:
+                            collect_at = done + COLLECT_EVERY
+                            if paused:
+                                gc.collect(1)
+                        if done >= watch_at:
+                            watch_at = done + every
+                            self.events = base + done
+                            watcher()
+                        left = min(collect_at, watch_at)
+                    if on_event is not None:
                         self.events = base + done
-                        watcher()
-                    left = min(collect_at, watch_at)
-                if on_event is not None:
-                    self.events = base + done
-                    on_event()
-        finally:
-            self.events = base + done
-            if paused:
-                gc.enable()
+                        on_event()
+            finally:
+                self.events = base + done

@@ -33,6 +33,7 @@ from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
+from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue, collector_paused
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
@@ -55,14 +56,8 @@ class TimingBackend:
         return None
 
     def compute(self, iteration: int) -> dict:
-        got = self.compute_time(self.rank, iteration)     # step_of and compute_record, inline (hot)
-        if type(got) is tuple:
-            self.duration, factor = got
-            if factor is not None:
-                return {"loss": None, "compute_s": got[0], "slowdown": factor}
-            got = got[0]
-        self.duration = got
-        return {"loss": None, "compute_s": got}
+        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
+        return compute_record(self.duration, factor)
 
     def reduce(self, pairs: Any) -> None:
         pass
@@ -176,11 +171,7 @@ class _IO:
 
     def send_from(self, iteration: int, dests: tuple, store: int, grants: Any = None) -> None:
         """A zero-copy send from ``store`` (a snapshot travels with --math: the store stays the sender's)."""
-        grant = NO_GRANT
-        if grants:                              # self._carry, inline
-            grant, rest = split_grants(dests, grants, self.grantees)
-            if rest:
-                self.sim._send_grants(self.rank, rest)
+        grant = self._carry(dests, grants)
         data = self.sim.backends[self.rank].write_params(None) if self.held is not None else None
         self.bytes_sent += self.sim.message_bytes * len(dests)
         self.sim._send_update(self.rank, iteration, dests, data, store, grant)
@@ -268,7 +259,8 @@ class HopSim:
         # what a computing worker does when it is back in MPI
         self.untaken: list[list[Any]] = [[] for _ in views]   # callables, or _arrived's arguments
         # the loops' clock: the queue's virtual time, read without a Python frame (it is read millions of times)
-        clock = self._clock = partial(attrgetter("now"), self.q)  # type: ignore[method-assign]
+        clock: Callable[[], float] = partial(attrgetter("now"), self.q)
+        self._clock = clock
         self.detail = detail
         self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
                                   on_record=(records(c.rank) if records is not None else
@@ -292,9 +284,6 @@ class HopSim:
         self.max_gap: int = 0
         self._gap_pending: bool = False
         self._running: bool = False
-
-    def _clock(self) -> float:
-        return self.q.now
 
     # ---- running ----
     def run(self) -> HopSim:
@@ -361,24 +350,14 @@ class HopSim:
 
     def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
         """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
-        one from its store resumes a Reduce parked on it), then it is delivered like any other (timing
-        only and unchecked -- millions of times -- :meth:`_deliver_update` inline)."""
+        one from its store resumes a Reduce parked on it), then it is delivered like any other."""
         if store is not None:
             u = self.unsent[src]
             u[store] -= 1
             if not u[store] and self.parked[src] == store:
                 self.parked[src] = None
                 self._advance(src)
-        if data is not None or self.check is not None:
-            self._deliver_update(src, iteration, data, grant, dst)
-            return
-        core = self.cores[dst]
-        if grant != NO_GRANT:                   # carried in the update's header: delivered first
-            core.on_grant(src, grant)
-        core.on_update(src, iteration, 0)
-        if self.blocked[dst]:
-            self.blocked[dst] = False
-            self._advance(dst)
+        self._deliver_update(src, iteration, data, grant, dst)
 
     # ---- messages ----
     def _send_update(self, src: int, iteration: int, dests: tuple, data: Any, store: Optional[int] = None,
@@ -415,9 +394,10 @@ class HopSim:
     def _deliver_update(self, src: int, iteration: int, data: Any, grant: int, dst: int) -> None:
         if self.check is not None:
             self.in_flight[dst] -= 1
+        core = self.cores[dst]
         if grant != NO_GRANT:                   # carried in the update's header: delivered first
-            self.cores[dst].on_grant(src, grant)
-        self.cores[dst].on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
+            core.on_grant(src, grant)
+        core.on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
         if self.blocked[dst]:
             self.blocked[dst] = False
             self._advance(dst)

@@ -43,8 +43,8 @@ Flow = list
 """A transfer: a list of fields, by the indices below."""
 Route = tuple[int, tuple[int, ...], float, bool, int, float]
 """(dst, resources, latency, takes no time, pair key, least capacity after the sender's NIC): :meth:`Network._route`."""
-Fan = tuple[Any, list[Route], tuple[int, ...], bool, bool]
-"""(dsts, routes, resources touched, may be rated alone, its transfers alike): :meth:`Network._fan`."""
+Fan = tuple[Any, list[Route], tuple[int, ...], bool]
+"""(dsts, routes, resources touched, may be rated alone): :meth:`Network._fan`."""
 Solo = list
 """A send rated alone and kept off the NICs' books (:meth:`Network._solo_send`): fields by the _S_ indices."""
 Arrival = tuple[float, Callable[[int], Any], int]
@@ -191,7 +191,7 @@ class Network:
         fan = self._fans.get(src)
         if fan is None or (fan[0] is not dsts and fan[0] != dsts):
             fan = self._fans[src] = self._fan(src, dsts)
-        _, routes, touched, may_solo, alike = fan
+        _, routes, touched, may_solo = fan
         solo, active = self._solo, self.active
         alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
@@ -202,7 +202,7 @@ class Network:
             elif alone and active[r]:
                 alone = False
         if alone:                               # alone on every NIC and link it uses: rate it now
-            if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver, alike):
+            if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver):
                 return
         pairs, hubs = self._pairs, self._hub
         free: Optional[list[Arrival]] = None
@@ -270,33 +270,26 @@ class Network:
             touched += [r for r in route[1] if r not in touched]
         may_solo = (not self._hub and len(set(dsts)) == len(dsts)
                     and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
-        alike = len({(lat, restcap) for _, _, lat, _, _, restcap in routes}) == 1
-        return dsts, routes, tuple(touched), may_solo, alike
+        return dsts, routes, tuple(touched), may_solo
 
     def _solo_send(self, src: int, k: int, routes: list[Route], touched: tuple[int, ...], now: float,
-                   size: float, deliver: Callable[[int], Any], alike: bool) -> bool:
+                   size: float, deliver: Callable[[int], Any]) -> bool:
         """A send alone on every resource it uses (the usual case when transfers are short), rated as
         :meth:`_rate` would. When all its transfers arrive at once -- one arrival event -- it stays off the
         NICs' books: nothing else can use them before that event without first putting it on them
         (:meth:`_materialize`, called by whatever touches one of its resources), so the books and events
         are those of the general rule, without the work while nothing else comes near; until then it is
         one small record (:data:`Solo`), not a transfer per destination. Returns False (nothing done) when
-        its transfers would arrive at different times. ``alike``: every route has the same latency and
-        capacity after the sender's NIC (then they all arrive at once)."""
+        its transfers would arrive at different times."""
         out = self.cap[src] / k
         lat0 = routes[0][2]
-        end0: Any
-        if alike:
-            restcap = routes[0][5]
-            end0 = now + size / (restcap if restcap < out else out)
-        else:
-            end0 = None
-            for _, _, lat, _, _, restcap in routes:
-                end = now + size / (restcap if restcap < out else out)
-                if end0 is None:
-                    end0 = end
-                elif end != end0 or lat != lat0:
-                    return False
+        end0: Any = None
+        for _, _, lat, _, _, restcap in routes:
+            end = now + size / (restcap if restcap < out else out)
+            if end0 is None:
+                end0 = end
+            elif end != end0 or lat != lat0:
+                return False
         fid = self._ids
         self._ids = fid + k
         rec: Solo = [fid, size, out, now, end0, routes, deliver, touched, None]

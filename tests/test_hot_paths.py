@@ -165,3 +165,83 @@ def test_timing_backend_reads_compute_time_as_step_of_does(got):
     b = TimingBackend(0, lambda rank, it: got)
     seconds, factor = step_of(lambda rank, it: got, 0, 5)
     assert b.compute(5) == compute_record(seconds, factor) and b.duration == seconds
+
+
+def test_a_wait_is_timed_from_its_first_wait_until_the_worker_acts():
+    """The core repeats its Wait whenever a message arrives that does not satisfy it; the transport's
+    timeout covers the whole wait (a rank waiting for a hung peer had its clock restarted by every
+    unrelated message, so a rank further along timed out first and named the wrong ranks)."""
+    from hopdec.transport.waiting import WaitClock
+    now = [100.0]
+    w = WaitClock(clock=lambda: now[0], wall=lambda: 5000.0 + now[0])
+    assert w.left(4.0) == 4.0 and w.began == 5100.0
+    now[0] += 3.0                           # a message arrived; the same wait goes on
+    assert w.left(4.0) == 1.0 and w.began == 5100.0
+    now[0] += 2.0
+    assert w.left(4.0) == 0.0 and w.left(None) is None
+    w.over()                                # the worker acted: its next wait is a new one
+    assert w.left(4.0) == 4.0 and w.began == 5105.0
+
+
+def test_the_loop_tells_the_transport_when_a_wait_is_over():
+    """worker_loop calls ``io.wait_over()`` once after each run of Waits, before the next action, and never
+    between two Waits of the same wait (a real core on a ring, its updates delivered late)."""
+    from hopdec.hop.config import ProtocolConfig
+    from hopdec.hop.worker import Worker, node_views
+    from hopdec.runtime.hop_loop import worker_loop
+    from hopdec.topology.generators import ring
+
+    events = []
+
+    class IO:
+        def send_update(self, iteration, dests, fill, grants=None):
+            events.append("send")
+
+        def send_grants(self, grants):
+            pass
+
+        def payload(self, handle):
+            return None
+
+        def release(self, handles):
+            pass
+
+        def wait_over(self):
+            events.append("over")
+
+    class Backend:
+        def write_params(self, out=None):
+            return None
+
+        def compute(self, iteration):
+            return {"loss": None, "compute_s": 0.0}
+
+        def reduce(self, pairs):
+            pass
+
+        def apply(self, iteration):
+            pass
+
+    views = node_views(ring(3))
+    core = Worker(views[0], ProtocolConfig(iterations=3))
+    others = [Worker(v, ProtocolConfig(iterations=3)) for v in views[1:]]
+    loop = worker_loop(core, IO(), Backend())
+    waits = 0
+    for a in loop:                          # only Waits come out (step=False)
+        events.append("wait")
+        waits += 1
+        if waits % 2 == 0:                  # every second Wait: the update of its iteration arrives
+            for o in others:
+                if o.rank in core.view.in_weights:
+                    core.on_update(o.rank, core.iteration, 0)
+            for j in core.view.out_neighbors:
+                core.on_grant(j, core.iteration + 10)
+    assert waits >= 4
+    runs = "".join("w" if e == "wait" else "o" if e == "over" else "." for e in events)
+    assert runs.count("wwo") == runs.count("o") >= 2, runs     # each wait of two Waits, then over once
+    # every run of Waits ends in exactly one 'over', and no 'over' comes without a Wait before it
+    for i, e in enumerate(events):
+        if e == "over":
+            assert events[i - 1] == "wait"
+        if e == "wait" and i + 1 < len(events):
+            assert events[i + 1] in ("wait", "over")

@@ -8,7 +8,9 @@ transport.
 A *transport* has an optional ``poll(core)`` (deliver what has arrived; called at the start and after
 every action that takes time -- send, compute, reduce, apply -- not after bookkeeping actions nor after a
 wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_grants(grants)``,
-``payload(handle)`` and ``release(handles)``; ``fill(out)`` writes the parameters into the transport's
+``payload(handle)`` and ``release(handles)``, and an optional ``wait_over()`` (called when the worker acts
+again after one or more Waits: a transport that times its waits times that whole wait, see
+:class:`hopdec.transport.waiting.WaitClock`); ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in a pool of
 message-sized stores (``send_storage()``, ``spare_stores()``, ``add_store()``, ``reduce(pairs, into=)``),
 ``send_from(iteration, dests, storage)``, ``sends_done(storage)`` and ``wait_sent(storage)`` with no copy
@@ -93,6 +95,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     stepped = frozenset() if every or not step else frozenset(step)
     timed = spans or not instant    # read the clock around actions (else they take no time on it)
     data = getattr(io, "carries_data", True)
+    wait_over = getattr(io, "wait_over", None)  # told when the worker acts after waiting (its wait's clock)
+    waited = False
     while True:
         if poll is not None and not fresh:
             if rec is None:
@@ -113,10 +117,14 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         if kind is Wait:
             t0 = clock()
             yield a
-            fresh = True
+            fresh = waited = True
             if rec is not None:
                 _waited(rec, a, t0, clock() - t0, spans, detail)
             continue
+        if waited:                      # the core repeats a Wait until it can act: the wait ended here
+            waited = False
+            if wait_over is not None:
+                wait_over()
         if kind is GrantTokens and carry:
             deferred = a.grants     # sent with the update right behind it (or before the next action)
             continue

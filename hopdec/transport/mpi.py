@@ -30,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hopdec.transport.message import NO_GRANT, header, message_floats, split_grants
-from hopdec.transport.waiting import PeerFailed, PeerTimeout, poll_until  # noqa: F401  (re-exported)
+from hopdec.transport.waiting import PeerFailed, PeerTimeout, WaitClock, poll_until  # noqa: F401  (re-exported)
 
 Testsome, Testall = MPI.Request.Testsome, MPI.Request.Testall
 
@@ -125,6 +125,7 @@ class MPITransport:
         self.numel = numel
         self.length = message_floats(numel, HEADER_FIELDS)   # parameters, padding, int64 header
         self.peer_timeout = peer_timeout
+        self.waiting = WaitClock()              # the current wait, over repeated Waits (see wait)
         self.fault_tolerant = fault_tolerant
         self.failed = False                         # a peer failure was seen; the next wait raises
         self.slots = slots
@@ -256,10 +257,15 @@ class MPITransport:
             got = self.poll(core)
             self._raise_if_failed()
             return got
-        poll_until(arrived, self.peer_timeout, lambda: (
+        left = self.waiting.left(self.peer_timeout)     # timed from the first Wait of this wait
+        poll_until(arrived, left, lambda: (
             f"rank {self.rank}: no {wait_action.what} from rank(s) "
             f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
-            f"a peer may have died or hung"), on=wait_action.on)
+            f"a peer may have died or hung"), on=wait_action.on, started=self.waiting.began)
+
+    def wait_over(self):
+        """The worker acted after waiting (``worker_loop`` calls this): its next wait is timed afresh."""
+        self.waiting.over()
 
     def payload(self, handle):
         """The parameters in a received buffer (a view, valid until the handle is released)."""

@@ -74,16 +74,17 @@ class PeerFailed(RuntimeError):
     """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
 
 
-def poll_until(poll, timeout, message, clock=time.monotonic, on=()):
+def poll_until(poll, timeout, message, clock=time.monotonic, on=(), started=None):
     """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
 
     ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
-    ``on``: the ranks waited for. ``timeout=None`` waits forever (only for waits another timeout covers).
+    ``on``: the ranks waited for; ``started``: when the wait began (wall clock; default now), for the
+    PeerTimeout. ``timeout=None`` waits forever (only for waits another timeout covers).
     """
     got = poll()
     if got:
         return got
-    start, nap, began = clock(), FIRST_NAP_S, time.time()
+    start, nap, began = clock(), FIRST_NAP_S, time.time() if started is None else started
     while True:
         time.sleep(nap)
         nap = min(nap * 2, LONGEST_NAP_S)
@@ -94,6 +95,29 @@ def poll_until(poll, timeout, message, clock=time.monotonic, on=()):
             return got
         if timeout is not None and clock() - start > timeout:
             raise PeerTimeout(message() if callable(message) else message, started=began, on=on)
+
+
+class WaitClock:
+    """How long a worker has been in its current wait. The core repeats its Wait whenever a message arrives
+    that does not satisfy it (an update from another neighbour, a grant), so its transport's wait returns
+    and is called again; timed from each call, a rank waiting for a hung peer had its timeout put off by
+    every unrelated message, and a rank further along -- waiting for peers that were themselves stuck --
+    timed out first and named them instead of the hung one. Consecutive Waits with no action between them
+    are one wait: :meth:`left` starts the clock at the first, :meth:`over` (the worker acted) stops it."""
+
+    def __init__(self, clock=time.monotonic, wall=time.time):
+        self._clock, self._wall = clock, wall
+        self.since = None                   # (clock, wall clock) when the current wait began, or None
+        self.began = None
+
+    def left(self, timeout):
+        """Seconds of ``timeout`` left to the current wait (starting it if none is running); None: no limit."""
+        if self.since is None:
+            self.since, self.began = self._clock(), self._wall()
+        return None if timeout is None else max(0.0, timeout - (self._clock() - self.since))
+
+    def over(self):
+        self.since = self.began = None
 
 
 def wait_any(requests, timeout, message, on=()):

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -192,9 +193,11 @@ def scenario_periodic(out):
     report("periodic", [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
 
 
-def scenario_serial(out):
+def scenario_serial(out, late=False):
     """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts: the ranks that stop
-    first pause at ComputeGradient before sending that iteration's update, which the others wait for."""
+    first pause at ComputeGradient before sending that iteration's update, which the others wait for.
+    ``late``: rank 1 takes a second between its last step and finish() (a user's evaluation), so the done
+    ranks run ahead of it as far as tokens let them."""
     import networkx as nx
 
     from hopdec.topology import with_default_weights
@@ -209,8 +212,10 @@ def scenario_serial(out):
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
+    if late and rank == 1:
+        time.sleep(1.0)
     opt.finish()
-    report("serial", dict(steps=steps, end=opt.iteration))
+    report("serial_late" if late else "serial", dict(steps=steps, end=opt.iteration))
 
 
 def scenario_adopt(out):
@@ -245,7 +250,8 @@ def scenario_adopt(out):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 periodic=scenario_periodic, serial=scenario_serial, adopt=scenario_adopt)
+                 periodic=scenario_periodic, serial=scenario_serial,
+                 serial_late=partial(scenario_serial, late=True), adopt=scenario_adopt)
 
 if __name__ == "__main__":
     out = sys.argv[1]

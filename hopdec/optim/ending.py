@@ -19,8 +19,11 @@ Why this always ends (as the stop agreement of :mod:`hopdec.runtime.interrupt`):
 behind has every update it needs (its in-neighbours are at least where it is and sent on entering) and the
 tokens (its out-neighbours granted up to their position + max_ig); so it advances, until all are at P. With
 the serial graph a rank sends update k only after ComputeGradient(k), where a done rank pauses: it serves
-also when a neighbour is level with it (a neighbour in Recv(k) waits for that update), so the common stop
-may be one iteration past the last rank's steps (an iteration of mixing without a gradient).
+also when a neighbour is level with it (a neighbour in Recv(k) waits for that update). Done ranks then keep
+pace one step ahead along the graph, so while the last rank trains, one downstream of it may run as far ahead
+as the iteration-gap bound allows (:func:`hopdec.topology.bounds.max_gap_bound`; tokens, Hop sec. 4.2), and
+ranks that finish together may each serve once more before they hear of each other: the common stop is at
+most the last rank's steps + gap bound + 1 (iterations of mixing without a gradient).
 
 While a rank waits in ``consensus_model()``, it advances without a gradient only when a neighbour is
 known to be ahead of it (:func:`neighbour_ahead`): that neighbour may be unable to reach its own call

@@ -218,6 +218,27 @@ def scenario_serial(out, late=False):
     report("serial_late" if late else "serial", dict(steps=steps, end=opt.iteration))
 
 
+def scenario_stale_finish(out):
+    """Staleness 2 on a ring, rank 0 done after 6 steps while the others, slow at first, go on to 14: rank 0
+    ran ahead on stale updates, so their late updates arrive while it waits in finish(), with the one it
+    holds filling every receive slot for that sender. Released only by its next step (never), they kept
+    it from hearing that its neighbours were ahead: finish() timed out (found by random jobs)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model.parameters(), torch.optim.SGD, lr=0.05, topology="ring", max_ig=2, staleness=2,
+                       peer_timeout=15)
+    x = torch.randn(8, 4)
+    steps = 6 if rank == 0 else 14
+    for k in range(steps):
+        if rank != 0 and k < 8:
+            time.sleep(0.05)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    opt.finish()
+    report("stale_finish", dict(steps=steps, end=opt.iteration))
+
+
 def scenario_adopt(out):
     """The user replaces the parameters (``load_state_dict(assign=True)``) while updates sent from them are
     still on their way to a slow rank: the values move to a free store of the pool instead of being
@@ -251,7 +272,8 @@ def scenario_adopt(out):
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
                  periodic=scenario_periodic, serial=scenario_serial,
-                 serial_late=partial(scenario_serial, late=True), adopt=scenario_adopt)
+                 serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
+                 adopt=scenario_adopt)
 
 if __name__ == "__main__":
     out = sys.argv[1]

@@ -54,7 +54,7 @@ def scenarios(out):
 def driven(mpirun, tmp_path_factory):
     """One job: unequal step counts, a checkpoint round trip, a persistently slow rank with skipping."""
     d = tmp_path_factory.mktemp("optim")
-    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip", "periodic", "serial", "serial_late", "adopt"],
+    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "skip", "periodic", "serial", "serial_late", "stale_finish", "adopt"],
                        timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return d, scenarios(out.stdout), out
@@ -111,6 +111,14 @@ def test_done_ranks_run_ahead_of_a_late_rank_as_far_as_the_gap_bound_and_no_furt
     run ends there (a CI run ended at 11 when the test expected at most 10)."""
     ranks = driven[1]["serial_late"]
     assert [r["steps"] for r in ranks] == [6, 9, 6, 9] and [r["end"] for r in ranks] == [11] * 4, ranks
+
+
+def test_a_rank_done_early_with_staleness_frees_its_receive_slots_and_serves_to_the_end(driven):
+    """Ring, staleness 2: rank 0 stops after 6 steps, ahead on stale updates; its neighbours' late updates
+    arrive while it waits in finish() and used to fill every receive slot, so it never heard that they
+    were ahead and finish() timed out (15 s here; found by random jobs). Now everyone ends at 14."""
+    ranks = driven[1]["stale_finish"]
+    assert [r["steps"] for r in ranks] == [6, 14, 14, 14] and [r["end"] for r in ranks] == [14] * 4, ranks
 
 
 def test_a_scheduler_sets_the_lr_the_wrapped_optimizer_steps_with(driven):

@@ -420,3 +420,32 @@ def test_the_loop_polls_after_actions_that_take_time_not_after_bookkeeping():
     kinds = [c[0] for c in calls]
     # a poll before the first action, then after the send, the compute and the apply only
     assert kinds == ["poll", "update", "poll", "compute", "poll", "poll"]
+
+
+def test_updates_let_go_while_a_worker_waits_are_released_once_by_whoever_takes_them():
+    """With staleness a worker uses the newest update of each sender, so an older one is let go of as soon
+    as a newer arrives. A driver that polls while the worker is paused (HopOptimizer in finish()) takes the
+    handles to free its receive slots, and no later action releases them again; handles not taken come out
+    as the next action, as before."""
+    from hopdec.core import Wait
+    from hopdec.hop.actions import ReleaseUpdates
+
+    def waiting():
+        w = Worker(node_views(T.ring(3))[0], ProtocolConfig(iterations=20, max_ig=2, staleness=2))
+        w.on_update(1, 0, 101)                   # rank 2's updates are late: the worker runs on without them
+        for j in w.view.out_neighbors:
+            w.on_grant(j, 100)
+        while not isinstance(w.next_action(), Wait):
+            pass
+        assert w.iteration == 2
+        w.on_update(2, 0, 201)
+        w.on_update(2, 1, 202)                   # supersedes 201
+        return w
+
+    w = waiting()
+    assert w.take_releases() == (201,) and w.take_releases() == ()
+    later = [w.next_action() for _ in range(12)]
+    released = [h for a in later if isinstance(a, ReleaseUpdates) for h in a.handles]
+    assert any(isinstance(a, Reduce) and a.iteration == 2 for a in later) and 201 not in released
+    a = waiting().next_action()
+    assert isinstance(a, ReleaseUpdates) and a.handles == (201,)

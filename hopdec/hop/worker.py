@@ -145,13 +145,20 @@ class Worker:
     def next_action(self) -> Any:
         """The next action; a :class:`Wait` is repeated until an event unblocks it."""
         if self._pending_release:
-            handles = tuple(e.handle for e in self._pending_release)
-            self._pending_release.clear()       # (in place: on_update's shortcut below appends to it)
-            return ReleaseUpdates(handles)
+            return ReleaseUpdates(self.take_releases())
         if self._catch_up is not None:
             a, self._catch_up = self._catch_up, None
             return a
         return next(self._steps, _FINISHED)
+
+    def take_releases(self) -> tuple:
+        """The handles of the updates this worker has let go of since the last :class:`ReleaseUpdates`
+        (late arrivals, updates below the floor), taken: the next action will not release them again.
+        A driver that keeps polling while the worker is paused between actions (the optimizer at
+        ComputeGradient) releases them itself, so their receive slots take new updates meanwhile."""
+        handles = tuple(e.handle for e in self._pending_release)
+        self._pending_release.clear()           # (in place: on_update's shortcut appends to it)
+        return handles
 
     def held_handles(self) -> list:
         """Handles of the buffers this worker still owns: updates it holds and those it is about to

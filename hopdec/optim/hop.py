@@ -505,7 +505,14 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def _poll(self):
         """Deliver what arrived to the core; count it as a sign of life (see :meth:`_serve`)."""
-        got = self.io.poll(self.core) if self._loop is not None and not self.finished else 0
+        live = self._loop is not None and not self.finished
+        got = self.io.poll(self.core) if live else 0
+        # late updates the core let go of while it is paused between actions: their receive slots must
+        # take new updates now -- a done rank waits here to learn that a neighbour is ahead, and with every
+        # slot of a sender full it never would (ring, staleness 2, unequal steps: finish() timed out)
+        freed = self.core.take_releases() if live else ()
+        if freed:
+            self.io.release(freed)
         heard = len(self.end.finished_ranks())
         if got or heard != self._heard:
             self._heard = heard

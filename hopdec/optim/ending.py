@@ -7,7 +7,10 @@ in-neighbour's iteration-k parameters) and their tokens. So (``finish()``):
 1. **Done.** The rank tells every other rank (a small message on a communicator of its own).
 2. **Serve.** Until it has heard that every rank is done, it keeps carrying out the protocol without a
    gradient: Recv + Reduce with its neighbours, no optimizer step, Send -- it mixes, and its neighbours
-   can go on (it keeps pace with them; tokens bound how far it runs ahead, Hop sec. 4.2).
+   can go on (it keeps pace with them; tokens bound how far it runs ahead, Hop sec. 4.2). While it waits
+   for a reason to advance it releases the updates its core let go of (late ones, with staleness): held
+   until its next step, which never comes, they would fill a sender's receive slots, and the updates that
+   show the sender is ahead could not arrive.
 3. **Agree.** Once every rank is done, each one stops advancing and the ranks exchange their positions
    (the last iteration each entered; one nonblocking allgather); the run ends at ``P = max``.
 4. **Catch up.** A rank behind P serves on up to P: iterations < P complete (Reduce, no step), and it

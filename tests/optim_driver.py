@@ -270,10 +270,62 @@ def scenario_adopt(out):
                          == vals.untyped_storage().data_ptr()))
 
 
+def random_config(seed):
+    """A random job for every rank alike: a strongly connected directed graph, a protocol and compute graph,
+    staleness, backup workers, skipping, local steps; unequal step counts; a slow rank, and a rank that
+    evaluates for a while before finish()."""
+    import random
+
+    import networkx as nx
+
+    from hopdec.topology import with_default_weights
+    rng = random.Random(seed)
+    while True:
+        g = nx.gnp_random_graph(size, rng.choice([0.4, 0.6]), seed=rng.randrange(10 ** 6), directed=True)
+        if nx.is_strongly_connected(g):
+            break
+    kw = dict(protocol=rng.choice(["tokens", "tokens", "notify-ack", "queue-only"]),
+              compute_graph=rng.choice(["parallel", "serial"]))
+    if kw["protocol"] == "tokens":
+        kw["max_ig"] = rng.choice([1, 2, 3])
+        mech = rng.choice(["none", "backup", "stale", "stale"])
+        if mech == "backup" and min(g.in_degree(i) for i in g) >= 2:
+            kw["backup_workers"] = 1
+        elif mech == "stale":
+            kw["staleness"] = rng.choice([1, 2])
+        if mech != "none" and rng.random() < 0.5:
+            kw["skip"] = f"max-jump={rng.choice([2, 3])},trigger=2"
+    if rng.random() < 0.3:
+        kw["local_steps"] = rng.choice([2, 3])
+    steps = [rng.randrange(3, 15) for _ in range(size)]
+    return with_default_weights(g), kw, steps, rng.randrange(size), rng.randrange(size)
+
+
+def scenario_random(out, seeds=(*range(11), 51)):
+    """Random jobs (:func:`random_config`) one after the other: each must end, every rank at one iteration.
+    Seed 51 (staleness 2, max_ig 1) hung in finish() 3 times of 3 before late updates were released there."""
+    for seed in seeds:
+        g, kw, steps, slow, late = random_config(seed)
+        torch.manual_seed(rank)
+        model = torch.nn.Linear(4, 2)
+        opt = HopOptimizer(model.parameters(), torch.optim.SGD, lr=0.05, topology=g, peer_timeout=20, **kw)
+        x = torch.randn(8, 4)
+        for _ in range(steps[rank]):
+            if rank == slow:
+                time.sleep(0.01)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        if rank == late:
+            time.sleep(0.2)
+        opt.finish()
+        report(f"random{seed}", dict(steps=steps[rank], end=opt.iteration, jumps=len(opt.jumps), **kw))
+
+
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
-                 adopt=scenario_adopt)
+                 adopt=scenario_adopt, random=scenario_random)
 
 if __name__ == "__main__":
     out = sys.argv[1]

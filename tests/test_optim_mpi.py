@@ -121,6 +121,26 @@ def test_a_rank_done_early_with_staleness_frees_its_receive_slots_and_serves_to_
     assert [r["steps"] for r in ranks] == [6, 14, 14, 14] and [r["end"] for r in ranks] == [14] * 4, ranks
 
 
+def test_random_jobs_on_directed_graphs_end_together(mpirun, tmp_path):
+    """Twelve seeded random jobs (``optim_driver.random_config``: directed graphs, every protocol and
+    compute graph, staleness, backup workers, skipping, local steps, unequal steps, a slow rank, a late
+    finish()) in one job: each ends, every rank at the same iteration, never before the last rank's steps;
+    where done ranks serve only a neighbour that is ahead (tokens or notify-ack, parallel graph, no
+    skipping), exactly there. Such jobs found the staleness hang above; one of them (seed 51) is here."""
+    import math
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "random"], timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = scenarios(out.stdout)
+    assert len(got) == 12, sorted(got)
+    for name, ranks in got.items():
+        ends = {r["end"] for r in ranks}
+        rounds = max(math.ceil(r["steps"] / ranks[0].get("local_steps", 1)) for r in ranks)
+        assert len(ends) == 1 and min(ends) >= rounds, (name, ranks)
+        cfg = ranks[0]
+        if cfg["protocol"] != "queue-only" and cfg["compute_graph"] == "parallel" and "skip" not in cfg:
+            assert ends == {rounds}, (name, ranks)
+
+
 def test_a_scheduler_sets_the_lr_the_wrapped_optimizer_steps_with(driven):
     ranks = driven[1]["unequal"]
     for r in ranks:                                                   # StepLR(5, 0.5), seen by AdamW's step

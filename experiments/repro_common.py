@@ -314,7 +314,9 @@ def common_args(ap, name):
                     help="JSON cache of the figures, keyed by command line")
     ap.add_argument("--report-only", action="store_true", help="print the tables from the cache only")
     ap.add_argument("--fresh", action="store_true", help="ignore the cache (simulate everything again)")
-    ap.add_argument("--print-commands", action="store_true", help="print every hopdec sim command line")
+    ap.add_argument("--print-commands", action="store_true",
+                    help="also print every hopdec sim command line, after the tables (it simulates what the "
+                         "cache lacks first, as without it)")
     return ap
 
 

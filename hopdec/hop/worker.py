@@ -151,6 +151,12 @@ class Worker:
             return a
         return next(self._steps, _FINISHED)
 
+    @property
+    def catching_up(self) -> bool:
+        """Whether the re-send that follows a :meth:`reconfigure` is still to come (the next action after
+        any releases)."""
+        return self._catch_up is not None
+
     def take_releases(self) -> tuple:
         """The handles of the updates this worker has let go of since the last :class:`ReleaseUpdates`
         (late arrivals, updates below the floor), taken: the next action will not release them again.

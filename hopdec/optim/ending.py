@@ -63,9 +63,11 @@ class EndChannel:
     ``agree(position, poll)``. A DONE message carries how many ``consensus_model()`` calls the rank made,
     so a rank waiting in one that another rank will never make says so at once."""
 
-    def __init__(self, comm, timeout):
+    def __init__(self, comm, timeout, fault_tolerant=False):
         self.comm = comm.Dup()
         self.timeout = timeout
+        self.fault_tolerant = fault_tolerant
+        self.failed = False                 # a peer's failure seen here (fault tolerant): the owner heals
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.peers = [r for r in range(self.size) if r != self.rank]
         self.bufs = {r: np.zeros(1, dtype=np.int64) for r in self.peers}
@@ -76,8 +78,19 @@ class EndChannel:
 
     def _test(self):
         from mpi4py import MPI
-        if len(self.heard) < len(self.peers):
-            for i in MPI.Request.Testsome(self.reqs) or ():
+        if len(self.heard) < len(self.peers) and not self.failed:
+            try:
+                got = MPI.Request.Testsome(self.reqs)
+            except MPI.Exception as err:
+                # a receive from a rank that died: it may be no neighbour of this one, so the end channel
+                # can be the first to see it (a rank waiting in finish()); the owner heals, and a new
+                # channel among the survivors replaces this one
+                from hopdec.transport.mpi import is_peer_failure
+                if not self.fault_tolerant or not is_peer_failure(err, self.comm):
+                    raise
+                self.failed = True
+                return self.heard
+            for i in got or ():
                 self.heard[self.peers[i]] = int(self.bufs[self.peers[i]][0])
         return self.heard
 

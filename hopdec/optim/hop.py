@@ -134,7 +134,7 @@ class HopOptimizer(torch.optim.Optimizer):
                                                                             cfg.outer_momentum), cfg.compute_graph)
         self.bound = gap_bound(graph, self.cfg)
         self._ccomm = comm.Dup()                                     # consensus_model()'s reductions
-        self.end = ending.EndChannel(comm, self.timeout)
+        self.end = ending.EndChannel(comm, self.timeout, self.fault_tolerant)
         self.healer = None
         self._left_behind = []
         if self.fault_tolerant:
@@ -337,7 +337,8 @@ class HopOptimizer(torch.optim.Optimizer):
             self._advance()
             self._serving = serving
         self.end.announce_done(self._consensus_calls)
-        self._serve(self.end.all_done, "finish(): waiting for the other ranks to finish")       # 2.
+        self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
+        # (self.end read at every call: a heal replaces it)
         stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)
         serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
@@ -444,9 +445,12 @@ class HopOptimizer(torch.optim.Optimizer):
         serving, self._serving = self._serving, True
         try:
             while not done():
+                if self.end.failed:            # a peer died, seen only by the end channel: heal (_poll)
+                    self._poll()
+                    continue
                 if self._may_serve():
-                    if self._advance(wake=done) is None:       # woken: done
-                        return
+                    if self._advance(wake=lambda: done() or self.end.failed) is None and not self.end.failed:
+                        return                                  # woken: done
                     continue
                 seen = self._activity
                 poll_until(lambda: self._poll() or done() or self._may_serve() or self._activity != seen, self.timeout,
@@ -517,11 +521,18 @@ class HopOptimizer(torch.optim.Optimizer):
         if got or heard != self._heard:
             self._heard = heard
             self._activity += 1
-        if self.io.failed:
+        if self.io.failed or self.end.failed:
             from hopdec.transport.waiting import PeerFailed
             if self.healer is None:
                 raise PeerFailed(f"rank {self.rank}: a peer failed")
             self._heal()
+            # this rank waits between actions (finish(), a consensus call) and acts only when a neighbour
+            # is ahead; a neighbour level with it waits for the update the heal lost in flight, so the
+            # core's re-send of it (Worker.reconfigure) goes out now, through the loop (releases first)
+            for _ in range(3):
+                if self._loop is None or not self.core.catching_up:
+                    break
+                next(self._loop)
 
     def _heal(self):
         """A peer died (``fault_tolerance=True``): the survivors heal the graph and go on; the consensus and
@@ -531,7 +542,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self.comm = self.healer.comm
         self._ccomm = self.comm.Dup()
         done = self.end.done
-        self.end = ending.EndChannel(self.comm, self.timeout)
+        self.end = ending.EndChannel(self.comm, self.timeout, self.fault_tolerant)
         if done:
             self.end.announce_done(self._consensus_calls)
         self.size = self.comm.Get_size()

@@ -200,9 +200,10 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
 
 
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
-    """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 8
-    steps; the other four heal the ring, finish their steps (rank 1, waiting in finish() after 6, heals
-    from there), agree where to stop among themselves, and their consensus model is their mean."""
+    """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
+    steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their
+    steps (rank 1 after 6, in finish() when the others may still be healing), agree where to stop among
+    themselves, and their consensus model is their mean."""
     env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft")
     out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

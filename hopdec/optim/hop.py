@@ -372,17 +372,32 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._loop is None and not self.finished:
             self._start()
         from mpi4py import MPI
+
+        from hopdec.transport.mpi import is_peer_failure
         self._consensus_calls += 1
         extra = [b for _, b in self.model.named_buffers() if b.is_floating_point()
                  and not any(b is t for t in self._tracked)]
-        mine = np.concatenate([self.flat.write_params().astype(np.float64)]
-                              + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
-        total = np.zeros_like(mine) if root is None or root == self.rank else None
-        if root is None:
-            req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
-        else:
-            req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
-        self._wait_collective(req, "consensus_model()")
+        while True:
+            heals = self._heals()
+            mine = np.concatenate([self.flat.write_params().astype(np.float64)]
+                                  + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
+            total = np.zeros_like(mine) if root is None or root == self._ccomm.Get_rank() else None
+            if root is None:
+                req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
+            else:
+                req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
+            try:
+                self._wait_collective(req, "consensus_model()", heals)
+            except MPI.Exception as err:
+                # fault tolerant: a rank died before or during the call; the survivors heal (unless this
+                # rank's wait already did) and reduce again among themselves
+                if self.healer is None or not is_peer_failure(err, self._ccomm):
+                    raise
+                if self._heals() == heals:
+                    self._heal_waiting()
+                continue
+            if self._heals() == heals:
+                break                       # (else healed while waiting: the old communicator's is void)
         if total is None:
             return None
         total /= self.size
@@ -413,12 +428,15 @@ class HopOptimizer(torch.optim.Optimizer):
         twin.load_state_dict(state)
         return twin
 
-    def _wait_collective(self, req, what):
+    def _wait_collective(self, req, what, heals=None):
         """Wait for ``req`` while the protocol goes on (see :meth:`_serve`); a rank that finished before
-        making this call is an error at once (it never will)."""
+        making this call is an error at once (it never will). Returns early once this rank has healed
+        more than ``heals`` times (the request was on the communicator the heal left)."""
         call = self._consensus_calls
 
         def done():
+            if heals is not None and self._heals() != heals:
+                return True
             missing = {r: c for r, c in self.end.finished_ranks().items() if c < call}
             if missing and not self.finished:
                 r, c = sorted(missing.items())[0]
@@ -525,14 +543,21 @@ class HopOptimizer(torch.optim.Optimizer):
             from hopdec.transport.waiting import PeerFailed
             if self.healer is None:
                 raise PeerFailed(f"rank {self.rank}: a peer failed")
-            self._heal()
-            # this rank waits between actions (finish(), a consensus call) and acts only when a neighbour
-            # is ahead; a neighbour level with it waits for the update the heal lost in flight, so the
-            # core's re-send of it (Worker.reconfigure) goes out now, through the loop (releases first)
-            for _ in range(3):
-                if self._loop is None or not self.core.catching_up:
-                    break
-                next(self._loop)
+            self._heal_waiting()
+
+    def _heals(self):
+        return 0 if self.healer is None else len(self.healer.events)
+
+    def _heal_waiting(self):
+        """:meth:`_heal` while this rank waits between actions (finish(), a consensus call). It acts only
+        when a neighbour is ahead, and a neighbour level with it waits for the update the heal lost in
+        flight: so the core's re-send of it (Worker.reconfigure) goes out now, through the loop (after any
+        releases)."""
+        self._heal()
+        for _ in range(3):
+            if self._loop is None or not self.core.catching_up:
+                break
+            next(self._loop)
 
     def _heal(self):
         """A peer died (``fault_tolerance=True``): the survivors heal the graph and go on; the consensus and

@@ -214,6 +214,19 @@ def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_p
     assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
 
 
+def test_a_rank_dying_while_the_ranks_agree_where_to_stop_is_healed_around(mpirun, tmp_path):
+    """Rank 3 dies inside finish(), after every rank said it is done, as the ranks agree where to stop: the
+    agreement failed with an MPI error and ended the job. The survivors now heal and agree among
+    themselves."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft", FT_HOW="agree")
+    out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^@@ft(\d) (.*)$", out.stdout, re.M)}
+    assert sorted(got) == [0, 1, 2, 4], out.stdout[-3000:] + out.stderr[-3000:]
+    for r in got.values():
+        assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
+
+
 def test_a_stopped_rank_does_not_keep_a_users_fault_tolerant_job_alive(mpirun, tmp_path):
     """Rank 3 of 5 is stopped (SIGSTOP) instead: the failure detector declares it dead, the survivors heal
     and finish -- and the job ends, the stopped process killed as they leave (mpirun waited for it

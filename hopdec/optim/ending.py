@@ -106,19 +106,24 @@ class EndChannel:
     def all_done(self):
         return self.done and len(self._test()) == len(self.peers)
 
-    def agree(self, position, poll):
+    def agree(self, position, poll, abandon=None):
         """Every rank's position (collective, after :meth:`all_done`); ``poll()`` runs while waiting
-        (the transport's messages keep flowing). Returns the largest."""
+        (the transport's messages keep flowing). Returns the largest, or None once ``abandon()`` is true
+        (the owner healed meanwhile: this channel's agreement is void)."""
         mine = np.array([position], dtype=np.int64)
         everyone = np.zeros(self.size, dtype=np.int64)
         req = self.comm.Iallgather(mine, everyone)
+        void = []
 
         def done():
             poll()
+            if abandon is not None and abandon():
+                void.append(True)
+                return True
             return req.Test()
         poll_until(done, self.timeout, lambda: f"rank {self.rank}: finish(): not every rank said where it "
                                                f"is within {self.timeout:.0f} s; a peer may have died or hung")
-        return int(everyone.max())
+        return None if void else int(everyone.max())
 
     def close(self):
         from mpi4py import MPI

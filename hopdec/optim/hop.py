@@ -337,9 +337,13 @@ class HopOptimizer(torch.optim.Optimizer):
             self._advance()
             self._serving = serving
         self.end.announce_done(self._consensus_calls)
-        self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
-        # (self.end read at every call: a heal replaces it)
-        stop = self.end.agree(self.core.position, self._poll)    # 3. (a jump counts with its target)
+        stop = None
+        while stop is None:
+            heals = self._heals()
+            self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
+            # (self.end read at every call: a heal replaces it, and every survivor that was done says so
+            # again on the new one)
+            stop = self._agree(heals)                                # 3. (a jump counts with its target)
         serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
             self._advance()
@@ -348,6 +352,22 @@ class HopOptimizer(torch.optim.Optimizer):
         self._close()
 
     close = finish
+
+    def _agree(self, heals):
+        """Step 3 of :meth:`finish`, or None when a rank died meanwhile (fault tolerant): the survivors heal
+        (unless this rank's wait already did) and agree again among themselves."""
+        from mpi4py import MPI
+
+        from hopdec.transport.mpi import is_peer_failure
+        try:
+            stop = self.end.agree(self.core.position, self._poll, abandon=lambda: self._heals() != heals)
+        except MPI.Exception as err:
+            if self.healer is None or not is_peer_failure(err, self.end.comm):
+                raise
+            if self._heals() == heals:
+                self._heal_waiting()
+            return None
+        return None if self._heals() != heals else stop
     """``HopSGD``'s name for :meth:`finish` (kept)."""
 
     def _close(self):

@@ -337,13 +337,13 @@ class HopOptimizer(torch.optim.Optimizer):
             self._advance()
             self._serving = serving
         self.end.announce_done(self._consensus_calls)
-        stop = None
-        while stop is None:
-            heals = self._heals()
-            self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
+
+        def serve_and_agree(abandon):
             # (self.end read at every call: a heal replaces it, and every survivor that was done says so
             # again on the new one)
-            stop = self._agree(heals)                                # 3. (a jump counts with its target)
+            self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
+            return self.end.agree(self.core.position, self._poll, abandon)  # 3. (a jump counts with its target)
+        stop = self._among_survivors(serve_and_agree, lambda: self.end.comm)
         serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
             self._advance()
@@ -352,22 +352,6 @@ class HopOptimizer(torch.optim.Optimizer):
         self._close()
 
     close = finish
-
-    def _agree(self, heals):
-        """Step 3 of :meth:`finish`, or None when a rank died meanwhile (fault tolerant): the survivors heal
-        (unless this rank's wait already did) and agree again among themselves."""
-        from mpi4py import MPI
-
-        from hopdec.transport.mpi import is_peer_failure
-        try:
-            stop = self.end.agree(self.core.position, self._poll, abandon=lambda: self._heals() != heals)
-        except MPI.Exception as err:
-            if self.healer is None or not is_peer_failure(err, self.end.comm):
-                raise
-            if self._heals() == heals:
-                self._heal_waiting()
-            return None
-        return None if self._heals() != heals else stop
     """``HopSGD``'s name for :meth:`finish` (kept)."""
 
     def _close(self):
@@ -392,13 +376,11 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._loop is None and not self.finished:
             self._start()
         from mpi4py import MPI
-
-        from hopdec.transport.mpi import is_peer_failure
         self._consensus_calls += 1
         extra = [b for _, b in self.model.named_buffers() if b.is_floating_point()
                  and not any(b is t for t in self._tracked)]
-        while True:
-            heals = self._heals()
+
+        def reduce(abandon):
             mine = np.concatenate([self.flat.write_params().astype(np.float64)]
                                   + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
             total = np.zeros_like(mine) if root is None or root == self._ccomm.Get_rank() else None
@@ -406,18 +388,9 @@ class HopOptimizer(torch.optim.Optimizer):
                 req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
             else:
                 req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
-            try:
-                self._wait_collective(req, "consensus_model()", heals)
-            except MPI.Exception as err:
-                # fault tolerant: a rank died before or during the call; the survivors heal (unless this
-                # rank's wait already did) and reduce again among themselves
-                if self.healer is None or not is_peer_failure(err, self._ccomm):
-                    raise
-                if self._heals() == heals:
-                    self._heal_waiting()
-                continue
-            if self._heals() == heals:
-                break                       # (else healed while waiting: the old communicator's is void)
+            self._wait_collective(req, "consensus_model()", abandon)
+            return total
+        total = self._among_survivors(reduce, lambda: self._ccomm)
         if total is None:
             return None
         total /= self.size
@@ -448,14 +421,14 @@ class HopOptimizer(torch.optim.Optimizer):
         twin.load_state_dict(state)
         return twin
 
-    def _wait_collective(self, req, what, heals=None):
+    def _wait_collective(self, req, what, abandon=None):
         """Wait for ``req`` while the protocol goes on (see :meth:`_serve`); a rank that finished before
-        making this call is an error at once (it never will). Returns early once this rank has healed
-        more than ``heals`` times (the request was on the communicator the heal left)."""
+        making this call is an error at once (it never will). Returns early once ``abandon()`` is true
+        (a heal left the request's communicator)."""
         call = self._consensus_calls
 
         def done():
-            if heals is not None and self._heals() != heals:
+            if abandon is not None and abandon():
                 return True
             missing = {r: c for r, c in self.end.finished_ranks().items() if c < call}
             if missing and not self.finished:
@@ -567,6 +540,28 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def _heals(self):
         return 0 if self.healer is None else len(self.healer.events)
+
+    def _among_survivors(self, collective, comm):
+        """``collective(abandon)`` -- a collective call that waits with the protocol going on and returns
+        early once ``abandon()`` is true -- until it completes with no heal meanwhile; returns its result.
+        Fault tolerant: a rank that died before or during it fails it (or this rank's wait heals): the
+        survivors heal (unless this rank's wait already did) and make it again among themselves. ``comm()``:
+        the communicator it runs on (whose failed group tells a peer's failure from another MPI error)."""
+        from mpi4py import MPI
+
+        from hopdec.transport.mpi import is_peer_failure
+        while True:
+            heals = self._heals()
+            try:
+                out = collective(lambda: self._heals() != heals)
+            except MPI.Exception as err:
+                if self.healer is None or not is_peer_failure(err, comm()):
+                    raise
+                if self._heals() == heals:
+                    self._heal_waiting()
+                continue
+            if self._heals() == heals:
+                return out                  # (else healed while waiting: what it did is void)
 
     def _heal_waiting(self):
         """:meth:`_heal` while this rank waits between actions (finish(), a consensus call). It acts only

@@ -182,6 +182,51 @@ def scenario_ft(out):
                                               heals=len(opt.healer.events))), flush=True)
 
 
+def scenario_ft_random(out, seed=55):
+    """A seeded random fault-tolerant job (5 ranks): a directed graph, tokens with skipping, unequal steps,
+    a consensus call at a shared step, one rank killed mid-run. Seed 55: the death is found while ranks
+    wait in finish(), they heal before posting the agreement on where to stop, and a rank that then posted
+    it twice on the new channel (once voided at once) hung the others for the peer timeout."""
+    import random
+
+    import networkx as nx
+
+    from hopdec.topology import with_default_weights
+    rng = random.Random(seed)
+    while True:
+        g = nx.gnp_random_graph(size, rng.choice([0.4, 0.6]), seed=rng.randrange(10 ** 6), directed=True)
+        if nx.is_strongly_connected(g):
+            break
+    kw = dict(compute_graph=rng.choice(["parallel", "serial"]), max_ig=rng.choice([1, 2, 3]))
+    mech = rng.choice(["none", "stale", "backup"])
+    if mech == "stale":
+        kw["staleness"] = rng.choice([1, 2])
+    if mech == "backup" and min(d for _, d in g.in_degree()) >= 3:
+        kw["backup_workers"] = 1
+    if mech != "none" and rng.random() < 0.5:
+        kw["skip"] = f"max-jump={rng.choice([2, 3])},trigger=2"
+    steps = [rng.randrange(4, 20) for _ in range(size)]
+    victim, die_at = rng.randrange(size), rng.randrange(1, 16)
+    consensus_at = rng.randrange(1, min(steps))
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology=with_default_weights(g), fault_tolerance=True,
+                       peer_timeout=20, **kw)
+    x = torch.randn(8, 4)
+    for k in range(steps[rank]):
+        if rank == victim and k == die_at:
+            os._exit(1)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        time.sleep(0.005)
+        opt.step()
+        if k == consensus_at:
+            opt.consensus_state_dict()
+    opt.finish()
+    print(f"@@ftr{rank} " + json.dumps(dict(end=opt.iteration, survivors=opt.comm.Get_size(), victim=victim)),
+          flush=True)
+
+
 def scenario_periodic(out):
     """A graph whose W is periodic (a directed cycle, no self-weight): the optimizer warns as train does."""
     import warnings
@@ -334,6 +379,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
+                 ft_random=scenario_ft_random,
                  adopt=scenario_adopt, random=scenario_random)
 
 if __name__ == "__main__":

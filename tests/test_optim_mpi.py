@@ -227,6 +227,18 @@ def test_a_rank_dying_while_the_ranks_agree_where_to_stop_is_healed_around(mpiru
         assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
 
 
+def test_a_random_fault_tolerant_job_heals_in_finish_and_ends_together(mpirun, tmp_path):
+    """Seed 55 of random fault-tolerant jobs (``optim_driver.scenario_ft_random``): the four survivors end at
+    one iteration. It hung for the peer timeout when ranks that healed while waiting in finish() posted the
+    agreement on where to stop twice."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft_random")
+    out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = [json.loads(m) for m in re.findall(r"^@@ftr\d (.*)$", out.stdout, re.M)]
+    assert len(got) == 4 and {r["survivors"] for r in got} == {4}, got
+    assert len({r["end"] for r in got}) == 1, got
+
+
 def test_a_stopped_rank_does_not_keep_a_users_fault_tolerant_job_alive(mpirun, tmp_path):
     """Rank 3 of 5 is stopped (SIGSTOP) instead: the failure detector declares it dead, the survivors heal
     and finish -- and the job ends, the stopped process killed as they leave (mpirun waited for it

@@ -337,13 +337,10 @@ class HopOptimizer(torch.optim.Optimizer):
             self._advance()
             self._serving = serving
         self.end.announce_done(self._consensus_calls)
-
-        def serve_and_agree(abandon):
-            # (self.end read at every call: a heal replaces it, and every survivor that was done says so
-            # again on the new one)
-            self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
-            return self.end.agree(self.core.position, self._poll, abandon)  # 3. (a jump counts with its target)
-        stop = self._among_survivors(serve_and_agree, lambda: self.end.comm)
+        # (self.end read at every call: a heal replaces it, and every survivor that was done says so again)
+        self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
+        stop = self._among_survivors(                                # 3. (a jump counts with its target)
+            lambda abandon: self.end.agree(self.core.position, self._poll, abandon), lambda: self.end.comm)
         serving, self._serving = self._serving, True
         while self.core.iteration < stop:         # 4. catch up to the common stop
             self._advance()
@@ -538,29 +535,27 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise PeerFailed(f"rank {self.rank}: a peer failed")
             self._heal_waiting()
 
-    def _heals(self):
-        return 0 if self.healer is None else len(self.healer.events)
-
     def _among_survivors(self, collective, comm):
-        """``collective(abandon)`` -- a collective call that waits with the protocol going on and returns
-        early once ``abandon()`` is true -- until it completes with no heal meanwhile; returns its result.
-        Fault tolerant: a rank that died before or during it fails it (or this rank's wait heals): the
-        survivors heal (unless this rank's wait already did) and make it again among themselves. ``comm()``:
-        the communicator it runs on (whose failed group tells a peer's failure from another MPI error)."""
+        """``collective(abandon)`` -- a collective call on ``comm()`` that waits with the protocol going on
+        and returns early once ``abandon()`` is true -- until it completes on the communicator it was posted
+        on; returns its result. Fault tolerant: a rank that died before or during it fails it (or this
+        rank's wait heals, replacing ``comm()``): the survivors heal (unless this rank's wait already did)
+        and make it again on their communicator. A heal before the call is posted changes nothing: every
+        survivor then posts it once, on the new one."""
         from mpi4py import MPI
 
         from hopdec.transport.mpi import is_peer_failure
         while True:
-            heals = self._heals()
+            c = comm()
             try:
-                out = collective(lambda: self._heals() != heals)
+                out = collective(lambda: comm() is not c)
             except MPI.Exception as err:
-                if self.healer is None or not is_peer_failure(err, comm()):
+                if self.healer is None or not is_peer_failure(err, c):
                     raise
-                if self._heals() == heals:
+                if comm() is c:
                     self._heal_waiting()
                 continue
-            if self._heals() == heals:
+            if comm() is c:
                 return out                  # (else healed while waiting: what it did is void)
 
     def _heal_waiting(self):

@@ -2,6 +2,7 @@
 in one process over an in-memory stand-in for MPI's point-to-point messages."""
 
 import threading
+import time
 
 import numpy as np
 
@@ -50,14 +51,16 @@ def test_a_rank_whose_failure_surfaces_after_another_rank_reported_stays_silent(
     had started waiting earlier. The first heard nobody and reported; the later one must not report too
     (it did: two lines)."""
     monkeypatch.setattr(F, "GRACE_S", 0.02)
+    monkeypatch.setattr(F, "PATIENCE_S", 0.05)
     net = _Net(3)
     first, later = F.FailureChannel(_Comm(net, 1)), F.FailureChannel(_Comm(net, 2))
     assert first.elect(1, since=10.0, on=(0,))
     assert not later.elect(1, since=9.0, on=(0,))
 
 
-def _elect_together(net, ranks, priority, delay=None):
-    """Each rank of ``ranks`` elects in its own thread (``delay[r]`` s after the others start)."""
+def _elect_together(net, ranks, priority, delay=None, on=None):
+    """Each rank of ``ranks`` elects in its own thread (``delay[r]`` s after the others start), having
+    waited for ``on[r]`` (default: rank 0)."""
     chans = {r: F.FailureChannel(_Comm(net, r)) for r in ranks}
     results, barrier = {}, threading.Barrier(len(ranks))
 
@@ -65,7 +68,7 @@ def _elect_together(net, ranks, priority, delay=None):
         barrier.wait()
         if delay and r in delay:
             threading.Event().wait(delay[r])
-        results[r] = chans[r].elect(priority[r], since=5.0 + r, on=(0,))
+        results[r] = chans[r].elect(priority[r], since=5.0 + r, on=(on or {}).get(r, (0,)))
     threads = [threading.Thread(target=run, args=(r,)) for r in ranks]
     for t in threads:
         t.start()
@@ -76,6 +79,7 @@ def _elect_together(net, ranks, priority, delay=None):
 
 def test_ranks_that_notice_together_elect_exactly_one(monkeypatch):
     monkeypatch.setattr(F, "GRACE_S", 0.2)
+    monkeypatch.setattr(F, "PATIENCE_S", 0.4)
     for _ in range(3):
         assert len(_elect_together(_Net(4), (1, 2, 3), {1: 1, 2: 1, 3: 1})) == 1
 
@@ -84,4 +88,35 @@ def test_an_exception_noticed_within_the_grace_beats_an_earlier_timeout(monkeypa
     """Rank 1 times out first; rank 2's exception surfaces 50 ms later, while rank 1 still listens:
     the exception's cause is the one line."""
     monkeypatch.setattr(F, "GRACE_S", 0.3)
+    monkeypatch.setattr(F, "PATIENCE_S", 0.6)
     assert _elect_together(_Net(3), (1, 2), {1: 1, 2: 0}, delay={2: 0.05}) == [2]
+
+
+def test_a_neighbour_of_the_hung_ranks_waiters_defers_to_them_when_they_time_out_late(monkeypatch):
+    """A ring of 4 with rank 2 hung: ranks 1 and 3 wait for it, rank 0 waits for them. On a loaded
+    machine rank 1 was descheduled between its send and its wait, so rank 0 timed out first, heard
+    nobody within the grace and named ranks 1 and 3 (a CI failure). It now keeps listening for the ranks
+    it waited for, and the line comes from one that names the hung rank."""
+    monkeypatch.setattr(F, "GRACE_S", 0.1)
+    monkeypatch.setattr(F, "PATIENCE_S", 1.0)
+    for _ in range(2):
+        chosen = _elect_together(_Net(4), (0, 1, 3), {0: 1, 1: 1, 3: 1}, delay={1: 0.3, 3: 0.35},
+                                 on={0: (1, 3), 1: (2,), 3: (2,)})
+        assert chosen in ([1], [3]), chosen
+
+
+def test_a_timeout_whose_waited_for_rank_never_announces_still_reports_within_the_patience(monkeypatch):
+    monkeypatch.setattr(F, "GRACE_S", 0.05)
+    monkeypatch.setattr(F, "PATIENCE_S", 0.3)
+    t0 = time.monotonic()
+    assert F.FailureChannel(_Comm(_Net(3), 1)).elect(1, since=1.0, on=(2,))
+    assert 0.3 <= time.monotonic() - t0 < 1.0
+
+
+def test_a_rank_not_chosen_reports_itself_when_the_chosen_one_never_claims(monkeypatch):
+    """The chosen rank was killed before it could report: one line is still printed."""
+    monkeypatch.setattr(F, "GRACE_S", 0.05)
+    monkeypatch.setattr(F, "PATIENCE_S", 0.2)
+    net = _Net(3)
+    net.queues[2].append(np.array([0, 0, 1, 0, 0] + [0] * F.MAX_ON))    # rank 1's exception, then nothing
+    assert F.FailureChannel(_Comm(net, 2)).elect(1, since=1.0)

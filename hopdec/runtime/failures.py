@@ -6,7 +6,8 @@
   ``hopdec train: error: rank R: cause`` by that rank, which then calls ``MPI_Abort``: Open MPI ends
   every rank at once (and adds its own notice). A hung peer is found by the peer timeout of every wait.
 * When several ranks notice the same failure (the neighbours of a hung rank all time out), they agree
-  within half a second who reports (:class:`FailureChannel`): the user reads one line.
+  who reports (:class:`FailureChannel`: within half a second, a few seconds for a hung rank): the user
+  reads one line.
 * ``HOPDEC_DEBUG=1`` adds the Python traceback of an unexpected exception.
 """
 
@@ -46,31 +47,45 @@ def one_line(rank, err):
     return text if text.startswith(f"rank {rank}:") else f"rank {rank}: {text}"
 
 
-LATE = 100
-"""Added to the priority of a notice from a rank that is not a candidate to report (see :meth:`FailureChannel.elect`)."""
+PATIENCE_S = 3.0
+"""How long a rank that timed out waiting for ranks that have not announced a failure of their own listens
+for them at most (from its own notice): they may be waiting for the hung rank themselves and time out a
+moment later -- a descheduled rank on a loaded machine, seconds later -- and then name it. A rank that
+waited for the hung one directly listens this long too (the hung one never announces)."""
 MAX_ON = 15
 """Ranks a notice names as waited for (more are cut: the election only needs a few)."""
+_NOTICE, _CLAIM = 0, 1
+"""A message's kind: a notice (this rank noticed a failure) or a claim (this rank reports it)."""
 
 
 class FailureChannel:
     """Who reports a failure that several ranks noticed. Each one announces ``(priority, since, rank,
-    waited-for ranks)`` to every other rank and listens for :data:`GRACE_S`; then every candidate makes the
-    same choice: an exception (priority 0) beats a timeout (1); among timeouts, a rank that waited directly
+    waited-for ranks)`` to every other rank and listens for :data:`GRACE_S` -- a timeout whose waited-for
+    ranks have not announced, until they do or for :data:`PATIENCE_S`; then every candidate makes the same
+    choice: an exception (priority 0) beats a timeout (1); among timeouts, a rank that waited directly
     for a rank that never announced (the hung or dead one) beats one that waited for ranks that are
-    themselves waiting; then the earliest wait, then the lowest rank. Messages are int64 arrays."""
+    themselves waiting; then the earliest wait, then the lowest rank. The chosen one sends a claim before
+    it reports; a rank that hears a claim of the same or a better kind never reports (two lines), and one
+    that loses waits for the claim. Messages are int64 arrays."""
 
     def __init__(self, comm):
         import numpy as np
         self.np, self.comm = np, comm
-        self._buf = np.zeros(4 + MAX_ON, dtype=np.int64)
+        self._buf = np.zeros(5 + MAX_ON, dtype=np.int64)
         self._req = comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)       # -1: MPI.ANY_SOURCE
         self._sent = []
         self.heard = {}
+        self.heard_at = {}          # rank -> when its notice was collected (time.monotonic())
+        self.claims = {}            # rank -> priority of its claim
 
     def _collect(self):
         while self._test():
             b = [int(x) for x in self._buf]
-            self.heard[b[2]] = (b[0], b[1], tuple(b[4:4 + b[3]]))
+            if b[3] == _CLAIM:
+                self.claims[b[2]] = b[0]
+            else:
+                self.heard[b[2]] = (b[0], b[1], tuple(b[5:5 + b[4]]))
+                self.heard_at[b[2]] = time.monotonic()
             self._req = self.comm.Irecv(self._buf, source=-1, tag=TAG_FAILURE)
 
     def _test(self):
@@ -102,33 +117,51 @@ class FailureChannel:
             except Exception:
                 self._req = None
 
-    def elect(self, priority, since, on=()):
-        """Announce this rank's notice, listen for the others'; True when this rank should report.
-
-        A rank that heard a candidate's notice of the same or a better kind before its own failure
-        surfaced comes late: that rank may have reported already (it heard nobody), so this one only
-        announces itself as a non-candidate (priority + :data:`LATE`) and never reports -- else two
-        timeouts a few hundred ms apart on a loaded machine printed two lines, the later one having
-        waited longer. An exception heard of only timeouts is still a candidate: its cause says more."""
+    def _announce(self, kind, priority, since=0.0, on=()):
         rank = self.comm.Get_rank()
-        self._collect()
-        late = any(p <= priority for p, _, _ in self.heard.values())
-        on = tuple(int(r) for r in on)[:MAX_ON]
-        note = self.np.zeros(4 + MAX_ON, dtype=self.np.int64)
-        note[:4 + len(on)] = [int(priority) + (LATE if late else 0), int(since * 1e6), rank, len(on), *on]
-        self._sent = []
+        note = self.np.zeros(5 + MAX_ON, dtype=self.np.int64)
+        note[:5 + len(on)] = [int(priority), int(since * 1e6), rank, kind, len(on), *on]
         for r in range(self.comm.Get_size()):
             if r != rank:
                 try:
                     self._sent.append((note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE)))
                 except Exception:                   # a dead rank (ULFM): it does not vote
                     pass
-        deadline = time.monotonic() + GRACE_S
-        while time.monotonic() < deadline:
+
+    def _listen(self, until, done=lambda: False):
+        """Collect messages until ``time.monotonic()`` passes ``until`` or ``done()``."""
+        while True:
             self._collect()
+            if done() or time.monotonic() >= until:
+                return
             time.sleep(0.005)
+
+    def _claimed(self, priority):
+        return any(p <= priority for p in self.claims.values())
+
+    def elect(self, priority, since, on=()):
+        """Announce this rank's notice, listen for the others'; True when this rank should report.
+
+        A rank that hears a claim of the same or a better kind stays silent: that rank reports (else two
+        timeouts a few hundred ms apart on a loaded machine printed two lines). An exception that heard
+        only timeouts claimed is still a candidate: its cause says more. A rank that waited for ranks that
+        have not announced keeps listening for them (:data:`PATIENCE_S`): a rank descheduled between its
+        send and its wait times out after a neighbour waiting for it, and it is the one whose line names
+        the hung rank. A rank that is not chosen waits for the chosen one's claim (its report ends the
+        job); if none comes, it reports itself: two lines are better than none."""
+        rank = self.comm.Get_rank()
+        on = tuple(int(r) for r in on)[:MAX_ON]
+        self._sent = []
         self._collect()
-        if late:
+        if self._claimed(priority):
+            return False
+        self._announce(_NOTICE, priority, since, on)
+        start = time.monotonic()
+        self._listen(start + GRACE_S, lambda: self._claimed(priority))
+        if on:
+            self._listen(start + PATIENCE_S,
+                         lambda: self._claimed(priority) or all(r in self.heard for r in on))
+        if self._claimed(priority):
             return False
         notices = dict(self.heard)
         notices[rank] = (int(priority), int(since * 1e6), on)
@@ -137,7 +170,13 @@ class FailureChannel:
         def key(r):
             p, t, waits = notices[r]
             return (p, 0 if silent & set(waits) else 1, t, r)
-        return min((r for r in notices if notices[r][0] < LATE), key=key) == rank
+        chosen = min(notices, key=key)
+        if chosen != rank:          # it decides at most PATIENCE_S after its notice
+            self._listen(self.heard_at.get(chosen, start) + PATIENCE_S + 1.0, lambda: self._claimed(priority))
+            if self._claimed(priority):
+                return False
+        self._announce(_CLAIM, priority)
+        return True
 
 
 _channel = None

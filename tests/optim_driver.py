@@ -155,11 +155,14 @@ def scenario_ft(out):
     model = model_with_batchnorm()
     opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True, log_dir=out)
     crit = torch.nn.CrossEntropyLoss()
-    if os.environ.get("FT_HOW") == "agree" and rank == 3:    # dies once every rank said it is done
+    how = os.environ.get("FT_HOW")
+    if how == "agree" and rank == 3:    # dies once every rank said it is done
         from hopdec.optim import ending
         ending.EndChannel.agree = lambda *a, **k: os._exit(1)
+    if how == "close" and rank == 3:    # dies after the ranks agreed where to stop, as it closes
+        HopOptimizer._close = lambda self: os._exit(1)
     for k in range(6 if rank == 1 else 25):
-        if rank == 3 and k == 5 and os.environ.get("FT_HOW") != "agree":
+        if rank == 3 and k == 5 and how not in ("agree", "close"):
             if os.environ.get("FT_HOW") == "stop":      # hung: found by the failure detector, never exits
                 print(f"@@victim {os.getpid()}", flush=True)
                 os.kill(os.getpid(), signal.SIGSTOP)

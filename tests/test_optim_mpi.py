@@ -214,11 +214,13 @@ def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_p
     assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
 
 
-def test_a_rank_dying_while_the_ranks_agree_where_to_stop_is_healed_around(mpirun, tmp_path):
-    """Rank 3 dies inside finish(), after every rank said it is done, as the ranks agree where to stop: the
-    agreement failed with an MPI error and ended the job. The survivors now heal and agree among
-    themselves."""
-    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft", FT_HOW="agree")
+@pytest.mark.parametrize("how", ["agree", "close"])
+def test_a_rank_dying_while_the_ranks_agree_where_to_stop_is_healed_around(mpirun, tmp_path, how):
+    """Rank 3 dies inside finish(), after every rank said it is done: as the ranks agree where to stop
+    (``agree``: the agreement failed with an MPI error and ended the job), or after they agreed, as it
+    shuts its transport down (``close``: the survivors' shutdown barriers raised PeerFailed and ended the
+    job). The survivors now heal and agree (or shut down) among themselves."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft", FT_HOW=how)
     out = mpirun.launch(5, ["--fault-tolerance"], env=env, timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     got = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^@@ft(\d) (.*)$", out.stdout, re.M)}

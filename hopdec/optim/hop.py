@@ -352,8 +352,20 @@ class HopOptimizer(torch.optim.Optimizer):
     """``HopSGD``'s name for :meth:`finish` (kept)."""
 
     def _close(self):
+        """Shut the transport and the end channel down. Fault tolerant: a rank that dies after the ranks
+        agreed where to stop fails the transport's shutdown on every survivor (its barriers): they heal, the
+        heal's re-send goes out, and they shut down again on the survivors' communicator -- as ``hopdec
+        train``'s runner does."""
+        from hopdec.transport.waiting import PeerFailed
         self.finished = True
-        self.io.close()
+        while True:
+            try:
+                self.io.close()
+                break
+            except PeerFailed:
+                if self.healer is None:
+                    raise
+                self._heal_waiting()
         self.end.close()
         self.observer.close()
         self.logger.event("messages", **self.io.counters(), send_stores=self.flat.stores)

@@ -11,7 +11,8 @@ MODULES = ["hopdec.topology", "hopdec.topology.graph_io", "hopdec.topology.gener
            "hopdec.topology.weights", "hopdec.topology.spectral", "hopdec.topology.bounds", "hopdec.topology.heal",
            "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.hop.cuts", "hopdec.sim.events",
            "hopdec.transport.message", "hopdec.topology.schedule", "hopdec.topology.schedule_analysis",
-           "hopdec.transport.codec", "hopdec.hop.receive"]
+           "hopdec.transport.codec", "hopdec.hop.receive", "hopdec.sim.allreduce", "hopdec.sim.gap",
+           "hopdec.allreduce.worker"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -59,7 +59,7 @@ def test_the_queue_calls_its_watch_every_so_many_events():
 
 
 @pytest.mark.parametrize("mode", [["-n", "64"], ["--mode", "ps", "--sync", "ssp", "-n", "64"],
-                                  ["--mode", "allreduce", "-n", "16"]])            # (a ring: n^2 events)
+                                  ["--mode", "allreduce", "-n", "64"]])   # (about 2 events per worker-iteration)
 def test_hopdec_sim_prints_progress_unless_told_not_to(mode, capsys):
     argv = mode + ["--iterations", "60", "--invariants", "off"]
     simulate(parse(argv + ["--progress-interval", "0.001"]), out=io.StringIO())

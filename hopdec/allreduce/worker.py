@@ -18,7 +18,9 @@ everywhere, nothing is in flight, each worker's optimizer and data position are 
 steps), and :func:`hopdec.hop.cuts.checkpoint_due` says which K.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
 from hopdec.hop.actions import Enter
@@ -26,6 +28,47 @@ from hopdec.hop.actions import Enter
 GAP_BOUND = 1
 """The largest iteration gap between two workers: a worker that completed iteration k's all-reduce may
 enter k + 1 while another is still receiving k's result."""
+
+
+class Peers(Sequence):
+    """Every worker of ``0 .. n - 1`` but ``rank``, in order, without a tuple of n - 1 ranks per worker
+    (an all-reduce waits on every other worker: at 10,000 simulated workers those tuples were 800 MB).
+
+    >>> list(Peers(1, 4)), len(Peers(1, 4)), Peers(1, 4)[1], 1 in Peers(1, 4)
+    ([0, 2, 3], 3, 2, False)
+    """
+
+    __slots__ = ("rank", "n")
+
+    def __init__(self, rank, n):
+        self.rank, self.n = rank, n
+
+    def __len__(self):
+        return self.n - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        if i < 0:
+            i += self.n - 1
+        if not 0 <= i < self.n - 1:
+            raise IndexError(i)
+        return i if i < self.rank else i + 1
+
+    def __iter__(self):
+        return chain(range(self.rank), range(self.rank + 1, self.n))
+
+    def __contains__(self, r):
+        return r != self.rank and 0 <= r < self.n
+
+    def __eq__(self, other):
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(self))
+
+    def __repr__(self):
+        return f"Peers(every rank of {self.n} but {self.rank})"
 
 
 @dataclass(frozen=True)
@@ -50,7 +93,7 @@ class Worker:
         self.budget = int(iterations)
         self.iteration = self._start = 0
         self._entered = -1
-        self.peers = tuple(r for r in range(self.n) if r != self.rank)
+        self.peers = Peers(self.rank, self.n)
         self._reduced = None            # the iteration whose all-reduce completed last
         self._reducing = None           # the iteration whose all-reduce is under way
         self.finished = False

@@ -11,7 +11,8 @@ where the optimizer reads it; nothing to do when ``gradient()`` was a view) and 
 
 Each record (one line of ``rank{r}.jsonl``) has ``rank``, ``iter``, ``time`` (when the worker entered
 the iteration), ``loss``, ``compute_s``, ``wait_s`` (blocked in the all-reduce: waiting for the slowest
-worker and moving the gradient; ``waited_on``: every other worker), ``allreduce_s`` (from the start of
+worker and moving the gradient; no ``waited_on``: it would list every other worker, n - 1 pairs in every
+record), ``allreduce_s`` (from the start of
 the reduction to its end) and ``apply_s``, as the decentralized loop's records do
 (:mod:`hopdec.runtime.hop_loop`), so the report, plots and trace read them the same way.
 """
@@ -38,7 +39,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             t0 = clock()
             yield a
             if rec is not None:
-                _waited(rec, a, t0, clock() - t0, spans)
+                _waited(rec, a, t0, clock() - t0, spans, detail=False)
             continue
         t0 = clock()
         if kind is Enter:

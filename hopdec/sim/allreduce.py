@@ -10,7 +10,15 @@ from worker i - 1, so the reduction starts when the slowest worker arrives, and 
 NICs like any other message (latency per step, bandwidth shares, slow links). A worker's all-reduce
 ends when it has received its last chunk. Sums cost no time (as the simulator's Reduce). With
 ``--math`` the workers' real gradients are summed, so every worker applies the same mean.
+
+Full-duplex NICs (the default) carry one ring transfer each way at a time, so every chunk moves at its
+pair's rate alone and the network model reduces to a max-plus recursion over the steps, computed with
+numpy once the last worker has entered (:func:`ring_ends`): O(n) vector work per step instead of n events,
+which made a 1024-worker iteration take seconds. Half duplex (a NIC's sends and receives share it) keeps
+the chunk-by-chunk events on the network model; tests check both give the same times.
 """
+
+from functools import partial
 
 import numpy as np
 
@@ -19,7 +27,34 @@ from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.runtime.allreduce_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
+from hopdec.sim.gap import GapMeter
 from hopdec.sim.network import Network
+
+
+def ring_ends(entered, free, chunk_s, latency, steps):
+    """When each worker has received its last chunk of a ring all-reduce, and when each pair's last chunk
+    left: ``(arrived, left)``. ``entered[i]``: when worker i entered it; ``free[i]``: when the pair i -> i+1
+    is free (its previous message left); ``chunk_s[i]``: a chunk's time on that pair alone, ``latency[i]``
+    its latency. Worker i starts step s once it has entered, received step s - 1 and its previous chunk
+    has left (one message at a time per pair, as :class:`~hopdec.sim.network.Network`); the chunk leaves
+    ``chunk_s[i]`` later and arrives ``latency[i]`` after that -- the network model's times, to the bit.
+
+    >>> a, d = ring_ends(np.zeros(3), np.zeros(3), np.ones(3), np.zeros(3), 4)
+    >>> a.tolist(), d.tolist()
+    ([4.0, 4.0, 4.0], [4.0, 4.0, 4.0])
+    """
+    d = np.array(free, dtype=np.float64)
+    a = np.empty_like(d)
+    reach = np.empty_like(d)
+    for s in range(steps):
+        if s:
+            np.maximum(d, a, out=d)
+        np.maximum(d, entered, out=d)       # (max is exact: the order of the three does not matter)
+        np.add(d, chunk_s, out=d)
+        np.add(d, latency, out=reach)
+        a[1:] = reach[:-1]                  # what pair i -> i+1 carried reaches worker i+1
+        a[0] = reach[-1]
+    return a, d
 
 
 class TimingBackend:
@@ -78,10 +113,11 @@ class AllReduceSim:
     """Run ``n`` all-reduce cores in virtual time. ``compute_time(rank, iteration)``: virtual seconds of a
     mini-batch (or seconds and slowdown factor); ``network``: a :class:`~hopdec.sim.network.LinkModel`;
     ``message_bytes``: one worker's gradient; ``backend_factory(rank)``: a math backend (None: timing
-    only); ``on_record(rank, rec)``: each iteration's log record."""
+    only); ``on_record(rank, rec)``: each iteration's log record; ``closed_form``: the ring's times by
+    :func:`ring_ends` (default: with full-duplex NICs) or by the network model's events (False)."""
 
     def __init__(self, n, iterations, compute_time, network=None, message_bytes=0, backend_factory=None,
-                 on_record=None):
+                 on_record=None, closed_form=None):
         self.n = n
         self.q = EventQueue()
         self.net = Network(self.q, n, network)
@@ -104,20 +140,28 @@ class AllReduceSim:
         self._got = [0] * n                # ring steps received by each worker in this reduction
         self._in = [False] * n             # entered this reduction
         self._sent = [0] * n               # ring steps sent by each worker in this reduction
-        self._pos = [-1] * n
-        self.max_gap = 0
-        self._gap_pending = False
+        self.gap = GapMeter(n, self.q)
         self.bytes = 0.0
+        # the recursion (ring_ends) where the network model allows it: full duplex, a ring of 2 or more
+        m = self.net.model
+        self.closed_form = m.duplex == "full" and self.steps > 0 if closed_form is None else bool(closed_form)
+        if self.closed_form:
+            routes = [self.net._route(r, (r + 1) % n) for r in range(n)]
+            # a chunk's time alone on its pair, as Network._solo_send rates it (one transfer per NIC)
+            self._chunk_s = np.array([self.chunk / (rest if rest < self.net.cap[r] else self.net.cap[r])
+                                      for r, (_, _, _, _, _, rest) in enumerate(routes)], dtype=np.float64)
+            self._lat = np.array([lat for _, _, lat, _, _, _ in routes], dtype=np.float64)
+            self._free = np.zeros(n)           # when each pair's last chunk left
+            self._entry = {}                   # iteration -> entry time per worker (NaN: not yet)
+            self._waiting = {}                 # iteration -> workers not yet entered
 
     @property
     def now(self):
         return self.q.now
 
-    def _gap_now(self):
-        self._gap_pending = False
-        low = min(self._pos)
-        if low >= 0:
-            self.max_gap = max(self.max_gap, max(self._pos) - low)
+    @property
+    def max_gap(self):
+        return self.gap.max_gap
 
     def run(self):
         for r in range(self.n):
@@ -137,10 +181,7 @@ class AllReduceSim:
                 self.q.at(self.q.now + self.backends[r].duration, lambda r=r: self._advance(r))
                 return
             if t.__name__ == "Enter":
-                self._pos[r] = a.iteration
-                if not self._gap_pending:       # as the logs' replay: once all started, at the instant's end
-                    self._gap_pending = True
-                    self.q.at_instant_end(self._gap_now)
+                self.gap.entered(r, a.iteration)
         self.done[r] = True
         self.finished += 1
 
@@ -152,7 +193,31 @@ class AllReduceSim:
         if self.steps == 0:
             self.q.at(self.q.now, lambda: self._reduced(r))
             return
+        if self.closed_form:
+            self._entered_ring(r, iteration)
+            return
         self._send(r)
+
+    def _entered_ring(self, r, k):
+        """The closed form: once every worker has entered reduction ``k``, each one's end is known (every
+        worker's last chunk passed through every other worker, so none ends before the last entry)."""
+        sent = self.chunk * self.steps
+        self.bytes += sent
+        self.ios[r].bytes_sent += sent
+        self.net.transfers += self.steps
+        self.net.bytes += sent
+        when = self._entry.get(k)
+        if when is None:
+            when = self._entry[k] = np.full(self.n, np.nan)
+            self._waiting[k] = self.n
+        when[r] = self.q.now
+        self._waiting[k] -= 1
+        if self._waiting[k]:
+            return
+        del self._entry[k], self._waiting[k]
+        arrived, self._free = ring_ends(when, self._free, self._chunk_s, self._lat, self.steps)
+        for w, t in enumerate(arrived.tolist()):
+            self.q.at(t, partial(self._reduced, w))
 
     def _send(self, r):
         """Worker ``r`` takes every ring step it may (it has entered; it received the step before)."""

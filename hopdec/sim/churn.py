@@ -206,9 +206,7 @@ class Churn:
             sim.finished += 1
         sim.loops[w] = _dead()          # never advances again (a compute it was in never ends)
         sim.blocked[w], sim.computing[w], sim.parked[w], sim.untaken[w] = True, False, None, []
-        cur = sim._cur[w]               # the iteration gap counts the living only
-        if cur >= 0:
-            sim._at[cur] -= 1
+        sim.gap.left(w)                 # the iteration gap counts the living only
         self.undetected.append((now, w))
         self.unhealed.append(w)
         if self.on_death is not None:

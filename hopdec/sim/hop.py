@@ -35,6 +35,7 @@ from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue, collector_paused
+from hopdec.sim.gap import GapMeter
 from hopdec.sim.network import Network
 from hopdec.sim.sends import SendPath
 from hopdec.transport.message import NO_GRANT, split_grants
@@ -276,13 +277,8 @@ class HopSim:
         self.in_flight: list[int] = [0] * self.n  # updates on their way to each worker (with a check)
         self.sent_to: list[int] = [0] * self.n    # updates ever sent to each worker (with a check)
         # the largest Iter(i) - Iter(j) seen, evaluated once per instant (like the logs' replay)
-        self._cur: list[int] = [-1] * self.n
-        self._at: dict[int, int] = {}             # iteration -> workers there now
-        self._low: int = 0
-        self._high: int = -1
-        self._started: int = 0                   # workers that entered an iteration
-        self.max_gap: int = 0
-        self._gap_pending: bool = False
+        self.gap: GapMeter = GapMeter(self.n, self.q)
+        self._entered: Callable[[int, int], None] = self.gap.entered
         self._running: bool = False
 
     # ---- running ----
@@ -412,39 +408,11 @@ class HopSim:
             self.blocked[dst] = False
             self._advance(dst)
 
-    # ---- the iteration gap, as the logs' replay computes it ----
-    def _entered(self, r: int, k: int) -> None:
-        old = self._cur[r]
-        at = self._at
-        if old >= 0:
-            at[old] -= 1
-        else:
-            self._started += 1
-        self._cur[r] = k
-        at[k] = at.get(k, 0) + 1
-        # The gap can only reach a new maximum at an instant where the highest iteration rose (the lowest
-        # never falls), or where the last worker started: evaluate it at the end of those instants only.
-        if k > self._high:
-            self._high = k
-        elif old >= 0 or self._started < self.n:
-            return
-        if not self._gap_pending:
-            self._gap_pending = True
-            self.q.at_instant_end(self._gap_now)
-
-    def _gap_now(self) -> None:
-        self._gap_pending = False
-        if self._started < self.n:
-            return
-        at, low = self._at, self._low
-        while not at.get(low):
-            at.pop(low, None)
-            low += 1
-        self._low = low
-        if self._high - low > self.max_gap:
-            self.max_gap = self._high - low
-
     # ---- checks and reports ----
+    @property
+    def max_gap(self) -> int:
+        return self.gap.max_gap
+
     @property
     def now(self) -> float:
         return self.q.now

@@ -68,6 +68,7 @@ class Server:
         self.failed = []                                # workers that died (--fault-tolerance), in order
         self.failures = []                              # what each death left: worker, work, budget, version
         self._out = deque()
+        self._wait_key = self._wait = None              # see _waiting_for_pushes
         self.checkpoints = bool(checkpoints or checkpoint_every)
         self.checkpoint_every = int(checkpoint_every)   # mini-batches between cuts (0: only the final one)
         self.cuts = 0                                   # cuts emitted so far (the last one's number)
@@ -210,7 +211,16 @@ class Server:
             return self._out.popleft()
         if len(self.stopped) == len(self.work_by):
             return Finished()
-        return Wait(tuple(w for w in self.workers if w not in self.stopped), "pushes")
+        return self._waiting_for_pushes()
+
+    def _waiting_for_pushes(self):
+        """The Wait for pushes from the workers not stopped, made again only when those change (workers
+        are removed, never added; stopped ones only added): a Wait per push listed all n workers."""
+        key = self._wait_key
+        if key is None or key[0] is not self.workers or key[1] != len(self.stopped):
+            self._wait_key = (self.workers, len(self.stopped))
+            self._wait = Wait(tuple(w for w in self.workers if w not in self.stopped), "pushes")
+        return self._wait
 
     def gaps_of(self, workers):
         """How many pushes each of ``workers`` is ahead of the slowest worker (the slowest found once: a

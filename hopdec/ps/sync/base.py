@@ -55,6 +55,7 @@ class Policy:
         if len(set(workers)) != len(workers):
             raise ValueError(f"worker ids must be distinct, got {workers}")
         self.workers = workers
+        self._order = {w: i for i, w in enumerate(workers)}   # a worker's place in workers (for _release)
         self.n = len(workers)
         self.version = 0                              # number of server model updates so far
         self.pushes = dict.fromkeys(workers, 0)       # pushes received per worker (its iteration clock)
@@ -101,6 +102,7 @@ class Policy:
         if self.n == 1:
             raise RuntimeError(f"{self.sync}: the last worker ({worker}) died")
         self.workers = tuple(w for w in self.workers if w != worker)
+        del self._order[worker]
         self.n = len(self.workers)
         del self.pushes[worker]
         self.waiting.discard(worker)
@@ -140,8 +142,8 @@ class Policy:
         return min(self.pushes.values())
 
     def _release(self, workers, reason=""):
-        chosen = set(workers)
-        ws = tuple(w for w in self.workers if w in chosen)
+        order = self._order             # (in workers' order, without a pass over every worker: ASP
+        ws = tuple(sorted({w for w in workers if w in order}, key=order.__getitem__))  # releases one)
         self.waiting.difference_update(ws)
         return SendWeights(ws, self.version, reason)
 

@@ -48,6 +48,8 @@ CASES = {
                       1024, 1000),
     "ps-bsp256": (["--mode", "ps", "--sync", "bsp", "-n", "256"], 256, 200),
     "ps-asp1024": (["--mode", "ps", "--sync", "asp", "-n", "1024"], 1024, 50),
+    "ps-asp10k": (["--mode", "ps", "--sync", "asp", "-n", "10000"], 10000, 20),
+    "ps-bsp10k": (["--mode", "ps", "--sync", "bsp", "-n", "10000"], 10000, 20),
     "allreduce1024": (["--mode", "allreduce", "-n", "1024"], 1024, 1000),
     "allreduce10k": (["--mode", "allreduce", "-n", "10000"], 10000, 100),
 }

@@ -26,6 +26,7 @@ it sends weights to the workers the policy had released (the others keep waiting
 """
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hopdec.core import Finished, Wait
@@ -43,6 +44,35 @@ def work_budget(iterations, workers):
     """The server's work budget: ``--iterations N`` means N mini-batches per worker, so N x workers in all
     (the one place this is computed: the run assemblies, resume checks and checkpoint cuts ask here)."""
     return int(iterations) * int(workers)
+
+
+class _Running(Sequence):
+    """The workers of ``server`` not stopped, in order, as they are when read (what its Wait for pushes is
+    on: read by a transport only when that wait times out)."""
+
+    __slots__ = ("server",)
+
+    def __init__(self, server):
+        self.server = server
+
+    def __iter__(self):
+        stopped = self.server.stopped
+        return (w for w in self.server.workers if w not in stopped)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __getitem__(self, i):
+        return tuple(self)[i]
+
+    def __eq__(self, other):
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(self))
+
+    def __repr__(self):
+        return f"running{tuple(self)}"
 
 
 class Server:
@@ -68,7 +98,7 @@ class Server:
         self.failed = []                                # workers that died (--fault-tolerance), in order
         self.failures = []                              # what each death left: worker, work, budget, version
         self._out = deque()
-        self._wait_key = self._wait = None              # see _waiting_for_pushes
+        self._wait = None                               # see _waiting_for_pushes
         self.checkpoints = bool(checkpoints or checkpoint_every)
         self.checkpoint_every = int(checkpoint_every)   # mini-batches between cuts (0: only the final one)
         self.cuts = 0                                   # cuts emitted so far (the last one's number)
@@ -183,6 +213,8 @@ class Server:
         self._carry([SendWeights(go, self.policy.version, "resume")])
 
     def _keep_from(self):
+        if not self.cuts:           # no cut yet: every worker's is 0 (no pass over them at every send)
+            return 0
         return min(self.saved.values(), default=self.cuts)
 
     def _maybe_cut(self):
@@ -214,12 +246,10 @@ class Server:
         return self._waiting_for_pushes()
 
     def _waiting_for_pushes(self):
-        """The Wait for pushes from the workers not stopped, made again only when those change (workers
-        are removed, never added; stopped ones only added): a Wait per push listed all n workers."""
-        key = self._wait_key
-        if key is None or key[0] is not self.workers or key[1] != len(self.stopped):
-            self._wait_key = (self.workers, len(self.stopped))
-            self._wait = Wait(tuple(w for w in self.workers if w not in self.stopped), "pushes")
+        """The Wait for pushes from the workers not stopped (:class:`_Running`, read when it is read: a
+        tuple of them at every wait cost a pass over every worker per push)."""
+        if self._wait is None:
+            self._wait = Wait(_Running(self), "pushes")
         return self._wait
 
     def gaps_of(self, workers):
@@ -271,7 +301,7 @@ class Server:
         self._out.append(Note("stop", {"work": self.work, "version": self.policy.version}))
 
     def _stop(self, workers, discarded=False):
-        new = tuple(w for w in self.workers if w in set(workers) and w not in self.stopped)
+        new = self.policy.in_order(w for w in workers if w not in self.stopped)
         if new:
             self.stopped.update(new)
             for w in new:

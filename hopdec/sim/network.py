@@ -208,7 +208,7 @@ class Network:
         free: Optional[list[Arrival]] = None
         started = []
         out = active[src]
-        if out:
+        if out and not (hubs and src in hubs and hubs[src].on):    # (a hub's: all on its clock, see _start)
             self._expire(out, now)
         size = float(nbytes)
         fid = self._ids
@@ -328,6 +328,9 @@ class Network:
         for r in res:
             on = active[r]
             if on:
+                if hubs and r in hubs and hubs[r].on:
+                    continue            # all on its clock: none rated alone, none of another hub (O(1),
+                                        # not a look at a PS server's thousand transfers per join)
                 self._expire(on, now)
                 for g in on.values():   # (with hubs only: without, no transfer has a _HUB)
                     if g[_HUB] is not None and g[_HUB] != r:

@@ -55,7 +55,6 @@ class Policy:
         if len(set(workers)) != len(workers):
             raise ValueError(f"worker ids must be distinct, got {workers}")
         self.workers = workers
-        self._order = {w: i for i, w in enumerate(workers)}   # a worker's place in workers (for _release)
         self.n = len(workers)
         self.version = 0                              # number of server model updates so far
         self.pushes = dict.fromkeys(workers, 0)       # pushes received per worker (its iteration clock)
@@ -88,7 +87,17 @@ class Policy:
         self._check_worker(worker)
         if worker in self.waiting:
             raise RuntimeError(f"{self.sync}: worker {worker} pushed again before being sent weights")
-        self.pushes[worker] += 1
+        c = self.pushes[worker]
+        self.pushes[worker] = c + 1
+        low = self.__dict__.get("_cached_low")
+        if low is not None and low[0] is self.pushes:      # keep slowest_pushes' counts (O(1))
+            counts = low[1]
+            counts[c] -= 1
+            if not counts[c]:
+                del counts[c]
+            counts[c + 1] = counts.get(c + 1, 0) + 1
+            if c == low[2] and c not in counts:
+                low[2] = c + 1
         self.waiting.add(worker)
         return self._push(worker, int(step), float(now), int(local_steps))
 
@@ -102,9 +111,9 @@ class Policy:
         if self.n == 1:
             raise RuntimeError(f"{self.sync}: the last worker ({worker}) died")
         self.workers = tuple(w for w in self.workers if w != worker)
-        del self._order[worker]
         self.n = len(self.workers)
         del self.pushes[worker]
+        self.__dict__.pop("_cached_low", None)
         self.waiting.discard(worker)
         self.push_weight = 1.0 / self.n
         return self._removed(worker, float(now))
@@ -117,7 +126,7 @@ class Policy:
     def state(self):
         """Everything the policy has decided and recorded, JSON-ready (see :func:`encode`), so a policy
         built with the same settings continues from it (:meth:`load_state`)."""
-        return encode(vars(self))
+        return encode({k: v for k, v in vars(self).items() if not k.startswith("_cached")})
 
     def load_state(self, state, shift=0.0):
         """Put back what :meth:`state` gave; ``shift`` seconds are added to recorded times (a resumed run
@@ -138,12 +147,29 @@ class Policy:
         if worker not in self.pushes:
             raise RuntimeError(f"{self.sync}: no worker {worker} (workers are {list(self.workers)})")
 
+    def in_order(self, workers):
+        """Those of ``workers`` that are workers of this model, in :attr:`workers`' order -- without a pass
+        over every worker (ASP releases one per push, and a server stops one per push at the end)."""
+        places = self.__dict__.get("_cached_places")
+        if places is None or places[0] is not self.workers:
+            places = self._cached_places = (self.workers, {w: i for i, w in enumerate(self.workers)})
+        order = places[1]
+        return tuple(sorted({w for w in workers if w in order}, key=order.__getitem__))
+
     def slowest_pushes(self):
-        return min(self.pushes.values())
+        """The fewest pushes of any worker: counted per number of pushes as they come (a min over every
+        worker at every release made a 1024-worker ASP server O(n) per push); counted afresh when
+        ``pushes`` is another dict (a checkpoint loaded, a test's own) or a worker died."""
+        low = self.__dict__.get("_cached_low")
+        if low is None or low[0] is not self.pushes:
+            counts = {}
+            for c in self.pushes.values():
+                counts[c] = counts.get(c, 0) + 1
+            low = self._cached_low = [self.pushes, counts, min(counts)]
+        return low[2]
 
     def _release(self, workers, reason=""):
-        order = self._order             # (in workers' order, without a pass over every worker: ASP
-        ws = tuple(sorted({w for w in workers if w in order}, key=order.__getitem__))  # releases one)
+        ws = self.in_order(workers)
         self.waiting.difference_update(ws)
         return SendWeights(ws, self.version, reason)
 

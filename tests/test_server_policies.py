@@ -502,3 +502,44 @@ def test_no_gradient_is_applied_past_the_budget_when_the_last_pusher_is_held(syn
     server = res["sim"].server
     assert server.applied == server.budget == 120
     assert server.stopping and server.work >= server.budget
+
+
+def test_the_slowest_workers_pushes_are_counted_as_they_come():
+    """``slowest_pushes`` is kept per number of pushes (a min over every worker at every release was O(n)
+    per push): after random pushes, a death and a state put back, it is still the min."""
+    rng = random.Random(5)
+    p = SSPPolicy(range(6), 3)
+    p.start(0.0)
+    for step in range(200):
+        free = [w for w in p.workers if w not in p.waiting]
+        assert free                                     # (SSP 3 keeps the others going)
+        p.on_push(rng.choice(free), 0, float(step))
+        assert p.slowest_pushes() == min(p.pushes.values()), step
+        if step == 100:
+            p.remove_worker(min(p.pushes, key=p.pushes.get), float(step))
+        if step == 150:
+            p.load_state(p.state())
+    assert p.slowest_pushes() == min(p.pushes.values())
+    assert not any(k.startswith("_cached") for k in p.state())        # not part of a checkpoint
+
+
+def test_a_release_names_its_workers_in_order_and_only_the_models_own():
+    p = BSPPolicy(range(5))
+    assert p.in_order([3, 1, 9, 1]) == (1, 3)
+    p.remove_worker(1, 0.0)
+    assert p.in_order([4, 3, 1]) == (3, 4)
+
+
+def test_the_servers_wait_is_on_the_workers_still_running():
+    """The server's Wait for pushes names the workers running when it is read (a tuple of them at
+    every wait was a pass over every worker per push)."""
+    s = Server(sync_policy("asp", range(4)), budget=100)
+    s.start(0.0)
+    while not isinstance(s.next_action(), Wait):
+        pass
+    w = s.next_action()
+    assert w == Wait((0, 1, 2, 3), "pushes") and len(w.on) == 4 and w.on[-1] == 3
+    s.on_worker_failed(2, 0.0)
+    while not isinstance(s.next_action(), Wait):
+        pass
+    assert tuple(s.next_action().on) == (0, 1, 3) == tuple(w.on)

@@ -11,6 +11,7 @@ Actions that mean the same thing on every side are defined here once.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,10 +54,31 @@ def action(cls):
 
 @action
 class Wait:
-    """Nothing to do until an event arrives; ``on`` names whom the core waits for (ranks), ``what`` for what."""
+    """Nothing to do until an event arrives; ``on`` names whom the core waits for (ranks: a tuple, or a
+    :class:`RankView`), ``what`` for what."""
 
     on: tuple
     what: str
+
+
+class RankView(Sequence):
+    """Ranks computed when read, for a Wait on many of them (every other worker of an all-reduce, the
+    running workers of a PS server): no tuple of n ranks built per wait. Subclasses give ``__iter__``;
+    a view equals the tuple of its ranks."""
+
+    __slots__ = ()
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __getitem__(self, i):
+        return tuple(self)[i]
+
+    def __eq__(self, other):
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(self))
 
 
 @action

@@ -18,11 +18,10 @@ everywhere, nothing is in flight, each worker's optimizer and data position are 
 steps), and :func:`hopdec.hop.cuts.checkpoint_due` says which K.
 """
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
+from hopdec.core import ApplyGradient, ComputeGradient, Finished, RankView, Wait
 from hopdec.hop.actions import Enter
 
 GAP_BOUND = 1
@@ -30,7 +29,7 @@ GAP_BOUND = 1
 enter k + 1 while another is still receiving k's result."""
 
 
-class Peers(Sequence):
+class Peers(RankView):
     """Every worker of ``0 .. n - 1`` but ``rank``, in order, without a tuple of n - 1 ranks per worker
     (an all-reduce waits on every other worker: at 10,000 simulated workers those tuples were 800 MB).
 
@@ -46,26 +45,11 @@ class Peers(Sequence):
     def __len__(self):
         return self.n - 1
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return tuple(self)[i]
-        if i < 0:
-            i += self.n - 1
-        if not 0 <= i < self.n - 1:
-            raise IndexError(i)
-        return i if i < self.rank else i + 1
-
     def __iter__(self):
         return chain(range(self.rank), range(self.rank + 1, self.n))
 
     def __contains__(self, r):
         return r != self.rank and 0 <= r < self.n
-
-    def __eq__(self, other):
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    def __hash__(self):
-        return hash(tuple(self))
 
     def __repr__(self):
         return f"Peers(every rank of {self.n} but {self.rank})"

@@ -26,10 +26,9 @@ it sends weights to the workers the policy had released (the others keep waiting
 """
 
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import replace
 
-from hopdec.core import Finished, Wait
+from hopdec.core import Finished, RankView, Wait
 from hopdec.ps.actions import (ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, Note, SendWeights,
                                StopWorkers)
 
@@ -46,7 +45,7 @@ def work_budget(iterations, workers):
     return int(iterations) * int(workers)
 
 
-class _Running(Sequence):
+class _Running(RankView):
     """The workers of ``server`` not stopped, in order, as they are when read (what its Wait for pushes is
     on: read by a transport only when that wait times out)."""
 
@@ -58,18 +57,6 @@ class _Running(Sequence):
     def __iter__(self):
         stopped = self.server.stopped
         return (w for w in self.server.workers if w not in stopped)
-
-    def __len__(self):
-        return sum(1 for _ in self)
-
-    def __getitem__(self, i):
-        return tuple(self)[i]
-
-    def __eq__(self, other):
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    def __hash__(self):
-        return hash(tuple(self))
 
     def __repr__(self):
         return f"running{tuple(self)}"

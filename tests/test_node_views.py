@@ -58,3 +58,17 @@ def test_searches_handed_to_scipy_find_the_same_bound(graph, visits, monkeypatch
     import hopdec.hop.worker as W
     monkeypatch.setattr(W, "BFS_VISITS_PER_NODE", visits)
     assert [v.ahead_bound for v in node_views(graph)] == all_pairs_bound(graph)
+
+
+def test_the_path_bound_is_computed_only_for_the_protocol_that_sizes_queues_by_it():
+    """Only queue-only sizes its update queues by Theorem 1's bound; its all-pairs searches were most of
+    the start of a decentralized run on a large graph (14 s on a 10,000-node exponential graph), so a run
+    with token queues or notify-ack does not make them, and queue-only's queues still get the bound."""
+    from hopdec.cli.sim import parse
+    from hopdec.hop.worker import Worker
+    from hopdec.modes.decentralized import HopRun
+    graph = directed([(i, (i + 1) % 6) for i in range(6)])
+    runs = {p: HopRun(parse(["--protocol", p, "-n", "6"]), graph) for p in ("tokens", "notify-ack", "queue-only")}
+    assert {v.ahead_bound for v in runs["tokens"].views} == {None} == {v.ahead_bound for v in runs["notify-ack"].views}
+    assert {v.ahead_bound for v in runs["queue-only"].views} == {5}
+    assert Worker(runs["queue-only"].views[0], runs["queue-only"].cfg).slots == 6

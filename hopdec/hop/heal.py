@@ -14,7 +14,7 @@ def heal(graph, failed, cores, iterations):
     (:meth:`~hopdec.hop.worker.Worker.reconfigure`); ``iterations``: every survivor's current iteration.
     Returns ``(healed graph, notes)``."""
     healed, notes = heal_graph(graph, failed)
-    for view in node_views(healed):
+    for view in node_views(healed, ahead=False):     # (healing needs token queues: no path bound)
         if view.rank in cores:
             cores[view.rank].reconfigure(view, iterations)
     return healed, notes

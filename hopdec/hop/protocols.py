@@ -33,6 +33,13 @@ class Protocol:
     def token_queues(self):
         return self.control == "tokens"
 
+    @property
+    def path_bounded(self):
+        """Whether the update queues are sized by Theorem 1's path bound (``NodeView.ahead_bound``, which
+        :func:`hopdec.hop.worker.node_views` then computes: all-pairs searches, 14 s on a 10,000-node
+        exponential graph)."""
+        return self.control == "queues"
+
     def ledgers(self, view, cfg):
         """``(token ledger, ACK ledger, max_ig, update-queue slots per sender)`` of worker ``view``."""
         from hopdec.hop.token_queue import AckLedger, TokenLedger

@@ -41,7 +41,8 @@ class NodeView:
     in_weights: dict                 # sender -> W[sender, rank], the self-loop included
     out_neighbors: tuple             # receivers, self excluded
     backup_workers: Optional[int] = None  # per-node override (topology attribute ``backup_workers``)
-    ahead_bound: int = 1             # queue-only: how far an in-neighbour may be ahead (Theorem 1)
+    ahead_bound: Optional[int] = 1   # queue-only: how far an in-neighbour may be ahead (Theorem 1);
+                                     # None: not computed (node_views(ahead=False))
     steps: Optional[tuple] = None    # time-varying topology: ((in_weights, out_neighbors) of step m, ...);
                                      # then in_weights / out_neighbors are the union's (hopdec.hop.time_varying)
 
@@ -365,17 +366,21 @@ class Worker:
 _FINISHED = Finished()
 
 
-def node_views(graph: Any, backup_attr: str = "backup_workers") -> list[NodeView]:
+def node_views(graph: Any, backup_attr: str = "backup_workers", ahead: bool = True) -> list[NodeView]:
     """One :class:`NodeView` per node of a weighted ``nx.DiGraph`` (self-loops and weights present).
 
     ``ahead_bound`` is Theorem 1's bound on how far an in-neighbour j may be ahead of node i
     (len Path i->j), which sizes the update queue when no token queues bound the gap. A time-varying
     topology (the union graph of a schedule, :mod:`hopdec.topology.schedule`) gives each view its ``steps``;
     ``ahead_bound`` then counts each edge as long as its activation gap (:mod:`hopdec.hop.time_varying`).
+    ``ahead=False`` leaves it None: only queue-only uses it (:attr:`hopdec.hop.protocols.Protocol.path_bounded`),
+    and its searches are most of a run's start on a large graph whose paths are long or many.
     """
     from hopdec.topology.schedule import schedule_of
     sched = schedule_of(graph)
-    if sched is not None:
+    if not ahead:
+        ahead_of: Any = dict.fromkeys(graph.nodes)
+    elif sched is not None:
         from hopdec.topology.schedule_analysis import ahead_bounds
         ahead_of = ahead_bounds(graph)
     else:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from hopdec.errors import ConfigError
 from hopdec.hop.config import check_config, describe, gap_bound, in_steps, round_steps, rounds, setting_name
 from hopdec.hop.time_varying import describe as describe_schedule
+from hopdec.hop.protocols import PROTOCOLS
 from hopdec.hop.worker import Worker, node_views
 
 EVAL_MODEL = "average of every worker's parameters"
@@ -55,9 +56,9 @@ class HopRun:
 
     def __init__(self, settings, graph):
         self.settings, self.graph = settings, graph
-        self.views = node_views(graph)
         self.cfg = settings.protocol.config(settings.work.iterations or 1, settings.checkpoints.every,
                                             settings.faults.fault_tolerance)
+        self.views = node_views(graph, ahead=PROTOCOLS[self.cfg.protocol].path_bounded)
         self.notes = check_config(self.cfg, self.views)      # the protocol's checks, once per run
         # what loading the topology file noticed (weights renormalised, a periodic W): train and sim
         # print them as warnings, as topo analyze does

@@ -56,6 +56,7 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
     ``"max-jump=J,trigger=G"`` or ``{"max_jump": J, "trigger": G}``; ``local``: (local_steps,
     outer_optimizer, outer_lr, outer_momentum) as given (None: the defaults)."""
     from hopdec.hop.config import check_config
+    from hopdec.hop.protocols import PROTOCOLS
     from hopdec.hop.worker import node_views
     from hopdec.settings.protocol import Protocol
     try:
@@ -72,7 +73,7 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
                             skip=skip, compress=compress, local_steps=steps, outer_optimizer=local[1],
                             outer_lr=local[2], outer_momentum=local[3])
         cfg = settings.config(2 ** 62, fault_tolerant=bool(fault_tolerant))
-        views = node_views(graph)
+        views = node_views(graph, ahead=PROTOCOLS[cfg.protocol].path_bounded)
         check_config(cfg, views)
     except ConfigError as err:
         raise as_keywords(err) from None

@@ -116,8 +116,8 @@ class Slowdown:
         ranks = worker_ranks(workers)
         if self.rank is not None and not _is_worker(self.rank, ranks):
             server = " (rank 0 is the parameter server)" if ranks and ranks[0] == 1 else ""
-            raise ConfigError(f"--slowdown {self.spec!r}: rank {self.rank} is not a worker: the workers "
-                              f"are ranks {_span(ranks)}{server}")
+            which = f"the only worker is rank {ranks[0]}" if len(ranks) == 1 else f"the workers are ranks {_span(ranks)}"
+            raise ConfigError(f"--slowdown {self.spec!r}: rank {self.rank} is not a worker: {which}{server}")
         self.probability(len(ranks))
 
     def describe(self, n_workers: Optional[int] = None) -> str:

@@ -34,6 +34,7 @@ def test_parse_straggler_forms():
     ("random:factor=6", 8, "missing prob="),
     ("rank=3", 8, "missing factor="),
     ("rank=9,factor=4", 8, "rank 9 is not a worker: the workers are ranks 0..7"),
+    ("rank=2,factor=4", 1, "rank 2 is not a worker: the only worker is rank 0"),     # (not "ranks 0..0")
     ("rank=x,factor=4", 8, "not an integer"),
     ("burst:factor=2", 8, "unknown kind 'burst'"),
     ("factor=2", 8, "expected random:"),

@@ -145,8 +145,8 @@ def parse_who(who, ranks, option, spec):
         for r in range(a, b + 1):
             if r not in known:
                 lo_r, hi_r = min(ranks), max(ranks)
-                raise ConfigError(f"{option} {spec!r}: rank {r} is not a worker (the workers are ranks "
-                                  f"{lo_r}..{hi_r})")
+                which = f"the only worker is rank {lo_r}" if lo_r == hi_r else f"the workers are ranks {lo_r}..{hi_r}"
+                raise ConfigError(f"{option} {spec!r}: rank {r} is not a worker ({which})")
             out.append(r)
     return out
 

@@ -313,15 +313,15 @@ def _waited(rec: Any, a: Any, t0: float, dt: float, spans: bool, detail: bool = 
     rec["wait_s"] += dt
     key = f"wait_{kind}_s"
     rec[key] = rec.get(key, 0.0) + dt
-    if detail:                  # (by rank: an all-reduce's wait is on every worker, 1024 x 1024 pairs)
+    if detail:
         on = rec.setdefault("waited_on", [])
-        index = {pair[0]: pair for pair in on}
         for j in a.on:
-            pair = index.get(j)
-            if pair is None:
-                on.append(index.setdefault(j, [j, dt]))
+            for pair in on:
+                if pair[0] == j:
+                    pair[1] += dt
+                    break
             else:
-                pair[1] += dt
+                on.append([j, dt])
     if spans:
         start = t0 - rec["time"]
         last = rec["spans"][-1] if rec["spans"] else None

@@ -90,14 +90,10 @@ class Policy:
         c = self.pushes[worker]
         self.pushes[worker] = c + 1
         low = self.__dict__.get("_cached_low")
-        if low is not None and low[0] is self.pushes:      # keep slowest_pushes' counts (O(1))
-            counts = low[1]
-            counts[c] -= 1
-            if not counts[c]:
-                del counts[c]
-            counts[c + 1] = counts.get(c + 1, 0) + 1
-            if c == low[2] and c not in counts:
-                low[2] = c + 1
+        if low is not None and low[0] is self.pushes and c == low[1]:     # one fewer at the minimum
+            low[2] -= 1
+            if not low[2]:
+                del self._cached_low        # all moved on: slowest_pushes finds the next minimum
         self.waiting.add(worker)
         return self._push(worker, int(step), float(now), int(local_steps))
 
@@ -157,16 +153,15 @@ class Policy:
         return tuple(sorted({w for w in workers if w in order}, key=order.__getitem__))
 
     def slowest_pushes(self):
-        """The fewest pushes of any worker: counted per number of pushes as they come (a min over every
-        worker at every release made a 1024-worker ASP server O(n) per push); counted afresh when
-        ``pushes`` is another dict (a checkpoint loaded, a test's own) or a worker died."""
+        """The fewest pushes of any worker, kept with how many workers are there (:meth:`on_push` counts
+        them down): found by a pass over every worker once per round of pushes, not at every release (a
+        1024-worker ASP server was O(n) per push); found afresh when ``pushes`` is another dict (a
+        checkpoint loaded, a test's own) or a worker died."""
         low = self.__dict__.get("_cached_low")
         if low is None or low[0] is not self.pushes:
-            counts = {}
-            for c in self.pushes.values():
-                counts[c] = counts.get(c, 0) + 1
-            low = self._cached_low = [self.pushes, counts, min(counts)]
-        return low[2]
+            m = min(self.pushes.values())
+            low = self._cached_low = [self.pushes, m, sum(1 for c in self.pushes.values() if c == m)]
+        return low[1]
 
     def _release(self, workers, reason=""):
         ws = self.in_order(workers)

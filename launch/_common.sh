@@ -157,6 +157,26 @@ start_tied() {
     fi
 }
 
+# The launcher's stderr passes through this filter (awk; run_job). When a hopdec command has already said
+# what went wrong (its one line, "hopdec train: error: rank R: cause"), the boxes Open MPI prints after it
+# -- MPI_ABORT's notice, prterun's "exited due to process rank ... calling abort" and "exited with
+# non-zero status" -- repeat that a rank ended the job, in 6 to 14 lines: they are dropped. Every other
+# line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
+# they are all there is). HOPDEC_DEBUG=1 turns the filter off.
+_HOPDEC_QUIET_AWK='
+function box_done() {
+    if (!(said && box ~ /MPI_ABORT was invoked|has exited due to process rank|exited with non-zero status/))
+        printf "%s", box
+    box = ""; inbox = 0; fflush()
+}
+/^hopdec( [a-z]+)?: error: / { said = 1 }
+/^--------------------*$/ { box = box $0 "\n"; if (inbox) box_done(); else inbox = 1; next }
+inbox { box = box $0 "\n"; next }
+length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
+{ print; fflush() }
+END { if (inbox) printf "%s", box }
+'
+
 # run_job CMD...: run the launcher so that Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the run
 # cleanly. mpirun (Open MPI 5's PRRTE) turns SIGINT/SIGTERM/SIGHUP into a kill of every rank within 0.5 s,
 # but forwards SIGUSR1 untouched, and hopdec's ranks take SIGUSR1 as "stop cleanly": they agree where,
@@ -166,9 +186,18 @@ start_tied() {
 # after a stop (the ranks that read the signal's name from HOPDEC_STOP_FILE exit 0, others 128 + SIGUSR1
 # = 138; either becomes the signal this script got: a stopped run never exits 0).
 run_job() {
-    local pid rc sig="" stops=0
-    start_tied "$@"
-    pid=$!
+    local pid rc sig="" stops=0 fpid="" errfd
+    if [[ -z "${HOPDEC_DEBUG:-}" ]] && command -v awk >/dev/null 2>&1; then
+        # (the filter ignores the stop signals: it must outlive the launcher to pass its last lines on)
+        exec {errfd}> >(trap '' INT TERM HUP USR1; exec awk "$_HOPDEC_QUIET_AWK" >&2)
+        fpid=$!
+        start_tied "$@" 2>&"$errfd"
+        pid=$!
+        exec {errfd}>&-
+    else
+        start_tied "$@"
+        pid=$!
+    fi
     _hopdec_stop() {
         stops=$((stops + 1))
         [[ -n "$sig" && "$1" == USR1 ]] || sig="$1"
@@ -191,6 +220,10 @@ run_job() {
         kill -0 "$pid" 2>/dev/null || break    # a trapped signal ends `wait` early: wait again
     done
     trap - INT TERM HUP USR1
+    if [[ -n "$fpid" ]]; then       # its last lines out before this script's status (at most 2 s: a
+        local i                     # process left holding the launcher's stderr must not hang us)
+        for i in {1..20}; do kill -0 "$fpid" 2>/dev/null || break; sleep 0.1; done
+    fi
     if [[ -n "${HOPDEC_EXIT_FILE:-}" && -f "$HOPDEC_EXIT_FILE" ]]; then
         local code
         code="$(head -c 16 "$HOPDEC_EXIT_FILE" 2>/dev/null | tr -dc 0-9)"

@@ -325,3 +325,52 @@ def test_the_users_launcher_flags_win_over_the_scripts(tmp_path):
     for args, extra in (("--mca btl self,sm", []), ("--mca btl_tcp_if_include lo", ["--fault-tolerance"])):
         r = _run([LOCAL, "-n", "1", *extra], HOPDEC_CMD=PRINT_RANK, HOPDEC_MPIRUN_ARGS=args)
         assert r.returncode == 0 and "rank 0 of 1" in r.stdout, r.stderr
+
+
+MPI_BOXES = ("MPI_ABORT was invoked", "has exited due to process rank", "exited with non-zero status")
+
+
+@pytest.mark.mpi
+def test_a_failing_rank_under_the_launcher_prints_hopdecs_line_and_not_open_mpis_boxes():
+    """A rank's exception: hopdec's one line, not followed by MPI_ABORT's and prterun's boxes (14 lines
+    that only said again that rank 1 ended the job); the exit status stays the abort's."""
+    r = _run([LOCAL, "-n", "3", "--no-progress", "--threads", "1", "--iterations", "12", "--die-rank", "1",
+              "--die-at", "3", "--die-how", "raise"], HOPDEC_DEBUG="")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.splitlines() == ["hopdec train: error: rank 1: RuntimeError: injected failure in train "
+                                     "(HOPDEC_DEBUG=1 shows the traceback)"], r.stderr
+
+
+@pytest.mark.mpi
+def test_bad_input_under_the_launcher_is_one_line(tmp_path):
+    r = _run([LOCAL, "-n", "2", "--topology", str(tmp_path / "nope.json")], HOPDEC_DEBUG="")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [f"hopdec train: error: {tmp_path / 'nope.json'}: no such file "
+                                     "(expected a topology file)"], r.stderr
+
+
+@pytest.mark.mpi
+def test_a_failure_hopdec_did_not_report_keeps_open_mpis_box():
+    """No hopdec line came first (the user's command exited 5 by itself): prterun's box is all there is."""
+    r = _run([LOCAL, "-n", "2"], HOPDEC_CMD=f"{sys.executable} -c 'import sys; sys.exit(5)'", HOPDEC_DEBUG="")
+    assert r.returncode == 5
+    assert "exited with non-zero status" in r.stderr and "Exit code:    5" in r.stderr, r.stderr
+
+
+def _quiet(text):
+    script = f"source {os.path.join(ROOT, 'launch', '_common.sh')} >/dev/null; exec awk \"$_HOPDEC_QUIET_AWK\""
+    return subprocess.run(["bash", "-c", script], input=text, capture_output=True, text=True, timeout=30).stdout
+
+
+def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
+    dash = "-" * 74
+    abort = f"{dash}\nMPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n  Errorcode: 3\n{dash}\n"
+    exited = f"{dash}\nprterun has exited due to process rank 1 with PID 0 on node vm calling\n\"abort\".\n{dash}\n"
+    other = f"{dash}\nThere are not enough slots available in the system\n{dash}\n"
+    line = "hopdec train: error: rank 1: RuntimeError: boom\n"
+    # a box before any hopdec line is kept, whatever it says; after it, only the repeats go
+    assert _quiet("progress 1\n" + abort + line + other + abort + exited + "after\n\0") == \
+        "progress 1\n" + abort + line + other + "after\n"
+    assert _quiet(abort + exited) == abort + exited
+    assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
+        f"hopdec sim: error: x\n{dash}\nunterminated\n"

@@ -57,7 +57,44 @@ def test_searches_handed_to_scipy_find_the_same_bound(graph, visits, monkeypatch
     names that are not 0..n-1 included."""
     import hopdec.hop.worker as W
     monkeypatch.setattr(W, "BFS_VISITS_PER_NODE", visits)
+    monkeypatch.setattr(W, "_circulant", lambda g: False)      # (else rings take one search for all)
     assert [v.ahead_bound for v in node_views(graph)] == all_pairs_bound(graph)
+
+
+def circulant(n, offsets):
+    return directed([(i, (i + k) % n) for i in range(n) for k in offsets])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_graphs_alike_at_every_node_take_one_search_and_find_the_same_bound(seed):
+    """A circulant graph (the same offsets j - i mod n at every node: rings, ring-based, exponential) has
+    one bound for all; near misses -- one edge more, the nodes renamed 1..n -- are searched per node."""
+    import random
+
+    import hopdec.hop.worker as W
+    rng = random.Random(seed)
+    n = rng.randrange(3, 40)
+    offsets = {1} | {rng.randrange(1, n) for _ in range(rng.randrange(0, 4))}
+    if rng.random() < 0.5:
+        offsets = {n - k for k in offsets}                          # the other way round
+    g = circulant(n, offsets)
+    assert W._circulant(g) and [v.ahead_bound for v in node_views(g)] == all_pairs_bound(g)
+    extra = directed(list(g.edges) + [(0, (max(offsets) + 1) % n or 2 % n)])
+    renamed = nx.relabel_nodes(g, {i: i + 1 for i in g.nodes})
+    for other in (extra, renamed):
+        assert [v.ahead_bound for v in node_views(other)] == all_pairs_bound(other)
+    assert not W._circulant(renamed)
+
+
+def test_a_large_exponential_graph_needs_one_search_not_one_per_node(monkeypatch):
+    """--protocol queue-only on a 10,000-node exponential graph spent 14 s in one search per node."""
+    import hopdec.hop.worker as W
+
+    def refuse(*a):
+        raise AssertionError("searched per node")
+    monkeypatch.setattr(W, "_farthest_scipy", refuse)
+    monkeypatch.setattr(W, "BFS_VISITS_PER_NODE", 0)
+    assert {v.ahead_bound for v in node_views(T.exponential(10_000))} == {8}   # (scipy: 8 at nodes 0, 1234, 9999)
 
 
 def test_the_path_bound_is_computed_only_for_the_protocol_that_sizes_queues_by_it():

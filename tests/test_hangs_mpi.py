@@ -66,14 +66,23 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_job_with_one_line(mpirun, t
 def test_under_fault_tolerance_a_rank_killed_before_mpi_init_ends_the_job(mpirun, tmp_path):
     """The launcher does not end a fault-tolerant job when a process is killed, so a rank killed 0.3 s after
     launch left the others in MPI_Init forever: now they end it after the start-up bound, exit 3, with one
-    line naming it. (A rank that exits non-zero instead is ended at once by Open MPI, rank and all.)"""
+    line naming it. (A rank that exits non-zero instead is ended at once by Open MPI, rank and all.) The
+    reporter removes the start-up marks: a folder left behind met a later job whose launcher had the same
+    pid, its report already claimed, and that job ended with exit 3 and no line at all (seen in CI)."""
+    import shutil
+    import tempfile
     pidfile = tmp_path / "victim.pid"
-    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} {_wrapper(tmp_path)} train", HOPDEC_STARTUP_TIMEOUT="3",
-                     VICTIM="1", HOW="killed", VICTIM_PID=str(pidfile))
-    out = run_bounded(mpirun.launch_cmd(3, ["--fault-tolerance", *COMMON]), 60, env=env)
-    assert out.returncode == 3, out.stderr[-3000:]
-    errors = _errors(out.stderr)
-    assert len(errors) == 1 and "rank 1 never reached it" in errors[0], out.stderr[-3000:]
+    tmp = tempfile.mkdtemp(prefix="hk", dir="/tmp")     # (a short path: Open MPI's sockets live under it)
+    try:
+        env = mpirun.env(HOPDEC_CMD=f"{sys.executable} {_wrapper(tmp_path)} train", HOPDEC_STARTUP_TIMEOUT="3",
+                         VICTIM="1", HOW="killed", VICTIM_PID=str(pidfile), TMPDIR=tmp)
+        out = run_bounded(mpirun.launch_cmd(3, ["--fault-tolerance", *COMMON]), 60, env=env)
+        assert out.returncode == 3, out.stderr[-3000:]
+        errors = _errors(out.stderr)
+        assert len(errors) == 1 and "rank 1 never reached it" in errors[0], out.stderr[-3000:]
+        assert not [n for n in os.listdir(tmp) if n.startswith("hopdec-start-")], os.listdir(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_rank_stuck_in_setup_is_named(mpirun):

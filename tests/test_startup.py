@@ -67,3 +67,49 @@ def test_a_job_key_never_escapes_the_temporary_folder(monkeypatch):
     monkeypatch.setenv("PMIX_NAMESPACE", "../../etc/x y@1")
     key = startup.job_key()
     assert "/" not in key and " " not in key
+
+
+def test_a_later_job_with_the_same_namespace_is_not_blocked_by_an_earlier_ones_marks(tmp_path, monkeypatch):
+    """Open MPI's namespace is ``prterun-<host>-<pid>@1``: pids repeat, and a job whose start-up failed
+    left its folder with ``reported`` taken -- the next job with that pid found it, no rank printed the
+    line, and the job ended with exit 3 and nothing else. The key carries when the launcher started."""
+    monkeypatch.setenv("PMIX_NAMESPACE", "prterun-vm-4242@1")
+    monkeypatch.setattr(startup, "launcher_epoch", lambda: "4242.1000")
+    earlier = _arrivals(tmp_path, monkeypatch, 0, startup.job_key())
+    earlier.mark("in")
+    assert earlier.claim_report()                   # it reported, then the job was aborted: no clean-up
+    monkeypatch.setattr(startup, "launcher_epoch", lambda: "4242.987654")
+    later = _arrivals(tmp_path, monkeypatch, 2, startup.job_key())
+    assert later.dir != earlier.dir and later.seen("in") == set() and later.claim_report()
+    monkeypatch.setattr(startup, "launcher_epoch", lambda: None)     # no /proc: the namespace alone
+    assert startup.job_key() == "prterun-vm-4242@1"
+
+
+def test_the_launcher_epoch_is_the_nearest_launcher_ancestors(monkeypatch):
+    """Found through a process between the daemon and the rank (a wrapper); None when no ancestor is one.
+    Here a shell stands in for the daemon and its child ``sleep`` for the rank."""
+    import subprocess
+    import time
+    monkeypatch.setattr(startup, "LAUNCHER_DAEMONS", frozenset({"sh"}))
+    proc = subprocess.Popen(["sh", "-c", "sleep 30; :"])
+    try:
+        kids = []
+        for _ in range(200):
+            kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+            if kids:
+                break
+            time.sleep(0.02)
+        assert kids and startup.launcher_epoch(kids[0]) == f"{proc.pid}.{startup.start_time(proc.pid)}"
+    finally:
+        proc.kill()
+        proc.wait()
+    monkeypatch.setattr(startup, "LAUNCHER_DAEMONS", frozenset({"no-such-daemon"}))
+    assert startup.launcher_epoch() is None
+
+
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

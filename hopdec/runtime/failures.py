@@ -200,11 +200,39 @@ def abort(comm, err, prog="hopdec train"):
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
         print(f"{prog}: error: {one_line(rank, err)}", file=sys.stderr, flush=True)
-        time.sleep(0.5)        # let the launcher forward the line before MPI_Abort kills everyone
+        forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:
-        time.sleep(1.0)        # the elected rank is about to abort the job
+        time.sleep(FORWARD_S + 1.0)     # the elected rank is about to abort the job
     record_exit(ABORT_CODE)
     comm.Abort(ABORT_CODE)
+
+
+FORWARD_S = 5.0
+"""How long a rank that printed the job's one line waits at most for the launcher to read it (below)."""
+
+
+def forwarded(fd=2, bound=FORWARD_S):
+    """Wait until the launcher has read what this process wrote to ``fd`` -- under ``mpirun`` stderr is a
+    pipe to its I/O forwarding, which stops reading once the job is aborted: a line still in the pipe
+    then is lost (a fixed 0.3 s lost it on a loaded machine) -- then 0.1 s for it to write the line out.
+    Up to ``bound`` s (a launcher that does not read); at once when ``fd`` is not a pipe."""
+    import array
+    import fcntl
+    import stat
+    import termios
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        left = array.array("i", [0])
+        deadline = time.monotonic() + bound
+        while True:
+            fcntl.ioctl(fd, termios.FIONREAD, left, True)      # bytes in the pipe not yet read
+            if left[0] <= 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+    except OSError:
+        return
+    time.sleep(0.1)
 
 
 def record_exit(code):

@@ -69,11 +69,45 @@ def launcher_size():
 
 
 def job_key():
-    """A name for this job that every rank of it sees alike (the launcher's namespace), or None."""
+    """A name for this job that every rank of it on this host sees alike, or None: the launcher's namespace
+    and, where it can be found, when the launcher's daemon here started (:func:`launcher_epoch`). The
+    namespace alone repeats: Open MPI's is ``prterun-<host>-<pid>@1``, and with pids up to 32768 a job
+    met the marks folder of an earlier one whose start-up had failed -- its ``reported`` taken, so no
+    rank printed the line (CI: exit 3 and nothing else)."""
     key = os.environ.get("PMIX_NAMESPACE") or os.environ.get("PMI_KVSNAME")
     if not key and os.environ.get("SLURM_JOB_ID"):
         key = f"slurm{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', '')}"
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", key)[:100] if key else None
+    if not key:
+        return None
+    epoch = launcher_epoch()
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", key)[:100] + (f"-{epoch}" if epoch else "")
+
+
+LAUNCHER_DAEMONS = frozenset({"prterun", "prted", "prte", "mpirun", "mpiexec", "orted", "slurmstepd",
+                              "hydra_pmi_proxy"})
+"""Names (``/proc/<pid>/comm``) of the processes that start a job's ranks on a host."""
+
+
+def launcher_epoch(pid=None):
+    """``<pid>.<start ticks>`` of the nearest ancestor of this process that is a launcher daemon
+    (:data:`LAUNCHER_DAEMONS`) -- the same for every rank on this host, wrappers between them or not, and
+    new for every job -- or None (no /proc, none found within 16 generations)."""
+    pid = os.getppid() if pid is None else pid
+    for _ in range(16):
+        if pid <= 1:
+            return None
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+            comm = text[text.index("(") + 1:text.rindex(")")]
+            fields = text[text.rindex(")") + 2:].split()
+            parent, start = int(fields[1]), int(fields[19])
+        except (OSError, ValueError, IndexError):
+            return None
+        if comm in LAUNCHER_DAEMONS:
+            return f"{pid}.{start}"
+        pid = parent
+    return None
 
 
 # ---- arrival marks on this host -------------------------------------------------------------------------
@@ -223,12 +257,14 @@ def _exceptions(MPI):
 def _watch(done, seconds, rank, size, arrivals, prog):
     if done.wait(seconds):
         return
+    from hopdec.runtime.failures import FORWARD_S, forwarded
     line = stuck_line(rank, size, local_rank_and_size()[1], arrivals, seconds)
     if arrivals.claim_report():
         print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
-        time.sleep(0.3)                     # let the launcher forward the line before the job ends
+        forwarded()                         # the launcher has the line before the job ends
+        arrivals.remove()                   # (no rank of this job will read the marks again)
     else:
-        time.sleep(1.0)                     # the reporter is about to end the job
+        time.sleep(FORWARD_S + 1.0)         # the reporter is about to end the job
     from hopdec.runtime.failures import record_exit
     from hopdec.runtime.pmix import abort
     record_exit(ABORT_CODE)

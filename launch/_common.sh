@@ -160,7 +160,8 @@ start_tied() {
 # The launcher's stderr passes through this filter (awk; run_job). When a hopdec command has already said
 # what went wrong (its one line, "hopdec train: error: rank R: cause"), the boxes Open MPI prints after it
 # -- MPI_ABORT's notice, prterun's "exited due to process rank ... calling abort" and "exited with
-# non-zero status" -- repeat that a rank ended the job, in 6 to 14 lines: they are dropped. Every other
+# non-zero status" -- repeat that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
+# PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them). Every other
 # line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
 # they are all there is). HOPDEC_DEBUG=1 turns the filter off.
 _HOPDEC_QUIET_AWK='
@@ -173,6 +174,7 @@ function box_done() {
 /^--------------------*$/ { box = box $0 "\n"; if (inbox) box_done(); else inbox = 1; next }
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
+said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left while PMIx still spoke to them)
 { print; fflush() }
 END { if (inbox) printf "%s", box }
 '

@@ -330,6 +330,12 @@ def test_the_users_launcher_flags_win_over_the_scripts(tmp_path):
 MPI_BOXES = ("MPI_ABORT was invoked", "has exited due to process rank", "exited with non-zero status")
 
 
+def _said(stderr):
+    """stderr's lines but Open MPI's own one-line diagnostics (``[host:pid] ...``: now and then one
+    that the filter does not know, from a race inside Open MPI -- not what these tests are about)."""
+    return [ln for ln in stderr.splitlines() if not re.match(r"\[[^\]]*:\d+\] ", ln)]
+
+
 @pytest.mark.mpi
 def test_a_failing_rank_under_the_launcher_prints_hopdecs_line_and_not_open_mpis_boxes():
     """A rank's exception: hopdec's one line, not followed by MPI_ABORT's and prterun's boxes (14 lines
@@ -337,7 +343,7 @@ def test_a_failing_rank_under_the_launcher_prints_hopdecs_line_and_not_open_mpis
     r = _run([LOCAL, "-n", "3", "--no-progress", "--threads", "1", "--iterations", "12", "--die-rank", "1",
               "--die-at", "3", "--die-how", "raise"], HOPDEC_DEBUG="")
     assert r.returncode == 3, r.stderr
-    assert r.stderr.splitlines() == ["hopdec train: error: rank 1: RuntimeError: injected failure in train "
+    assert _said(r.stderr) == ["hopdec train: error: rank 1: RuntimeError: injected failure in train "
                                      "(HOPDEC_DEBUG=1 shows the traceback)"], r.stderr
 
 
@@ -345,7 +351,7 @@ def test_a_failing_rank_under_the_launcher_prints_hopdecs_line_and_not_open_mpis
 def test_bad_input_under_the_launcher_is_one_line(tmp_path):
     r = _run([LOCAL, "-n", "2", "--topology", str(tmp_path / "nope.json")], HOPDEC_DEBUG="")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.splitlines() == [f"hopdec train: error: {tmp_path / 'nope.json'}: no such file "
+    assert _said(r.stderr) == [f"hopdec train: error: {tmp_path / 'nope.json'}: no such file "
                                      "(expected a topology file)"], r.stderr
 
 
@@ -368,9 +374,10 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
     exited = f"{dash}\nprterun has exited due to process rank 1 with PID 0 on node vm calling\n\"abort\".\n{dash}\n"
     other = f"{dash}\nThere are not enough slots available in the system\n{dash}\n"
     line = "hopdec train: error: rank 1: RuntimeError: boom\n"
+    unreach = "[vm:28968] PMIX ERROR: PMIX_ERR_UNREACH in file pmix_server.c at line 3146\n"
     # a box before any hopdec line is kept, whatever it says; after it, only the repeats go
-    assert _quiet("progress 1\n" + abort + line + other + abort + exited + "after\n\0") == \
-        "progress 1\n" + abort + line + other + "after\n"
+    assert _quiet("progress 1\n" + abort + unreach + line + other + abort + unreach + exited + "after\n\0") == \
+        "progress 1\n" + abort + unreach + line + other + "after\n"
     assert _quiet(abort + exited) == abort + exited
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"

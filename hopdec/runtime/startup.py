@@ -94,20 +94,25 @@ def launcher_epoch(pid=None):
     new for every job -- or None (no /proc, none found within 16 generations)."""
     pid = os.getppid() if pid is None else pid
     for _ in range(16):
-        if pid <= 1:
+        got = _proc_stat(pid) if pid > 1 else None
+        if got is None:
             return None
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                text = f.read()
-            comm = text[text.index("(") + 1:text.rindex(")")]
-            fields = text[text.rindex(")") + 2:].split()
-            parent, start = int(fields[1]), int(fields[19])
-        except (OSError, ValueError, IndexError):
-            return None
+        comm, parent, start = got
         if comm in LAUNCHER_DAEMONS:
             return f"{pid}.{start}"
         pid = parent
     return None
+
+
+def _proc_stat(pid):
+    """``(command name, parent pid, start time in clock ticks since boot)`` of a process (/proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+        fields = text[text.rindex(")") + 2:].split()
+        return text[text.index("(") + 1:text.rindex(")")], int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # ---- arrival marks on this host -------------------------------------------------------------------------
@@ -276,11 +281,8 @@ def _watch(done, seconds, rank, size, arrivals, prog):
 def start_time(pid="self"):
     """A process's start time in clock ticks since boot (/proc), or None: with the pid it names the
     process, not a later one that reused the pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    got = _proc_stat(pid)
+    return None if got is None else got[2]
 
 
 def me():

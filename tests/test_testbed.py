@@ -114,6 +114,12 @@ def _support():
 needs_netns = pytest.mark.skipif(_support() is not None, reason=f"no network namespaces here: {_support()}")
 
 
+def _prefix(lines):
+    """The testbed's name from its first line, ``testbed hdtb...: ...`` (a "removed stale testbed" line
+    may come before it)."""
+    return next(line.split()[1].rstrip(":") for line in lines if line.startswith("testbed hdtb"))
+
+
 def _leftovers(prefix, pids=()):
     """What of testbed ``prefix`` exists: its namespaces, the processes in them (or, once they are gone,
     which of ``pids`` still run), its state directory."""
@@ -209,7 +215,7 @@ def test_ctrl_c_tears_it_down():
             lines.append(line)
             if "Ctrl-C tears it down" in line:
                 break
-        prefix = lines[0].split()[1].rstrip(":")
+        prefix = _prefix(lines)
         built = _leftovers(prefix)
         assert len(built["namespaces"]) == 3 and built["state"], (built, lines)
         assert len(built["processes"]) == 1, built        # the delay forwarder
@@ -222,3 +228,39 @@ def test_ctrl_c_tears_it_down():
     assert proc.returncode == 128 + signal.SIGINT, err
     assert f"testbed {prefix} torn down" in out
     assert _leftovers(prefix, forwarder) == dict(namespaces=[], processes=[], state=False)
+
+
+@needs_netns
+def test_a_killed_testbed_is_removed_when_the_next_one_is_built(netns_testbed):
+    """SIGKILL leaves a testbed's namespaces behind (no clean-up can run); they stayed until someone ran
+    ``python -m hopdec.testbed cleanup`` (one from a killed run sat here for 13 hours). Building the next
+    testbed removes those whose process is gone, and leaves a live one alone."""
+    def held():
+        proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", "-n", "2", "--no-measure"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C tears it down" in line:
+                break
+        return proc, _prefix(lines)
+    killed, dead = held()
+    live, alive = held()
+    try:
+        killed.kill()
+        killed.wait(timeout=30)
+        assert _leftovers(dead)["namespaces"], "SIGKILL left nothing to clean up"
+        said = []
+        from hopdec.testbed.netns import NetnsTestbed
+        tb = NetnsTestbed(S.Testbed((Host("a"), Host("b"))), log=said.append)
+        try:
+            tb.up()
+        finally:
+            tb.down()
+        assert _leftovers(dead) == dict(namespaces=[], processes=[], state=False)
+        assert any(f"removed stale testbed {dead}" in line for line in said), said
+        assert len(_leftovers(alive)["namespaces"]) == 3
+    finally:
+        live.send_signal(signal.SIGINT)
+        live.communicate(timeout=30)
+    assert _leftovers(alive) == dict(namespaces=[], processes=[], state=False)

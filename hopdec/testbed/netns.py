@@ -141,6 +141,9 @@ class NetnsTestbed:
         spec = self.spec
         if spec.delays() and delay_support():
             raise ConfigError(delay_support())
+        # testbeds whose process was killed (SIGKILL: no clean-up ran) go first, so they do not pile up
+        # until someone runs `python -m hopdec.testbed cleanup`; one with no owner file may be being built
+        cleanup_stale(log=self._say, unowned=False, own=False)
         os.makedirs(self.state, exist_ok=True)
         with open(os.path.join(self.state, "owner"), "w") as f:
             f.write(str(os.getpid()))
@@ -466,8 +469,11 @@ def _alive(pid):
         return False
 
 
-def cleanup_stale(log=print):
-    """Tear down every testbed whose owner process is gone (left behind by a killed testbed)."""
+def cleanup_stale(log=print, unowned=True, own=True):
+    """Tear down every testbed whose owner process is gone (left behind by a killed testbed). The
+    ``cleanup`` command, run by hand, also takes those without an owner file (``unowned``: a testbed being
+    built has none for a moment) and those naming this process (``own``: a dead one had its pid); a
+    testbed being built (:meth:`NetnsTestbed.up`) leaves both alone."""
     prefixes = {ns.split("-")[0] for ns in namespaces()}
     if os.path.isdir(STATE_ROOT):
         prefixes |= {d for d in os.listdir(STATE_ROOT) if d.startswith(PREFIX)}
@@ -478,7 +484,13 @@ def cleanup_stale(log=print):
                 owner = int(f.read().strip())
         except (OSError, ValueError):
             owner = None
-        if owner is not None and owner != os.getpid() and _alive(owner):
+        if owner is None:
+            if not unowned:
+                continue
+        elif owner == os.getpid():
+            if not own:
+                continue
+        elif _alive(owner):
             continue
         problems = teardown(prefix)
         removed.append(prefix)

@@ -170,7 +170,11 @@ function box_done() {
         printf "%s", box
     box = ""; inbox = 0; fflush()
 }
-/^hopdec( [a-z]+)?: error: / { said = 1 }
+/^hopdec( [a-z]+)?: error: / {          # never held back or dropped, even inside a box
+    said = 1
+    if (inbox) { printf "%s", box; box = ""; inbox = 0 }
+    print; fflush(); next
+}
 /^--------------------*$/ { box = box $0 "\n"; if (inbox) box_done(); else inbox = 1; next }
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)

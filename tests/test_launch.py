@@ -379,5 +379,10 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
     assert _quiet("progress 1\n" + abort + unreach + line + other + abort + unreach + exited + "after\n\0") == \
         "progress 1\n" + abort + unreach + line + other + "after\n"
     assert _quiet(abort + exited) == abort + exited
+    # hopdec's line is never dropped with a box it landed in (what comes after it in the box is kept too)
+    assert _quiet(f"{dash}\nprterun detected that one or more processes exited with non-zero status\n"
+                  + line + f"Exit code: 2\n{dash}\n") == \
+        f"{dash}\nprterun detected that one or more processes exited with non-zero status\n" + line + \
+        f"Exit code: 2\n{dash}\n"
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"

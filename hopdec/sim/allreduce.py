@@ -43,18 +43,18 @@ def ring_ends(entered, free, chunk_s, latency, steps):
     >>> a.tolist(), d.tolist()
     ([4.0, 4.0, 4.0], [4.0, 4.0, 4.0])
     """
-    d = np.array(free, dtype=np.float64)
-    a = np.empty_like(d)
+    d = np.maximum(np.asarray(free, dtype=np.float64), entered)
     reach = np.empty_like(d)
+    head, tail = d[1:], d[:-1]              # (views: pair i -> i+1 feeds worker i + 1)
     for s in range(steps):
-        if s:
-            np.maximum(d, a, out=d)
-        np.maximum(d, entered, out=d)       # (max is exact: the order of the three does not matter)
+        if s:       # after step s - 1 of pair i left, and worker i received its step s - 1 (max is exact;
+            np.add(d, latency, out=reach)                 # entered needs no second look: d >= entered)
+            np.maximum(head, reach[:-1], out=head)
+            if reach[-1] > d[0]:
+                d[0] = reach[-1]
         np.add(d, chunk_s, out=d)
-        np.add(d, latency, out=reach)
-        a[1:] = reach[:-1]                  # what pair i -> i+1 carried reaches worker i+1
-        a[0] = reach[-1]
-    return a, d
+    np.add(d, latency, out=reach)
+    return np.roll(reach, 1), d
 
 
 class TimingBackend:

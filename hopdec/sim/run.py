@@ -289,7 +289,8 @@ def simulate(settings, out=None, entries=False):
     the summary to ``out`` and return the figures. ``entries``: the decentralized mode's ``stats[r].entries``
     keep every iteration's (time, iteration), for a caller that reads rates off them (the summary does not:
     the simulator measures the gap as it runs; at 10,000 x 1000 they are 10 million tuples, about 1 GB);
-    else they are None. The parameter server's and all-reduce's always keep them. ``out`` None: the
+    else they are None. So do the all-reduce's; the parameter server's always keep them (its gap is
+    replayed from them). ``out`` None: the
     ``sys.stdout`` of the call (a default bound at import kept a stream that may be closed since)."""
     out = sys.stdout if out is None else out
     if settings.observe.log_dir:                        # a file or a FIFO there, no permission: one line, first
@@ -304,7 +305,7 @@ def simulate(settings, out=None, entries=False):
     if sim.run.mode == "ps":
         return _run_ps(sim)
     if sim.run.mode == "allreduce":
-        return _run_allreduce(sim)
+        return _run_allreduce(sim, entries)
     return _run_hop(sim, entries)
 
 
@@ -509,7 +510,7 @@ def _run_ps(S):
                 stats=logs.stats, policy=policy, title=ps.title())
 
 
-def _run_allreduce(S):
+def _run_allreduce(S, entries=False):
     from hopdec.modes.work import save_params
     from hopdec.runtime.summary import summary_text
     from hopdec.sim.allreduce import AllReduceSim, MathBackend
@@ -518,7 +519,7 @@ def _run_allreduce(S):
     workers, n = ar.workers, ar.n
     log_dir = ob.log_dir
     header = ar.header(S.numel, S.compute.describe(), **S.header())
-    logs = _Logs(log_dir, workers, lambda r: header)
+    logs = _Logs(log_dir, workers, lambda r: header, entries=entries)   # the gap: sim.max_gap
     factory = trainers = None
     if cost.math:
         trainers = S.trainers(workers)

@@ -6,7 +6,8 @@ A *transport* has ``start(iteration, grad)``: begin summing ``grad`` (a host flo
 scaled by the core's weight) over every worker, in place; the driver answers the core's
 :class:`~hopdec.core.Wait` by waiting for it and calling ``core.on_reduced``. A *backend* has
 ``compute(iteration) -> dict`` (``loss``, ``compute_s``, ...), ``gradient()`` (the gradient as a host
-float32 array the transport may reduce in place), ``load_gradient(arr)`` (put the reduced gradient back
+float32 array the transport may reduce in place; None for a timing-only simulation, which moves no
+numbers), ``load_gradient(arr)`` (put the reduced gradient back
 where the optimizer reads it; nothing to do when ``gradient()`` was a view) and ``apply(iteration)``.
 
 Each record (one line of ``rank{r}.jsonl``) has ``rank``, ``iter``, ``time`` (when the worker entered
@@ -45,8 +46,8 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
         if kind is Enter:
             if rec is not None and on_record:
                 on_record(rec)
-            rec = IterationRecord(rank=core.rank, iter=a.iteration, time=t0, loss=None, compute_s=0.0,
-                                  wait_s=0.0, allreduce_s=0.0, apply_s=0.0)
+            rec = IterationRecord(_RECORD)    # (a copy of the template: twice as fast as keywords)
+            rec["rank"], rec["iter"], rec["time"] = core.rank, a.iteration, t0
             if spans:
                 rec["spans"] = []
         elif kind is ComputeGradient:
@@ -55,7 +56,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])
         elif kind is AllReduce:
             grad = backend.gradient()
-            if a.weight != 1.0:
+            if grad is not None and a.weight != 1.0:
                 grad *= np.float32(a.weight)
             started = t0
             io.start(a.iteration, grad)
@@ -72,3 +73,7 @@ def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, 
             raise TypeError(f"unknown action {a!r}")
         if step:
             yield a
+
+
+_RECORD = dict(rank=0, iter=0, time=0.0, loss=None, compute_s=0.0, wait_s=0.0, allreduce_s=0.0, apply_s=0.0)
+"""A record's keys in their order, with the values an iteration starts from."""

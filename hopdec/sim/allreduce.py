@@ -66,18 +66,17 @@ def _uniform(values):
 
 
 class TimingBackend:
-    """No tensors: compute says how long it takes; the gradient is a placeholder."""
+    """No tensors: compute says how long it takes; there is no gradient (None: the loop scales nothing)."""
 
     def __init__(self, rank, compute_time):
         self.rank, self.compute_time, self.duration = rank, compute_time, 0.0
-        self._g = np.zeros(1, dtype=np.float32)
 
     def compute(self, iteration):
         self.duration, factor = step_of(self.compute_time, self.rank, iteration)
         return compute_record(self.duration, factor)
 
     def gradient(self):
-        return self._g
+        return None
 
     def load_gradient(self, arr):
         pass

@@ -131,12 +131,12 @@ def _finish(code, fault_tolerant, reporter=True, stopped=False):
     sys.stderr.flush()
     if code and not stopped:
         from mpi4py import MPI
-        from hopdec.runtime.failures import FORWARD_S, forwarded, record_exit
+        from hopdec.runtime.failures import OTHERS_S, forwarded, record_exit
         if reporter:
             forwarded()                     # its line reaches the launcher before the abort
             record_exit(code)
             MPI.COMM_WORLD.Abort(code)
-        time.sleep(FORWARD_S + 1.0)         # the reporting rank's abort ends this one
+        time.sleep(OTHERS_S)                # the reporting rank's abort ends this one
     else:
         from hopdec.runtime.failures import end_dead_ranks, record_exit
         end_dead_ranks()                    # a stopped dead rank would keep mpirun waiting forever

@@ -202,13 +202,16 @@ def abort(comm, err, prog="hopdec train"):
         print(f"{prog}: error: {one_line(rank, err)}", file=sys.stderr, flush=True)
         forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:
-        time.sleep(FORWARD_S + 1.0)     # the elected rank is about to abort the job
+        time.sleep(OTHERS_S)   # the elected rank is about to abort the job
     record_exit(ABORT_CODE)
     comm.Abort(ABORT_CODE)
 
 
 FORWARD_S = 5.0
 """How long a rank that printed the job's one line waits at most for the launcher to read it (below)."""
+OTHERS_S = FORWARD_S + 1.0
+"""How long a rank that is not the one reporting waits for the reporter's abort before its own (it only
+comes to that when the reporter died)."""
 
 
 def forwarded(fd=2, bound=FORWARD_S):

@@ -262,15 +262,14 @@ def _exceptions(MPI):
 def _watch(done, seconds, rank, size, arrivals, prog):
     if done.wait(seconds):
         return
-    from hopdec.runtime.failures import FORWARD_S, forwarded
+    from hopdec.runtime.failures import OTHERS_S, forwarded, record_exit
     line = stuck_line(rank, size, local_rank_and_size()[1], arrivals, seconds)
     if arrivals.claim_report():
         print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
         forwarded()                         # the launcher has the line before the job ends
         arrivals.remove()                   # (no rank of this job will read the marks again)
     else:
-        time.sleep(FORWARD_S + 1.0)         # the reporter is about to end the job
-    from hopdec.runtime.failures import record_exit
+        time.sleep(OTHERS_S)                # the reporter is about to end the job
     from hopdec.runtime.pmix import abort
     record_exit(ABORT_CODE)
     abort(ABORT_CODE)                       # without PMIx, a launcher that ends jobs on a lost rank ends this one

@@ -46,7 +46,7 @@ def ring_ends(entered, free, chunk_s, latency, steps):
     d = np.maximum(np.asarray(free, dtype=np.float64), entered)
     reach = np.empty_like(d)
     chunk_s, latency = _uniform(chunk_s), _uniform(latency)
-    head, tail = d[1:], d[:-1]              # (views: pair i -> i+1 feeds worker i + 1)
+    head = d[1:]                            # (a view: pair i -> i+1 feeds worker i + 1)
     for s in range(steps):
         if s:       # after step s - 1 of pair i left, and worker i received its step s - 1 (max is exact;
             np.add(d, latency, out=reach)                 # entered needs no second look: d >= entered)

@@ -19,6 +19,26 @@ worker_cmd() {
     fi
 }
 
+# launch_file KIND: a new private file ${TMPDIR:-/tmp}/hopdec-KIND.<host>.<pid>.XXXXXX for this launch (the
+# stop and exit files below; the caller adds it to HOPDEC_OWN_FILES, which an EXIT trap removes). A
+# launcher killed by SIGKILL runs no trap, so each launch first removes this host's files of launchers no
+# longer alive (the pid in the name; a file of another host, another user or a live launcher is kept).
+launch_file() {
+    local dir="${TMPDIR:-/tmp}" host kind f rest pid
+    host="$(hostname 2>/dev/null | tr -c 'A-Za-z0-9\n-' '-')"
+    host="${host:-host}"
+    for kind in stop exit; do
+        for f in "$dir/hopdec-$kind.$host."*; do
+            [[ -f "$f" && -O "$f" ]] || continue
+            rest="${f#"$dir/hopdec-$kind.$host."}"
+            pid="${rest%%.*}"
+            [[ "$pid" =~ ^[0-9]+$ && "$rest" == "$pid".* && "$pid" != "$$" ]] || continue
+            kill -0 "$pid" 2>/dev/null || rm -f "$f"    # (a launcher of ours is ours to signal while alive)
+        done
+    done
+    mktemp "$dir/hopdec-$1.$host.$$.XXXXXX"
+}
+
 # mpirun_base: fills MPIRUN with the launcher and the flags common to every launch.
 mpirun_base() {
     local bin="${HOPDEC_MPIRUN:-mpirun}"
@@ -29,9 +49,10 @@ mpirun_base() {
     MPIRUN=("$bin" --bind-to none)
     # run_job writes the signal it turns into SIGUSR1 here: the ranks' stop line names it, and they exit 0
     # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
-    HOPDEC_STOP_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-stop.XXXXXX")"
+    HOPDEC_STOP_FILE="$(launch_file stop)"
     export HOPDEC_STOP_FILE
-    trap 'rm -f "$HOPDEC_STOP_FILE"' EXIT
+    HOPDEC_OWN_FILES=("$HOPDEC_STOP_FILE")
+    trap 'rm -f "${HOPDEC_OWN_FILES[@]}"' EXIT
     MPIRUN+=(-x HOPDEC_STOP_FILE)
     # Open MPI refuses to run as root unless told; containers often run as root.
     if [[ "$(id -u)" == 0 ]]; then
@@ -122,8 +143,9 @@ ft_flags() {
                  --prtemca state_base_error_non_zero_exit 0)
         # Open MPI 5.0 exits 0 when the rank calling MPI_Abort is the last one alive (one survivor
         # that cannot heal): that rank writes its exit code here and run_job returns it.
-        HOPDEC_EXIT_FILE="$(mktemp "${TMPDIR:-/tmp}/hopdec-exit.XXXXXX")"
+        HOPDEC_EXIT_FILE="$(launch_file exit)"
         export HOPDEC_EXIT_FILE
+        HOPDEC_OWN_FILES+=("$HOPDEC_EXIT_FILE")
         MPIRUN+=(-x HOPDEC_EXIT_FILE)
     fi
 }

@@ -229,6 +229,41 @@ def test_sigterm_to_the_launcher_is_named_and_mpirun_reports_no_failed_ranks(tmp
 
 
 @pytest.mark.mpi
+def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path):
+    """SIGKILL to a launcher runs no trap: its stop file (and, fault-tolerant, its exit file) stayed in
+    $TMPDIR for good, one pair per killed launch. Now the next launch on the host removes them; it keeps a
+    live launcher's files, another host's, and names it cannot parse, and leaves none of its own."""
+    import socket
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    host = "".join(c if c.isalnum() or c == "-" else "-" for c in socket.gethostname())
+    env = {**_launch_env(), "TMPDIR": str(tmp)}
+    killed = subprocess.Popen(["bash", LOCAL, "-n", "1", "--fault-tolerance", *STOP_RUN, "--log-dir",
+                               str(tmp_path / "logs")], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_running(str(tmp_path / "logs"), 1)
+        left = sorted(p.name for p in tmp.glob("hopdec-*"))
+        killed.kill()
+        killed.wait(10)
+    finally:
+        if killed.poll() is None:
+            os.killpg(killed.pid, signal.SIGKILL)
+    assert [n.split(".")[0] for n in left] == ["hopdec-exit", "hopdec-stop"], left
+    assert all(n.split(".")[1:3] == [host, str(killed.pid)] for n in left), left
+    assert sorted(p.name for p in tmp.glob("hopdec-*")) == left         # what a SIGKILL leaves
+    keep = [f"hopdec-stop.{host}.{os.getpid()}.AbC123",        # a live launcher's (this process)
+            f"hopdec-stop.other-host.{killed.pid}.AbC123",     # another host's
+            "hopdec-stop.XyZ789", f"hopdec-exit.{host}.x1.AbC123"]   # names it does not parse
+    for name in keep:
+        (tmp / name).write_text("")
+    r = subprocess.run(["bash", LOCAL, "-n", "2", "--", "x"], capture_output=True, text=True, timeout=120,
+                       env={**env, "HOPDEC_CMD": PRINT_RANK}, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp.glob("hopdec-*")) == sorted(keep)
+
+
+@pytest.mark.mpi
 def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
     """SIGTERM to one rank (as Slurm sends it) under plain mpirun: every rank stops at one iteration, and
     the job exits 128 + SIGTERM -- it used to exit 0, as if it had completed."""

@@ -1,7 +1,7 @@
 """Speed of the simulator, timing only: wall and CPU time, µs per worker-iteration, events/s and memory.
 
     python3 experiments/bench_sim.py [--only NAME,...|scale|all] [--iterations K] [--repeat 1]
-                                     [--profile NAME]
+                                     [--profile NAME] [--count NAME,... [--count-iterations LO,HI]]
 
 Each case is one ``hopdec sim`` run (``hopdec.sim.run.simulate``, the same code as the command, with
 ``--invariants off``: the per-event check is O(n^2)), in a fresh Python process of its own so that its
@@ -17,6 +17,13 @@ average is printed before and after (the machine is shared; compare runs only at
 
 ``--profile NAME`` runs that case under cProfile in this process and prints the 30 functions with the most
 own time (how much is the simulator, how much the protocol cores and loops).
+
+``--count NAME,...`` counts instead of timing: each case runs under valgrind's cachegrind (a simulated
+32 KiB L1 data cache and a 32 MiB last-level cache, this machine's L3) at two lengths, ``--count-iterations
+LO,HI`` (default 5 and 5 + ceil(20480 / workers)), both at once, and it prints per worker-iteration of the
+difference (the steady state: start-up and imports cancel) the instructions, data references, L1 data
+misses and last-level misses. The counts do not depend on the load or on the machine's pace that day, so
+two versions of the code compare exactly where timings move by 15-50%; they take 50-100x the run's time.
 """
 
 import argparse
@@ -96,12 +103,57 @@ def run_child(name, iterations):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+COUNTED = ("I   refs", "D   refs", "D1  misses", "LL misses")
+"""cachegrind's summary lines that ``--count`` reads (LL misses: instructions' and data's)."""
+
+
+def count_child(name, iterations):
+    """cachegrind's totals for one case of ``iterations`` in a fresh process: {line: count}."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--LL={32 * 2 ** 20},16,64",
+           "--cachegrind-out-file=/dev/null", sys.executable, os.path.abspath(__file__), "--child", name,
+           "--iterations", str(iterations)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _totals(proc, name):
+    err = proc.communicate()[1]
+    if proc.returncode != 0:
+        raise SystemExit(f"case {name} failed under valgrind: {err.strip()[-2000:]}")
+    got = {}
+    for line in err.splitlines():
+        for key in COUNTED:
+            if f"{key}:" in line:
+                got[key] = int(line.split(":", 1)[1].split("(")[0].replace(",", ""))
+    return got
+
+
+def count(names, lengths=None):
+    """``--count``: cachegrind's counts per worker-iteration, between two lengths of each case."""
+    import shutil
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--count: valgrind not found (apt install valgrind)")
+    print(f"{'case':>14} {'workers':>8} {'iterations':>11} {'instructions':>13} {'data refs':>10} "
+          f"{'L1d misses':>11} {'LL misses':>10}   (per worker-iteration)", flush=True)
+    for name in names:
+        n = CASES[name][1]
+        lo, hi = lengths or (5, 5 + max(1, -(-20480 // n)))
+        a, b = count_child(name, lo), count_child(name, hi)
+        ta, tb = _totals(a, name), _totals(b, name)
+        per = {k: (tb[k] - ta[k]) / (n * (hi - lo)) for k in COUNTED}
+        print(f"{name:>14} {n:>8} {f'{lo}..{hi}':>11} {per['I   refs']:>13,.0f} {per['D   refs']:>10,.0f} "
+              f"{per['D1  misses']:>11,.1f} {per['LL misses']:>10,.1f}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="scale", help=f"cases (of {', '.join(CASES)}), scale or all")
     ap.add_argument("--iterations", type=int, default=None, help="iterations of every case (default: its own)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case (the one with the least CPU is shown)")
     ap.add_argument("--profile", default=None, metavar="NAME", help="profile one case and exit")
+    ap.add_argument("--count", default=None, metavar="NAME,...",
+                    help="count instructions and cache misses per worker-iteration under valgrind instead")
+    ap.add_argument("--count-iterations", default=None, metavar="LO,HI",
+                    help="--count's two lengths (default 5 and 5 + ceil(20480 / workers))")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child or args.profile:
@@ -112,10 +164,23 @@ def main(argv=None):
             return
         print(json.dumps(run_case(args.child, args.iterations)))
         return
-    names = {"all": list(CASES), "scale": list(SCALE)}.get(args.only) or [s.strip() for s in args.only.split(",")]
+    option = "--count" if args.count else "--only"
+    names = ({"all": list(CASES), "scale": list(SCALE)}.get(args.count or args.only)
+             or [s.strip() for s in (args.count or args.only).split(",")])
     for name in names:
         if name not in CASES:
-            raise SystemExit(f"--only: unknown case {name!r} (cases: {', '.join(CASES)})")
+            raise SystemExit(f"{option}: unknown case {name!r} (cases: {', '.join(CASES)})")
+    if args.count:
+        lengths = None
+        if args.count_iterations:
+            try:
+                lengths = tuple(int(x) for x in args.count_iterations.split(","))
+                assert len(lengths) == 2 and 1 <= lengths[0] < lengths[1]
+            except (ValueError, AssertionError):
+                raise SystemExit(f"--count-iterations {args.count_iterations}: two lengths LO,HI with "
+                                 f"1 <= LO < HI") from None
+        count(names, lengths)
+        return
     print(f"load average {os.getloadavg()[0]:.1f}; timing only, --invariants off", flush=True)
     print(f"{'case':>14} {'workers x iters':>16} {'virtual s':>10} {'events':>10} {'wall s':>8} {'loop s':>8} "
           f"{'CPU s':>8} {'µs/w-it':>8} {'events/s':>10} {'peak MB':>8}", flush=True)

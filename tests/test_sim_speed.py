@@ -200,3 +200,36 @@ def test_no_automatic_collection_while_a_large_run_is_built_and_started():
     finally:
         gc.callbacks.remove(watch)
     assert 2 not in seen and len(seen) < 100 and gc.isenabled()     # before: 400 collections, full ones among them
+
+
+def test_bench_count_reads_cachegrinds_summary_and_refuses_bad_lengths(monkeypatch):
+    """``bench_sim.py --count`` reads cachegrind's summary (valgrind 3.19's format, a process's stderr) into
+    totals, and a bad ``--count-iterations`` or case is one line and a non-zero exit, before valgrind runs."""
+    import os
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "experiments"))
+    import bench_sim
+
+    summary = """==6485== I   refs:      16,108,459,041
+==6485== I1  misses:       12,345
+==6485== D   refs:       7,599,620,469  (5,167,721,444 rd   + 2,431,899,025 wr)
+==6485== D1  misses:       202,832,510  (  181,910,502 rd   +    20,922,008 wr)
+==6485== LLd misses:        20,000,000  (   17,071,148 rd   +     3,457,056 wr)
+==6485== LL misses:         20,528,204  (   17,071,148 rd   +     3,457,056 wr)
+"""
+
+    class Done:
+        returncode = 0
+
+        def communicate(self):
+            return "", summary
+
+    assert bench_sim._totals(Done(), "ring128") == {"I   refs": 16108459041, "D   refs": 7599620469,
+                                                    "D1  misses": 202832510, "LL misses": 20528204}
+    Done.returncode = 1
+    with pytest.raises(SystemExit, match="ring128 failed under valgrind"):
+        bench_sim._totals(Done(), "ring128")
+    for argv, says in [(["--count", "ring128", "--count-iterations", "5"], "--count-iterations 5: two lengths"),
+                       (["--count", "ring128", "--count-iterations", "9,3"], "1 <= LO < HI"),
+                       (["--count", "nope"], "--count: unknown case 'nope'")]:
+        with pytest.raises(SystemExit, match=says):
+            bench_sim.main(argv)

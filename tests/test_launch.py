@@ -185,10 +185,11 @@ def test_a_closed_terminal_stops_the_run_cleanly(tmp_path):
 def test_a_killed_launcher_takes_its_job_along(tmp_path):
     """SIGKILL to the launcher script (no trap sees it): mpirun, in a session of its own, used to train on,
     orphaned. Now it gets the clean stop: the ranks checkpoint and exit."""
-    logs, ck = tmp_path / "logs", tmp_path / "ck"
+    logs, ck, tmp = tmp_path / "logs", tmp_path / "ck", tmp_path / "tmp"
+    tmp.mkdir()                 # (the killed script's stop file stays there, not in the machine's /tmp)
     proc = subprocess.Popen(["bash", LOCAL, "-n", "2", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir",
-                             str(ck)], env=_launch_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                             str(ck)], env={**_launch_env(), "TMPDIR": str(tmp)}, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         ranks = _wait_running(str(logs), 2)
         proc.kill()

@@ -36,7 +36,12 @@ launch_file() {
             kill -0 "$pid" 2>/dev/null || rm -f "$f"    # (a launcher of ours is ours to signal while alive)
         done
     done
-    mktemp "$dir/hopdec-$1.$host.$$.XXXXXX"
+    local err
+    if ! err="$(mktemp "$dir/hopdec-$1.$host.$$.XXXXXX" 2>&1)"; then
+        echo "$(basename "$0"): error: TMPDIR=$dir: cannot create the launcher's $1 file there (${err##*: })" >&2
+        exit 2
+    fi
+    echo "$err"
 }
 
 # mpirun_base: fills MPIRUN with the launcher and the flags common to every launch.

@@ -265,6 +265,19 @@ def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path)
 
 
 @pytest.mark.mpi
+def test_a_tmpdir_where_no_file_can_be_made_is_one_line(tmp_path):
+    """TMPDIR naming a folder that does not exist: the launcher ended with mktemp's own message and exit 1.
+    Now one line names TMPDIR and the cause, exit 2, and no rank starts."""
+    missing = tmp_path / "no-such-dir"
+    r = subprocess.run(["bash", LOCAL, "-n", "2", "--", "x"], capture_output=True, text=True, timeout=60,
+                       env={**_launch_env(), "TMPDIR": str(missing), "HOPDEC_CMD": PRINT_RANK}, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [f"local.sh: error: TMPDIR={missing}: cannot create the launcher's stop "
+                                     f"file there (No such file or directory)"], r.stderr
+    assert "rank" not in r.stdout
+
+
+@pytest.mark.mpi
 def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
     """SIGTERM to one rank (as Slurm sends it) under plain mpirun: every rank stops at one iteration, and
     the job exits 128 + SIGTERM -- it used to exit 0, as if it had completed."""

@@ -80,3 +80,18 @@ def test_a_launcher_that_never_reads_delays_the_end_by_the_bound_only(tmp_path):
         t0 = time.monotonic()
         forwarded(f.fileno())
         assert time.monotonic() - t0 < 0.05
+
+
+def test_the_exit_code_goes_only_into_the_launchers_own_file(tmp_path, monkeypatch):
+    """``record_exit`` writes the launcher's exit file (``HOPDEC_EXIT_FILE``) but never makes it: a job
+    whose launcher was killed wrote it again after the next launch had removed it, to lie in $TMPDIR."""
+    from hopdec.runtime.failures import record_exit
+    made = tmp_path / "hopdec-exit.host.1.abc"
+    made.write_text("134\n")
+    monkeypatch.setenv("HOPDEC_EXIT_FILE", str(made))
+    record_exit(3)
+    assert made.read_text() == "3\n"
+    gone = tmp_path / "hopdec-exit.host.2.abc"
+    monkeypatch.setenv("HOPDEC_EXIT_FILE", str(gone))
+    record_exit(3)
+    assert not gone.exists()

@@ -241,11 +241,17 @@ def forwarded(fd=2, bound=FORWARD_S):
 def record_exit(code):
     """Write the job's exit code where the launcher reads it (``HOPDEC_EXIT_FILE``, which
     ``launch/local.sh --fault-tolerance`` sets): Open MPI 5.0's launcher exits 0 when the rank that calls
-    MPI_Abort is the last one alive (e.g. the one survivor that cannot heal), so it cannot say it."""
+    MPI_Abort is the last one alive (e.g. the one survivor that cannot heal), so it cannot say it. Only
+    into the file the launcher made: one that is gone (a launcher killed, its file removed by the next
+    launch) is not made again, to lie in $TMPDIR for good."""
     path = os.environ.get("HOPDEC_EXIT_FILE")
     if path:
         try:
-            with open(path, "w") as f:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "w") as f:
                 f.write(f"{int(code)}\n")
         except OSError:
             pass

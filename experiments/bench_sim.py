@@ -22,8 +22,9 @@ own time (how much is the simulator, how much the protocol cores and loops).
 32 KiB L1 data cache and a 32 MiB last-level cache, this machine's L3) at two lengths, ``--count-iterations
 LO,HI`` (default 5 and 5 + ceil(20480 / workers)), both at once, and it prints per worker-iteration of the
 difference (the steady state: start-up and imports cancel) the instructions, data references, L1 data
-misses and last-level misses. The counts do not depend on the load or on the machine's pace that day, so
-two versions of the code compare exactly where timings move by 15-50%; they take 50-100x the run's time.
+misses and last-level misses. The counts do not depend on the load or on the machine's pace that day (two
+runs of the same code agree to 0.3%), so two versions of the code compare where timings move by 15-50%;
+they take 50-100x the run's time.
 """
 
 import argparse

@@ -19,14 +19,17 @@ worker_cmd() {
     fi
 }
 
-# launch_file KIND: a new private file ${TMPDIR:-/tmp}/hopdec-KIND.<host>.<pid>.XXXXXX for this launch (the
-# stop and exit files below; the caller adds it to HOPDEC_OWN_FILES, which an EXIT trap removes). A
-# launcher killed by SIGKILL runs no trap, so each launch first removes this host's files of launchers no
-# longer alive (the pid in the name; a file of another host, another user or a live launcher is kept).
+# launch_file KIND: a new private file ${TMPDIR:-/tmp}/hopdec-KIND.<host>.<pid ns>.<pid>.XXXXXX for this
+# launch (the stop and exit files below; the caller adds it to HOPDEC_OWN_FILES, which an EXIT trap
+# removes). A launcher killed by SIGKILL runs no trap, so each launch first removes the files of launchers
+# no longer alive on this host and in this PID namespace (the pid in the name; a file of another host,
+# another container sharing the folder, another user or a live launcher is kept).
 launch_file() {
-    local dir="${TMPDIR:-/tmp}" host kind f rest pid
+    local dir="${TMPDIR:-/tmp}" host ns kind f rest pid
     host="$(hostname 2>/dev/null | tr -c 'A-Za-z0-9\n-' '-')"
     host="${host:-host}"
+    ns="$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || true)"
+    host="$host.${ns:-0}"
     for kind in stop exit; do
         for f in "$dir/hopdec-$kind.$host."*; do
             [[ -f "$f" && -O "$f" ]] || continue

@@ -176,10 +176,11 @@ def main(argv=None):
         if args.count_iterations:
             try:
                 lengths = tuple(int(x) for x in args.count_iterations.split(","))
-                assert len(lengths) == 2 and 1 <= lengths[0] < lengths[1]
-            except (ValueError, AssertionError):
+            except ValueError:
+                lengths = ()
+            if len(lengths) != 2 or not 1 <= lengths[0] < lengths[1]:
                 raise SystemExit(f"--count-iterations {args.count_iterations}: two lengths LO,HI with "
-                                 f"1 <= LO < HI") from None
+                                 f"1 <= LO < HI")
         count(names, lengths)
         return
     print(f"load average {os.getloadavg()[0]:.1f}; timing only, --invariants off", flush=True)

@@ -25,26 +25,24 @@ worker_cmd() {
 # no longer alive on this host and in this PID namespace (the pid in the name; a file of another host,
 # another container sharing the folder, another user or a live launcher is kept).
 launch_file() {
-    local dir="${TMPDIR:-/tmp}" host ns kind f rest pid
+    local dir="${TMPDIR:-/tmp}" host ns where kind f rest pid made
     host="$(hostname 2>/dev/null | tr -c 'A-Za-z0-9\n-' '-')"
-    host="${host:-host}"
     ns="$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || true)"
-    host="$host.${ns:-0}"
+    where="${host:-host}.${ns:-0}"             # this host and PID namespace: the pids that mean something
     for kind in stop exit; do
-        for f in "$dir/hopdec-$kind.$host."*; do
+        for f in "$dir/hopdec-$kind.$where."*; do
             [[ -f "$f" && -O "$f" ]] || continue
-            rest="${f#"$dir/hopdec-$kind.$host."}"
+            rest="${f#"$dir/hopdec-$kind.$where."}"
             pid="${rest%%.*}"
             [[ "$pid" =~ ^[0-9]+$ && "$rest" == "$pid".* && "$pid" != "$$" ]] || continue
             kill -0 "$pid" 2>/dev/null || rm -f "$f"    # (a launcher of ours is ours to signal while alive)
         done
     done
-    local err
-    if ! err="$(mktemp "$dir/hopdec-$1.$host.$$.XXXXXX" 2>&1)"; then
-        echo "$(basename "$0"): error: TMPDIR=$dir: cannot create the launcher's $1 file there (${err##*: })" >&2
+    if ! made="$(mktemp "$dir/hopdec-$1.$where.$$.XXXXXX" 2>&1)"; then      # (made: mktemp's error)
+        echo "$(basename "$0"): error: TMPDIR=$dir: cannot create the launcher's $1 file there (${made##*: })" >&2
         exit 2
     fi
-    echo "$err"
+    echo "$made"
 }
 
 # mpirun_base: fills MPIRUN with the launcher and the flags common to every launch.

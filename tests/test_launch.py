@@ -238,8 +238,9 @@ def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path)
     import socket
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    host = "".join(c if c.isalnum() or c == "-" else "-" for c in socket.gethostname())
-    host += f".{os.stat('/proc/self/ns/pid').st_ino}"             # and the PID namespace
+    name = "".join(c if c.isalnum() or c == "-" else "-" for c in socket.gethostname())
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    host = f"{name}.{ns}"                                           # this host and PID namespace
     env = {**_launch_env(), "TMPDIR": str(tmp)}
     killed = subprocess.Popen(["bash", LOCAL, "-n", "1", "--fault-tolerance", *STOP_RUN, "--log-dir",
                                str(tmp_path / "logs")], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -253,12 +254,12 @@ def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path)
         if killed.poll() is None:
             os.killpg(killed.pid, signal.SIGKILL)
     assert [n.split(".")[0] for n in left] == ["hopdec-exit", "hopdec-stop"], left
-    assert all(n.split(".")[1:4] == [*host.split("."), str(killed.pid)] for n in left), left
+    assert all(n.split(".")[1:4] == [name, str(ns), str(killed.pid)] for n in left), left
     assert sorted(p.name for p in tmp.glob("hopdec-*")) == left         # what a SIGKILL leaves
     keep = [f"hopdec-stop.{host}.{os.getpid()}.AbC123",        # a live launcher's (this process)
-            f"hopdec-stop.other-host.{host.split('.')[1]}.{killed.pid}.AbC123",     # another host's
-            f"hopdec-stop.{host.split('.')[0]}.{int(host.split('.')[1]) + 1}.{killed.pid}.AbC123",  # another
-            # PID namespace's (a container sharing the folder: its pids mean nothing here)
+            f"hopdec-stop.other-host.{ns}.{killed.pid}.AbC123",     # another host's
+            f"hopdec-stop.{name}.{ns + 1}.{killed.pid}.AbC123",     # another PID namespace's (a container
+                                                                    # sharing the folder: its pids differ)
             "hopdec-stop.XyZ789", f"hopdec-exit.{host}.x1.AbC123"]   # names it does not parse
     for name in keep:
         (tmp / name).write_text("")

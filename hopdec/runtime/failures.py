@@ -247,11 +247,7 @@ def record_exit(code):
     path = os.environ.get("HOPDEC_EXIT_FILE")
     if path:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        except OSError:
-            return
-        try:
-            with os.fdopen(fd, "w") as f:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), "w") as f:     # (no O_CREAT)
                 f.write(f"{int(code)}\n")
         except OSError:
             pass

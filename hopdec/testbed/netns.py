@@ -484,13 +484,8 @@ def cleanup_stale(log=print, unowned=True, own=True):
                 owner = int(f.read().strip())
         except (OSError, ValueError):
             owner = None
-        if owner is None:
-            if not unowned:
-                continue
-        elif owner == os.getpid():
-            if not own:
-                continue
-        elif _alive(owner):
+        keep = (not unowned if owner is None else not own if owner == os.getpid() else _alive(owner))
+        if keep:
             continue
         problems = teardown(prefix)
         removed.append(prefix)

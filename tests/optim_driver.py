@@ -143,6 +143,33 @@ def scenario_raise(out):
     opt.finish()
 
 
+def scenario_caught_exit(out):
+    """Rank 1 catches a ``sys.exit(1)`` of its own and goes on: nothing ends (the next step forgets it)."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    for k in range(12):
+        train_steps(model, opt, k, k + 1)
+        if rank == 1 and k == 3:
+            try:
+                sys.exit(1)
+            except SystemExit:
+                pass
+    opt.finish()
+    if rank == 0:
+        print(f"@@caught_exit {opt.iteration}", flush=True)
+
+
+def scenario_exit(out):
+    """Rank 2 stops on a NaN loss as public training scripts do -- ``sys.exit("...")`` -- after 5 steps; the
+    others keep stepping (its exit handler used to finish it: it served them to their 1000th step)."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    for k in range(1000):
+        train_steps(model, opt, k, k + 1)
+        if rank == 2 and k == 5:
+            print(f"@@exit {time.time()}", flush=True)
+            sys.exit("Loss is nan, stopping training")
+    opt.finish()
 
 
 def scenario_ft(out):
@@ -380,6 +407,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit,
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,

@@ -1,6 +1,8 @@
 """The Hop optimizer as a torch optimizer, in one process (one rank: the protocol runs with no neighbours),
 and the transformer workload's parts: the corpus, the model, AdamW on the flat buffer, the schedule."""
 
+import sys
+
 import pytest
 import torch
 
@@ -268,3 +270,41 @@ def test_hopdec_train_offers_the_registry_s_models_and_datasets():
     from hopdec.cli.train import parse
     with pytest.raises(ConfigError, match="--model 'resnet': expected one of cnn, vgg11, svm, mlp, transformer"):
         parse(["--model", "resnet"])
+
+
+# ---- sys.exit with a failure status (hopdec.optim.failing; the MPI job: test_optim_mpi.py) ----
+
+@pytest.mark.parametrize("status, code", [(None, 0), (0, 0), (False, 0), (1, 1), (True, 1), (7, 7),
+                                          ("Loss is nan", 1), ([1], 1)])
+def test_the_exit_code_of_a_system_exit_is_pythons(status, code):
+    from hopdec.optim.failing import exit_code
+    assert exit_code(status) == code
+
+
+def test_a_failing_sys_exit_is_noted_with_its_line_until_the_next_step():
+    from hopdec.optim import failing
+    seen = []
+    watched = failing._WatchedExit(lambda status=None: seen.append(status), "sys.exit")
+    failing.resumed()
+    watched(0)                                  # a rank done early: nothing noted
+    assert failing.failed_exit() is None
+    watched("Loss is nan"); line = sys._getframe().f_lineno
+    code, err = failing.failed_exit()
+    assert code == 1 and str(err) == (f"sys.exit('Loss is nan') (at test_optim.py:{line}): "
+                                      "the rank exits with a failure status")
+    assert seen == [0, "Loss is nan"]           # the real exit is still what runs
+    failing.resumed()                           # the loop went on: the SystemExit was caught
+    assert failing.failed_exit() is None
+
+
+def test_a_failing_system_exit_in_flight_is_seen_by_a_finish_it_passes_through():
+    from hopdec.optim import failing
+    failing.resumed()
+    try:
+        raise SystemExit(300)
+    except SystemExit as e:
+        code, err = failing.failed_exit(e)
+    assert code == 300 & 0xFF and str(err).startswith("SystemExit(300) (at test_optim.py:")
+    assert failing.failed_exit(SystemExit(0)) is None and failing.failed_exit(SystemExit()) is None
+    assert failing.failed_exit(ValueError("x")) is None       # exceptions: the excepthook's
+    assert failing.failed_exit(None) is None

@@ -199,6 +199,21 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
 
 
+def test_sys_exit_with_a_failure_status_ends_the_job_with_one_line_and_its_code(mpirun, tmp_path):
+    """``sys.exit("Loss is nan, ...")`` on rank 2 mid-loop ends the job at once with one line and exit code
+    1 (its exit handler finished it instead: it served the others to their last step, and the job's only
+    sign was mpirun's box at the end); a ``sys.exit(1)`` the script caught ends nothing (scenario first)."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "caught_exit", "exit"], timeout=120)
+    ended = time.time()
+    assert "@@caught_exit 12" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert len(lines) == 1 and re.fullmatch(
+        r"hopdec: error: rank 2: sys\.exit\('Loss is nan, stopping training'\) \(at optim_driver\.py:\d+\): "
+        r"the rank exits with a failure status", lines[0]), lines
+    assert ended - float(re.search(r"@@exit (\S+)", out.stdout).group(1)) < 15
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

@@ -25,6 +25,7 @@ inner optimizer itself; an optimizer the user already built can be wrapped too (
 
 import atexit
 import copy
+import sys
 import time
 import warnings
 import weakref
@@ -194,6 +195,7 @@ class HopOptimizer(torch.optim.Optimizer):
         if self.finished:
             raise RuntimeError("HopOptimizer: step() after finish(): this rank's training is over")
         now = time.time()
+        failing.resumed()
         self._check_model()
         if self._loop is None:
             self._start()
@@ -326,6 +328,9 @@ class HopOptimizer(torch.optim.Optimizer):
         worker's final parameters; :meth:`consensus_model` gives their average."""
         if self.finished:
             return
+        failed = failing.failed_exit(sys.exc_info()[1])     # in a finally: that sys.exit(1) passes through
+        if failed is not None:
+            failing.abort_failed_exit(failed)
         if self._loop is None:
             self._start()
         r = self.rounds
@@ -762,11 +767,15 @@ def _names(model, tensors, what):
 
 def _register_exit(opt):
     """A rank that reaches the end of its script without ``finish()`` finishes there (the others may still
-    need it). Held weakly: a dropped optimizer is not kept alive."""
+    need it) -- unless it is leaving through ``sys.exit`` with a failure status, which ends the job
+    (:mod:`hopdec.optim.failing`). Held weakly: a dropped optimizer is not kept alive."""
     ref = weakref.ref(opt)
 
     def at_exit():
         o = ref()
+        failed = failing.failed_exit()          # sys.exit(1): end the job, do not finish (failing.py)
+        if failed is not None and o is not None and not o.finished:
+            failing.abort_failed_exit(failed)
         if o is not None and not o.finished and o._ready:
             o.finish()
         if o is not None and o.fault_tolerant:

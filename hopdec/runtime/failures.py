@@ -189,9 +189,9 @@ def watch_failures(comm):
     return _channel
 
 
-def abort(comm, err, prog="hopdec train"):
+def abort(comm, err, prog="hopdec train", code=ABORT_CODE):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
-    :class:`FailureChannel`) -- then end every rank (``MPI_Abort``)."""
+    :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``."""
     rank = comm.Get_rank()
     timeout = isinstance(err, PeerTimeout)
     reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
@@ -203,8 +203,8 @@ def abort(comm, err, prog="hopdec train"):
         forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:
         time.sleep(OTHERS_S)   # the elected rank is about to abort the job
-    record_exit(ABORT_CODE)
-    comm.Abort(ABORT_CODE)
+    record_exit(code)
+    comm.Abort(code)
 
 
 FORWARD_S = 5.0

@@ -172,6 +172,28 @@ def scenario_exit(out):
     opt.finish()
 
 
+def scenario_refused(out):
+    """Rank 1 alone builds its model in float64 (a rank-dependent bug): the constructor refuses it there
+    while the others go on into its collectives."""
+    model = model_with_batchnorm()
+    if rank == 1:
+        model = model.double()
+    HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    print(f"@@refused built on rank {rank}", flush=True)
+    comm.Barrier()
+
+
+def scenario_early(out, how):
+    """Rank 1 fails before it builds its optimizer (its data file is missing, or it exits on it) while the
+    others wait for it in the constructor's collectives."""
+    if rank == 1:
+        print(f"@@early {time.time()}", flush=True)
+        if how == "exit":
+            sys.exit(f"no data in {out}/missing.bin")
+        open(os.path.join(out, "missing.bin"), "rb")
+    HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -407,7 +429,8 @@ def scenario_random(out, seeds=(*range(11), 51)):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 caught_exit=scenario_caught_exit, exit=scenario_exit,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused,
+                 early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,

@@ -308,3 +308,13 @@ def test_a_failing_system_exit_in_flight_is_seen_by_a_finish_it_passes_through()
     assert failing.failed_exit(SystemExit(0)) is None and failing.failed_exit(SystemExit()) is None
     assert failing.failed_exit(ValueError("x")) is None       # exceptions: the excepthook's
     assert failing.failed_exit(None) is None
+
+
+def test_a_lazy_module_not_yet_run_is_one_line_naming_the_parameter():
+    model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: 0\.weight is not initialized yet .*forward pass"):
+        HopOptimizer(model, torch.optim.SGD, lr=0.1)
+    model(torch.randn(2, 5))                    # after one forward it is an ordinary model
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.1)
+    assert opt.flat.numel == 5 * 4 + 4 + 4 * 2 + 2
+    opt.finish()

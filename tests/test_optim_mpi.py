@@ -214,6 +214,40 @@ def test_sys_exit_with_a_failure_status_ends_the_job_with_one_line_and_its_code(
     assert ended - float(re.search(r"@@exit (\S+)", out.stdout).group(1)) < 15
 
 
+def test_a_setting_refused_on_one_rank_is_one_line_and_exit_2(mpirun, tmp_path):
+    """The constructor's checks run with the failure hook in place: a model refused on rank 1 only is one
+    line printed once and exit code 2 (a Python traceback on that rank and mpirun's box, exit 1)."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "refused"], timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert lines == ["hopdec: error: rank 1: HopOptimizer: 0.weight is torch.float64: the Hop optimizer averages "
+                     "float32 parameters in one float32 buffer (messages are float32); build the model in "
+                     "float32 (torch.autocast gives mixed precision with float32 parameters)"], lines
+    assert "Traceback" not in out.stderr and "@@refused built on rank 1" not in out.stdout
+
+
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_path, how):
+    """Rank 1's data file is missing (an exception, or ``sys.exit("no data ...")``) before it builds its
+    optimizer, which the other ranks are building: one line, at once. The job never ended: rank 1 sat in
+    MPI_Finalize, the others in the constructor's collectives (importing hopdec.optim now installs the
+    failure hook)."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, f"early_{how}"], timeout=90)
+    ended = time.time()
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert len(lines) == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    if how == "raise":
+        assert out.returncode == 3
+        assert re.fullmatch(r"hopdec: error: rank 1: FileNotFoundError: \[Errno 2\] No such file or directory: "
+                            r"'.*missing\.bin' \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)",
+                            lines[0]), lines
+    else:
+        assert out.returncode == 1
+        assert re.fullmatch(r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
+                            r"the rank exits with a failure status", lines[0]), lines
+    assert ended - float(re.search(r"@@early (\S+)", out.stdout).group(1)) < 15
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

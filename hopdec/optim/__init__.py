@@ -7,6 +7,9 @@ steps), :mod:`.failing` (an exception on one rank ends the job with one line), :
 changed under the optimizer), :mod:`.assembly` (the topology, core, transport and logs of one rank).
 """
 
+from hopdec.optim import failing
 from hopdec.optim.hop import HopOptimizer, HopSGD
+
+failing.install_early()     # an error on one rank before any optimizer is built ends the job too
 
 __all__ = ["HopOptimizer", "HopSGD"]

@@ -1,14 +1,15 @@
 """An exception on any rank of a user's loop ends the whole job within a second or two, with one line.
 
-The contract of ``hopdec train`` (:mod:`hopdec.runtime.failures`), for a script the user wrote: building a
-:class:`hopdec.optim.HopOptimizer` installs a ``sys.excepthook`` on every rank. An exception nobody caught
--- in the user's code, or a hopdec error such as a peer timeout -- is printed as ONE line naming the rank,
+The contract of ``hopdec train`` (:mod:`hopdec.runtime.failures`), for a script the user wrote: importing
+:mod:`hopdec.optim` installs a ``sys.excepthook`` on every rank (:func:`install_early`; it acts in a job of
+several MPI ranks only), and building a :class:`hopdec.optim.HopOptimizer` gives it its communicator. An
+exception nobody caught -- in the user's code, or a hopdec error such as a peer timeout -- is printed as ONE line naming the rank,
 the exception and where it was raised::
 
     hopdec: error: rank 2: ValueError: bad batch (at train.py:57; HOPDEC_DEBUG=1 shows the traceback)
 
-and the job is aborted (``MPI_Abort``, exit code 3): the other ranks do not wait out their peer timeout
-and print nothing. When several ranks fail at once they elect one reporter
+and the job is aborted (``MPI_Abort``, exit code 3; 2 for a setting refused, ``ConfigError``): the other
+ranks do not wait out their peer timeout and print nothing. When several ranks fail at once they elect one reporter
 (:class:`hopdec.runtime.failures.FailureChannel`). ``HOPDEC_DEBUG=1`` prints the traceback first.
 A ``KeyboardInterrupt`` keeps Python's usual handling (mpirun's Ctrl-C ends every rank anyway).
 
@@ -16,12 +17,13 @@ A ``KeyboardInterrupt`` keeps Python's usual handling (mpirun's Ctrl-C ends ever
 as many public training scripts stop on a NaN loss) ends the job the same way, with the script's own exit
 code: Python runs no ``excepthook`` for it, and the optimizer's exit handler would otherwise *finish* the
 rank there -- serve its parameters to its neighbours until every other rank is done, and hide the failure
-(exit code 0 with ``fault_tolerance``). So :func:`install` wraps ``sys.exit`` and the ``exit``/``quit``
+(exit code 0 with ``fault_tolerance``). So :func:`install_early` wraps ``sys.exit`` and the ``exit``/``quit``
 builtins to note a failure status and where it was given (:func:`failed_exit`); a step taken afterwards
 forgets it (the ``SystemExit`` was caught). ``sys.exit(0)`` or ``sys.exit()`` mid-loop is a rank done
 early, as before; a bare ``raise SystemExit(1)`` is seen only by a ``finish()`` it passes through.
 """
 
+import atexit
 import builtins
 import os
 import sys
@@ -31,7 +33,10 @@ from hopdec.errors import HopdecError
 from hopdec.transport.waiting import PeerTimeout
 
 PROG = "hopdec"
-_installed = {"comm": None, "previous": None}
+BAD_INPUT = 2
+"""The exit code of a job ended by a :class:`hopdec.errors.ConfigError` (a setting refused), as ``hopdec
+train``'s for bad input; anything else raised ends it with 3."""
+_installed = {"comm": None, "previous": None, "early": False, "built": False}
 _exit = {}
 """The last failing ``sys.exit`` since the last step: ``status`` and ``at`` (``file.py:line``)."""
 
@@ -61,22 +66,69 @@ def as_one_line(err, tb):
     return UserError(f"{text} ({'at ' + at + '; ' if at else ''}{hint})")
 
 
+def install_early():
+    """At ``import hopdec.optim`` (idempotent): the hook and the watched exits below, and an exit handler,
+    so that an error on one rank *before* any optimizer is built -- a data file missing on one host, a
+    ``sys.exit(1)`` -- ends the job with one line as well. Without it that rank sat in ``MPI_Finalize``
+    while the others waited in the optimizer's constructor (its collectives), and the job never ended.
+    They act only in a job of several MPI ranks (``mpi4py.MPI`` initialized): elsewhere Python's own
+    handling runs."""
+    if _installed["early"]:
+        return
+    _installed["early"] = True
+    _installed["previous"] = sys.excepthook
+    sys.excepthook = _hook
+    sys.exit = _WatchedExit(sys.exit, "sys.exit")
+    for name in ("exit", "quit"):                # (the site module's; absent under python -S)
+        if hasattr(builtins, name):
+            setattr(builtins, name, _WatchedExit(getattr(builtins, name), name))
+    atexit.register(_at_exit)
+
+
 def install(comm):
-    """Make an uncaught exception on this rank abort the job with one line (idempotent; collective only in
-    that every rank should call it, when it builds its optimizer). ``comm``: a communicator of the job's
-    ranks; the failure notices travel on a duplicate of it."""
+    """When a rank builds its optimizer (collective: every rank does): the failure notices then travel on
+    a duplicate of ``comm``, the job's ranks (see :func:`install_early` for the hook itself)."""
     from hopdec.runtime.failures import watch_failures
+    install_early()
     if comm.Get_size() == 1:                     # one process: Python's own handling is the right one
         return
     if _installed["comm"] is None:
         watch_failures(comm.Dup())
-        _installed["previous"] = sys.excepthook
-        sys.excepthook = _hook
-        sys.exit = _WatchedExit(sys.exit, "sys.exit")
-        for name in ("exit", "quit"):            # (the site module's; absent under python -S)
-            if hasattr(builtins, name):
-                setattr(builtins, name, _WatchedExit(getattr(builtins, name), name))
     _installed["comm"] = comm
+
+
+def mark_built():
+    """An optimizer was built in this process: from now on its own exit handler decides at exit."""
+    _installed["built"] = True
+
+
+def _job():
+    """The communicator a failure ends: the optimizer's, or before one was built ``COMM_WORLD`` -- when
+    this process is one of several ranks of a running MPI job; else None."""
+    if _installed["comm"] is not None:
+        return _installed["comm"] if _installed["comm"].Get_size() > 1 else None
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return None
+    return mpi.COMM_WORLD if mpi.COMM_WORLD.Get_size() > 1 else None
+
+
+def _abort(comm, err, code):
+    """One line (from the rank the failing ranks elect) and ``MPI_Abort``. Before any optimizer was built
+    the election runs on ``comm`` itself, set up now: no collective call is possible any more."""
+    from hopdec.runtime import failures
+    if failures._channel is None:
+        failures.watch_failures(comm)
+    failures.abort(comm, err, PROG, code=code)
+
+
+def _at_exit():
+    """A failing ``sys.exit`` in a process that never built an optimizer (its own exit handler decides
+    otherwise): the other ranks may be waiting in the constructor's collectives."""
+    if not _installed["built"]:
+        failed = failed_exit()
+        if failed is not None:
+            abort_failed_exit(failed)
 
 
 def exit_code(status):
@@ -95,13 +147,27 @@ class _WatchedExit:
 
     def __call__(self, status=None):
         if exit_code(status):
-            f = sys._getframe(1)
+            f = caller = sys._getframe(1)
+            while f is not None and _library(f.f_code.co_filename):    # argparse's exit: the user's line
+                f = f.f_back
+            f = f or caller
             _exit.update(status=status, name=self.name,
                          at=f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}")
         return self.fn(status)
 
     def __repr__(self):
         return repr(self.fn)
+
+
+def _library(path):
+    """Whether ``path`` is code of Python's standard library, an installed package or hopdec (not the
+    user's: where a ``sys.exit`` is reported from)."""
+    import sysconfig
+
+    import hopdec
+    homes = (os.path.dirname(os.path.abspath(hopdec.__file__)), sysconfig.get_paths()["stdlib"])
+    return (path.startswith("<") or f"{os.sep}site-packages{os.sep}" in path
+            or any(path.startswith(h + os.sep) for h in homes))
 
 
 def resumed():
@@ -124,29 +190,28 @@ def failed_exit(in_flight=None):
     else:
         return None
     text = repr(status)
-    if len(text) > 80:
-        text = text[:77] + "..."
+    if len(text) > 200:                         # (Python prints the whole message itself)
+        text = text[:197] + "..."
     return exit_code(status) & 0xFF or 1, UserError(f"{name}({text}){' (at ' + at + ')' if at else ''}: "
                                                      f"the rank exits with a failure status")
 
 
 def abort_failed_exit(failed):
-    """End the job for ``failed`` (:func:`failed_exit`) with one line and the script's exit code (a job of
-    one process: nothing to do, Python exits as usual)."""
-    comm = _installed["comm"]
-    if comm is None or comm.Get_size() == 1:
-        return
-    from hopdec.runtime.failures import abort
-    code, err = failed
-    abort(comm, err, PROG, code=code)
+    """End the job for ``failed`` (:func:`failed_exit`) with one line and the script's exit code (not in a
+    job of several ranks: nothing to do, Python exits as usual)."""
+    comm = _job()
+    if comm is not None:
+        code, err = failed
+        _abort(comm, err, code)
 
 
 def _hook(etype, err, tb):
     previous = _installed["previous"] or sys.__excepthook__
-    comm = _installed["comm"]
-    if comm is None or issubclass(etype, KeyboardInterrupt) or comm.Get_size() == 1:
+    comm = _job()
+    if comm is None or issubclass(etype, KeyboardInterrupt):
         return previous(etype, err, tb)
-    from hopdec.runtime.failures import abort
+    from hopdec.errors import ConfigError
+    from hopdec.runtime.failures import ABORT_CODE
     if os.environ.get("HOPDEC_DEBUG"):
         previous(etype, err, tb)
-    abort(comm, as_one_line(err, tb), PROG)
+    _abort(comm, as_one_line(err, tb), BAD_INPUT if isinstance(err, ConfigError) else ABORT_CODE)

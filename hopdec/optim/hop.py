@@ -69,6 +69,21 @@ class HopOptimizer(torch.optim.Optimizer):
                  peer_timeout=120.0, **defaults):
         from mpi4py import MPI
         self._ready = False
+        self.fault_tolerant = bool(fault_tolerance)
+        comm = comm or MPI.COMM_WORLD
+        if self.fault_tolerant:
+            import os
+            if comm.Get_size() > 1 and "OMPI_COMM_WORLD_SIZE" in os.environ and \
+                    os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
+                raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
+                                  "(launch/local.sh --fault-tolerance adds it and the failure detector)")
+            comm = comm.Dup()
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        # first: what the checks below refuse (on every rank at once, or on one) is one line, printed once,
+        # and ends the job (exit code 2), not a traceback per rank or ranks left in a collective
+        failing.install(comm)
         inner, model = _inner_optimizer(params, optimizer_class, model, defaults)
         self.model = model
         # torch's Optimizer machinery (step hooks, the step patch schedulers rely on); param_groups, state
@@ -95,18 +110,6 @@ class HopOptimizer(torch.optim.Optimizer):
         self.device = self.flat.device
 
         # ---- the run: topology, protocol, core, transport (hopdec.optim.assembly) ----
-        self.fault_tolerant = bool(fault_tolerance)
-        comm = comm or MPI.COMM_WORLD
-        if self.fault_tolerant:
-            import os
-            if comm.Get_size() > 1 and "OMPI_COMM_WORLD_SIZE" in os.environ and \
-                    os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
-                raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
-                                  "(launch/local.sh --fault-tolerance adds it and the failure detector)")
-            comm = comm.Dup()
-            comm.Set_errhandler(MPI.ERRORS_RETURN)
-        self.comm = comm
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):
             raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
         self.timeout = float(peer_timeout)
@@ -141,7 +144,6 @@ class HopOptimizer(torch.optim.Optimizer):
         if self.fault_tolerant:
             from hopdec.runtime.heal import Healer
             self.healer = Healer(comm, graph, self.core, self.io, self.timeout)
-        failing.install(comm)
 
         # ---- what watches it: logs, live progress, trace ----
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
@@ -184,6 +186,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
         self._exit_hook = _register_exit(self)
+        failing.mark_built()
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
@@ -762,7 +765,13 @@ def _names(model, tensors, what):
     if model is not None:
         for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
             known.setdefault(id(t), name)
-    return [known.get(id(t), f"{what} tensor {i} (shape {tuple(t.shape)})") for i, t in enumerate(tensors)]
+    return [known[id(t)] if id(t) in known else f"{what} tensor {i} ({_shape(t)})" for i, t in enumerate(tensors)]
+
+
+def _shape(t):
+    """``shape (a, b)``, or what stands for it in a lazy module's parameter before its first forward."""
+    from torch.nn.parameter import UninitializedTensorMixin
+    return "uninitialized" if isinstance(t, UninitializedTensorMixin) else f"shape {tuple(t.shape)}"
 
 
 def _register_exit(opt):

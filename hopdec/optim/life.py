@@ -93,6 +93,12 @@ def check_dtypes(tensors, names):
     """The Hop optimizer averages float32 tensors: one line naming the first that is not (or that is not
     on the first one's device)."""
     from hopdec.errors import ConfigError
+    from torch.nn.parameter import UninitializedTensorMixin
+    for t, name in zip(tensors, names):
+        if isinstance(t, UninitializedTensorMixin):
+            raise ConfigError(f"HopOptimizer: {name} is not initialized yet (a lazy module such as LazyLinear): "
+                              f"run one forward pass before building the optimizer, which lays every "
+                              f"parameter out in one buffer")
     device = tensors[0].device
     for t, name in zip(tensors, names):
         if t.dtype != DTYPE:

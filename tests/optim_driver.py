@@ -194,6 +194,17 @@ def scenario_early(out, how):
     HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
 
 
+def scenario_busy(out):
+    """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=3)
+    for k in range(20):
+        train_steps(model, opt, k, k + 1)
+        if rank == 0 and k == 3:
+            time.sleep(10)
+    opt.finish()
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -429,7 +440,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,

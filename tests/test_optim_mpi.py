@@ -248,6 +248,18 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
     assert ended - float(re.search(r"@@early (\S+)", out.stdout).group(1)) < 15
 
 
+def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpirun, tmp_path):
+    """Rank 0 spends 10 s between two steps with a peer timeout of 3: a neighbour's line says what else than
+    a dead or hung peer that can be in a user's loop, and which setting allows more."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "busy"], timeout=90)
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert len(lines) == 1 and re.fullmatch(
+        r"hopdec: error: rank [12]: .* rank\(s\) 0\)? for 3 s; a peer may have died or hung, or spent longer "
+        r"than that between two steps \(evaluating or saving on one rank\?\): HopOptimizer\(peer_timeout=\.\.\.\) "
+        r"allows more", lines[0]), lines
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

@@ -85,11 +85,16 @@ def make_transport(comm, view, numel, slots, peer_timeout, device, fault_toleran
     streams with ``compress`` (as ``hopdec train --compress``)."""
     if compress != "none":
         from hopdec.transport.coded_mpi import CodedMPITransport
-        return CodedMPITransport(comm, view, numel, slots, compress, peer_timeout=peer_timeout,
-                                 host_pinned=device.type == "cuda")
-    from hopdec.transport.mpi import MPITransport
-    return MPITransport(comm, view, numel, slots, peer_timeout=peer_timeout,
-                        host_pinned=device.type == "cuda", fault_tolerant=fault_tolerant)
+        io = CodedMPITransport(comm, view, numel, slots, compress, peer_timeout=peer_timeout,
+                               host_pinned=device.type == "cuda")
+    else:
+        from hopdec.transport.mpi import MPITransport
+        io = MPITransport(comm, view, numel, slots, peer_timeout=peer_timeout,
+                          host_pinned=device.type == "cuda", fault_tolerant=fault_tolerant)
+    # in a user's loop the likeliest silent peer is one busy between its steps (an evaluation, a save)
+    io.silence = ("a peer may have died or hung, or spent longer than that between two steps (evaluating "
+                  "or saving on one rank?): HopOptimizer(peer_timeout=...) allows more")
+    return io
 
 
 def header(graph, cfg, skip, numel, device, message_floats, bound, ft, extra):

@@ -102,6 +102,9 @@ class MPITransport:
     :meth:`reconfigure` the transport onto the shrunk communicator.
     """
 
+    silence = "a peer may have died or hung"
+    """What a training wait that timed out says may have happened (a user's loop adds its own cause)."""
+
     def __init__(self, comm, view, numel, slots, send_ring=None, peer_timeout=120.0, device_buffers=None,
                  host_pinned=False, fault_tolerant=False):
         """``device_buffers``: a torch device whose tensors the MPI takes directly (CUDA-aware MPI), or
@@ -261,7 +264,7 @@ class MPITransport:
         poll_until(arrived, left, lambda: (
             f"rank {self.rank}: no {wait_action.what} from rank(s) "
             f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
-            f"a peer may have died or hung"), on=wait_action.on, started=self.waiting.began)
+            f"{self.silence}"), on=wait_action.on, started=self.waiting.began)
 
     def wait_over(self):
         """The worker acted after waiting (``worker_loop`` calls this): its next wait is timed afresh."""
@@ -320,7 +323,7 @@ class MPITransport:
             except Exception:
                 pass
             to = f" (to rank(s) {', '.join(map(str, waiting_on))})" if waiting_on else ""
-            return f"rank {self.rank}: {what}{to} for {self.peer_timeout:.0f} s; a peer may have died or hung"
+            return f"rank {self.rank}: {what}{to} for {self.peer_timeout:.0f} s; {self.silence}"
         # ``on``: the failure election prefers a notice that names a silent (hung) rank over one that waits
         # for ranks which themselves reported (tests/test_train_mpi.py: a hung rank's in-neighbour blocked
         # here, not in a receive, was out-voted by a rank further away)

@@ -22,6 +22,7 @@ Environment:
   HOPDEC_STARTUP_TIMEOUT  seconds every rank has to get through MPI_Init (default: --peer-timeout, >= 60)
   HOPDEC_FT_TIMEOUT   --fault-tolerance: seconds of silence before ULFM's detector declares a rank dead (30)
   HOPDEC_PYTHON       python used when hopdec is not on PATH (default: python3)
+  HOPDEC_MAX_PER_CORE refuse -n above this many ranks per core of this machine (default 64)
 USAGE
 }
 
@@ -39,6 +40,16 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
+# a typo (-n 100000) would start ranks until the machine runs out of memory (each imports torch: ~0.3 GB)
+cores=$(nproc 2>/dev/null || echo 1)
+per_core="${HOPDEC_MAX_PER_CORE:-64}"
+is_count "$per_core" || { echo "local.sh: error: HOPDEC_MAX_PER_CORE=$per_core: need a positive number" >&2; exit 2; }
+if (( n > per_core * cores )); then
+    echo "local.sh: error: -n $n: more than $per_core ranks per core on this machine's $cores core(s); each" \
+         "rank is a process that imports torch -- use launch/hostfile.sh across machines, or hopdec sim for" \
+         "thousands of simulated workers (HOPDEC_MAX_PER_CORE raises the limit)" >&2
+    exit 2
+fi
 
 worker_cmd
 mpirun_base

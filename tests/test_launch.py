@@ -440,3 +440,19 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
         f"Exit code: 2\n{dash}\n"
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({}, "-n {n}: more than 64 ranks per core on this machine's {cores} core(s)"),
+    ({"HOPDEC_MAX_PER_CORE": "1"}, "-n {n}: more than 1 ranks per core on this machine's {cores} core(s)"),
+    ({"HOPDEC_MAX_PER_CORE": "lots"}, "HOPDEC_MAX_PER_CORE=lots: need a positive number")])
+def test_a_number_of_ranks_this_machine_cannot_hold_is_one_line(extra, says):
+    """``-n 100000`` (a typo) started ranks until the machine ran out of memory; now it is refused before
+    mpirun starts, with where to go instead."""
+    cores = os.cpu_count()
+    n = 100000 if not extra else cores + 1
+    r = subprocess.run(["bash", LOCAL, "-n", str(n), "--", "x"], capture_output=True, text=True, timeout=60,
+                       env={**_launch_env(), **extra, "HOPDEC_CMD": PRINT_RANK}, cwd=ROOT)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("local.sh: error: " + says.format(n=n, cores=cores)), r.stderr
+    assert "rank" not in r.stdout

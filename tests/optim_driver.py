@@ -205,6 +205,34 @@ def scenario_busy(out):
     opt.finish()
 
 
+def scenario_two(out):
+    """A GAN's shape: two optimizers on the same ranks, stepped in turn, and the script's own messages on
+    COMM_WORLD between the steps (their messages matched each other's receives: every rank hung)."""
+    torch.manual_seed(0)
+    gen = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 6))
+    disc = model_with_batchnorm()
+    opt_g = HopOptimizer(gen, torch.optim.Adam, lr=1e-3, topology="ring", peer_timeout=20)
+    opt_d = HopOptimizer(disc, torch.optim.SGD, lr=0.05, topology="ring-based", peer_timeout=20)
+    crit = torch.nn.CrossEntropyLoss()
+    heard = []
+    for k in range(15):
+        x, y = batch(k)
+        opt_d.zero_grad()
+        crit(disc(torch.cat([x, gen(torch.randn(8, 4)).detach()])), torch.cat([y, torch.zeros(8).long()])).backward()
+        opt_d.step()
+        heard.append(comm.sendrecv(k * 10 + rank, dest=(rank + 1) % size, source=(rank - 1) % size))
+        opt_g.zero_grad()
+        crit(disc(gen(torch.randn(8, 4))), torch.ones(8).long()).backward()
+        opt_g.step()
+    opt_d.finish()
+    opt_g.finish()
+    g, d = opt_g.consensus_model(root=0), opt_d.consensus_model(root=0)
+    if rank == 0:
+        print("@@two " + json.dumps(dict(g=opt_g.iteration, d=opt_d.iteration, heard=heard,
+                                         finite=bool(all(torch.isfinite(p).all() for m in (g, d)
+                                                         for p in m.parameters())))), flush=True)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -440,7 +468,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,

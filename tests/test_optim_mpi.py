@@ -260,6 +260,15 @@ def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpiru
         r"allows more", lines[0]), lines
 
 
+def test_two_optimizers_and_the_scripts_own_messages_share_the_ranks(mpirun, tmp_path):
+    """A generator's and a discriminator's optimizers on the same ranks (different topologies), stepped in
+    turn, with the script's own sendrecv between: each optimizer's messages stay its own."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "two"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    got = json.loads(re.search(r"^@@two (.*)$", out.stdout, re.M).group(1))
+    assert got == dict(g=15, d=15, heard=[k * 10 + 3 for k in range(15)], finite=True), got
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

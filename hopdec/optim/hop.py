@@ -77,7 +77,10 @@ class HopOptimizer(torch.optim.Optimizer):
                     os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
                 raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
                                   "(launch/local.sh --fault-tolerance adds it and the failure detector)")
-            comm = comm.Dup()
+        # this optimizer's own communicator: the messages of another one on the same ranks (a GAN's
+        # generator and discriminator) or the script's own never match its receives (they matched: a hang)
+        comm = comm.Dup()
+        if self.fault_tolerant:
             comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()

@@ -233,6 +233,15 @@ def scenario_two(out):
                                                          for p in m.parameters())))), flush=True)
 
 
+def scenario_shapes(out):
+    """Rank 2 builds a wider first layer (a rank-dependent size): its messages would have another length."""
+    torch.manual_seed(0)
+    h = 17 if rank == 2 else 16
+    model = torch.nn.Sequential(torch.nn.Linear(6, h), torch.nn.ReLU(), torch.nn.Linear(h, 3))
+    HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=20)
+    print(f"@@shapes built on rank {rank}", flush=True)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -468,7 +477,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
-                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,

@@ -269,6 +269,19 @@ def test_two_optimizers_and_the_scripts_own_messages_share_the_ranks(mpirun, tmp
     assert got == dict(g=15, d=15, heard=[k * 10 + 3 for k in range(15)], finite=True), got
 
 
+def test_ranks_that_built_different_models_are_one_line_at_construction(mpirun, tmp_path):
+    """A model built wider on rank 2: refused in the constructor with the sizes of two ranks (it ended on
+    MPI's 'MPI_ERR_IN_STATUS: error code in status' at the first exchange)."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "shapes"], timeout=90)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert len(lines) == 1 and re.fullmatch(
+        r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0 averages 163 numbers in 4 "
+        r"tensors, rank 2 173 in 4; every rank must build the same model \(the messages are the whole parameter "
+        r"buffer\)", lines[0]), lines
+    assert "@@shapes built" not in out.stdout
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

@@ -111,6 +111,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._names = names + _names(model, buffers, "buffer")
         self._owners = life.owners(model, self._tracked) if model is not None else []
         self.device = self.flat.device
+        life.check_same_layout(comm, self._tracked)
 
         # ---- the run: topology, protocol, core, transport (hopdec.optim.assembly) ----
         if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):

@@ -89,6 +89,34 @@ def _classify(now, old, name, slot, kind, device):
     return Change(kind, name, slot, new=now, detail=str(device))
 
 
+def check_same_layout(comm, tensors):
+    """Every rank's averaged tensors have the same shapes, in the same order (collective): the same line on
+    every rank, naming two ranks that differ. Without it a rank whose model was built differently (a rank-dependent size)
+    exchanged messages of another length, and the job ended on MPI's ``MPI_ERR_IN_STATUS``."""
+    import zlib
+
+    import numpy as np
+    from mpi4py import MPI
+
+    from hopdec.errors import ConfigError
+    shapes = [tuple(t.shape) for t in tensors]
+    mine = np.array([sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode())],
+                    dtype=np.int64)
+    every = np.empty((comm.Get_size(), 3), dtype=np.int64)
+    comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
+    odd = [r for r in range(len(every)) if (every[r] != every[0]).any()]
+    if not odd:
+        return
+    r = odd[0]
+    (n0, t0, _), (n1, t1, _) = every[0], every[r]
+    if (n0, t0) != (n1, t1):
+        differs = f"rank 0 averages {n0:,} numbers in {t0} tensors, rank {r} {n1:,} in {t1}"
+    else:
+        differs = f"rank 0's and rank {r}'s tensors have the same sizes in all but different shapes"
+    raise ConfigError(f"HopOptimizer: the ranks' models differ: {differs}; every rank must build the same "
+                      f"model (the messages are the whole parameter buffer)")
+
+
 def check_dtypes(tensors, names):
     """The Hop optimizer averages float32 tensors: one line naming the first that is not (or that is not
     on the first one's device)."""

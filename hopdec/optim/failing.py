@@ -38,7 +38,8 @@ BAD_INPUT = 2
 train``'s for bad input; anything else raised ends it with 3."""
 _installed = {"comm": None, "previous": None, "early": False, "built": False}
 _exit = {}
-"""The last failing ``sys.exit`` since the last step: ``status`` and ``at`` (``file.py:line``)."""
+"""The last failing ``sys.exit`` since the last step: ``status``, ``name`` (``sys.exit``, ``exit``, ``quit``)
+and ``at`` (``file.py:line``)."""
 
 
 class UserError(HopdecError):
@@ -183,8 +184,10 @@ def failed_exit(in_flight=None):
     if in_flight is not None:
         if not isinstance(in_flight, SystemExit) or not exit_code(in_flight.code):
             return None
-        status, name = in_flight.code, _exit.get("name", "SystemExit")
-        at = _exit.get("at") if _exit.get("status") is status else where(in_flight.__traceback__)
+        status = in_flight.code
+        noted = _exit.get("status") is status           # (raised by a watched exit: its name and line)
+        name = _exit["name"] if noted else "SystemExit"
+        at = _exit["at"] if noted else where(in_flight.__traceback__)
     elif _exit:
         status, name, at = _exit["status"], _exit["name"], _exit["at"]
     else:

@@ -143,18 +143,26 @@ def scenario_raise(out):
     opt.finish()
 
 
+def loop_where(who, at, then, steps, peer_timeout=60):
+    """Every rank trains ``steps`` steps, rank ``who`` calling ``then()`` after its step ``at``; then finish."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=peer_timeout)
+    for k in range(steps):
+        train_steps(model, opt, k, k + 1)
+        if rank == who and k == at:
+            then()
+    opt.finish()
+    return opt
+
+
 def scenario_caught_exit(out):
     """Rank 1 catches a ``sys.exit(1)`` of its own and goes on: nothing ends (the next step forgets it)."""
-    model = model_with_batchnorm()
-    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
-    for k in range(12):
-        train_steps(model, opt, k, k + 1)
-        if rank == 1 and k == 3:
-            try:
-                sys.exit(1)
-            except SystemExit:
-                pass
-    opt.finish()
+    def caught():
+        try:
+            sys.exit(1)
+        except SystemExit:
+            pass
+    opt = loop_where(1, 3, caught, 12)
     if rank == 0:
         print(f"@@caught_exit {opt.iteration}", flush=True)
 
@@ -162,14 +170,10 @@ def scenario_caught_exit(out):
 def scenario_exit(out):
     """Rank 2 stops on a NaN loss as public training scripts do -- ``sys.exit("...")`` -- after 5 steps; the
     others keep stepping (its exit handler used to finish it: it served them to their 1000th step)."""
-    model = model_with_batchnorm()
-    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
-    for k in range(1000):
-        train_steps(model, opt, k, k + 1)
-        if rank == 2 and k == 5:
-            print(f"@@exit {time.time()}", flush=True)
-            sys.exit("Loss is nan, stopping training")
-    opt.finish()
+    def nan():
+        print(f"@@exit {time.time()}", flush=True)
+        sys.exit("Loss is nan, stopping training")
+    loop_where(2, 5, nan, 1000)
 
 
 def scenario_refused(out):
@@ -196,13 +200,7 @@ def scenario_early(out, how):
 
 def scenario_busy(out):
     """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
-    model = model_with_batchnorm()
-    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=3)
-    for k in range(20):
-        train_steps(model, opt, k, k + 1)
-        if rank == 0 and k == 3:
-            time.sleep(10)
-    opt.finish()
+    loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
 
 
 def scenario_two(out):

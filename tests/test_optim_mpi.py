@@ -199,6 +199,14 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
 
 
+def the_one_line(out, code, pattern):
+    """The job exited ``code`` and printed one ``hopdec`` line, which matches ``pattern``; the line."""
+    assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    return lines[0]
+
+
 def test_sys_exit_with_a_failure_status_ends_the_job_with_one_line_and_its_code(mpirun, tmp_path):
     """``sys.exit("Loss is nan, ...")`` on rank 2 mid-loop ends the job at once with one line and exit code
     1 (its exit handler finished it instead: it served the others to their last step, and the job's only
@@ -206,11 +214,8 @@ def test_sys_exit_with_a_failure_status_ends_the_job_with_one_line_and_its_code(
     out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "caught_exit", "exit"], timeout=120)
     ended = time.time()
     assert "@@caught_exit 12" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
-    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert len(lines) == 1 and re.fullmatch(
-        r"hopdec: error: rank 2: sys\.exit\('Loss is nan, stopping training'\) \(at optim_driver\.py:\d+\): "
-        r"the rank exits with a failure status", lines[0]), lines
+    the_one_line(out, 1, r"hopdec: error: rank 2: sys\.exit\('Loss is nan, stopping training'\) "
+                         r"\(at optim_driver\.py:\d+\): the rank exits with a failure status")
     assert ended - float(re.search(r"@@exit (\S+)", out.stdout).group(1)) < 15
 
 
@@ -218,11 +223,10 @@ def test_a_setting_refused_on_one_rank_is_one_line_and_exit_2(mpirun, tmp_path):
     """The constructor's checks run with the failure hook in place: a model refused on rank 1 only is one
     line printed once and exit code 2 (a Python traceback on that rank and mpirun's box, exit 1)."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "refused"], timeout=120)
-    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert lines == ["hopdec: error: rank 1: HopOptimizer: 0.weight is torch.float64: the Hop optimizer averages "
-                     "float32 parameters in one float32 buffer (messages are float32); build the model in "
-                     "float32 (torch.autocast gives mixed precision with float32 parameters)"], lines
+    the_one_line(out, 2, re.escape("hopdec: error: rank 1: HopOptimizer: 0.weight is torch.float64: the Hop "
+                                   "optimizer averages float32 parameters in one float32 buffer (messages are "
+                                   "float32); build the model in float32 (torch.autocast gives mixed precision "
+                                   "with float32 parameters)"))
     assert "Traceback" not in out.stderr and "@@refused built on rank 1" not in out.stdout
 
 
@@ -234,17 +238,12 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
     failure hook)."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, f"early_{how}"], timeout=90)
     ended = time.time()
-    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert len(lines) == 1, out.stdout[-2000:] + out.stderr[-2000:]
     if how == "raise":
-        assert out.returncode == 3
-        assert re.fullmatch(r"hopdec: error: rank 1: FileNotFoundError: \[Errno 2\] No such file or directory: "
-                            r"'.*missing\.bin' \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)",
-                            lines[0]), lines
+        the_one_line(out, 3, r"hopdec: error: rank 1: FileNotFoundError: \[Errno 2\] No such file or directory: "
+                             r"'.*missing\.bin' \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)")
     else:
-        assert out.returncode == 1
-        assert re.fullmatch(r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
-                            r"the rank exits with a failure status", lines[0]), lines
+        the_one_line(out, 1, r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
+                             r"the rank exits with a failure status")
     assert ended - float(re.search(r"@@early (\S+)", out.stdout).group(1)) < 15
 
 
@@ -252,12 +251,9 @@ def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpiru
     """Rank 0 spends 10 s between two steps with a peer timeout of 3: a neighbour's line says what else than
     a dead or hung peer that can be in a user's loop, and which setting allows more."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "busy"], timeout=90)
-    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert len(lines) == 1 and re.fullmatch(
-        r"hopdec: error: rank [12]: .* rank\(s\) 0\)? for 3 s; a peer may have died or hung, or spent longer "
-        r"than that between two steps \(evaluating or saving on one rank\?\): HopOptimizer\(peer_timeout=\.\.\.\) "
-        r"allows more", lines[0]), lines
+    the_one_line(out, 3, r"hopdec: error: rank [12]: .* rank\(s\) 0\)? for 3 s; a peer may have died or hung, or "
+                         r"spent longer than that between two steps \(evaluating or saving on one rank\?\): "
+                         r"HopOptimizer\(peer_timeout=\.\.\.\) allows more")
 
 
 def test_two_optimizers_and_the_scripts_own_messages_share_the_ranks(mpirun, tmp_path):
@@ -273,12 +269,9 @@ def test_ranks_that_built_different_models_are_one_line_at_construction(mpirun, 
     """A model built wider on rank 2: refused in the constructor with the sizes of two ranks (it ended on
     MPI's 'MPI_ERR_IN_STATUS: error code in status' at the first exchange)."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "shapes"], timeout=90)
-    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert len(lines) == 1 and re.fullmatch(
-        r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0 averages 163 numbers in 4 "
-        r"tensors, rank 2 173 in 4; every rank must build the same model \(the messages are the whole parameter "
-        r"buffer\)", lines[0]), lines
+    the_one_line(out, 2, r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0 averages 163 "
+                         r"numbers in 4 tensors, rank 2 173 in 4; every rank must build the same model \(the "
+                         r"messages are the whole parameter buffer\)")
     assert "@@shapes built" not in out.stdout
 
 

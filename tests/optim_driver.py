@@ -191,9 +191,11 @@ def scenario_early(out, how):
     """Rank 1 fails before it builds its optimizer (its data file is missing, or it exits on it) while the
     others wait for it in the constructor's collectives."""
     if rank == 1:
-        print(f"@@early {time.time()}", flush=True)
+        print(f"@@early {time.time()} {os.getpid()}", flush=True)
         if how == "exit":
             sys.exit(f"no data in {out}/missing.bin")
+        if how == "stop":                   # hung (stopped) before it builds its optimizer
+            os.kill(os.getpid(), signal.SIGSTOP)
         open(os.path.join(out, "missing.bin"), "rb")
     HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
 
@@ -477,6 +479,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
+                 early_stop=partial(scenario_early, how="stop"),
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,

@@ -244,7 +244,24 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
     else:
         the_one_line(out, 1, r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
                              r"the rank exits with a failure status")
-    assert ended - float(re.search(r"@@early (\S+)", out.stdout).group(1)) < 15
+    assert ended - float(re.search(r"@@early (\S+) ", out.stdout).group(1)) < 15
+
+
+def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_time(mpirun, tmp_path):
+    """Rank 1 is stopped (SIGSTOP) before its constructor: the others wait for it there for
+    HOPDEC_STARTUP_TIMEOUT (4 s here; 600 by default), then one line ends the job -- they waited in its
+    first collective for ever -- and the stopped process is gone."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "early_stop"], timeout=90,
+                        env=mpirun.env(HOPDEC_STARTUP_TIMEOUT="4"), mpirun_args=["-x", "HOPDEC_STARTUP_TIMEOUT"])
+    victim = int(re.search(r"@@early \S+ (\d+)", out.stdout).group(1))
+    try:
+        the_one_line(out, 3, r"hopdec: error: rank [02]: HopOptimizer\(\), built by every rank \(a collective; "
+                             r"HOPDEC_STARTUP_TIMEOUT=seconds allows longer\): not every rank got there within 4 s; "
+                             r"a peer may have died or hung")
+        assert gone(victim, 10), "the stopped rank is still there"
+    finally:
+        if os.path.exists(f"/proc/{victim}"):
+            os.kill(victim, signal.SIGKILL)
 
 
 def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpirun, tmp_path):

@@ -80,6 +80,26 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
     return cfg, views
 
 
+ARRIVAL_S = 600.0
+"""How long, by default, the ranks wait for each other to reach the constructor: they come from the user's
+own start-up (a download or a dataset read on one rank may take minutes), so longer than a peer timeout."""
+
+
+def arrived(comm, peer_timeout):
+    """Every rank reached its constructor within ``HOPDEC_STARTUP_TIMEOUT`` seconds if set, else
+    max(:data:`ARRIVAL_S`, ``peer_timeout``) (a bounded barrier: PeerTimeout with one line, not a job
+    that waits for ever for a rank that hung or stopped before building its optimizer)."""
+    import os
+
+    from hopdec.runtime.startup import ENV_TIMEOUT, timeout
+    from hopdec.transport.collectives import barrier
+    if comm.Get_size() == 1:
+        return
+    bound = timeout(peer_timeout) if os.environ.get(ENV_TIMEOUT, "").strip() else max(ARRIVAL_S, peer_timeout)
+    barrier(comm, bound, f"HopOptimizer(), built by every rank (a collective; {ENV_TIMEOUT}=seconds allows "
+                         f"longer)")
+
+
 def make_transport(comm, view, numel, slots, peer_timeout, device, fault_tolerant, compress="none"):
     """The Hop messages of this rank (host buffers; pinned when the model is on a GPU); coded per-edge
     streams with ``compress`` (as ``hopdec train --compress``)."""

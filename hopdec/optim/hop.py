@@ -77,6 +77,11 @@ class HopOptimizer(torch.optim.Optimizer):
                     os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
                 raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
                                   "(launch/local.sh --fault-tolerance adds it and the failure detector)")
+        if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):
+            raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
+        # every rank got here (bounded): the first collective below waited for ever for a rank that hung,
+        # or stopped, before building its optimizer
+        assembly.arrived(comm, peer_timeout)
         # this optimizer's own communicator: the messages of another one on the same ranks (a GAN's
         # generator and discriminator) or the script's own never match its receives (they matched: a hang)
         comm = comm.Dup()
@@ -114,8 +119,6 @@ class HopOptimizer(torch.optim.Optimizer):
         life.check_same_layout(comm, self._tracked)
 
         # ---- the run: topology, protocol, core, transport (hopdec.optim.assembly) ----
-        if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):
-            raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
         self.timeout = float(peer_timeout)
         self.graph = graph = assembly.resolve_topology(topology, self.size)
         if graph.number_of_nodes() != self.size:

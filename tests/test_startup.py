@@ -113,3 +113,34 @@ def _parent(pid):
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_the_marks_of_jobs_killed_during_start_up_are_reaped_by_the_next(tmp_path, monkeypatch):
+    """A job killed during its start-up left ``hopdec-start-<uid>-<job>`` in $TMPDIR for good; the next
+    job's ranks remove those whose launcher daemon here is gone and that are a minute old. Kept: a live
+    launcher's (this process stands in), a fresh one, another host's, a name it cannot read, another's
+    files inside."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    me = f"{os.getpid()}.{startup._proc_stat(os.getpid())[2]}"
+    host = startup.re.sub(r"[^A-Za-z0-9_.@-]", "_", socket.gethostname())
+    old = time.time() - 2 * startup.STALE_S
+    uid = os.getuid()
+    folders = {"gone-epoch": f"prterun-x-1@1-{dead}.5", "gone-ns": f"prterun-{host}-{dead}@1",
+               "live": f"prterun-x-2@1-{me}", "fresh": f"prterun-{host}-{dead}@2",
+               "other-host": f"prterun-elsewhere-{dead}@1", "unreadable": "slurm77.0",
+               "foreign-file": f"prterun-y-3@1-{dead}.9"}
+    for what, key in folders.items():
+        d = tmp_path / f"hopdec-start-{uid}-{key}"
+        d.mkdir(mode=0o700)
+        (d / "0.in").write_text("1")
+        (d / ("notes.txt" if what == "foreign-file" else "1.out")).write_text("1")
+        if what != "fresh":
+            os.utime(d, (old, old))
+    _arrivals(tmp_path, monkeypatch, 0, "job9")
+    left = {what for what, key in folders.items() if (tmp_path / f"hopdec-start-{uid}-{key}").exists()}
+    assert left == {"live", "fresh", "other-host", "unreadable", "foreign-file"}, left

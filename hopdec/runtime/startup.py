@@ -127,6 +127,7 @@ class Arrivals:
         self.dir = os.path.join(tempfile.gettempdir(), f"hopdec-start-{os.getuid()}-{key}") if key else None
         if self.dir is None:
             return
+        reap_stale(tempfile.gettempdir(), os.path.basename(self.dir))
         try:
             os.mkdir(self.dir, 0o700)
         except FileExistsError:
@@ -180,6 +181,51 @@ class Arrivals:
             os.rmdir(self.dir)
         except OSError:
             pass
+
+
+STALE_S = 60.0
+"""A marks folder untouched for this long whose job's launcher daemon is gone is removed (:func:`reap_stale`)."""
+
+
+def _job_alive(key):
+    """Whether the job of marks folder key ``key`` may still be starting on this host: True unless its
+    launcher daemon here is known to be gone -- the ``<pid>.<start ticks>`` of :func:`launcher_epoch` no
+    longer names a live process, or (no epoch) Open MPI's ``prterun-<this host>-<pid>@N`` namespace names a
+    pid that does not exist. Another host's job, a name it cannot read: alive (kept)."""
+    import socket
+    m = re.search(r"-(\d+)\.(\d+)$", key)
+    if m:
+        got = _proc_stat(int(m.group(1)))
+        return got is not None and got[2] == int(m.group(2))
+    m = re.fullmatch(r"prterun-(.+)-(\d+)@\d+", key)
+    if m and m.group(1) == re.sub(r"[^A-Za-z0-9_.@-]", "_", socket.gethostname()):
+        return os.path.exists(f"/proc/{m.group(2)}")
+    return True
+
+
+def reap_stale(folder, own):
+    """Remove this user's start-up marks folders in ``folder`` (not ``own``) of jobs killed during their
+    start-up, whose ranks never removed them: untouched for :data:`STALE_S` and :func:`_job_alive` says
+    gone. Only real folders of this user's, holding only marks; anything else is left."""
+    prefix = f"hopdec-start-{os.getuid()}-"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n != own]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+            if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+                    or time.time() - st.st_mtime < STALE_S or _job_alive(name[len(prefix):])):
+                continue
+            marks = os.listdir(path)
+            if all(re.fullmatch(r"\d+\.(in|out)|reported", m) for m in marks):
+                for m in marks:
+                    os.unlink(os.path.join(path, m))
+                os.rmdir(path)
+        except OSError:
+            continue
 
 
 def _ranks(rs):

@@ -199,11 +199,11 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
 
 
-def the_one_line(out, code, pattern):
-    """The job exited ``code`` and printed one ``hopdec`` line, which matches ``pattern``; the line."""
+def the_one_line(out, code):
+    """The one ``hopdec`` line of a job that exited ``code`` (the test matches it)."""
     assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("hopdec")]
-    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    assert len(lines) == 1, lines
     return lines[0]
 
 
@@ -214,8 +214,9 @@ def test_sys_exit_with_a_failure_status_ends_the_job_with_one_line_and_its_code(
     out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "caught_exit", "exit"], timeout=120)
     ended = time.time()
     assert "@@caught_exit 12" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
-    the_one_line(out, 1, r"hopdec: error: rank 2: sys\.exit\('Loss is nan, stopping training'\) "
-                         r"\(at optim_driver\.py:\d+\): the rank exits with a failure status")
+    line = the_one_line(out, 1)
+    assert re.fullmatch(r"hopdec: error: rank 2: sys\.exit\('Loss is nan, stopping training'\) "
+                        r"\(at optim_driver\.py:\d+\): the rank exits with a failure status", line), line
     assert ended - float(re.search(r"@@exit (\S+)", out.stdout).group(1)) < 15
 
 
@@ -223,10 +224,11 @@ def test_a_setting_refused_on_one_rank_is_one_line_and_exit_2(mpirun, tmp_path):
     """The constructor's checks run with the failure hook in place: a model refused on rank 1 only is one
     line printed once and exit code 2 (a Python traceback on that rank and mpirun's box, exit 1)."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "refused"], timeout=120)
-    the_one_line(out, 2, re.escape("hopdec: error: rank 1: HopOptimizer: 0.weight is torch.float64: the Hop "
-                                   "optimizer averages float32 parameters in one float32 buffer (messages are "
-                                   "float32); build the model in float32 (torch.autocast gives mixed precision "
-                                   "with float32 parameters)"))
+    line = the_one_line(out, 2)
+    assert re.fullmatch(re.escape("hopdec: error: rank 1: HopOptimizer: 0.weight is torch.float64: the Hop "
+                        "optimizer averages float32 parameters in one float32 buffer (messages are "
+                        "float32); build the model in float32 (torch.autocast gives mixed precision "
+                        "with float32 parameters)"), line), line
     assert "Traceback" not in out.stderr and "@@refused built on rank 1" not in out.stdout
 
 
@@ -239,11 +241,14 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, f"early_{how}"], timeout=90)
     ended = time.time()
     if how == "raise":
-        the_one_line(out, 3, r"hopdec: error: rank 1: FileNotFoundError: \[Errno 2\] No such file or directory: "
-                             r"'.*missing\.bin' \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)")
+        line = the_one_line(out, 3)
+        assert re.fullmatch(r"hopdec: error: rank 1: FileNotFoundError: \[Errno 2\] No such file or directory: "
+                            r"'.*missing\.bin' \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the "
+                            r"traceback\)", line), line
     else:
-        the_one_line(out, 1, r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
-                             r"the rank exits with a failure status")
+        line = the_one_line(out, 1)
+        assert re.fullmatch(r"hopdec: error: rank 1: sys\.exit\('no data in .*'\) \(at optim_driver\.py:\d+\): "
+                            r"the rank exits with a failure status", line), line
     assert ended - float(re.search(r"@@early (\S+) ", out.stdout).group(1)) < 15
 
 
@@ -255,9 +260,10 @@ def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_t
                         env=mpirun.env(HOPDEC_STARTUP_TIMEOUT="4"), mpirun_args=["-x", "HOPDEC_STARTUP_TIMEOUT"])
     victim = int(re.search(r"@@early \S+ (\d+)", out.stdout).group(1))
     try:
-        the_one_line(out, 3, r"hopdec: error: rank [02]: HopOptimizer\(\), built by every rank \(a collective; "
-                             r"HOPDEC_STARTUP_TIMEOUT=seconds allows longer\): not every rank got there within 4 s; "
-                             r"a peer may have died or hung")
+        line = the_one_line(out, 3)
+        assert re.fullmatch(r"hopdec: error: rank [02]: HopOptimizer\(\), built by every rank \(a collective; "
+                            r"HOPDEC_STARTUP_TIMEOUT=seconds allows longer\): not every rank got there within 4 s; "
+                            r"a peer may have died or hung", line), line
         assert gone(victim, 10), "the stopped rank is still there"
     finally:
         if os.path.exists(f"/proc/{victim}"):
@@ -268,9 +274,10 @@ def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpiru
     """Rank 0 spends 10 s between two steps with a peer timeout of 3: a neighbour's line says what else than
     a dead or hung peer that can be in a user's loop, and which setting allows more."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "busy"], timeout=90)
-    the_one_line(out, 3, r"hopdec: error: rank [12]: .* rank\(s\) 0\)? for 3 s; a peer may have died or hung, or "
-                         r"spent longer than that between two steps \(evaluating or saving on one rank\?\): "
-                         r"HopOptimizer\(peer_timeout=\.\.\.\) allows more")
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank [12]: .* rank\(s\) 0\)? for 3 s; a peer may have died or hung, or "
+                        r"spent longer than that between two steps \(evaluating or saving on one rank\?\): "
+                        r"HopOptimizer\(peer_timeout=\.\.\.\) allows more", line), line
 
 
 def test_two_optimizers_and_the_scripts_own_messages_share_the_ranks(mpirun, tmp_path):
@@ -286,9 +293,10 @@ def test_ranks_that_built_different_models_are_one_line_at_construction(mpirun, 
     """A model built wider on rank 2: refused in the constructor with the sizes of two ranks (it ended on
     MPI's 'MPI_ERR_IN_STATUS: error code in status' at the first exchange)."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "shapes"], timeout=90)
-    the_one_line(out, 2, r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0 averages 163 "
-                         r"numbers in 4 tensors, rank 2 173 in 4; every rank must build the same model \(the "
-                         r"messages are the whole parameter buffer\)")
+    line = the_one_line(out, 2)
+    assert re.fullmatch(r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0 averages 163 "
+                        r"numbers in 4 tensors, rank 2 173 in 4; every rank must build the same model \(the "
+                        r"messages are the whole parameter buffer\)", line), line
     assert "@@shapes built" not in out.stdout
 
 

@@ -127,7 +127,7 @@ def test_the_marks_of_jobs_killed_during_start_up_are_reaped_by_the_next(tmp_pat
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     me = f"{os.getpid()}.{startup._proc_stat(os.getpid())[2]}"
-    host = startup.re.sub(r"[^A-Za-z0-9_.@-]", "_", socket.gethostname())
+    host = startup._safe(socket.gethostname())
     old = time.time() - 2 * startup.STALE_S
     uid = os.getuid()
     folders = {"gone-epoch": f"prterun-x-1@1-{dead}.5", "gone-ns": f"prterun-{host}-{dead}@1",

@@ -47,11 +47,11 @@ class UserError(HopdecError):
 
 
 def where(tb):
-    """``file.py:line`` of the innermost frame of ``tb`` outside hopdec and torch (the user's line)."""
+    """``file.py:line`` of the innermost frame of ``tb`` outside hopdec, installed packages (torch) and
+    Python's own library (:func:`_library`): the user's line."""
     frames = traceback.extract_tb(tb)
     for f in reversed(frames):
-        path = f.filename.replace(os.sep, "/")
-        if "/hopdec/" not in path and "/torch/" not in path:
+        if not _library(f.filename):
             return f"{os.path.basename(f.filename)}:{f.lineno}"
     return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
 
@@ -167,7 +167,7 @@ def _library(path):
 
     import hopdec
     homes = (os.path.dirname(os.path.abspath(hopdec.__file__)), sysconfig.get_paths()["stdlib"])
-    return (path.startswith("<") or f"{os.sep}site-packages{os.sep}" in path
+    return (path.startswith("<") or any(f"{os.sep}{d}{os.sep}" in path for d in ("site-packages", "dist-packages"))
             or any(path.startswith(h + os.sep) for h in homes))
 
 

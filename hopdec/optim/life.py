@@ -89,22 +89,19 @@ def _classify(now, old, name, slot, kind, device):
     return Change(kind, name, slot, new=now, detail=str(device))
 
 
-def check_same_layout(comm, tensors):
-    """Every rank's averaged tensors have the same shapes, in the same order (collective): the same line on
-    every rank, naming two ranks that differ. Without it a rank whose model was built differently (a rank-dependent size)
-    exchanged messages of another length, and the job ended on MPI's ``MPI_ERR_IN_STATUS``."""
+def check_same_layout(comm, tensors, timeout):
+    """Every rank's averaged tensors have the same shapes, in the same order (collective, bounded by
+    ``timeout``): the same line on every rank, naming two ranks that differ. Without it a rank whose model
+    was built differently (a rank-dependent size) exchanged messages of another length, and the job ended
+    on MPI's ``MPI_ERR_IN_STATUS``."""
     import zlib
 
-    import numpy as np
-    from mpi4py import MPI
-
     from hopdec.errors import ConfigError
-    shapes = [tuple(t.shape) for t in tensors]
-    mine = np.array([sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode())],
-                    dtype=np.int64)
-    every = np.empty((comm.Get_size(), 3), dtype=np.int64)
-    comm.Allgather([mine, MPI.INT64_T], [every, MPI.INT64_T])
-    odd = [r for r in range(len(every)) if (every[r] != every[0]).any()]
+    from hopdec.transport.collectives import allgather_json
+    shapes = [list(t.shape) for t in tensors]
+    mine = [sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode())]
+    every = allgather_json(comm, mine, timeout, "HopOptimizer(): comparing the ranks' models")
+    odd = [r for r, theirs in enumerate(every) if theirs != every[0]]
     if not odd:
         return
     r = odd[0]

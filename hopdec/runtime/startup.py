@@ -80,7 +80,12 @@ def job_key():
     if not key:
         return None
     epoch = launcher_epoch()
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", key)[:100] + (f"-{epoch}" if epoch else "")
+    return _safe(key)[:100] + (f"-{epoch}" if epoch else "")
+
+
+def _safe(name):
+    """``name`` with what a file name should not hold (a separator, spaces) as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)
 
 
 LAUNCHER_DAEMONS = frozenset({"prterun", "prted", "prte", "mpirun", "mpiexec", "orted", "slurmstepd",
@@ -198,7 +203,7 @@ def _job_alive(key):
         got = _proc_stat(int(m.group(1)))
         return got is not None and got[2] == int(m.group(2))
     m = re.fullmatch(r"prterun-(.+)-(\d+)@\d+", key)
-    if m and m.group(1) == re.sub(r"[^A-Za-z0-9_.@-]", "_", socket.gethostname()):
+    if m and m.group(1) == _safe(socket.gethostname()):
         return os.path.exists(f"/proc/{m.group(2)}")
     return True
 

@@ -186,9 +186,10 @@ start_tied() {
 }
 
 # The launcher's stderr passes through this filter (awk; run_job). When a hopdec command has already said
-# what went wrong (its one line, "hopdec train: error: rank R: cause"), the boxes Open MPI prints after it
-# -- MPI_ABORT's notice, prterun's "exited due to process rank ... calling abort" and "exited with
-# non-zero status" -- repeat that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
+# what went wrong (its one line, "hopdec train: error: rank R: cause", or a user's loop's "hopdec: stopped:
+# rank R: KeyboardInterrupt ..." after Ctrl-C), the boxes Open MPI prints after it -- MPI_ABORT's notice,
+# prterun's "exited due to process rank ... calling abort" and "exited with non-zero status" -- repeat
+# that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
 # PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them). Every other
 # line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
 # they are all there is). HOPDEC_DEBUG=1 turns the filter off.
@@ -198,7 +199,7 @@ function box_done() {
         printf "%s", box
     box = ""; inbox = 0; fflush()
 }
-/^hopdec( [a-z]+)?: error: / {          # never held back or dropped, even inside a box
+/^hopdec( [a-z]+)?: (error|stopped): / {   # never held back or dropped, even inside a box
     said = 1
     if (inbox) { printf "%s", box; box = ""; inbox = 0 }
     print; fflush(); next

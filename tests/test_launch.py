@@ -456,3 +456,62 @@ def test_a_number_of_ranks_this_machine_cannot_hold_is_one_line(extra, says):
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("local.sh: error: " + says.format(n=n, cores=cores)), r.stderr
     assert "rank" not in r.stdout
+
+
+USER_LOOP = """
+import os, signal, sys, time, torch
+from mpi4py import MPI
+mode, folder = sys.argv[1], sys.argv[2]
+own = []
+if mode == "own":                   # the script handles SIGUSR1 itself (before or after the import)
+    signal.signal(signal.SIGUSR1, lambda s, f: own.append(s))
+from hopdec.optim import HopOptimizer
+rank = MPI.COMM_WORLD.Get_rank()
+model = torch.nn.Linear(3, 2)
+opt = HopOptimizer(model, torch.optim.SGD, lr=0.1, topology="ring")
+open(os.path.join(folder, f"started{rank}"), "w").close()
+try:
+    while not own:
+        opt.zero_grad(); model(torch.randn(4, 3)).sum().backward(); opt.step()
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    torch.save(model.state_dict(), os.path.join(folder, f"saved{rank}.pt"))
+    raise
+open(os.path.join(folder, f"own{rank}"), "w").close()
+opt.finish()
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["interrupt", "own"])
+def test_ctrl_c_on_a_users_loop_is_a_keyboard_interrupt_on_every_rank(tmp_path, mode):
+    """Ctrl-C on local.sh running a user's loop: the launcher's SIGUSR1 (the clean stop of hopdec train)
+    killed every rank by default -- no chance to save, and an Open MPI box "exited on signal 10". Now it is
+    a KeyboardInterrupt in the script, as Ctrl-C in one process: an ``except`` saves, and one nobody catches
+    ends the job with one "stopped" line and exit 130. A script with its own SIGUSR1 handler keeps it."""
+    script = tmp_path / "loop.py"
+    script.write_text(USER_LOOP)
+    env = {**_launch_env(), "HOPDEC_CMD": f"{sys.executable} {script} {mode} {tmp_path}"}
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not all((tmp_path / f"started{r}").exists() for r in (0, 1)) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out + err
+    assert proc.returncode == 128 + signal.SIGINT, text[-3000:]
+    assert "signal 10" not in text and "----" not in text, text[-3000:]
+    lines = [x for x in text.splitlines() if x.startswith("hopdec")]
+    if mode == "own":
+        assert lines == [] and all((tmp_path / f"own{r}").exists() for r in (0, 1)), text[-3000:]
+        return
+    assert len(lines) == 1, text[-3000:]
+    assert re.fullmatch(r"hopdec: stopped: rank [01]: KeyboardInterrupt \(SIGINT to the launcher; at loop\.py:\d+\)",
+                        lines[0]), lines
+    assert all((tmp_path / f"saved{r}.pt").exists() for r in (0, 1))

@@ -310,6 +310,45 @@ def test_a_failing_system_exit_in_flight_is_seen_by_a_finish_it_passes_through()
     assert failing.failed_exit(None) is None
 
 
+@pytest.mark.parametrize("named, code, said", [("SIGTERM\n", 143, "SIGTERM to the launcher; "),
+                                                ("", 130, ""), ("rm -rf /", 130, "")])
+def test_an_uncaught_interrupt_is_one_stopped_line_with_the_launchers_signal(tmp_path, monkeypatch, named,
+                                                                             code, said):
+    """The line and exit code of a KeyboardInterrupt nobody caught in a user's loop (the job:
+    test_launch.py): 128 + the signal the launch script wrote into its stop file, 130 without one; only a
+    signal's name is read from the file."""
+    from hopdec.optim import failing
+    stop = tmp_path / "stop"
+    stop.write_text(named)
+    monkeypatch.setenv("HOPDEC_STOP_FILE", str(stop))
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as e:
+        line = sys._getframe().f_lineno - 2
+        got, err = failing.stopped(e.__traceback__)
+    assert got == code and str(err) == f"KeyboardInterrupt ({said}at test_optim.py:{line})"
+
+
+def test_sigusr1_becomes_a_keyboard_interrupt_unless_the_script_handles_it():
+    """The launch scripts' stop (SIGUSR1) is Ctrl-C's KeyboardInterrupt in a user's script; a handler of
+    the script's own is kept."""
+    import signal
+    from hopdec.optim import failing
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        failing._stop_as_interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGUSR1)
+        def own(signum, frame):
+            pass
+        signal.signal(signal.SIGUSR1, own)
+        failing._stop_as_interrupt()
+        assert signal.getsignal(signal.SIGUSR1) is own
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
 def test_a_lazy_module_not_yet_run_is_one_line_naming_the_parameter():
     model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     with pytest.raises(ConfigError, match=r"^HopOptimizer: 0\.weight is not initialized yet .*forward pass"):

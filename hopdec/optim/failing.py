@@ -11,7 +11,16 @@ the exception and where it was raised::
 and the job is aborted (``MPI_Abort``, exit code 3; 2 for a setting refused, ``ConfigError``): the other
 ranks do not wait out their peer timeout and print nothing. When several ranks fail at once they elect one reporter
 (:class:`hopdec.runtime.failures.FailureChannel`). ``HOPDEC_DEBUG=1`` prints the traceback first.
-A ``KeyboardInterrupt`` keeps Python's usual handling (mpirun's Ctrl-C ends every rank anyway).
+
+Ctrl-C. The launch scripts turn Ctrl-C, SIGTERM and SIGHUP into SIGUSR1 to every rank (the clean stop of
+``hopdec train``, :mod:`hopdec.runtime.interrupt`); in a user's script that default-killed every rank (an
+Open MPI box, "exited on signal 10", and no chance to save). :func:`install_early` makes SIGUSR1 a
+``KeyboardInterrupt``, as Ctrl-C is in one process -- unless the script handles SIGUSR1 itself -- so an
+``except KeyboardInterrupt:`` can save a checkpoint. One nobody catches ends the job at once, through the
+same election, with one line that says ``stopped`` (not an error) and exit code 128 + the signal the
+launcher got (130 after Ctrl-C); the optimizer does not finish (serve) at exit first::
+
+    hopdec: stopped: rank 0: KeyboardInterrupt (SIGINT to the launcher; at train.py:57)
 
 ``sys.exit(status)`` with a failure status (a non-zero number, or a message: ``sys.exit("Loss is nan")``,
 as many public training scripts stop on a NaN loss) ends the job the same way, with the script's own exit
@@ -26,7 +35,9 @@ early, as before; a bare ``raise SystemExit(1)`` is seen only by a ``finish()`` 
 import atexit
 import builtins
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from hopdec.errors import HopdecError
@@ -84,6 +95,30 @@ def install_early():
         if hasattr(builtins, name):
             setattr(builtins, name, _WatchedExit(getattr(builtins, name), name))
     atexit.register(_at_exit)
+    _stop_as_interrupt()
+
+
+def _stop_as_interrupt():
+    """SIGUSR1 (the launch scripts' stop, see the module's note) raises ``KeyboardInterrupt``, when this
+    process has no handler of its own for it (and only from the main thread, where signals are handled)."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL):
+        signal.signal(signal.SIGUSR1, signal.default_int_handler)
+
+
+def stopped(tb):
+    """``(exit code, line)`` of a ``KeyboardInterrupt`` nobody caught: 128 + the signal the launch script
+    got (:func:`hopdec.runtime.interrupt.launcher_signal`), else 130 (Ctrl-C's); the line names it and the
+    user's line it interrupted."""
+    from hopdec.runtime.interrupt import launcher_signal
+    sig = launcher_signal()
+    try:
+        code = 128 + int(signal.Signals[sig]) if sig else 128 + int(signal.SIGINT)
+    except KeyError:
+        code = 128 + int(signal.SIGINT)
+    at = where(tb)
+    said = "; ".join(x for x in (f"{sig} to the launcher" if sig else None, f"at {at}" if at else None) if x)
+    return code, UserError(f"KeyboardInterrupt{' (' + said + ')' if said else ''}")
 
 
 def install(comm):
@@ -114,13 +149,13 @@ def _job():
     return mpi.COMM_WORLD if mpi.COMM_WORLD.Get_size() > 1 else None
 
 
-def _abort(comm, err, code):
+def _abort(comm, err, code, kind="error"):
     """One line (from the rank the failing ranks elect) and ``MPI_Abort``. Before any optimizer was built
     the election runs on ``comm`` itself, set up now: no collective call is possible any more."""
     from hopdec.runtime import failures
     if failures._channel is None:
         failures.watch_failures(comm)
-    failures.abort(comm, err, PROG, code=code)
+    failures.abort(comm, err, PROG, code=code, kind=kind)
 
 
 def _at_exit():
@@ -211,10 +246,13 @@ def abort_failed_exit(failed):
 def _hook(etype, err, tb):
     previous = _installed["previous"] or sys.__excepthook__
     comm = _job()
-    if comm is None or issubclass(etype, KeyboardInterrupt):
+    if comm is None:
         return previous(etype, err, tb)
     from hopdec.errors import ConfigError
     from hopdec.runtime.failures import ABORT_CODE
     if os.environ.get("HOPDEC_DEBUG"):
         previous(etype, err, tb)
+    if issubclass(etype, KeyboardInterrupt):
+        code, line = stopped(tb)
+        return _abort(comm, line, code, kind="stopped")
     _abort(comm, as_one_line(err, tb), BAD_INPUT if isinstance(err, ConfigError) else ABORT_CODE)

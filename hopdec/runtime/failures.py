@@ -189,9 +189,10 @@ def watch_failures(comm):
     return _channel
 
 
-def abort(comm, err, prog="hopdec train", code=ABORT_CODE):
+def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
-    :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``."""
+    :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``. ``kind``: what
+    the line says it was, ``error`` or ``stopped`` (a user's loop interrupted, :mod:`hopdec.optim.failing`)."""
     rank = comm.Get_rank()
     timeout = isinstance(err, PeerTimeout)
     reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
@@ -199,7 +200,7 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE):
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
-        print(f"{prog}: error: {one_line(rank, err)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {kind}: {one_line(rank, err)}", file=sys.stderr, flush=True)
         forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:
         time.sleep(OTHERS_S)   # the elected rank is about to abort the job

@@ -170,8 +170,11 @@ class _Err(Exception):
 
 
 class _Comm:
-    def __init__(self, failed):
-        self.failed = failed
+    def __init__(self, failed, revoked=False):
+        self.failed, self.revoked = failed, revoked
+
+    def Is_revoked(self):
+        return self.revoked
 
     def Get_failed(self):
         return type("G", (), {"Get_size": lambda _: self.failed})()
@@ -187,6 +190,9 @@ def test_a_failure_inside_a_nonblocking_collective_counts_as_a_peer_failure(monk
     assert T.is_peer_failure(_Err(MPI.ERR_PROC_FAILED))
     assert T.is_peer_failure(_Err(MPI.ERR_OTHER), _Comm(failed=1))
     assert not T.is_peer_failure(_Err(MPI.ERR_OTHER), _Comm(failed=0))
+    # a schedule aborted by another survivor's revoke ("error 77"), this rank's detector unaware of the death
+    # yet: a failure (it was not, and the survivor's job ended on MPI_ERR_OTHER instead of healing)
+    assert T.is_peer_failure(_Err(MPI.ERR_OTHER), _Comm(failed=0, revoked=True))
     assert not T.is_peer_failure(_Err(MPI.ERR_OTHER))            # no communicator to ask
     assert not T.is_peer_failure(_Err(MPI.ERR_TRUNCATE), _Comm(failed=1))
     assert not T.is_peer_failure(ValueError("x"))

@@ -59,9 +59,11 @@ ERR_PROC_FAILED, ERR_PROC_FAILED_PENDING, ERR_REVOKED (another survivor began th
 
 def is_peer_failure(err, comm=None):
     """True when ``err`` means a peer failed (ULFM). Open MPI 5.0 reports a failure inside a nonblocking
-    collective as MPI_ERR_OTHER ("NBC_Progress: an error 75 was found during schedule"); then ``comm``'s
-    group of failed processes says whether it was one (polled for up to ``FAILED_GROUP_WAIT_S``: the
-    schedule may have been aborted by a peer's error before this rank's detector knows who died)."""
+    collective as MPI_ERR_OTHER ("NBC_Progress: an error 75 was found during schedule", 77 when another
+    survivor revoked the communicator); then ``comm`` says whether it was one: revoked (a recovery began:
+    hopdec revokes only to heal), or a failed process in its group (polled for up to
+    ``FAILED_GROUP_WAIT_S``: the schedule may have been aborted by a peer's error before this rank's
+    detector knows who died -- a revoke by a survivor that saw a death this rank never talked to, say)."""
     if isinstance(err, PeerFailed):
         return True
     get = getattr(err, "Get_error_class", None)
@@ -74,7 +76,7 @@ def is_peer_failure(err, comm=None):
         deadline = time.monotonic() + FAILED_GROUP_WAIT_S
         while True:
             try:
-                if comm.Get_failed().Get_size() > 0:
+                if comm.Is_revoked() or comm.Get_failed().Get_size() > 0:
                     return True
             except Exception:
                 return False

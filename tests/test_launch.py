@@ -129,6 +129,17 @@ def _stopped_cleanly(ck, ranks):
     return len(set(last)) == 1
 
 
+def _ended(proc, act, timeout=60):
+    """``act()`` (wait for the job, signal it), then the launcher's ``(stdout, stderr)`` once it ended; one
+    still running after ``timeout`` s is killed with its session (nothing outlives the test)."""
+    try:
+        act()
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _launch_env():
     from conftest import mpi_env
     return mpi_env(HOPDEC_CMD=f"{sys.executable} -m hopdec.cli train")
@@ -213,13 +224,7 @@ def test_sigterm_to_the_launcher_is_named_and_mpirun_reports_no_failed_ranks(tmp
                              str(ck), *(["--fault-tolerance"] if ft else [])],
                             env={**_launch_env(), "TMPDIR": str(tmp)}, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _wait_running(str(logs), 2)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out, err = _ended(proc, lambda: (_wait_running(str(logs), 2), proc.send_signal(signal.SIGTERM)), 90)
     text = out + err
     assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
     stops = [x for x in text.splitlines() if "stopped at iteration" in x]
@@ -292,13 +297,7 @@ def test_a_stopped_run_does_not_exit_0_under_plain_mpirun(tmp_path):
                              "hopdec.cli", "train", *STOP_RUN, "--log-dir", str(logs), "--checkpoint-dir", str(ck)],
                             env=mpi_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    try:
-        ranks = _wait_running(str(logs), 2)
-        os.kill(ranks[1], signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out, err = _ended(proc, lambda: os.kill(_wait_running(str(logs), 2)[1], signal.SIGTERM))
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "stopped at iteration" in err and "(SIGTERM)" in err
     assert _stopped_cleanly(ck, 2)
@@ -494,16 +493,14 @@ def test_ctrl_c_on_a_users_loop_is_a_keyboard_interrupt_on_every_rank(tmp_path, 
     env = {**_launch_env(), "HOPDEC_CMD": f"{sys.executable} {script} {mode} {tmp_path}"}
     proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+
+    def started_then_ctrl_c():
         deadline = time.time() + 120
         while not all((tmp_path / f"started{r}").exists() for r in (0, 1)) and time.time() < deadline:
             time.sleep(0.1)
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out, err = _ended(proc, started_then_ctrl_c)
     text = out + err
     assert proc.returncode == 128 + signal.SIGINT, text[-3000:]
     assert "signal 10" not in text and "----" not in text, text[-3000:]

@@ -184,6 +184,10 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
      "simulated death at virtual second 0.7: worker 2 was the last one"),
     (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],
      "simulated death at virtual second 0.5: only 1 worker(s) left after the failure of rank(s) 1"),
+    # every worker dead at the instant they all entered iteration 0: the gap meter's scan for the lowest
+    # living iteration ran for ever (the simulation never ended)
+    (["-n", 4, "--fault-tolerance", "--deaths", "0@0,1@0,2@0,3@0"],
+     "simulated death at virtual second 0: only 0 worker(s) left after the failure of rank(s) 0, 1, 2, 3"),
 ])
 def test_what_cannot_work_is_refused_with_one_line(argv, words, capsys):
     assert main([str(a) for a in argv]) == 2

@@ -65,10 +65,12 @@ class GapMeter:
         self.pending = False
         if self.started < self.n:
             return
-        at, low = self.at, self.low
-        while not at.get(low):
+        at, low, high = self.at, self.low, self.high
+        while low <= high and not at.get(low):
             at.pop(low, None)
             low += 1
+        if low > high:          # every worker died at this instant: nobody left to measure (the heal
+            return              # that follows ends the run); the scan stops at the highest iteration
         self.low = low
         if self.high - low > self.max_gap:
             self.max_gap = self.high - low

@@ -81,7 +81,7 @@ class Faults(Group):
             raise ConfigError(f"--die-phase {bad[0]}: expected {', '.join(PHASES)} (or a comma-separated list)")
         for t, w in self.deaths:
             if not (is_finite(t) and t >= 0 and is_int(w) and w >= 0):
-                raise ConfigError(f"--deaths {w}@{t}: expected a worker id >= 0 and a finite time >= 0")
+                raise ConfigError(f"--deaths {w}@{t:g}: expected a worker id >= 0 and a finite time >= 0")
         if self.simulates_deaths and not self.fault_tolerance:
             raise ConfigError(f"{self.deaths_option}: simulated deaths need --fault-tolerance (the survivors "
                               f"heal and go on; without it a death ends the job, with nothing to simulate)")

@@ -76,6 +76,20 @@ def test_two_deaths_the_survivors_heal_twice_and_finish_every_iteration(tmp_path
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2, 4, 5, 7]      # the survivors' table, as a real run
 
 
+@pytest.mark.parametrize("detect", [0.06, 1.0])
+def test_two_deaths_at_one_instant_are_one_recovery(detect):
+    """Two workers die at the same virtual second (a host going down), found after ``detect`` s. Found after
+    1 s, when every survivor was waiting for them, the first detection healed both at once and the second
+    started a recovery with nobody to heal: ``ValueError: min() arg is an empty sequence`` ended the run.
+    Now one heal takes both, the invariants hold at every event, and the survivors finish every iteration."""
+    res, out = sim(BASE + ["--deaths", "3@1.0,6@1.0", "--failure-detection", detect])
+    churn = res["churn"]
+    assert [h["failed"] for h in churn.heals] == [[3, 6]] and sorted(churn.alive) == [0, 1, 2, 4, 5, 7]
+    assert res["checks"] == res["events"]
+    assert all(c.iteration == 59 for r, c in churn.alive.items()), out
+    assert "2 worker(s) died, 1 heal(s)" in out
+
+
 def test_detection_and_stall_are_what_the_survivors_wait():
     """One death, every other worker waiting for it soon: the run ends later by about the detection delay
     plus the stall (plus the compute a worker in the middle of one finishes before it joins)."""

@@ -216,6 +216,11 @@ class Churn:
     # ---- 2. detection: the communicator is revoked ----
     def _detect(self):
         sim, now = self.sim, self.sim.q.now
+        # Deaths at one instant are found at one instant, and the first of their events finds them all (its
+        # heal may take them at once): the others find nothing and start no recovery (one with nobody to
+        # heal ended the simulation on a ValueError).
+        if not any(t + self.detect_s <= now for t, _ in self.undetected):
+            return
         self.undetected = [(t, w) for t, w in self.undetected if t + self.detect_s > now]
         if not self.revoked:
             self.revoked, self.detected_at = True, now

@@ -311,6 +311,7 @@ def test_a_failing_system_exit_in_flight_is_seen_by_a_finish_it_passes_through()
 
 
 @pytest.mark.parametrize("named, code, said", [("SIGTERM\n", 143, "SIGTERM to the launcher; "),
+                                                ("SIGFOO", 130, "SIGFOO to the launcher; "),
                                                 ("", 130, ""), ("rm -rf /", 130, "")])
 def test_an_uncaught_interrupt_is_one_stopped_line_with_the_launchers_signal(tmp_path, monkeypatch, named,
                                                                              code, said):

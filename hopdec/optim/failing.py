@@ -111,14 +111,10 @@ def stopped(tb):
     got (:func:`hopdec.runtime.interrupt.launcher_signal`), else 130 (Ctrl-C's); the line names it and the
     user's line it interrupted."""
     from hopdec.runtime.interrupt import launcher_signal
-    sig = launcher_signal()
-    try:
-        code = 128 + int(signal.Signals[sig]) if sig else 128 + int(signal.SIGINT)
-    except KeyError:
-        code = 128 + int(signal.SIGINT)
-    at = where(tb)
-    said = "; ".join(x for x in (f"{sig} to the launcher" if sig else None, f"at {at}" if at else None) if x)
-    return code, UserError(f"KeyboardInterrupt{' (' + said + ')' if said else ''}")
+    sig, at = launcher_signal(), where(tb)
+    said = ([f"{sig} to the launcher"] if sig else []) + ([f"at {at}"] if at else [])
+    return (128 + int(getattr(signal, sig or "SIGINT", signal.SIGINT)),
+            UserError("KeyboardInterrupt" + (f" ({'; '.join(said)})" if said else "")))
 
 
 def install(comm):

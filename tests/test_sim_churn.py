@@ -76,6 +76,14 @@ def test_two_deaths_the_survivors_heal_twice_and_finish_every_iteration(tmp_path
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2, 4, 5, 7]      # the survivors' table, as a real run
 
 
+def test_a_huge_heal_stall_is_printed_in_a_few_digits():
+    """``--heal-stall 1e308`` is a valid (absurd) duration: the failure line printed all 309 digits of it
+    (a fixed-point format); now it reads ``1e+308``."""
+    res, out = sim(BASE + ["--deaths", "3@1.0", "--heal-stall", "1e308"])
+    line = next(ln for ln in out.splitlines() if "healed the graph in" in ln)
+    assert "healed the graph in 1e+308 virtual s" in line and len(line) < 160, line
+
+
 @pytest.mark.parametrize("detect", [0.06, 1.0])
 def test_two_deaths_at_one_instant_are_one_recovery(detect):
     """Two workers die at the same virtual second (a host going down), found after ``detect`` s. Found after

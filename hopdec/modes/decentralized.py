@@ -180,7 +180,7 @@ class HopRun:
         if not heals:
             return []
         lines = [f"failure: rank(s) {', '.join(map(str, e['failed']))} died near iteration {e['iteration']}; "
-                 f"{len(e['survivors'])} survivors healed the graph in {e['stall_s']:.3f} s "
+                 f"{len(e['survivors'])} survivors healed the graph in {e['stall_s']:.4g} s "
                  f"(spectral gap now {e['spectral_gap']})" for e in heals]
         from hopdec.topology.heal import relabelled
         healed_bound = gap_bound(relabelled(healed_graph), self.cfg)

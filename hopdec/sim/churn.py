@@ -417,7 +417,7 @@ def summary_lines(churn, hop, bound, fidelity):
         notes = hop.heal_notes(heals, c.graph, bound)
     else:
         notes = [f"failure: rank(s) {', '.join(map(str, h['failed']))} died near iteration {h['iteration']}; "
-                 f"{len(h['survivors'])} survivors healed the graph in {h['stall_s']:.3f} virtual s" for h in heals]
+                 f"{len(h['survivors'])} survivors healed the graph in {h['stall_s']:.4g} virtual s" for h in heals]
         notes.append(f"after the failures: {c.graph.number_of_nodes()} workers (the healed graph's gap bound "
                      f"is not computed at this size)")
     if len(heals) < len(c.heals):

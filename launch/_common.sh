@@ -249,12 +249,18 @@ run_job() {
     trap '_hopdec_stop TERM' TERM
     trap '_hopdec_stop HUP' HUP
     trap '_hopdec_stop USR1' USR1
+    # Ctrl-Z pauses the job, not only this script (mpirun runs in a session of its own, so the terminal's
+    # SIGTSTP reached this script and its filter: the ranks trained on while the shell said "Stopped"):
+    # mpirun stops every rank, then this script stops; fg or bg (SIGCONT) resumes the ranks. Time stopped
+    # does not count toward the ranks' peer timeouts (hopdec/transport/waiting.py, run_clock).
+    # (no CONT trap: with one, bash loses the SIGHUP that a closing terminal sends together with SIGCONT)
+    trap 'kill -TSTP "$pid" 2>/dev/null || true; kill -STOP $$; kill -CONT "$pid" 2>/dev/null || true' TSTP
     while :; do
         rc=0
         wait "$pid" || rc=$?
         kill -0 "$pid" 2>/dev/null || break    # a trapped signal ends `wait` early: wait again
     done
-    trap - INT TERM HUP USR1
+    trap - INT TERM HUP USR1 TSTP
     if [[ -n "$fpid" ]]; then       # its last lines out before this script's status (at most 2 s: a
         local i                     # process left holding the launcher's stderr must not hang us)
         for i in {1..20}; do kill -0 "$fpid" 2>/dev/null || break; sleep 0.1; done

@@ -102,12 +102,17 @@ def _wait_running(log_dir, ranks, n=5, timeout=120):
     raise AssertionError(f"the ranks did not log {n} iterations within {timeout} s")
 
 
-def _alive(pid):
+def _state(pid):
+    """The process's state letter (R, S, T stopped, Z, ...), or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return False
+        return None
+
+
+def _alive(pid):
+    return _state(pid) not in (None, "Z")
 
 
 def _all_gone(pids, within=30):
@@ -232,6 +237,41 @@ def test_sigterm_to_the_launcher_is_named_and_mpirun_reports_no_failed_ranks(tmp
     assert "non-zero status" not in text and "Exit code" not in text, text[-3000:]
     assert _stopped_cleanly(ck, 2)
     assert not list(tmp.glob("hopdec-stop.*"))
+
+
+@pytest.mark.mpi
+def test_ctrl_z_pauses_the_whole_job_and_a_pause_longer_than_the_peer_timeout_is_no_failure(tmp_path):
+    """Ctrl-Z (SIGTSTP to the launcher's process group, as a terminal sends it) stopped only the script:
+    mpirun runs in a session of its own, so the ranks trained on while the shell said "Stopped". Now
+    every rank stops until SIGCONT (fg or bg), and resuming after longer than --peer-timeout is not a
+    failure: the first rank to resume had timed out on a peer that resumed a moment after it ("a peer may
+    have died or hung", exit 3). Here rank 1 is 10x slower, so its neighbours are mostly waiting on it."""
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "3", "--no-progress", "--threads", "1", "--topology", "ring",
+                             "--iterations", "40", "--compute-time", "0.02", "--slowdown", "rank=1,factor=10",
+                             "--peer-timeout", "2", "--log-dir", str(logs)],
+                            env=_launch_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+    def iterations():
+        return [sum("iter" in x for x in _log_records(str(logs), r)) for r in range(3)]
+
+    def pause_and_resume():
+        ranks = _wait_running(str(logs), 3)
+        os.killpg(proc.pid, signal.SIGTSTP)
+        deadline = time.time() + 10
+        while not all(_state(p) == "T" for p in ranks):
+            assert time.time() < deadline, f"the ranks did not stop: {[_state(p) for p in ranks]}"
+            time.sleep(0.05)
+        assert _state(proc.pid) == "T"          # the launcher too: the shell gets its prompt back
+        paused = iterations()
+        time.sleep(5)                           # longer than --peer-timeout
+        assert iterations() == paused, "the ranks trained while paused"
+        os.killpg(proc.pid, signal.SIGCONT)
+    out, err = _ended(proc, pause_and_resume, 120)
+    assert proc.returncode == 0, (out + err)[-3000:]
+    assert "may have died" not in out + err and "40 " in out, (out + err)[-3000:]
+    assert iterations() == [40, 40, 40]
 
 
 @pytest.mark.mpi

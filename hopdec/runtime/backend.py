@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from hopdec.errors import RunError
+from hopdec.transport.waiting import count_resumes, resumes
 
 
 class TorchBackend:
@@ -20,6 +21,19 @@ class TorchBackend:
         self.send_storage = trainer.send_storage
         self.spare_stores = trainer.spare_stores
         self.add_store = trainer.add_store
+        self._last = 0.0                    # the last compute measured without a pause in it
+        if emulator.active:
+            count_resumes()
+
+    def _unpaused(self, measured, resumed):
+        """``measured`` seconds of compute, or, when the process was paused meanwhile (``resumes()`` is no
+        longer ``resumed``: Ctrl-Z, Slurm's suspend), the last compute measured without a pause. The
+        emulated slowdown multiplies the measured compute: a 4x straggler paused for 8 s inside its compute
+        slept 24 s after it resumed, and its neighbours timed out on it."""
+        if resumes() != resumed:
+            return self._last
+        self._last = measured
+        return measured
 
     def write_params(self, out=None):
         return self.t.write_params(out)
@@ -29,10 +43,10 @@ class TorchBackend:
             self.faults.at("train", iteration)
         if getattr(self.t, "local", None) is not None:
             return self._compute_round(iteration)
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), resumes()
         loss = self.t.compute()
         self._check(loss, iteration)
-        measured = time.perf_counter() - t0
+        measured = self._unpaused(time.perf_counter() - t0, r0)
         total, factor = self.emu.run(iteration, measured)
         return {"loss": loss, "compute_s": total, "measured_compute_s": measured, "slowdown": factor}
 
@@ -50,16 +64,16 @@ class TorchBackend:
         mean loss, its inner steps (``inner_steps``, from ``first_step``) and their summed times."""
         total = measured = 0.0
         losses, factors, first = [], [], None
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), resumes()
         for s, loss in self.t.compute_round(k):
             self._check(loss, f"{s} (round {k})")
-            m = time.perf_counter() - t0
+            m = self._unpaused(time.perf_counter() - t0, r0)
             t, f = self.emu.run(s, m)
             total, measured = total + t, measured + m
             losses.append(loss)
             factors.append(f)
             first = s if first is None else first
-            t0 = time.perf_counter()
+            t0, r0 = time.perf_counter(), resumes()
         return {"loss": sum(losses) / len(losses), "compute_s": total, "measured_compute_s": measured,
                 "slowdown": max(factors), "inner_steps": len(losses), "first_step": first}
 

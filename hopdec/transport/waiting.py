@@ -3,7 +3,9 @@
 Every blocking wait in hopdec goes through :func:`poll_until`: it polls (e.g. ``MPI.Request.Testsome``)
 and sleeps between polls, 10 us doubling to 1 ms, so an idle rank yields its core to ranks that compute
 (ranks usually outnumber cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
-seconds so a dead or hung peer never hangs the job.
+seconds so a dead or hung peer never hangs the job. Time this rank was not running -- the whole job
+paused (Ctrl-Z through mpirun or a launch script, Slurm's ``scontrol suspend``: SIGSTOP, later SIGCONT),
+a frozen container, a starved core -- does not count toward that timeout (:func:`run_clock`).
 
 While it waits, it runs the *idle hooks* (:func:`add_idle_hook`) between polls: what observes a run
 (live progress, the consensus-distance reductions, :mod:`hopdec.observe`) gets its MPI progress there,
@@ -13,7 +15,8 @@ to stop waits, briefly, for the other ranks (:mod:`hopdec.runtime.interrupt`); n
 """
 
 import contextlib
-
+import signal
+import threading
 import time
 
 FIRST_NAP_S = 1e-5
@@ -22,8 +25,64 @@ a first nap of 50 us became ~110 us with the kernel's timer slack (8 ranks on 2 
 0.92 -> 0.40 ms per exchange, CPU per rank down too); a long wait costs two more wake-ups."""
 LONGEST_NAP_S = 1e-3
 
+STALL_S = 1.0
+"""A step of a wait (a nap of at most :data:`LONGEST_NAP_S`, the idle hooks, a poll) that takes this much
+longer than its nap means this rank was not running: stopped, frozen or starved. Its time is a stall, not
+waiting (:func:`run_clock`)."""
+
 _idle_hooks = []
 _in_hook = False
+_stalled = 0.0      # seconds of stalls seen in waits, in all (run_clock leaves them out)
+
+
+def run_clock():
+    """``time.monotonic()`` less the stalls seen in waits so far: the clock wait timeouts are measured on.
+
+    A paused job stops every rank at once, but they resume one after another, and a rank computing when it
+    stopped sends only after computing again. On the monotonic clock the first rank to resume had waited
+    longer than its peer timeout and named a peer as dead or hung (a job paused longer than --peer-timeout
+    failed on resume). A peer that is itself stopped or hung, while this rank runs, is timed as before."""
+    return time.monotonic() - _stalled
+
+
+_resumes = 0
+_previous_sigcont = None
+
+
+def _on_sigcont(signum, frame):
+    global _resumes
+    _resumes += 1
+    if callable(_previous_sigcont):
+        _previous_sigcont(signum, frame)
+
+
+def count_resumes():
+    """From now on, count the times this process is resumed after a stop (SIGCONT; a handler that only
+    counts, and calls one the process had). Main thread only; False where it cannot (another thread)."""
+    global _previous_sigcont
+    if signal.getsignal(signal.SIGCONT) is _on_sigcont:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    _previous_sigcont = signal.signal(signal.SIGCONT, _on_sigcont)
+    return True
+
+
+def resumes():
+    """How many times this process was resumed after a stop since :func:`count_resumes`: a time measured
+    across a change of it includes a pause."""
+    return _resumes
+
+
+def _stall_check(last, nap):
+    """Count the time beyond ``nap`` since ``last`` (:func:`run_clock`) as a stall when it exceeds
+    :data:`STALL_S`; returns :func:`run_clock` after it. (On the run clock, a stall a wait inside an idle hook
+    counted already is not counted twice by the wait around it.)"""
+    global _stalled
+    lost = run_clock() - last - nap
+    if lost > STALL_S:
+        _stalled += lost
+    return run_clock()
 
 
 def add_idle_hook(fn):
@@ -74,25 +133,29 @@ class PeerFailed(RuntimeError):
     """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
 
 
-def poll_until(poll, timeout, message, clock=time.monotonic, on=(), started=None):
+def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None):
     """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
 
     ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
     ``on``: the ranks waited for; ``started``: when the wait began (wall clock; default now), for the
-    PeerTimeout. ``timeout=None`` waits forever (only for waits another timeout covers).
+    PeerTimeout. ``timeout=None`` waits forever (only for waits another timeout covers). Stalls (see
+    :func:`run_clock`) are noted before the timeout is checked, so a rank resumed after a pause polls
+    again before it can time out.
     """
     got = poll()
     if got:
         return got
     start, nap, began = clock(), FIRST_NAP_S, time.time() if started is None else started
+    last = run_clock()
     while True:
         time.sleep(nap)
-        nap = min(nap * 2, LONGEST_NAP_S)
         if _idle_hooks:
             run_idle_hooks()
         got = poll()
         if got:
             return got
+        last = _stall_check(last, nap)
+        nap = min(nap * 2, LONGEST_NAP_S)
         if timeout is not None and clock() - start > timeout:
             raise PeerTimeout(message() if callable(message) else message, started=began, on=on)
 
@@ -105,7 +168,7 @@ class WaitClock:
     timed out first and named them instead of the hung one. Consecutive Waits with no action between them
     are one wait: :meth:`left` starts the clock at the first, :meth:`over` (the worker acted) stops it."""
 
-    def __init__(self, clock=time.monotonic, wall=time.time):
+    def __init__(self, clock=run_clock, wall=time.time):
         self._clock, self._wall = clock, wall
         self.since = None                   # (clock, wall clock) when the current wait began, or None
         self.began = None

@@ -1,0 +1,104 @@
+"""Waits and their timeouts (hopdec/transport/waiting.py): time this rank was not running is not a peer's
+silence, while a peer that stays silent as this rank runs still times out."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from hopdec.transport.waiting import PeerTimeout, poll_until
+
+WAITER = """
+import os, sys
+from hopdec.transport.waiting import PeerTimeout, WaitClock, poll_until
+flag = sys.argv[1]
+w = WaitClock()
+w.left(2.0)                                 # a worker's wait begins (the transport's clock)
+print("waiting", flush=True)
+try:
+    poll_until(lambda: os.path.exists(flag), 2.0, "no flag")
+except PeerTimeout:
+    print("timed out", flush=True)
+else:
+    print("arrived", round(w.left(2.0), 1), flush=True)
+"""
+
+
+def test_a_paused_rank_does_not_time_out_on_a_peer_that_resumes_after_it(tmp_path):
+    """The waiter is stopped (SIGSTOP: Ctrl-Z, Slurm's suspend) for 4 s, twice its timeout; the message comes
+    0.3 s after it resumes, as from a peer that resumed a moment later and computed first. On the monotonic
+    clock it timed out at once; now the pause is a stall, and the wait's own clock (WaitClock, which spans
+    a worker's repeated Waits) has time left too."""
+    flag = tmp_path / "flag"
+    proc = subprocess.Popen([sys.executable, "-c", WAITER, str(flag)], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(4.0)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        flag.write_text("")
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    verdict, *left = out.split()
+    assert verdict == "arrived", out
+    assert 0.5 < float(left[0]) < 2.0, out       # the 0.2 s before the pause and the 0.3 s after it count
+
+
+def test_a_silent_peer_still_times_out_while_this_rank_runs():
+    t = time.monotonic()
+    with pytest.raises(PeerTimeout, match="nobody"):
+        poll_until(lambda: False, 0.3, "nobody")
+    assert 0.3 <= time.monotonic() - t < 2.0
+
+
+def test_a_slow_poll_is_a_stall_and_not_charged():
+    """A step of a wait that takes far longer than its nap (this rank was starved or stopped inside it)
+    does not use up the timeout: the wait goes on polling."""
+    calls = []
+
+    def poll():
+        calls.append(1)
+        if len(calls) == 2:
+            time.sleep(1.5)                      # more than the timeout, and than STALL_S
+        return len(calls) >= 6
+    assert poll_until(poll, 1.0, "slow") is True
+
+
+class _Trainer:
+    """A LocalTrainer's compute for TorchBackend: 10 ms, and at call ``pause_at`` a resume (SIGCONT) and
+    0.4 s more, as a compute paused with Ctrl-Z looks from inside."""
+    send_storage = spare_stores = add_store = None
+    device = types.SimpleNamespace(type="cpu")
+
+    def __init__(self, pause_at):
+        self.calls, self.pause_at = 0, pause_at
+
+    def compute(self):
+        self.calls += 1
+        time.sleep(0.01)
+        if self.calls == self.pause_at:
+            os.kill(os.getpid(), signal.SIGCONT)
+            time.sleep(0.4)
+        return 1.0
+
+
+def test_a_pause_inside_a_compute_is_not_multiplied_by_an_emulated_slowdown():
+    """The emulated slowdown multiplies the measured compute; a pause inside it (Ctrl-Z, Slurm's suspend)
+    is not compute: a 4x straggler paused for 8 s slept 24 s after it resumed, and its neighbours timed
+    out on it. Now a compute measured across a resume counts as the last one measured without one."""
+    from hopdec.heterogeneity import Emulator
+    from hopdec.runtime.backend import TorchBackend
+    b = TorchBackend(_Trainer(pause_at=2), Emulator(["rank=0,factor=4"], 0, range(2)))
+    first, paused, after = b.compute(0), b.compute(1), b.compute(2)
+    assert paused["measured_compute_s"] == first["measured_compute_s"] < 0.1, paused
+    assert paused["compute_s"] < 0.3 and after["compute_s"] < 0.3, paused    # (was 0.41 x 4 = 1.64 s)
+    assert after["measured_compute_s"] != first["measured_compute_s"]         # measured again

@@ -102,3 +102,39 @@ def test_a_pause_inside_a_compute_is_not_multiplied_by_an_emulated_slowdown():
     assert paused["measured_compute_s"] == first["measured_compute_s"] < 0.1, paused
     assert paused["compute_s"] < 0.3 and after["compute_s"] < 0.3, paused    # (was 0.41 x 4 = 1.64 s)
     assert after["measured_compute_s"] != first["measured_compute_s"]         # measured again
+
+
+EVENT_WAITER = """
+import os, sys, threading, time
+from hopdec.transport.waiting import wait_event
+flag, done = sys.argv[1], threading.Event()
+
+def watch():                        # what sets the event: MPI_Init returning, here a file appearing
+    while not os.path.exists(flag):
+        time.sleep(0.01)
+    done.set()
+threading.Thread(target=watch, daemon=True).start()
+print("waiting", flush=True)
+print("set" if wait_event(done, 2.0) else "timed out", flush=True)
+"""
+
+
+def test_the_start_up_watchdog_does_not_count_a_pause(tmp_path):
+    """The start-up watchdog waits in a thread while MPI_Init runs (``Event.wait`` on the monotonic clock):
+    a job paused during start-up for longer than its bound was ended as stuck on resume."""
+    flag = tmp_path / "flag"
+    proc = subprocess.Popen([sys.executable, "-c", EVENT_WAITER, str(flag)], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        flag.write_text("")
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert out.strip() == "set", out

@@ -311,7 +311,8 @@ def _exceptions(MPI):
 
 
 def _watch(done, seconds, rank, size, arrivals, prog):
-    if done.wait(seconds):
+    from hopdec.transport.waiting import wait_event
+    if wait_event(done, seconds):            # (a job paused during start-up is not stuck)
         return
     from hopdec.runtime.failures import OTHERS_S, forwarded, record_exit
     line = stuck_line(rank, size, local_rank_and_size()[1], arrivals, seconds)

@@ -28,26 +28,31 @@ else:
 """
 
 
-def test_a_paused_rank_does_not_time_out_on_a_peer_that_resumes_after_it(tmp_path):
-    """The waiter is stopped (SIGSTOP: Ctrl-Z, Slurm's suspend) for 4 s, twice its timeout; the message comes
-    0.3 s after it resumes, as from a peer that resumed a moment later and computed first. On the monotonic
-    clock it timed out at once; now the pause is a stall, and the wait's own clock (WaitClock, which spans
-    a worker's repeated Waits) has time left too."""
-    flag = tmp_path / "flag"
-    proc = subprocess.Popen([sys.executable, "-c", WAITER, str(flag)], stdout=subprocess.PIPE, text=True,
+def _paused(script, flag, pause_s):
+    """Run ``script`` (argument: ``flag``, a path) until it prints "waiting", stop it (SIGSTOP: Ctrl-Z,
+    Slurm's suspend) for ``pause_s`` seconds, resume it, and 0.3 s later create ``flag`` -- the message of a
+    peer that resumed a moment later and computed first; its output after "waiting"."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(flag)], stdout=subprocess.PIPE, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         assert proc.stdout.readline().strip() == "waiting"
         time.sleep(0.2)
         proc.send_signal(signal.SIGSTOP)
-        time.sleep(4.0)
+        time.sleep(pause_s)
         proc.send_signal(signal.SIGCONT)
         time.sleep(0.3)
         flag.write_text("")
-        out, _ = proc.communicate(timeout=30)
+        return proc.communicate(timeout=30)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_paused_rank_does_not_time_out_on_a_peer_that_resumes_after_it(tmp_path):
+    """The waiter is paused for 4 s, twice its timeout; the message comes 0.3 s after it resumes. On the
+    monotonic clock it timed out at once; now the pause is a stall, and the wait's own clock (WaitClock,
+    which spans a worker's repeated Waits) has time left too."""
+    out = _paused(WAITER, tmp_path / "flag", 4.0)
     verdict, *left = out.split()
     assert verdict == "arrived", out
     assert 0.5 < float(left[0]) < 2.0, out       # the 0.2 s before the pause and the 0.3 s after it count
@@ -122,19 +127,5 @@ print("set" if wait_event(done, 2.0) else "timed out", flush=True)
 def test_the_start_up_watchdog_does_not_count_a_pause(tmp_path):
     """The start-up watchdog waits in a thread while MPI_Init runs (``Event.wait`` on the monotonic clock):
     a job paused during start-up for longer than its bound was ended as stuck on resume."""
-    flag = tmp_path / "flag"
-    proc = subprocess.Popen([sys.executable, "-c", EVENT_WAITER, str(flag)], stdout=subprocess.PIPE, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        assert proc.stdout.readline().strip() == "waiting"
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGSTOP)
-        time.sleep(3.5)
-        proc.send_signal(signal.SIGCONT)
-        time.sleep(0.3)
-        flag.write_text("")
-        out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _paused(EVENT_WAITER, tmp_path / "flag", 3.5)
     assert out.strip() == "set", out

@@ -247,9 +247,9 @@ def test_ctrl_z_pauses_the_whole_job_and_a_pause_longer_than_the_peer_timeout_is
     failure: the first rank to resume had timed out on a peer that resumed a moment after it ("a peer may
     have died or hung", exit 3). Here rank 1 is 10x slower, so its neighbours are mostly waiting on it."""
     logs = tmp_path / "logs"
-    proc = subprocess.Popen(["bash", LOCAL, "-n", "3", "--no-progress", "--threads", "1", "--topology", "ring",
-                             "--iterations", "40", "--compute-time", "0.02", "--slowdown", "rank=1,factor=10",
-                             "--peer-timeout", "2", "--log-dir", str(logs)],
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "3", "--no-progress", "--threads", "1", "--topology",
+                             "ring", "--iterations", "40", "--compute-time", "0.02", "--slowdown",
+                             "rank=1,factor=10", "--peer-timeout", "2", "--log-dir", str(logs)],
                             env=_launch_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 

@@ -161,9 +161,9 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None):
 
 
 def wait_event(event, timeout):
-    """``event.wait(timeout)`` (a ``threading.Event``: True once it is set, False after ``timeout`` s), timed on
-    :func:`run_clock` in steps of a second: a process paused meanwhile does not find its time used up on
-    resuming (the start-up watchdog, which waits in a thread while MPI_Init runs)."""
+    """``event.wait(timeout)`` (a ``threading.Event``: True once it is set, False after ``timeout`` s),
+    timed on :func:`run_clock` in steps of a second: a process paused meanwhile does not find its time
+    used up on resuming (the start-up watchdog, which waits in a thread while MPI_Init runs)."""
     start = last = run_clock()
     while not event.wait(min(1.0, max(0.0, timeout - (run_clock() - start)))):
         last = _stall_check(last, 1.0)

@@ -5,7 +5,9 @@ and sleeps between polls, 10 us doubling to 1 ms, so an idle rank yields its cor
 (ranks usually outnumber cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
 seconds so a dead or hung peer never hangs the job. Time this rank was not running -- the whole job
 paused (Ctrl-Z through mpirun or a launch script, Slurm's ``scontrol suspend``: SIGSTOP, later SIGCONT),
-a frozen container, a starved core -- does not count toward that timeout (:func:`run_clock`).
+a frozen container, a starved core -- does not count toward that timeout (:func:`run_clock`); and
+:func:`resumes` counts SIGCONTs, so that a time measured across one (an emulated compute) is known to
+include a pause.
 
 While it waits, it runs the *idle hooks* (:func:`add_idle_hook`) between polls: what observes a run
 (live progress, the consensus-distance reductions, :mod:`hopdec.observe`) gets its MPI progress there,

@@ -1,8 +1,11 @@
 """``hopdec topo``: generate, analyze and compare communication graphs.
 
     hopdec topo generate KIND -n N [--machines 4,2,2] [--weights hop|metropolis] -o FILE
-    hopdec topo analyze FILE [--max-ig K] [--staleness S] [--json] [--plot OUT.png]
-    hopdec topo compare A B ... [--max-ig K] [--json]
+    hopdec topo analyze FILE [--max-ig K] [--staleness S] [--json] [--plot OUT.png] [NETWORK]
+    hopdec topo compare A B ... [--max-ig K] [--json] [NETWORK]
+
+NETWORK: ``--message-mb``, ``--bandwidth``, ``--latency``, ``--nic-duplex`` as ``hopdec sim`` takes them,
+for the network section (:mod:`hopdec.topology.traffic`).
 
 Bad input raises :class:`hopdec.errors.HopdecError`; ``hopdec.cli`` prints it as one line.
 """
@@ -14,10 +17,12 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
+from hopdec.settings.cost import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
 from hopdec.topology.analysis import DEFAULT_MAX_IG, _num
 from hopdec.topology.schedule import schedule_of
 from hopdec.topology.schedule_analysis import report_lines as schedule_report_lines
 from hopdec.topology.schedule_analysis import summarize_any as summarize
+from hopdec.topology.traffic import host_name, traffic
 
 PLOT_MAX_N = 1000
 """Largest graph ``--plot`` draws (it needs every eigenvalue, and a drawing of more is unreadable)."""
@@ -45,6 +50,80 @@ def _int_at_least(lo, what):
 
 _positive_int = _int_at_least(1, "positive")
 _nonneg_int = _int_at_least(0, "non-negative")
+
+
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is None or not 0 < v < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _network_options(p):
+    """The network of the traffic figures: the options ``hopdec sim`` takes for it, read the same way."""
+    n = p.add_argument_group("network (the least transfer time per iteration, hopdec.topology.traffic)")
+    n.add_argument("--message-mb", type=_positive_float, default=1.0, metavar="MB",
+                   help="MiB per update (default 1; the transfer time scales with it)")
+    n.add_argument("--bandwidth", action="append", default=None, metavar="[WHO@]GBPS",
+                   help=f"NIC bandwidth per direction in Gb/s, as hopdec sim takes it (default "
+                        f"{DEFAULT_BANDWIDTH_GBPS:g}; the topology's node and edge attributes 'bandwidth' "
+                        f"override it); workers of one 'machine' share its NIC")
+    n.add_argument("--latency", type=float, default=DEFAULT_LATENCY_S, metavar="SECONDS",
+                   help=f"per message, where an edge has no 'latency' attribute (default {DEFAULT_LATENCY_S:g})")
+    n.add_argument("--nic-duplex", choices=["full", "half"], default="full",
+                   help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+    n.add_argument("--machines", type=_sizes, metavar="SIZES",
+                   help="place the workers on machines of these sizes, in node order (e.g. 4,2,2: nodes 0-3 "
+                        "on m0, 4-5 on m1, 6-7 on m2), instead of the file's 'machine' attributes: compare "
+                        "graphs on the same machines")
+
+
+def _traffic(G, args):
+    """:func:`hopdec.topology.traffic.traffic` of ``G`` on the network the options describe."""
+    from hopdec.settings.cost import Cost
+    from hopdec.sim.run import link_model
+    cost = Cost(bandwidth=tuple(args.bandwidth or ()), latency=args.latency, nic_duplex=args.nic_duplex)
+    link = link_model(cost, G.number_of_nodes(), G)
+    try:
+        t = traffic(G, link, args.message_mb, args.machines)
+    except ValueError as err:
+        raise ConfigError(f"{G.graph.get('source') or 'topology'}: {err}") from None
+    return dict(t, network=link.describe())
+
+
+def _traffic_lines(t):
+    """The analyze report's network section."""
+    b = t["busiest"]
+    hosts = ("machines, whose workers share a NIC" if t["hosts_are"] == "machines"
+             else "every worker its own")
+    lines = ["", f"Network (one update per edge and iteration; hosts: {hosts})",
+             f"  updates               {_fmt(t['updates_per_iteration'])} per iteration, "
+             f"{_fmt(t['updates_between_hosts'])} between hosts"
+             + (f" (busiest: {host_name(b['host'])} sends {b['sends']}, receives {b['receives']})" if b else "")]
+    if t["seconds_per_iteration"]:
+        lines += [f"  transfer time         >= {_ms(t['seconds_per_iteration'])} per iteration for updates of "
+                  f"{t['message_mb']:g} MiB: at most {t['max_iterations_per_s']:.4g} it/s, whatever the compute",
+                  f"                        ({t['bottleneck']})"]
+    else:
+        lines.append(f"  transfer time         none ({t['bottleneck']})")
+    lines.append(f"  links                 {t['network']}")
+    if t["largest_latency_s"] is not None:
+        lines.append(f"  largest latency       {t['largest_latency_s']:g} s per message between hosts")
+    return lines
+
+
+def _networks(rows):
+    """The network of every row, once, or a pointer where the files' attributes make them differ."""
+    nets = {s["traffic"]["network"] for s in rows}
+    return nets.pop() if len(nets) == 1 else ("the files' bandwidth and latency attributes differ: "
+                                               "hopdec topo analyze shows each")
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.4g} ms"
 
 
 def _sizes(text):
@@ -91,12 +170,14 @@ def build_parser():
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--plot", metavar="OUT.png", help="draw the graph and W's eigenvalue moduli "
                    f"(graphs of up to {PLOT_MAX_N} nodes)")
+    _network_options(a)
 
     c = sub.add_parser("compare", help="key figures of several graphs side by side")
     c.add_argument("files", nargs="+", help="topology files (node-link JSON or edge lists)")
     c.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
                    help=f"max_ig for the token-gap column (default {DEFAULT_MAX_IG})")
     c.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+    _network_options(c)
     return p
 
 
@@ -190,6 +271,7 @@ def _analyze(args):
         raise ConfigError(f"analyze --plot: draws graphs of up to {PLOT_MAX_N} nodes, "
                           f"{args.file} has {G.number_of_nodes()}")
     s = summarize(G, args.max_ig, args.staleness)
+    s["traffic"] = _traffic(G, args)
     h = args.local_steps
     if h > 1:                                       # Theorem 2 holds per round: the core counts rounds
         s["local_steps"] = h
@@ -202,7 +284,8 @@ def _analyze(args):
         print(json.dumps(s, indent=1))
         return 0
     if schedule_of(G) is not None:                  # a time-varying topology (gossip)
-        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness, _fmt)))
+        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness, _fmt)
+                        + _traffic_lines(s["traffic"])))
         return 0
     k, st = args.max_ig, args.staleness
     b = s["gap_bounds"] or {}
@@ -262,6 +345,7 @@ def _analyze(args):
         f"{s['update_queue_capacity_notify_ack']}, one per in-neighbour)",
         f"  largest token queue   {_fmt(s['token_queue_capacity'])}   max_ig*(len Path i->j + 1)",
     ]
+    lines += _traffic_lines(s["traffic"])
     if s["skipped"]:
         lines += ["", f"skipped: {s['skipped']}"]
     n = s["nodes"]
@@ -280,7 +364,9 @@ def _analyze(args):
 def _compare(args):
     rows = []
     for f in args.files:
-        s = summarize(T.load(f, connected=False), args.max_ig)
+        G = T.load(f, connected=False)
+        s = summarize(G, args.max_ig)
+        s["traffic"] = _traffic(G, args)
         _warnings(s)
         rows.append(s)
     if args.json:
@@ -289,17 +375,24 @@ def _compare(args):
     cols = [("file", "file"), ("nodes", "nodes"), ("edges", "edges"), ("max_degree", "max deg"),
             ("doubly_stochastic", "doubly"), ("spectral_gap", "gap"),
             ("normalized_laplacian_gap", "lap gap"), ("diameter", "diam"),
-            ("standard", "max gap"), ("standard+tokens", f"tokens(ig={args.max_ig})")]
+            ("standard", "max gap"), ("standard+tokens", f"tokens(ig={args.max_ig})"),
+            ("updates_between_hosts", "x-host"), ("seconds_per_iteration", "net ms")]
     table = [[h for _, h in cols]]
     for s in rows:
+        t = s["traffic"]
         table.append([_fmt((s["gap_bounds"] or {}).get(k) if k in ("standard", "standard+tokens")
-                           else s[k]) for k, _ in cols])
+                           else t[k] if k == "updates_between_hosts"
+                           else f"{t[k] * 1e3:.4g}" if k == "seconds_per_iteration" else s[k]) for k, _ in cols])
     widths = [max(len(r[c]) for r in table) for c in range(len(cols))]
     for r in table:
         print("  ".join(x.ljust(w) if c == 0 else x.rjust(w)
                         for c, (x, w) in enumerate(zip(r, widths))))
     print("edges: directed, self-loops not counted; gap: |l1|-|l2| of W (Hop footnote 2); "
           "max gap: max_ij bound on Iter(i)-Iter(j) (Hop Table 1)")
+    hosts = "the machines of --machines" if args.machines else "machine attributes, else every worker its own"
+    print(f"x-host: updates per iteration between hosts ({hosts}); net ms: least transfer time per iteration "
+          f"through the busiest NIC or link for updates of {args.message_mb:g} MiB "
+          f"({_networks(rows)})")
     if any(s.get("period") for s in rows):
         print("schedules: edges and degree of the union; gap per step, 1-|l2(W_0...W_P-1)|^(1/P); Table 1 "
               "with activation gaps")

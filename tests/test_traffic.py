@@ -1,0 +1,147 @@
+"""What one iteration puts on the network (``hopdec.topology.traffic``, ``hopdec topo analyze/compare``):
+counts per host, the least transfer time per iteration, and the simulator never beating it."""
+
+import io
+import json
+import random
+
+import networkx as nx
+import pytest
+
+from hopdec import topology as T
+from hopdec.cli.sim import parse
+from hopdec.settings.cost import Cost
+from hopdec.sim.network import LinkModel
+from hopdec.sim.run import link_model, simulate
+from hopdec.topology.traffic import MIB, traffic
+from test_topo_cli import topo
+
+GB = 1e9 / 8        # bytes/s of 1 Gb/s
+
+
+def test_a_ring_sends_two_updates_per_worker_and_needs_two_messages_per_nic():
+    G = T.ring(8)
+    t = traffic(G, LinkModel(bandwidth=GB), message_mb=2.0)
+    assert t["updates_per_iteration"] == 16 and t["updates_between_hosts"] == 16 and t["hosts"] == 8
+    assert t["busiest"] == {"host": 0, "sends": 2, "receives": 2}
+    assert t["seconds_per_iteration"] == pytest.approx(2 * 2 * MIB / GB)
+    assert t["max_iterations_per_s"] == pytest.approx(GB / (4 * MIB))
+    assert t["bottleneck"] == "worker 0's NIC sending 2 updates at 1 Gb/s"
+
+
+def test_machines_share_a_nic_and_talk_through_shared_memory():
+    """Hop Fig. 21: on machines of 4, 2, 2 workers ring-based sends 6 updates a step out of m0, the
+    hierarchical graphs 2 (what experiments/README.md measured on emulated links)."""
+    rb = traffic(T.ring_based(8), LinkModel(bandwidth=GB), machines=(4, 2, 2))
+    assert rb["hosts"] == 3 and rb["hosts_are"] == "machines"
+    assert rb["updates_per_iteration"] == 24 and rb["updates_between_hosts"] == 14
+    assert rb["busiest"] == {"host": "m0", "sends": 6, "receives": 6}
+    for variant in ("a", "b"):
+        h = traffic(T.hierarchical((4, 2, 2), variant), LinkModel(bandwidth=GB))     # its own attributes
+        assert h["hosts_are"] == "machines" and h["updates_between_hosts"] == 6
+        assert h["seconds_per_iteration"] == pytest.approx(rb["seconds_per_iteration"] / 3)
+    # a machine's NIC is the slowest its workers are given
+    slow = traffic(T.ring_based(8), LinkModel(bandwidth=GB, node_bandwidth={2: GB / 4}), machines=(4, 2, 2))
+    assert slow["seconds_per_iteration"] == pytest.approx(6 * MIB / (GB / 4))
+    assert "m0's NIC" in slow["bottleneck"]
+    with pytest.raises(ValueError, match="places 6 workers, the graph has 8"):
+        traffic(T.ring(8), LinkModel(), machines=(4, 2))
+
+
+def test_a_slow_link_half_duplex_and_a_graph_without_network():
+    G = nx.DiGraph([(0, 1), (1, 0), (1, 2), (2, 1)])
+    full = traffic(G, LinkModel(bandwidth=GB, links={(1, 2): (GB / 10, 0.002)}))
+    assert full["bottleneck"] == "link 1->2 at 0.1 Gb/s"
+    assert full["seconds_per_iteration"] == pytest.approx(MIB / (GB / 10))
+    assert full["largest_latency_s"] == 0.002
+    half = traffic(G, LinkModel(bandwidth=GB, duplex="half"))
+    assert half["seconds_per_iteration"] == pytest.approx(4 * MIB / GB)     # worker 1: 2 out + 2 in
+    assert "sending 2 updates and receiving 2 updates" in half["bottleneck"]
+    alone = nx.DiGraph()
+    alone.add_nodes_from([0, 1])
+    alone.add_edges_from([(0, 1), (1, 0)])
+    nx.set_node_attributes(alone, "m0", "machine")
+    t = traffic(alone, LinkModel(bandwidth=GB))
+    assert t["updates_between_hosts"] == 0 and t["seconds_per_iteration"] == 0
+    assert t["max_iterations_per_s"] is None and t["busiest"] is None
+
+
+def test_a_schedule_counts_each_step_s_edges():
+    G = T.GENERATORS["one-peer-exponential"](8)
+    t = traffic(G, LinkModel(bandwidth=GB))
+    assert t["updates_per_iteration"] == 8           # one peer per step, not the union's 24 edges
+    assert t["seconds_per_iteration"] == pytest.approx(MIB / GB)
+
+
+def _sim_rate(path, bandwidth, message_mb, iterations=150):
+    res = simulate(parse(["--topology", str(path), "--compute-time", "0.001", "--message-mb", str(message_mb),
+                          "--bandwidth", str(bandwidth), "--iterations", str(iterations), "--invariants", "off",
+                          "--max-ig", "3"]), out=io.StringIO())
+    return min(r["iter_per_s"] for r in res["rows"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_simulator_runs_exactly_as_fast_as_the_bound_when_the_network_decides(tmp_path, seed):
+    """The bound holds in the simulator's network model and is tight there: on random strongly connected
+    directed graphs with random NICs and links (attributes of the file), compute 1 ms and max_ig 3, the
+    slowest simulated worker runs at it -- whether a link, a sending or a receiving NIC is the bottleneck
+    (seeds 0-5 have each)."""
+    rng = random.Random(seed)
+    n = rng.randint(4, 9)
+    G = nx.DiGraph()
+    order = list(range(n))
+    rng.shuffle(order)
+    G.add_edges_from(zip(order, order[1:] + order[:1]))              # a cycle: strongly connected
+    G.add_edges_from((rng.randrange(n), rng.randrange(n)) for _ in range(n))
+    G.remove_edges_from(nx.selfloop_edges(G))
+    for v in G.nodes:
+        if rng.random() < 0.4:
+            G.nodes[v]["bandwidth"] = rng.choice([0.05, 0.2, 1.0])
+    for u, v in G.edges:
+        if rng.random() < 0.3:
+            G.edges[u, v]["bandwidth"] = rng.choice([0.02, 0.1])
+    path = tmp_path / "g.json"
+    T.save(T.with_default_weights(G), path)
+    G = T.load(path)
+    link = link_model(Cost(bandwidth=("0.5",)), n, G)
+    assert link.node_bandwidth or link.links                        # the file's attributes were read
+    t = traffic(G, link, message_mb=0.5)
+    assert _sim_rate(path, 0.5, 0.5) == pytest.approx(t["max_iterations_per_s"], rel=0.03), t
+
+
+def test_analyze_and_compare_report_the_network(tmp_path):
+    for name in ("ring_based_8", "hierarchical_a_8"):
+        T.save(T.load(f"topologies/{name}.json"), tmp_path / f"{name}.json")
+    rb, ha = tmp_path / "ring_based_8.json", tmp_path / "hierarchical_a_8.json"
+    r = topo("analyze", rb, "--machines", "4,2,2", "--bandwidth", "0.01", "--message-mb", "0.036")
+    assert r.returncode == 0, r.stderr
+    net = r.stdout[r.stdout.index("Network"):]
+    assert "hosts: machines, whose workers share a NIC" in net
+    assert "24 per iteration, 14 between hosts (busiest: m0 sends 6, receives 6)" in net
+    assert ">= 181.2 ms per iteration for updates of 0.036 MiB: at most 5.519 it/s" in net
+    assert "(m0's NIC sending 6 updates at 0.01 Gb/s)" in net
+    j = json.loads(topo("analyze", ha, "--json", "--bandwidth", "0.01", "--message-mb", "0.036").stdout)
+    assert j["traffic"]["updates_between_hosts"] == 6 and j["traffic"]["busiest"]["host"] == "m0"
+    assert j["traffic"]["max_iterations_per_s"] == pytest.approx(0.01 * GB / (2 * 0.036 * MIB))
+    r = topo("compare", rb, ha, "--machines", "4,2,2", "--bandwidth", "0.01", "--message-mb", "0.036")
+    assert r.returncode == 0, r.stderr
+    head, first, second = r.stdout.splitlines()[:3]
+    assert head.endswith("x-host  net ms")
+    assert first.split()[-2:] == ["14", "181.2"] and second.split()[-2:] == ["6", "60.4"]
+    assert "the machines of --machines" in r.stdout
+
+
+@pytest.mark.parametrize("args,problem", [
+    (["--machines", "4,2"], "--machines 4,2 places 6 workers, the graph has 8"),
+    (["--message-mb", "0"], "--message-mb"),
+    (["--bandwidth", "fast"], "--bandwidth"),
+    (["--latency", "-1"], "--latency"),
+])
+def test_bad_network_options_one_line(tmp_path, args, problem):
+    path = tmp_path / "r8.json"
+    T.save(T.ring(8), path)
+    for cmd in ("analyze", "compare"):
+        r = topo(cmd, path, *args)
+        assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and problem in lines[0], r.stderr

@@ -19,9 +19,9 @@ this machine's CPUs; the conditions are in every run's log header and in the tab
   100 Mbit/s, the server's 20 Mbit/s (and, as a control, 100); BSP, ASP, backup workers, against
   decentralized ring-based on the same 8 hosts.
 
-The simulator cannot say that several ranks share one host's NIC (``fig21``): its edges between
-machines get a static share of the NIC (:func:`hopdec.testbed.spec.sim_topology`); elsewhere (one
-rank per host) its model is the testbed's. Writes ``DIR/results.json``; prints markdown tables.
+The simulator's model is the testbed's (:func:`hopdec.testbed.spec.sim_topology`): one NIC per host, which
+a machine's ranks share (``fig21``: node attribute ``machine``, shared memory inside), links with their
+delays. Writes ``DIR/results.json``; prints markdown tables.
 """
 
 import argparse

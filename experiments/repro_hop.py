@@ -17,13 +17,10 @@ simulator is given, and why:
   forward+backward; x128 = ~117 GFLOP per iteration. A 2016-era 2-socket Xeon machine sustains a few
   hundred GFLOP/s in TensorFlow on convolutions; a quarter of it (4 workers per machine) ~75 GFLOP/s:
   **1.5 s per iteration**. The sensitivity part repeats the key figures at 0.5 and 4.5 s.
-* **Network**: the simulator has one NIC per worker and no notion of a machine (several workers behind one
-  NIC). We approximate the machine: every worker's own NIC is 10 Gb/s (loopback between workers of a
-  machine), and each edge between machines gets a static share of the 1 Gb/s machine NIC,
-  ``1 Gb/s / max(edges leaving the sender's machine, edges entering the receiver's machine)`` (topology
-  edge attribute ``bandwidth``). Exact when a machine's cross-machine transfers all run at once (they
-  do in lock-step iterations); pessimistic when some are idle (a straggler's neighbours).
-  Latency 50 us. The PS of Fig. 13 is "one additional machine": server NIC 1 Gb/s, each worker 0.25 Gb/s
+* **Network**: every machine has one 1 Gb/s NIC that its workers share for what leaves or enters it,
+  and its workers exchange through shared memory (the topology's node attributes ``machine`` and
+  ``bandwidth``: the simulator's machines, since 2026-11-25; before, each edge between machines got a
+  static share of the machine NIC). Latency 50 us. The PS of Fig. 13 is "one additional machine": server NIC 1 Gb/s, each worker 0.25 Gb/s
   (a quarter of its machine's NIC).
 * **Heterogeneity** (sec. 7.3): ``--slowdown random:factor=6,prob=1/n`` (Figs. 12, 14-17) and
   ``--slowdown rank=0,factor=4`` (Figs. 18-19). Fig. 20: 8 workers on 3 machines of 4, 2, 2.
@@ -70,30 +67,23 @@ FULL = Cfg()
 QUICK = Cfg(seeds=(1,), it_timing=80, it_math=60)
 
 
-# ---- the cluster: machines behind one NIC, approximated by static per-edge shares -------------------
+# ---- the cluster: machines behind one NIC -----------------------------------------------------------
 def machine_topology(kind, n, sizes, path):
-    """``kind`` on n workers placed on machines of ``sizes`` (consecutive ranks), cross-machine edges with
-    their static share of the machine NIC; written to ``path``. Returns (path, cross-edge count per
-    machine out, in)."""
+    """``kind`` on n workers placed on machines of ``sizes`` (consecutive ranks: node attribute ``machine``),
+    each machine's NIC ``MACHINE_GBPS`` (node attribute ``bandwidth``: the simulator gives a machine's
+    workers one NIC, and shared memory inside); written to ``path``. Returns (path, cross-machine edges
+    out of each machine, into each)."""
     machines = tuple(sizes)
-    G = T.GENERATORS[kind](n, machines if kind.startswith("hierarchical") else None)
-    owner = {}
-    r = 0
-    for m, s in enumerate(machines):
-        for _ in range(s):
-            owner[r] = m
-            r += 1
+    G = T.GENERATORS[kind](n, machines)
+    owner = {v: int(G.nodes[v]["machine"][1:]) for v in G.nodes}
     out_c = [0] * len(machines)
     in_c = [0] * len(machines)
     for u, v in G.edges():
         if u != v and owner[u] != owner[v]:
             out_c[owner[u]] += 1
             in_c[owner[v]] += 1
-    for u, v, d in G.edges(data=True):
-        if u != v and owner[u] != owner[v]:
-            d["bandwidth"] = MACHINE_GBPS / max(out_c[owner[u]], in_c[owner[v]])
     for v in G.nodes:
-        G.nodes[v]["machine"] = f"m{owner[v]}"
+        G.nodes[v]["bandwidth"] = MACHINE_GBPS
     os.makedirs(os.path.dirname(path), exist_ok=True)
     T.save(G, path)
     return path, out_c, in_c

@@ -65,6 +65,23 @@ def test_concurrent_receives_share_the_receivers_nic():
     assert sorted(got.values()) == pytest.approx([3.0, 3.0, 3.0])
 
 
+def test_workers_of_a_machine_share_its_nic_and_talk_through_shared_memory():
+    """``hosts``: a machine's NIC (as fast as its slowest worker's) carries everything that leaves or enters
+    it; inside it a message takes the latency only."""
+    m = LinkModel(bandwidth=MB, latency=0.01, hosts={0: "a", 1: "a", 2: "b", 3: "b"})
+    # two workers of machine a send to machine b at once: a's NIC is shared, 2 s each (alone: 1 s)
+    got = transfers(4, [(0.0, 0, (2,), MB), (0.0, 1, (3,), MB)], m)
+    assert got == {(0, 2, 0.0): pytest.approx(2.01), (1, 3, 0.0): pytest.approx(2.01)}
+    assert transfers(4, [(0.0, 0, (1,), 100 * MB)], m) == {(0, 1, 0.0): pytest.approx(0.01)}
+    # one send to a worker of its machine and one of another: only the second crosses the NICs
+    assert transfers(4, [(0.0, 0, (1, 2), MB)], m) == {(0, 1, 0.0): pytest.approx(0.01),
+                                                       (0, 2, 0.0): pytest.approx(1.01)}
+    # a machine's NIC is its slowest worker's: worker 0 (1 MB/s) sends two messages through a's 0.25 MB/s
+    slow = LinkModel(bandwidth=MB, latency=0.01, node_bandwidth={1: MB / 4}, hosts={0: "a", 1: "a"})
+    assert transfers(4, [(0.0, 0, (2, 3), MB)], slow) == {(0, 2, 0.0): pytest.approx(8.01),
+                                                          (0, 3, 0.0): pytest.approx(8.01)}
+
+
 def test_a_later_transfer_slows_the_first_down_from_then_on():
     # alone for 0.5 s (half done), then shared: 0.5 MB more at 0.5 MB/s -> 1.5; the second has 0.5 MB
     # left at 1.5 and is alone again -> 2.0
@@ -454,10 +471,19 @@ def reference_network(n, sends, model):
     todo = sorted((t, k, s, d, b) for k, (t, s, dsts, b) in enumerate(sends) for d in dsts)
     queues, done, now = {}, {}, 0.0
 
+    machines = model.machines()                 # machines of several nodes: one NIC each, shared memory inside
+    host = {v: m for m, vs in machines.items() for v in vs}
+    for m, vs in machines.items():
+        cap[("mout", m)] = cap[("min", m) if down else ("mout", m)] = min(cap[("out", v)] for v in vs)
+
     def res(s, d):
+        if s in host and host[s] == host.get(d):
+            return []
         r = [("out", s), ("in", d) if down else ("out", d)]
         bw, _ = model.links.get((s, d), (None, None))
-        return r + ([("link", s, d)] if bw is not None else [])
+        r += [("link", s, d)] if bw is not None else []
+        r += [("mout", host[s])] if s in host else []
+        return r + ([("min", host[d]) if down else ("mout", host[d])] if d in host else [])
 
     def latency(s, d):
         lat = model.links.get((s, d), (None, None))[1]
@@ -467,6 +493,10 @@ def reference_network(n, sends, model):
         if bw is not None:
             cap[("link", s, d)] = bw
     while todo or any(queues.values()):
+        for key, q in queues.items():           # no resources (one machine): arrives after the latency
+            while q and not res(*key):
+                h = q.pop(0)
+                done[(h["s"], h["d"], h["t0"])] = h["t0"] + latency(h["s"], h["d"])
         heads = [q[0] for q in queues.values() if q]
         count = {}
         for h in heads:
@@ -492,8 +522,9 @@ def reference_network(n, sends, model):
 @pytest.mark.parametrize("seed", range(100))
 def test_fast_network_equals_the_direct_model(seed):
     """Random traffic (fan-out sends, repeated pairs, per-node and per-link overrides, both duplex modes;
-    half the seeds with node 0 a hub that mostly talks to everyone, as a parameter server): the
-    event-driven Network gives the same arrival times as the direct implementation above."""
+    half the seeds with node 0 a hub that mostly talks to everyone, as a parameter server; half with
+    machines whose nodes share a NIC): the event-driven Network gives the same arrival times as the
+    direct implementation above."""
     rng = random.Random(seed)
     hub = seed % 2 == 1
     n = rng.randint(2, 6)
@@ -501,8 +532,12 @@ def test_fast_network_equals_the_direct_model(seed):
     for _ in range(rng.randint(0, 3)):
         s, d = rng.sample(range(n), 2)
         links[(s, d)] = (rng.choice([None, MB / 3]), rng.choice([None, 0.0, 0.2]))
+    hosts = {}
+    if seed % 4 >= 2 and n >= 3:                 # half the seeds: machines of several nodes sharing a NIC
+        hosts = {v: rng.choice("ab") for v in range(n) if rng.random() < 0.8}
     model = LinkModel(bandwidth=MB, latency=rng.choice([0.0, 0.05, 0.3]), duplex=rng.choice(["full", "half"]),
-                      node_bandwidth={rng.randrange(n): MB / 2} if rng.random() < 0.5 else {}, links=links)
+                      node_bandwidth={rng.randrange(n): MB / 2} if rng.random() < 0.5 else {}, links=links,
+                      hosts=hosts)
     sends = []
     for _ in range(rng.randint(1, 25)):
         s = rng.randrange(n)

@@ -68,12 +68,19 @@ def test_placement_by_rank_and_the_simulators_view():
     assert H.edges[3, 4]["latency"] == pytest.approx(5.1e-3)
     assert "bandwidth" not in H.edges[0, 1] and H.edges[0, 1]["latency"] == pytest.approx(1.1e-3)
     assert "bandwidth" not in H.edges[0, 0]                        # self-loops carry nothing
-    # several ranks per host: a static share of the slower of link and NICs per cross-machine edge
+    assert all("machine" not in H.nodes[r] for r in H.nodes)          # one rank per host: its own NIC
+    # several ranks per host: they share the host's NIC (machine), a link's capacity is shared statically
+    # by the edges from one host to another
     tm = by_machine(G, nic_mbit=100.0, cross=Link(30.0))
     Hm = sim_topology(G, tm)
+    assert [Hm.nodes[r]["machine"] for r in range(8)] == ["m0"] * 4 + ["m1"] * 2 + ["m2"] * 2
+    assert all(Hm.nodes[r]["bandwidth"] == pytest.approx(0.1) for r in range(8))
     cross = [(u, v) for u, v in G.edges if u != v and G.nodes[u]["machine"] != G.nodes[v]["machine"]]
-    assert cross and all(Hm.edges[e]["bandwidth"] == pytest.approx(0.03 / 2) for e in cross)
-    assert "bandwidth" not in Hm.nodes[0]
+    assert cross and all(Hm.edges[e]["bandwidth"] == pytest.approx(0.03) for e in cross)  # one edge per pair
+    Ga = graph_io.load(os.path.join(ROOT, "topologies", "ring_based_8.json"))
+    Ha = sim_topology(Ga, by_machine(generators.place_on_machines(Ga.copy(), (4, 2, 2)), cross=Link(30.0)))
+    assert Ha.edges[3, 4]["bandwidth"] == pytest.approx(0.03 / 3)       # 0->4, 1->5, 3->4 leave m0 for m1
+    assert "bandwidth" not in Ha.edges[0, 1] and "latency" not in Ha.edges[0, 1]     # shared memory
 
 
 def test_conditions_label_and_a_hostile_environment():

@@ -116,7 +116,8 @@ def test_generator_structure():
     lambda: T.torus(7), lambda: T.torus(1, 5), lambda: T.complete(0),
     lambda: T.hierarchical((4, 0, 2)), lambda: T.hierarchical((4, 2, 2), "z"),
     lambda: T.GENERATORS["hierarchical-a"](9, machines=(4, 2, 2)),
-    lambda: T.GENERATORS["ring"](8, machines=(4, 4)),
+    lambda: T.GENERATORS["ring"](8, machines=(4, 2)),               # sizes that do not add up to n
+    lambda: T.GENERATORS["one-peer-exponential"](8, machines=(4, 4)),   # a schedule has no machines
 ])
 def test_generator_bad_arguments(call):
     with pytest.raises(ValueError):

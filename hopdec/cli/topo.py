@@ -149,8 +149,9 @@ def build_parser():
     g.add_argument("-n", type=_positive_int, help="number of workers (optional for the "
                    "hierarchical kinds when --machines is given)")
     g.add_argument("--machines", type=_sizes, metavar="SIZES",
-                   help="workers per machine, e.g. 4,2,2 (hierarchical kinds only; default for "
-                        "n: n/2, n/4, n/4)")
+                   help="workers per machine, consecutive nodes on each, e.g. 4,2,2 (node attribute "
+                        "'machine': a machine's workers share its NIC in hopdec sim and topo analyze; the "
+                        "hierarchical kinds' default for n: n/2, n/4, n/4)")
     g.add_argument("--weights", choices=["hop", "metropolis"], default="hop",
                    help="hop: Hop eq. (1), W_ij = 1/|N_in(j)| with the self-loop counted "
                         "(column-stochastic); metropolis: Metropolis-Hastings, W_ij = "

@@ -58,13 +58,25 @@ class LinkModel:
     """The network's parameters: ``bandwidth`` in bytes/s per NIC and direction (``inf``: transfers take
     no time), ``latency`` in seconds; ``node_bandwidth = {node: bytes/s}`` overrides a node's NIC;
     ``links = {(src, dst): (bytes/s or None, latency or None)}`` gives a link its own capacity (shared by
-    the transfers on it, on top of the NICs) or latency; ``duplex``: "full" or "half"."""
+    the transfers on it, on top of the NICs) or latency; ``duplex``: "full" or "half"; ``hosts = {node:
+    machine}``: nodes of one machine share its NIC (as fast as the slowest of theirs) for what leaves or
+    enters the machine, and exchange through shared memory (the latency only: a link's own capacity
+    applies between machines)."""
 
     bandwidth: float = INF
     latency: float = 0.0
     node_bandwidth: dict = field(default_factory=dict)
     links: dict = field(default_factory=dict)
     duplex: str = "full"
+    hosts: dict = field(default_factory=dict)
+
+    def machines(self) -> dict:
+        """machine -> its nodes, in order, for the machines of more than one node (a machine of one is that
+        node's own NIC)."""
+        by: dict = {}
+        for v in sorted(self.hosts):
+            by.setdefault(self.hosts[v], []).append(v)
+        return {m: vs for m, vs in by.items() if len(vs) > 1}
 
     def describe(self) -> str:
         bw = "infinite bandwidth" if self.bandwidth == INF else f"{self.bandwidth * 8 / 1e9:g} Gb/s"
@@ -74,6 +86,10 @@ class LinkModel:
             parts.append(f"{len(self.node_bandwidth)} node(s) with their own NIC bandwidth")
         if self.links:
             parts.append(f"{len(self.links)} link(s) with their own bandwidth or latency")
+        machines = self.machines()
+        if machines:
+            parts.append(f"{len(machines)} machine(s) of {'/'.join(str(len(v)) for v in machines.values())} "
+                         f"workers, each sharing one NIC, shared memory inside")
         return ", ".join(parts)
 
     def as_dict(self) -> dict:
@@ -81,7 +97,8 @@ class LinkModel:
                     latency_s=self.latency, duplex=self.duplex,
                     node_bandwidth_gbps={str(k): v * 8 / 1e9 for k, v in sorted(self.node_bandwidth.items())},
                     links={f"{s}->{d}": dict(bandwidth_gbps=None if bw is None else bw * 8 / 1e9, latency_s=lat)
-                           for (s, d), (bw, lat) in sorted(self.links.items())})
+                           for (s, d), (bw, lat) in sorted(self.links.items())},
+                    machines={str(m): vs for m, vs in self.machines().items()})
 
 
 # A transfer is a small list (faster than an object here): its fields by index. _END: when its last byte
@@ -162,6 +179,22 @@ class Network:
                 own = len(self.cap)
                 self.cap.append(float(bw))
             self._link[(s, d)] = (own, m.latency if lat is None else float(lat))
+        # machines of several nodes: one NIC resource per direction (one in half duplex) that every transfer
+        # leaving or entering the machine also crosses; None: a node that is its own host
+        self._host: Optional[list[Optional[tuple[int, int, int]]]] = None
+        machines = m.machines()
+        if machines:
+            self._host = [None] * nodes
+            for k, vs in enumerate(machines.values()):
+                c = min(caps[v] for v in vs)
+                out = len(self.cap)
+                self.cap.append(c)
+                inn = out
+                if m.duplex == "full":
+                    inn = len(self.cap)
+                    self.cap.append(c)
+                for v in vs:
+                    self._host[v] = (k, out, inn)
         self.active: list[dict[int, Flow]] = [dict() for _ in self.cap]  # resource -> {flow id: flow}, in start
                                                                           # order
         self._hub: dict[int, _Hub] = {}
@@ -266,9 +299,11 @@ class Network:
         every transfer with a latency and taking time)."""
         routes = [self._route(src, d) for d in dsts]
         touched = [src]
-        for route in routes:
+        shared = False                      # a resource besides src that two of its transfers cross (a
+        for route in routes:                # machine's NIC): rated by the general rule, which shares it
+            shared = shared or any(r in touched for r in route[1][1:])
             touched += [r for r in route[1] if r not in touched]
-        may_solo = (not self._hub and len(set(dsts)) == len(dsts)
+        may_solo = (not self._hub and len(set(dsts)) == len(dsts) and not shared
                     and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
         return dsts, routes, tuple(touched), may_solo
 
@@ -448,8 +483,15 @@ class Network:
             r, lat = link
             if r is not None:
                 res = res + (r,)
+        host = self._host
+        if host is not None:
+            a, b = host[src], host[dst]
+            if a is not None and b is not None and a[0] == b[0]:
+                res = ()                    # one machine: shared memory, latency only
+            else:                           # the machines' NICs, on top of the nodes'
+                res = res + ((a[1],) if a is not None else ()) + ((b[2],) if b is not None else ())
         return (dst, res, lat, all(self.cap[r] == INF for r in res), src * self.nodes + dst,
-                min(self.cap[r] for r in res[1:]))
+                min((self.cap[r] for r in res[1:]), default=INF))
 
     def _alone(self, src: int, started: list[Flow]) -> bool:
         """True when the transfers of one send from ``src`` are the only ones on every NIC (and link) they

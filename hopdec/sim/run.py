@@ -73,8 +73,9 @@ def _number_attr(value, what, positive=True):
 
 def link_model(cost, nodes, graph=None):
     """The network (``cost``: :class:`hopdec.settings.Cost`): ``--bandwidth [WHO@]GBPS`` (repeatable),
-    ``--latency``, ``--nic-duplex``, and the topology's ``bandwidth`` (Gb/s) node attributes and
-    ``bandwidth``/``latency`` edge attributes."""
+    ``--latency``, ``--nic-duplex``, and the topology's ``bandwidth`` (Gb/s) node attributes,
+    ``bandwidth``/``latency`` edge attributes and ``machine`` node attributes (a machine's workers share its
+    NIC, :class:`~hopdec.sim.network.LinkModel`)."""
     latency = check_seconds(cost.latency, "--latency")
     specs = list(cost.bandwidth)
     base = DEFAULT_BANDWIDTH_GBPS * 1e9 / 8
@@ -100,8 +101,9 @@ def link_model(cost, nodes, graph=None):
             links[(int(u), int(v))] = (
                 None if bw is None else _number_attr(bw, f"{src}: edge {u}->{v} bandwidth") * 1e9 / 8,
                 None if lat is None else _number_attr(lat, f"{src}: edge {u}->{v} latency", positive=False))
+    hosts = {} if graph is None else {int(v): d["machine"] for v, d in graph.nodes(data=True) if "machine" in d}
     return LinkModel(bandwidth=base, latency=latency, node_bandwidth=node_bw, links=links,
-                     duplex=cost.nic_duplex)
+                     duplex=cost.nic_duplex, hosts=hosts)
 
 
 class _Logs:

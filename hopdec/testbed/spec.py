@@ -213,46 +213,40 @@ def by_rank(G, nic_mbit=None, cross=Link(), local=Link(), server_mbit=None):
 
 def sim_topology(G, testbed, base_latency_s=0.0):
     """A copy of topology ``G`` with the simulator's network attributes for ``testbed``: node
-    ``bandwidth`` (Gb/s) = the host's NIC, edge ``bandwidth`` = the link's capacity and ``latency`` =
-    ``base_latency_s`` + its one-way delay.
+    ``bandwidth`` (Gb/s) = the host's NIC, node ``machine`` = the host where it has several ranks (they
+    share its NIC and exchange through shared memory, as in the simulator's
+    :class:`~hopdec.sim.network.LinkModel`), edge ``latency`` = ``base_latency_s`` + the link's one-way
+    delay and edge ``bandwidth`` = the link's capacity.
 
-    Exact for one rank per host (:func:`by_rank`: the simulator has one NIC per worker). With several
-    ranks per host the simulator cannot say that they share one NIC: an edge between hosts gets the
-    static share ``min(link, NIC) / max(edges leaving the sender's host, edges entering the receiver's
-    host)`` (exact when those transfers all run at once), edges inside a host are unshaped (shared
-    memory)."""
+    Exact for one rank per host (:func:`by_rank`), and for several wherever links have no capacity of their
+    own (NICs only, as ``--cross inf/MS``). A link with a capacity between hosts of several ranks is shared
+    by every edge between them, which the simulator has no resource for: each gets the static share
+    ``capacity / edges from host a to host b`` (exact when those transfers all run at once)."""
     H = G.copy()
     where = testbed.host_of()
     if len(where) != G.number_of_nodes():
         raise ConfigError(f"the testbed runs {len(where)} ranks, the topology has {G.number_of_nodes()} workers")
     hosts = testbed.hosts
-    per_rank = all(h.slots == 1 for h in hosts)
-    out_c, in_c = [0] * len(hosts), [0] * len(hosts)
+    between = {}                                    # (host a, host b) -> edges from a to b
     for u, v in G.edges():
         if u != v and where[u] != where[v]:
-            out_c[where[u]] += 1
-            in_c[where[v]] += 1
+            between[(where[u], where[v])] = between.get((where[u], where[v]), 0) + 1
     for r in range(G.number_of_nodes()):
         H.nodes[r].pop("bandwidth", None)
-        nic = hosts[where[r]].nic_mbit
-        if per_rank and nic is not None:
-            H.nodes[r]["bandwidth"] = nic / 1e3
+        H.nodes[r].pop("machine", None)             # the testbed's hosts, not the file's machines
+        host = hosts[where[r]]
+        if host.slots > 1:
+            H.nodes[r]["machine"] = host.name
+        if host.nic_mbit is not None:
+            H.nodes[r]["bandwidth"] = host.nic_mbit / 1e3
     for u, v, d in H.edges(data=True):
         d.pop("bandwidth", None)
         d.pop("latency", None)
-        if u == v:
-            continue
         a, b = where[u], where[v]
-        if a == b:
-            continue                                # shared memory (never with one rank per host)
+        if u == v or a == b:
+            continue                                # self-loops carry nothing; shared memory inside a host
         lk = testbed.link(a, b)
         d["latency"] = base_latency_s + lk.delay_ms / 1e3
-        caps = [x for x in (lk.mbit,) if x is not None]
-        if per_rank:
-            if caps:
-                d["bandwidth"] = caps[0] / 1e3
-        else:
-            caps += [x for x in (hosts[a].nic_mbit, hosts[b].nic_mbit) if x is not None]
-            if caps:
-                d["bandwidth"] = min(caps) / max(out_c[a], in_c[b]) / 1e3
+        if lk.mbit is not None:
+            d["bandwidth"] = lk.mbit / between[(a, b)] / 1e3
     return H

@@ -219,16 +219,34 @@ def _hier(variant):
     return build
 
 
-def _plain(fn, edges=None):
-    """``build(n)`` of a one-parameter family, its size checked first (``edges(n)``: how many it has, when
-    more than a sparse family's)."""
+def _plain(fn, edges=None, placed=True):
+    """``build(n, machines=None)`` of a one-parameter family, its size checked first (``edges(n)``: how many
+    it has, when more than a sparse family's); ``machines``: sizes of machines to place consecutive nodes
+    on (:func:`place_on_machines`), where the family allows it (``placed``)."""
     def build(n, machines=None):
-        _need(not machines, "--machines applies to the hierarchical kinds only")
+        _need(not machines or placed, "--machines does not apply to a schedule")
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             check_size(fn.__name__.replace("_", "-"), n, edges(n) if edges else None)
-        return fn(n)
+        G = fn(n)
+        return place_on_machines(G, machines) if machines else G
     build.__doc__ = fn.__doc__
     return build
+
+
+def place_on_machines(G, sizes):
+    """``G`` with consecutive nodes on machines ``m0, m1, ...`` of ``sizes`` (node attribute ``machine``, as
+    :func:`hierarchical` sets it): the workers of a machine share its NIC (``hopdec sim``, ``hopdec topo
+    analyze``).
+
+    >>> G = place_on_machines(ring(8), (4, 2, 2)); [G.nodes[v]["machine"] for v in (0, 3, 4, 7)]
+    ['m0', 'm0', 'm1', 'm2']
+    """
+    n = G.number_of_nodes()
+    _need(sum(sizes) == n, f"machine sizes {','.join(map(str, sizes))} add up to {sum(sizes)}, not n={n}")
+    names = [f"m{m}" for m, size in enumerate(sizes) for _ in range(size)]
+    for v, name in zip(sorted(G.nodes), names):
+        G.nodes[v]["machine"] = name
+    return G
 
 
 GENERATORS = {
@@ -241,7 +259,8 @@ GENERATORS = {
     "hierarchical-a": _hier("a"),
     "hierarchical-b": _hier("b"),
 }
-"""Kind name -> ``build(n, machines=None) -> DiGraph`` (``machines``: sizes, hierarchical only).
+"""Kind name -> ``build(n, machines=None) -> DiGraph`` (``machines``: sizes of machines, consecutive nodes
+on each: :func:`place_on_machines`).
 
 ``hierarchical-a`` / ``hierarchical-b`` are :func:`hierarchical` variants ``"a"`` / ``"b"``
 (Hop Fig. 21 (b) / (c)); without ``machines`` they use :func:`default_machine_sizes`.
@@ -287,7 +306,7 @@ def one_peer_exponential(n):
 
 
 SCHEDULE_GENERATORS = {
-    "one-peer-exponential": _plain(one_peer_exponential),
+    "one-peer-exponential": _plain(one_peer_exponential, placed=False),
 }
 """Kinds whose graph changes every step (a schedule; ``hopdec topo generate`` writes a schedule file)."""
 GENERATORS.update(SCHEDULE_GENERATORS)

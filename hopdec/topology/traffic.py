@@ -5,7 +5,8 @@ Every worker sends one update to each out-neighbour per iteration (Hop Fig. 7; o
 active edges). Workers with the same ``machine`` attribute share that host's NIC and exchange through
 shared memory, as ``python -m hopdec.testbed --place machine`` and real clusters run them; a worker
 without one is a host of its own. A NIC moves its bandwidth per direction (full duplex) or in all (half),
-shared by what crosses it; an edge's own ``bandwidth`` caps that link. No schedule of the transfers ends an
+shared by what crosses it; an edge's own ``bandwidth`` caps that link (between machines: inside one,
+shared memory). No schedule of the transfers ends an
 iteration's sends sooner than the busiest NIC or link needs, so training cannot run faster than
 1 / that time, whatever the compute: why a graph with a smaller spectral gap wins on slow links between
 machines (Fig. 21). ``hopdec sim`` gives every worker a NIC of its own (README, "Simulator").
@@ -28,17 +29,13 @@ MIB = 2 ** 20
 
 
 def hosts_of(G: Any, machines: Optional[tuple] = None) -> dict:
-    """node -> its host: the ``machine`` attribute, else the node itself; ``machines``: sizes of blocks
-    of consecutive nodes instead (``(4, 2, 2)``: nodes 0-3 on m0, 4-5 on m1, 6-7 on m2, as ``hopdec topo
-    generate --machines`` names them), so that any graph can be placed on the same machines."""
-    nodes = sorted(G.nodes)
-    if machines is None:
-        return {v: G.nodes[v].get("machine", v) for v in nodes}
-    if sum(machines) != len(nodes):
-        raise ValueError(f"--machines {','.join(map(str, machines))} places {sum(machines)} workers, "
-                         f"the graph has {len(nodes)}")
-    names = [f"m{m}" for m, size in enumerate(machines) for _ in range(size)]
-    return dict(zip(nodes, names))
+    """node -> its host: the ``machine`` attribute, else the node itself; ``machines``: sizes of machines to
+    place consecutive nodes on instead (:func:`hopdec.topology.generators.place_on_machines`), so that any
+    graph can be put on the same machines."""
+    if machines is not None:
+        from hopdec.topology.generators import place_on_machines
+        G = place_on_machines(G.copy(), machines)
+    return {v: G.nodes[v].get("machine", v) for v in sorted(G.nodes)}
 
 
 def _steps(G: Any) -> list:
@@ -71,7 +68,7 @@ def _bottleneck(edges: list, host: dict, link: Any) -> tuple[float, str, dict, d
         for count, doing in loads:
             if count and count / nic[h] > worst:
                 worst, what = count / nic[h], f"{host_name(h)}'s NIC {doing} at {_gbps(nic[h])}"
-    used = set(edges)
+    used = {(u, v) for u, v in edges if host[u] != host[v]}       # (inside a machine: shared memory)
     for (u, v), (bw, _lat) in link.links.items():
         if bw is not None and (u, v) in used and 1 / bw > worst:
             worst, what = 1 / bw, f"link {u}->{v} at {_gbps(bw)}"
@@ -120,8 +117,8 @@ def _updates(k: int) -> str:
 
 
 def host_name(h: Any) -> str:
-    """How a report names host ``h``: a machine by its name, else ``worker N``."""
-    return str(h) if isinstance(h, str) else f"worker {h}"
+    """How a report names host ``h``: ``machine m0``, or ``worker 3`` (a host of its own)."""
+    return f"machine {h}" if isinstance(h, str) else f"worker {h}"
 
 
 def _gbps(bytes_per_s: float) -> str:

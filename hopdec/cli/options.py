@@ -156,6 +156,21 @@ def add_run_arguments(p, mpi=True):
     return dict(topology=g, data=d, heterogeneity=h, output=o)
 
 
+def add_network_arguments(group):
+    """The network of the cost model -- ``--bandwidth``, ``--latency``, ``--nic-duplex`` -- as ``hopdec sim``
+    and ``hopdec topo analyze/compare`` read it (:func:`hopdec.sim.run.link_model`)."""
+    from hopdec.settings.cost import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+    group.add_argument("--bandwidth", action="append", default=None, metavar="[WHO@]GBPS",
+                       help=f"NIC bandwidth per direction in Gb/s (repeatable; WHO@ for some ranks, e.g. 0@100 "
+                            f"for a PS server); default {DEFAULT_BANDWIDTH_GBPS:g}. Topology node and edge "
+                            f"attributes 'bandwidth' (Gb/s) and 'latency' (s) override it per node/link; the "
+                            f"workers of one 'machine' (node attribute) share its NIC")
+    group.add_argument("--latency", type=float, default=DEFAULT_LATENCY_S, metavar="SECONDS",
+                       help=f"per message, where an edge has no 'latency' attribute (default {DEFAULT_LATENCY_S:g})")
+    group.add_argument("--nic-duplex", choices=["full", "half"], default="full",
+                       help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+
+
 def add_ps_arguments(parser):
     """The PS-only options (``hopdec train`` adds them; ``--staleness``, ``--backup-workers`` are shared)."""
     g = parser.add_argument_group("parameter server (--mode ps: rank 0 serves, ranks 1.. are workers)")

@@ -22,9 +22,9 @@ EXAMPLES = """examples:
 
 
 def build_parser():
-    from hopdec.cli.options import add_run_arguments
+    from hopdec.cli.options import add_network_arguments, add_run_arguments
     from hopdec.cli.train import _Parser
-    from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+    from hopdec.settings.cost import CHECK_UP_TO
     from hopdec.settings.faults import DETECT_S, HEAL_STALL_S
     from hopdec.sim.costs import DEFAULT_COMPUTE_S
 
@@ -51,14 +51,7 @@ def build_parser():
     c.add_argument("--message-mb", type=float, default=None, metavar="MB",
                    help="size of a parameter (or gradient) message in MiB; default: the model's real size "
                         "(parameters x 4 bytes)")
-    c.add_argument("--bandwidth", action="append", default=None, metavar="[WHO@]GBPS",
-                   help=f"NIC bandwidth per direction in Gb/s (repeatable; WHO@ for some ranks, e.g. "
-                        f"0@100 for a PS server); default {DEFAULT_BANDWIDTH_GBPS:g}. Topology node and "
-                        f"edge attributes 'bandwidth' (Gb/s) and 'latency' (s) override it per node/link")
-    c.add_argument("--latency", type=float, default=DEFAULT_LATENCY_S, metavar="SECONDS",
-                   help=f"per message (default {DEFAULT_LATENCY_S:g})")
-    c.add_argument("--nic-duplex", choices=["full", "half"], default="full",
-                   help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+    add_network_arguments(c)
     c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
                    help="decentralized mode: zero-copy (a real CPU run's): the parameters live in a pool of "
                         "stores; a Reduce writes one whose sends completed -- above the eager limit, once a "

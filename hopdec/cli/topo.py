@@ -17,7 +17,7 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
-from hopdec.settings.cost import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_S
+from hopdec.cli.options import add_network_arguments
 from hopdec.topology.analysis import DEFAULT_MAX_IG, _num
 from hopdec.topology.schedule import schedule_of
 from hopdec.topology.schedule_analysis import report_lines as schedule_report_lines
@@ -67,14 +67,7 @@ def _network_options(p):
     n = p.add_argument_group("network (the least transfer time per iteration, hopdec.topology.traffic)")
     n.add_argument("--message-mb", type=_positive_float, default=1.0, metavar="MB",
                    help="MiB per update (default 1; the transfer time scales with it)")
-    n.add_argument("--bandwidth", action="append", default=None, metavar="[WHO@]GBPS",
-                   help=f"NIC bandwidth per direction in Gb/s, as hopdec sim takes it (default "
-                        f"{DEFAULT_BANDWIDTH_GBPS:g}; the topology's node and edge attributes 'bandwidth' "
-                        f"override it); workers of one 'machine' share its NIC")
-    n.add_argument("--latency", type=float, default=DEFAULT_LATENCY_S, metavar="SECONDS",
-                   help=f"per message, where an edge has no 'latency' attribute (default {DEFAULT_LATENCY_S:g})")
-    n.add_argument("--nic-duplex", choices=["full", "half"], default="full",
-                   help="full: a NIC sends and receives at full bandwidth at once; half: both share it")
+    add_network_arguments(n)
     n.add_argument("--machines", type=_sizes, metavar="SIZES",
                    help="place the workers on machines of these sizes, in node order (e.g. 4,2,2: nodes 0-3 "
                         "on m0, 4-5 on m1, 6-7 on m2), instead of the file's 'machine' attributes: compare "

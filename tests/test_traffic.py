@@ -164,5 +164,8 @@ def test_any_graph_placed_on_machines_runs_as_analyze_says(tmp_path):
     res = simulate(parse(["--topology", str(path), "--bandwidth", "0.01", "--message-mb", "0.0367",
                           "--compute-time", "0.001", "--iterations", "100", "--invariants", "off"]), out=out)
     assert "3 machine(s) of 4/2/2 workers, each sharing one NIC, shared memory inside" in out.getvalue()
+    bound = a["traffic"]["max_iterations_per_s"]
+    assert (f"network: at most {bound:.4g} iterations/s whatever the compute (machine m0's NIC sending 6 "
+            f"updates at 0.01 Gb/s; hopdec topo analyze)") in out.getvalue()
     assert res["header"]["cost_model"]["network"]["machines"] == {"m0": [0, 1, 2, 3], "m1": [4, 5], "m2": [6, 7]}
     assert min(r["iter_per_s"] for r in res["rows"]) == pytest.approx(a["traffic"]["max_iterations_per_s"], rel=0.02)

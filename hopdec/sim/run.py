@@ -405,6 +405,12 @@ def _run_hop(S, entries=False):
              f"{'round' if cfg.rounds else 'iteration'}"
              + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "
                 f"bytes, keys of {4 * S.coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
+    if cfg.compress == "none" and churn is None:      # what the network alone allows (topo analyze's bound)
+        from hopdec.topology.traffic import traffic
+        t = traffic(hop.graph, S.link, S.message_bytes / MIB)
+        if t["max_iterations_per_s"]:
+            text += (f"\nnetwork: at most {t['max_iterations_per_s']:.4g} {'rounds' if cfg.rounds else 'iterations'}"
+                     f"/s whatever the compute ({t['bottleneck']}; hopdec topo analyze)")
     checked = (f"; Hop invariants (Theorem 2, queue capacity, Table 1 gaps, no update lost"
                + (", in rounds" if cfg.rounds else "") + f") held at all {inv.checks} events" if inv else "; Hop invariants not checked (" + (
                    f"--invariants auto checks up to {CHECK_UP_TO} workers; --invariants on forces it)"

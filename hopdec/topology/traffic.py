@@ -61,7 +61,7 @@ def _bottleneck(edges: list, host: dict, link: Any) -> tuple[float, str, dict, d
         b = link.node_bandwidth.get(v, link.bandwidth)
         nic[h] = min(nic.get(h, b), b)
     worst, what = 0.0, "nothing crosses a NIC"
-    for h in set(sends) | set(receives):
+    for h in dict.fromkeys(host[v] for v in sorted(host)):      # in node order: the first of equals named
         out, into = sends.get(h, 0), receives.get(h, 0)
         loads = [(out + into, f"sending {_updates(out)} and receiving {_updates(into)}")] \
             if link.duplex == "half" else [(out, f"sending {_updates(out)}"), (into, f"receiving {_updates(into)}")]

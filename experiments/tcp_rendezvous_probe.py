@@ -1,0 +1,69 @@
+"""When does a rendezvous message move over Open MPI's TCP transport? Two ranks, one message, one side busy.
+
+    python -m hopdec.testbed up -n 2 --nic 20          # in one terminal: two hosts, 20 Mbit/s NICs
+    HOPDEC_CMD="python experiments/tcp_rendezvous_probe.py MODE BYTES SECONDS" HOPDEC_INTERFACE=10.213.0.0/16 \\
+      HOPDEC_MPIRUN_ARGS="--mca plm_rsh_agent /tmp/hopdec-testbed/ID/rsh-agent --mca btl_tcp_eager_limit 4096" \\
+      ip netns exec ID-r0 launch/hostfile.sh -f /tmp/hopdec-testbed/ID/hostfile -n 2
+
+MODE (the simulator's ``--rendezvous push`` model, hopdec/sim/sends.py, says what each should show):
+
+* ``sender-busy``: rank 0 Isends, tests once, then computes SECONDS with no MPI call, then Waits. The
+  data should move only once the sender is back in MPI (it has to answer the receiver's acknowledgement).
+* ``receiver-busy``: rank 1 posts its Irecv, then computes SECONDS; rank 0 Isends and Waits. The data
+  should move only once the receiver is back in MPI (it acknowledges then).
+* ``sender-busy-after-start``: rank 0 Isends and polls for 20 ms (the handshake and the first writes
+  happen), then computes SECONDS, then Waits. Does the rest of the message move while the sender computes?
+
+Each of 3 trials prints, in ms after the send began, when the receive completed and when the send's
+Wait returned. Results on this machine: experiments/README.md ("Emulated links").
+"""
+
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def main(mode, nbytes, seconds):
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    buf = np.ones(nbytes, dtype=np.uint8)
+    for trial in range(3):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        if rank == 0:
+            req = comm.Isend(buf, dest=1, tag=trial)
+            if mode == "sender-busy":
+                req.Test()
+                busy(seconds)
+            elif mode == "sender-busy-after-start":
+                end = time.perf_counter() + 0.02
+                while time.perf_counter() < end and not req.Test():
+                    pass
+                busy(seconds)
+            req.Wait()
+            comm.send(MPI.Wtime() - t0, dest=1, tag=1000)
+        else:
+            got = np.empty(nbytes, dtype=np.uint8)
+            req = comm.Irecv(got, source=0, tag=trial)
+            if mode == "receiver-busy":
+                busy(seconds)
+            while not req.Test():
+                time.sleep(0.0002)
+            done = MPI.Wtime() - t0
+            sent = comm.recv(source=0, tag=1000)
+            print(f"{mode} {nbytes} B, busy {seconds} s: receive done at {done * 1e3:.1f} ms, the send's Wait "
+                  f"returned at {sent * 1e3:.1f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] not in ("sender-busy", "receiver-busy", "sender-busy-after-start"):
+        sys.exit("usage: tcp_rendezvous_probe.py sender-busy|receiver-busy|sender-busy-after-start BYTES SECONDS")
+    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

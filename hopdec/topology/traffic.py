@@ -6,10 +6,10 @@ active edges). Workers with the same ``machine`` attribute share that host's NIC
 shared memory, as ``python -m hopdec.testbed --place machine`` and real clusters run them; a worker
 without one is a host of its own. A NIC moves its bandwidth per direction (full duplex) or in all (half),
 shared by what crosses it; an edge's own ``bandwidth`` caps that link (between machines: inside one,
-shared memory). No schedule of the transfers ends an
-iteration's sends sooner than the busiest NIC or link needs, so training cannot run faster than
-1 / that time, whatever the compute: why a graph with a smaller spectral gap wins on slow links between
-machines (Fig. 21). ``hopdec sim`` gives every worker a NIC of its own (README, "Simulator").
+shared memory). No schedule of the transfers ends an iteration's sends sooner than the busiest NIC or
+link needs, so training cannot run faster than 1 / that time, whatever the compute: why a graph with a
+smaller spectral gap wins on slow links between machines (Fig. 21). It is ``hopdec sim``'s network model
+(:class:`hopdec.sim.network.LinkModel`), where the bound is reached when compute is short.
 
 >>> import networkx as nx
 >>> from hopdec.sim.network import LinkModel

@@ -1,7 +1,8 @@
-"""When does a rendezvous message move over Open MPI's TCP transport? Two ranks, one message, one side busy.
+"""How messages move over Open MPI's TCP transport, on a testbed: what the simulator's network and send
+models assume (hopdec/sim/network.py, hopdec/sim/sends.py), measured.
 
     python -m hopdec.testbed up -n 2 --nic 20          # in one terminal: two hosts, 20 Mbit/s NICs
-    HOPDEC_CMD="python experiments/tcp_rendezvous_probe.py MODE BYTES SECONDS" HOPDEC_INTERFACE=10.213.0.0/16 \\
+    HOPDEC_CMD="python experiments/tcp_probe.py MODE BYTES SECONDS" HOPDEC_INTERFACE=10.213.0.0/16 \\
       HOPDEC_MPIRUN_ARGS="--mca plm_rsh_agent /tmp/hopdec-testbed/ID/rsh-agent --mca btl_tcp_eager_limit 4096" \\
       ip netns exec ID-r0 launch/hostfile.sh -f /tmp/hopdec-testbed/ID/hostfile -n 2
 
@@ -13,6 +14,9 @@ MODE (the simulator's ``--rendezvous push`` model, hopdec/sim/sends.py, says wha
   should move only once the receiver is back in MPI (it acknowledges then).
 * ``sender-busy-after-start``: rank 0 Isends and polls for 20 ms (the handshake and the first writes
   happen), then computes SECONDS, then Waits. Does the rest of the message move while the sender computes?
+* ``fanout`` (any number of ranks, SECONDS unused; e.g. ``up -n 8 --nic 100 --host-nic r0=20``): rank 0
+  Isends BYTES to every other rank at once, as a parameter server sends its weights. The simulator shares
+  rank 0's NIC equally, so every message arrives when the last byte of all has left; prints the arrivals.
 
 Each of 3 trials prints, in ms after the send began, when the receive completed and when the send's
 Wait returned. Results on this machine: experiments/README.md ("Emulated links").
@@ -31,7 +35,31 @@ def busy(seconds):
         pass
 
 
+def fanout(nbytes):
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    buf = np.ones(nbytes, dtype=np.uint8)
+    for trial in range(5):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        if rank == 0:
+            MPI.Request.Waitall([comm.Isend(buf, dest=d, tag=trial) for d in range(1, n)])
+            t = 0.0
+        else:
+            got = np.empty(nbytes, dtype=np.uint8)
+            req = comm.Irecv(got, source=0, tag=trial)
+            while not req.Test():
+                time.sleep(0.0001)
+            t = MPI.Wtime() - t0            # (the hosts are namespaces of one machine: one clock)
+        times = comm.gather(t, root=0)
+        if rank == 0:
+            print(f"fanout {nbytes} B to {n - 1}: arrivals at " + ", ".join(f"{x * 1e3:.1f}" for x in sorted(times[1:]))
+                  + " ms", flush=True)
+
+
 def main(mode, nbytes, seconds):
+    if mode == "fanout":
+        return fanout(nbytes)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     buf = np.ones(nbytes, dtype=np.uint8)
@@ -64,6 +92,6 @@ def main(mode, nbytes, seconds):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("sender-busy", "receiver-busy", "sender-busy-after-start"):
-        sys.exit("usage: tcp_rendezvous_probe.py sender-busy|receiver-busy|sender-busy-after-start BYTES SECONDS")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("sender-busy", "receiver-busy", "sender-busy-after-start", "fanout"):
+        sys.exit("usage: tcp_probe.py sender-busy|receiver-busy|sender-busy-after-start|fanout BYTES SECONDS")
     main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

@@ -14,6 +14,8 @@ MODE (the simulator's ``--rendezvous push`` model, hopdec/sim/sends.py, says wha
   should move only once the receiver is back in MPI (it acknowledges then).
 * ``sender-busy-after-start``: rank 0 Isends and polls for 20 ms (the handshake and the first writes
   happen), then computes SECONDS, then Waits. Does the rest of the message move while the sender computes?
+* ``fanin`` (any number of ranks): every other rank Isends BYTES to rank 0 at once, which computes SECONDS
+  (no MPI call) after posting its receives, then polls; the simulator shares rank 0's NIC equally.
 * ``fanout`` (any number of ranks, SECONDS unused; e.g. ``up -n 8 --nic 100 --host-nic r0=20``): rank 0
   Isends BYTES to every other rank at once, as a parameter server sends its weights. The simulator shares
   rank 0's NIC equally, so every message arrives when the last byte of all has left; prints the arrivals.
@@ -57,9 +59,34 @@ def fanout(nbytes):
                   + " ms", flush=True)
 
 
+def fanin(nbytes, seconds):
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    buf = np.ones(nbytes, dtype=np.uint8)
+    for trial in range(5):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        if rank == 0:
+            got = [np.empty(nbytes, dtype=np.uint8) for _ in range(1, n)]
+            reqs = [comm.Irecv(g, source=s, tag=trial) for s, g in zip(range(1, n), got)]
+            busy(seconds)
+            done = [None] * len(reqs)
+            while None in done:
+                for i, req in enumerate(reqs):
+                    if done[i] is None and req.Test():
+                        done[i] = MPI.Wtime() - t0
+                time.sleep(0.0001)
+            print(f"fanin {n - 1} x {nbytes} B, receiver busy {seconds} s: arrivals at "
+                  + ", ".join(f"{x * 1e3:.1f}" for x in sorted(done)) + " ms", flush=True)
+        else:
+            comm.Isend(buf, dest=0, tag=trial).Wait()
+
+
 def main(mode, nbytes, seconds):
     if mode == "fanout":
         return fanout(nbytes)
+    if mode == "fanin":
+        return fanin(nbytes, seconds)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     buf = np.ones(nbytes, dtype=np.uint8)
@@ -92,6 +119,7 @@ def main(mode, nbytes, seconds):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("sender-busy", "receiver-busy", "sender-busy-after-start", "fanout"):
-        sys.exit("usage: tcp_probe.py sender-busy|receiver-busy|sender-busy-after-start|fanout BYTES SECONDS")
+    modes = ("sender-busy", "receiver-busy", "sender-busy-after-start", "fanin", "fanout")
+    if len(sys.argv) != 4 or sys.argv[1] not in modes:
+        sys.exit(f"usage: tcp_probe.py {'|'.join(modes)} BYTES SECONDS")
     main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

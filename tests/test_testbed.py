@@ -190,6 +190,36 @@ def test_train_across_namespaces_through_the_hostfile_launcher(two_machines):
 
 @needs_netns
 @pytest.mark.mpi
+def test_the_simulator_of_the_testbed_runs_as_the_testbed_did(two_machines, tmp_path):
+    """The same job in ``hopdec sim`` on the testbed's network (:func:`sim_topology`: m0's two ranks on one
+    machine, shared memory between them, the 2 Mbit/s link shared by the two edges that cross it each way):
+    the time per iteration the real run measured, within 20% (rank 2's two 38 KB updates take 0.31 s)."""
+    import io
+
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    assert two_machines["proc"].returncode == 0
+    header = json.loads(open(two_machines["logs"] / "rank0.jsonl").readline())["run"]
+    G = generators.ring(3)
+    for r, m in enumerate(["m0", "m0", "m1"]):
+        G.nodes[r]["machine"] = m
+    H = sim_topology(G, by_machine(G, cross=Link(2.0, 10.0)), base_latency_s=1e-4)
+    assert [H.nodes[r].get("machine") for r in range(3)] == ["m0", "m0", None]      # m1: a host of one
+    graph_io.save(H, tmp_path / "sim.json")
+    simulate(parse(["--topology", str(tmp_path / "sim.json"), "--iterations", "10", "--model", "mlp",
+                    "--compute-time", "0.02", "--latency", "0.0101", "--eager-limit", "4096", "--invariants", "off",
+                    "--log-dir", str(tmp_path / "logs")]), out=io.StringIO())
+
+    def per_iter(logs):
+        recs = read_log(logs / "rank0.jsonl")
+        return (recs[-1]["time"] - recs[2]["time"]) / (recs[-1]["iter"] - recs[2]["iter"])
+    real, sim = per_iter(two_machines["logs"]), per_iter(tmp_path / "logs")
+    print(f"per iteration: real {real:.3f} s ({header['network']['hosts']}), simulated {sim:.3f} s")
+    assert sim == pytest.approx(real, rel=0.2), (real, sim)       # (2% on an idle machine)
+
+
+@needs_netns
+@pytest.mark.mpi
 def test_nothing_is_left_after_a_run(two_machines):
     assert two_machines["proc"].returncode == 0
     ranks = [json.loads(open(two_machines["logs"] / f"rank{r}.jsonl").readline())["run"]["pid"] for r in range(3)]

@@ -37,13 +37,18 @@ def busy(seconds):
         pass
 
 
+def trials(nbytes, count):
+    """``(rank, ranks, a message of nbytes, trial, its start time)`` for each trial, all ranks in step."""
+    comm = MPI.COMM_WORLD
+    buf = np.ones(nbytes, dtype=np.uint8)
+    for trial in range(count):
+        comm.Barrier()
+        yield comm.Get_rank(), comm.Get_size(), buf, trial, MPI.Wtime()
+
+
 def fanout(nbytes):
     comm = MPI.COMM_WORLD
-    rank, n = comm.Get_rank(), comm.Get_size()
-    buf = np.ones(nbytes, dtype=np.uint8)
-    for trial in range(5):
-        comm.Barrier()
-        t0 = MPI.Wtime()
+    for rank, n, buf, trial, t0 in trials(nbytes, 5):
         if rank == 0:
             MPI.Request.Waitall([comm.Isend(buf, dest=d, tag=trial) for d in range(1, n)])
             t = 0.0
@@ -61,11 +66,7 @@ def fanout(nbytes):
 
 def fanin(nbytes, seconds):
     comm = MPI.COMM_WORLD
-    rank, n = comm.Get_rank(), comm.Get_size()
-    buf = np.ones(nbytes, dtype=np.uint8)
-    for trial in range(5):
-        comm.Barrier()
-        t0 = MPI.Wtime()
+    for rank, n, buf, trial, t0 in trials(nbytes, 5):
         if rank == 0:
             got = [np.empty(nbytes, dtype=np.uint8) for _ in range(1, n)]
             reqs = [comm.Irecv(g, source=s, tag=trial) for s, g in zip(range(1, n), got)]
@@ -88,11 +89,7 @@ def main(mode, nbytes, seconds):
     if mode == "fanin":
         return fanin(nbytes, seconds)
     comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
-    buf = np.ones(nbytes, dtype=np.uint8)
-    for trial in range(3):
-        comm.Barrier()
-        t0 = MPI.Wtime()
+    for rank, _, buf, trial, t0 in trials(nbytes, 3):
         if rank == 0:
             req = comm.Isend(buf, dest=1, tag=trial)
             if mode == "sender-busy":

@@ -186,10 +186,7 @@ def hierarchical(sizes=(4, 2, 2), variant="a"):
             edges.append((cur[0], nxt[0]) if variant == "a" else (cur[-1], nxt[0]))
     G = _from_edges(n, edges, f"hierarchical_{variant}_{'-'.join(map(str, sizes))}",
                     bidirectional=True)
-    for m, g in enumerate(groups):
-        for v in g:
-            G.nodes[v]["machine"] = f"m{m}"
-    return G
+    return place_on_machines(G, sizes)
 
 
 BYTES_PER_EDGE = 600

@@ -43,7 +43,9 @@ from dataclasses import dataclass
 import repro_common as C
 
 from hopdec import topology as T
+from hopdec.sim.network import LinkModel
 from hopdec.topology.analysis import metropolis_gap
+from hopdec.topology.traffic import traffic
 
 VGG11_MB = 37.22                 # 9,756,426 x 4 B in MiB
 COMPUTE_S = 1.5
@@ -75,13 +77,8 @@ def machine_topology(kind, n, sizes, path):
     out of each machine, into each)."""
     machines = tuple(sizes)
     G = T.GENERATORS[kind](n, machines)
-    owner = {v: int(G.nodes[v]["machine"][1:]) for v in G.nodes}
-    out_c = [0] * len(machines)
-    in_c = [0] * len(machines)
-    for u, v in G.edges():
-        if u != v and owner[u] != owner[v]:
-            out_c[owner[u]] += 1
-            in_c[owner[v]] += 1
+    per = traffic(G, LinkModel())["per_host"]
+    out_c, in_c = ([per[f"m{m}"][k] for m in range(len(machines))] for k in (0, 1))
     for v in G.nodes:
         G.nodes[v]["bandwidth"] = MACHINE_GBPS
     os.makedirs(os.path.dirname(path), exist_ok=True)

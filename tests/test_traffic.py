@@ -36,6 +36,7 @@ def test_machines_share_a_nic_and_talk_through_shared_memory():
     assert rb["hosts"] == 3 and rb["hosts_are"] == "machines"
     assert rb["updates_per_iteration"] == 24 and rb["updates_between_hosts"] == 14
     assert rb["busiest"] == {"host": "m0", "sends": 6, "receives": 6}
+    assert rb["per_host"] == {"m0": [6, 6], "m1": [4, 4], "m2": [4, 4]}
     for variant in ("a", "b"):
         h = traffic(T.hierarchical((4, 2, 2), variant), LinkModel(bandwidth=GB))     # its own attributes
         assert h["hosts_are"] == "machines" and h["updates_between_hosts"] == 6

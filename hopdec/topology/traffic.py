@@ -48,18 +48,15 @@ def _steps(G: Any) -> list:
     return [[(u, v) for u in G.nodes for v in sched.out_at(m, u) if v != u] for m in range(sched.period)]
 
 
-def _bottleneck(edges: list, host: dict, link: Any) -> tuple[float, str, dict, dict]:
-    """(seconds per byte of update, what needs them, sends per host, receives per host) for one step."""
+def _bottleneck(edges: list, host: dict, nic: dict, link: Any) -> tuple[float, str, dict, dict]:
+    """(seconds per byte of update, what needs them, sends per host, receives per host) for one step;
+    ``nic``: host -> its NIC's bytes/s."""
     sends: dict = {}
     receives: dict = {}
     for u, v in edges:
         if host[u] != host[v]:
             sends[host[u]] = sends.get(host[u], 0) + 1
             receives[host[v]] = receives.get(host[v], 0) + 1
-    nic: dict = {}                              # a machine's NIC: the slowest its workers are given
-    for v, h in host.items():
-        b = link.node_bandwidth.get(v, link.bandwidth)
-        nic[h] = min(nic.get(h, b), b)
     worst, what = 0.0, "nothing crosses a NIC"
     for h in dict.fromkeys(host[v] for v in sorted(host)):      # in node order: the first of equals named
         out, into = sends.get(h, 0), receives.get(h, 0)
@@ -76,13 +73,18 @@ def _bottleneck(edges: list, host: dict, link: Any) -> tuple[float, str, dict, d
 
 
 def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple] = None) -> dict:
-    """The updates one iteration sends, in all and between hosts, the busiest host, and the least transfer
+    """The updates one iteration sends, in all and between hosts (``per_host``: host -> [sent, received], of
+    the busiest step of a schedule), the busiest host, and the least transfer
     time per iteration for updates of ``message_mb`` MiB through ``link`` (a
     :class:`hopdec.sim.network.LinkModel`: the NICs' bandwidth in bytes/s, per node, per edge, duplex);
     ``machines``: place the workers on machines of these sizes (:func:`hosts_of`)."""
     host = hosts_of(G, machines)
+    nic: dict = {}                              # a machine's NIC: the slowest its workers are given
+    for v, h in host.items():
+        b = link.node_bandwidth.get(v, link.bandwidth)
+        nic[h] = min(nic.get(h, b), b)
     steps = _steps(G)
-    per = [_bottleneck(edges, host, link) for edges in steps]
+    per = [_bottleneck(edges, host, nic, link) for edges in steps]
     worst = max(range(len(per)), key=lambda k: per[k][0])
     spb = sum(p[0] for p in per) / len(per)             # a schedule runs its steps in turn
     sends, receives = per[worst][2], per[worst][3]
@@ -99,6 +101,7 @@ def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple
         "updates_per_iteration": _mean([len(e) for e in steps]),
         "updates_between_hosts": _mean([sum(p[2].values()) for p in per]),
         "busiest": busiest,
+        "per_host": {h: [sends.get(h, 0), receives.get(h, 0)] for h in dict.fromkeys(host.values())},
         "message_mb": message_mb,
         "seconds_per_iteration": seconds,
         "max_iterations_per_s": None if seconds == 0 else 1 / seconds,

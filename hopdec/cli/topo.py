@@ -370,13 +370,13 @@ def _compare(args):
             ("doubly_stochastic", "doubly"), ("spectral_gap", "gap"),
             ("normalized_laplacian_gap", "lap gap"), ("diameter", "diam"),
             ("standard", "max gap"), ("standard+tokens", f"tokens(ig={args.max_ig})"),
-            ("updates_between_hosts", "x-host"), ("seconds_per_iteration", "net ms")]
+            ("updates_between_hosts", "x-host"), ("net_ms", "net ms")]
     table = [[h for _, h in cols]]
     for s in rows:
         t = s["traffic"]
-        table.append([_fmt((s["gap_bounds"] or {}).get(k) if k in ("standard", "standard+tokens")
-                           else t[k] if k == "updates_between_hosts"
-                           else f"{t[k] * 1e3:.4g}" if k == "seconds_per_iteration" else s[k]) for k, _ in cols])
+        values = dict(s, **(s["gap_bounds"] or {}), updates_between_hosts=t["updates_between_hosts"],
+                      net_ms=f"{t['seconds_per_iteration'] * 1e3:.4g}")
+        table.append([_fmt(values.get(k)) for k, _ in cols])
     widths = [max(len(r[c]) for r in table) for c in range(len(cols))]
     for r in table:
         print("  ".join(x.ljust(w) if c == 0 else x.rjust(w)

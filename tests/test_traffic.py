@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 
 from hopdec import topology as T
+from hopdec.errors import HopdecError
 from hopdec.cli.sim import parse
 from hopdec.settings.cost import Cost
 from hopdec.sim.network import LinkModel
@@ -170,3 +171,27 @@ def test_any_graph_placed_on_machines_runs_as_analyze_says(tmp_path):
             f"updates at 0.01 Gb/s; hopdec topo analyze)") in out.getvalue()
     assert res["header"]["cost_model"]["network"]["machines"] == {"m0": [0, 1, 2, 3], "m1": [4, 5], "m2": [6, 7]}
     assert min(r["iter_per_s"] for r in res["rows"]) == pytest.approx(a["traffic"]["max_iterations_per_s"], rel=0.02)
+
+
+@pytest.mark.parametrize("where,value,problem", [
+    ("node", {"bandwidth": "fast"}, "node 2 bandwidth: 'fast' is not a number"),
+    ("node", {"bandwidth": -1}, "node 2 bandwidth: must be > 0"),
+    ("edge", {"latency": "nan"}, "latency"),
+    ("node", {"machine": 5}, "attribute 'machine' must be a host name string"),
+])
+def test_a_hostile_network_attribute_is_one_line_for_analyze_as_for_sim(tmp_path, where, value, problem):
+    """The network section reads the file's attributes as ``hopdec sim`` does: a bad one is the same one
+    line naming the file, never ignored."""
+    path = tmp_path / "bad.json"
+    data = json.loads(open("topologies/ring_8.json").read())
+    target = data["nodes"][2] if where == "node" else next(e for e in data["edges"] if e["source"] != e["target"])
+    target.update(value)
+    path.write_text(json.dumps(data))
+    for cmd in ("analyze", "compare"):
+        r = topo(cmd, path)
+        assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and problem in lines[0], r.stderr
+    out = io.StringIO()
+    with pytest.raises(HopdecError, match=problem):
+        simulate(parse(["--topology", str(path), "--iterations", "2"]), out=out)

@@ -242,6 +242,16 @@ def scenario_shapes(out):
     print(f"@@shapes built on rank {rank}", flush=True)
 
 
+def scenario_layout(out):
+    """Rank 1 alone turns its model channels_last: the same shapes, its buffer in another order."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 2 * 2, 3))
+    if rank == 1:
+        model = model.to(memory_format=torch.channels_last)
+    HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=20)
+    print(f"@@layout built on rank {rank}", flush=True)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -483,7 +493,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
-                 adopt=scenario_adopt, random=scenario_random)
+                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout)
 
 if __name__ == "__main__":
     out = sys.argv[1]

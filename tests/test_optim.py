@@ -358,3 +358,48 @@ def test_a_lazy_module_not_yet_run_is_one_line_naming_the_parameter():
     opt = HopOptimizer(model, torch.optim.SGD, lr=0.1)
     assert opt.flat.numel == 5 * 4 + 4 + 4 * 2 + 2
     opt.finish()
+
+
+def conv_net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 2)).to(memory_format=torch.channels_last)
+
+
+def train_images(model, opt, steps, start=0):
+    for k in range(start, start + steps):
+        g = torch.Generator().manual_seed(k)
+        x = torch.randn(4, 3, 6, 6, generator=g).to(memory_format=torch.channels_last)
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("local_steps", [1, 2])
+def test_a_channels_last_model_stays_channels_last_and_trains_as_a_contiguous_one(finish_all, local_steps):
+    """``model.to(memory_format=torch.channels_last)`` (PyTorch's recipe for faster convolutions) keeps its
+    layout in the flat buffer: each parameter is a view with the strides it had, not a contiguous one (which
+    silently undid the user's choice), and every reader of the buffer (Reduce, local rounds, gradients, the
+    consensus model) agrees on it, so it trains as the same model in the default layout does."""
+    m, ref_m = conv_net(), conv_net().to(memory_format=torch.contiguous_format)
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, momentum=0.9, local_steps=local_steps)
+    ref = HopOptimizer(ref_m, torch.optim.SGD, lr=0.1, momentum=0.9, local_steps=local_steps)
+    finish_all.extend([opt, ref])
+    w = m[0].weight
+    assert w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+    train_images(m, opt, 4)
+    train_images(ref_m, ref, 4)
+    assert m[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert m[0].weight.grad.is_contiguous(memory_format=torch.channels_last)
+    for p, q in zip(m.parameters(), ref_m.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+    twin = opt.consensus_model()
+    for (k, a), b in zip(m.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
+    opt.zero_grad(set_to_none=True)          # backward makes new gradients; they go back into the buffer
+    ref.zero_grad(set_to_none=True)
+    train_images(m, opt, 1, start=4)
+    train_images(ref_m, ref, 1, start=4)
+    for p, q in zip(m.parameters(), ref_m.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)

@@ -300,6 +300,18 @@ def test_ranks_that_built_different_models_are_one_line_at_construction(mpirun, 
     assert "@@shapes built" not in out.stdout
 
 
+def test_ranks_that_built_different_memory_layouts_are_one_line_at_construction(mpirun, tmp_path):
+    """Rank 1 alone makes its model channels_last: the buffers hold the same sizes in another order, which
+    would average unrelated elements without a word. Refused in the constructor, naming the layouts."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "layout"], timeout=90)
+    line = the_one_line(out, 2)
+    assert re.fullmatch(r"hopdec: error: rank [012]: HopOptimizer: the ranks' models differ: rank 0's and rank 1's "
+                        r"tensors have the same shapes but different memory layouts \(strides: channels_last on "
+                        r"some ranks only\?\); every rank must build the same model \(the messages are the whole "
+                        r"parameter buffer\)", line), line
+    assert "@@layout built" not in out.stdout
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

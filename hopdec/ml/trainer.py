@@ -22,6 +22,27 @@ from hopdec.ml.models import build_model, loss_fn, predict
 from hopdec.ml.stores import StoreOrder
 
 
+def view_like(data, t):
+    """``data`` (a 1-D tensor of ``t.numel()`` elements) shaped and laid out as ``t``: with t's strides when
+    they cover its elements densely (``channels_last`` stays ``channels_last``, a transposed parameter stays
+    transposed), else contiguous. The flat buffer holds each tensor in this order, and every reader of it
+    (Reduce's views, gradients, the consensus model) must use the same one."""
+    if _dense(t):
+        return data.as_strided(t.size(), t.stride())
+    return data.view(t.size())
+
+
+def _dense(t):
+    """Whether ``t``'s strides address exactly ``t.numel()`` elements with no gap or overlap (a permutation
+    of some contiguous layout)."""
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.size()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def flatten_parameters(module=None, params=None):
     """Move every trainable parameter of ``module`` (or the float32 tensors ``params``) into one contiguous
     float32 tensor; return it.
@@ -40,31 +61,11 @@ def flatten_parameters(module=None, params=None):
     with torch.no_grad():
         for p in params:
             n = p.numel()
-            flat[off:off + n].copy_(p.reshape(-1))
-            p.data = flat.data[off:off + n].view_as(p)
-            p.grad = flat.grad[off:off + n].view_as(p)
+            view_like(flat[off:off + n], p).copy_(p)       # (in p's own layout, see view_like)
+            p.data = view_like(flat.data[off:off + n], p)
+            p.grad = view_like(flat.grad[off:off + n], p)
             off += n
     return flat
-
-
-def regather_grads(params, flat):
-    """Put gradients back into ``flat.grad`` if something replaced them (``model.zero_grad()`` sets
-    ``.grad = None`` by default, after which backward allocates new tensors). Cheap when nothing did.
-    ``params``: the flattened parameters, in order (or a module: its trainable parameters)."""
-    off = 0
-    base = flat.grad.data_ptr()
-    if isinstance(params, torch.nn.Module):
-        params = [p for p in params.parameters() if p.requires_grad]
-    for p in params:
-        n = p.numel()
-        view = flat.grad[off:off + n]
-        if p.grad is None or p.grad.data_ptr() != base + off * flat.grad.element_size():
-            if p.grad is None:
-                view.zero_()
-            else:
-                view.copy_(p.grad.reshape(-1))
-            p.grad = view.view_as(p)
-        off += n
 
 
 def write_params(flat, out=None):
@@ -315,7 +316,7 @@ class FlatModel:
                 dst[:self.numel_params].copy_(self.flat.detach())
                 off = self.numel_params
                 for b in self._buffers:
-                    dst[off:off + b.numel()].copy_(b.detach().reshape(-1))
+                    view_like(dst[off:off + b.numel()], b).copy_(b.detach())
                     off += b.numel()
         self._point_at()
 
@@ -386,11 +387,11 @@ class FlatModel:
         off = 0
         for p in self._params:
             n = p.numel()
-            p.data = data[off:off + n].view_as(p)
+            p.data = view_like(data[off:off + n], p)
             off += n
         for b in self._buffers:
             n = b.numel()
-            b.data = store[off:off + n].view_as(b)
+            b.data = view_like(store[off:off + n], b)
             off += n
 
     def expected_pointers(self):

@@ -418,12 +418,13 @@ class HopOptimizer(torch.optim.Optimizer):
         if total is None:
             return None
         total /= self.size
+        from hopdec.ml.trainer import view_like
         values = {}
         n = self.flat.numel
         flat_avg = torch.from_numpy(total[:n].astype(np.float32))
         off = 0
         for t in self._tracked:
-            values[id(t)] = flat_avg[off:off + t.numel()].view_as(t)
+            values[id(t)] = view_like(flat_avg[off:off + t.numel()], t)
             off += t.numel()
         off = n
         for b in extra:

@@ -90,26 +90,33 @@ def _classify(now, old, name, slot, kind, device):
 
 
 def check_same_layout(comm, tensors, timeout):
-    """Every rank's averaged tensors have the same shapes, in the same order (collective, bounded by
-    ``timeout``): the same line on every rank, naming two ranks that differ. Without it a rank whose model
-    was built differently (a rank-dependent size) exchanged messages of another length, and the job ended
-    on MPI's ``MPI_ERR_IN_STATUS``."""
+    """Every rank's averaged tensors have the same shapes and memory layouts, in the same order (collective,
+    bounded by ``timeout``): the same line on every rank, naming two ranks that differ. Without it a rank
+    whose model was built differently (a rank-dependent size) exchanged messages of another length, and the
+    job ended on MPI's ``MPI_ERR_IN_STATUS``; one whose model alone was ``channels_last`` would have averaged
+    its parameters' elements with others in another order, silently (the buffer holds each tensor in its
+    own layout, :func:`hopdec.ml.trainer.view_like`)."""
     import zlib
 
     from hopdec.errors import ConfigError
     from hopdec.transport.collectives import allgather_json
     shapes = [list(t.shape) for t in tensors]
-    mine = [sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode())]
+    strides = [list(t.stride()) for t in tensors]
+    mine = [sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode()),
+            zlib.crc32(repr(strides).encode())]
     every = allgather_json(comm, mine, timeout, "HopOptimizer(): comparing the ranks' models")
     odd = [r for r, theirs in enumerate(every) if theirs != every[0]]
     if not odd:
         return
     r = odd[0]
-    (n0, t0, _), (n1, t1, _) = every[0], every[r]
+    (n0, t0, s0, _), (n1, t1, s1, _) = every[0], every[r]
     if (n0, t0) != (n1, t1):
         differs = f"rank 0 averages {n0:,} numbers in {t0} tensors, rank {r} {n1:,} in {t1}"
-    else:
+    elif s0 != s1:
         differs = f"rank 0's and rank {r}'s tensors have the same sizes in all but different shapes"
+    else:
+        differs = (f"rank 0's and rank {r}'s tensors have the same shapes but different memory layouts "
+                   f"(strides: channels_last on some ranks only?)")
     raise ConfigError(f"HopOptimizer: the ranks' models differ: {differs}; every rank must build the same "
                       f"model (the messages are the whole parameter buffer)")
 

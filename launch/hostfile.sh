@@ -49,7 +49,7 @@ ft_flags "$@"
 net_flags cluster "$@"
 MPIRUN+=(--hostfile "$hostfile" -n "$n" --map-by "$map")
 resume_with "$0" -f "$hostfile" -n "$n" -m "$map"
-for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH; do
+for var in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH HOPDEC_NETWORK; do   # (the testbed's conditions)
     if [[ -n "${!var:-}" ]]; then MPIRUN+=(-x "$var"); fi
 done
 extra_flags

@@ -268,6 +268,49 @@ def test_ctrl_c_tears_it_down():
 
 
 @needs_netns
+@pytest.mark.mpi
+def test_the_launch_line_up_prints_runs_across_the_hosts_with_the_conditions_and_no_warning():
+    """The line ``up`` prints, pasted into a shell as it is: the ranks run on the testbed's hosts with its
+    conditions in ``HOPDEC_NETWORK``; without that variable (a user who drops it) Open MPI prints no box.
+    The line used to pass ``-x HOPDEC_NETWORK`` without setting it: a "Could not find the environment
+    variable" box on every launch."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", "-n", "2", "--no-measure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C tears it down" in line:
+                break
+        prefix = _prefix(lines)
+        launch = next(x for x in lines if x.startswith("launch across it: "))
+        launch = launch[len("launch across it: "):].strip()
+        assert launch.endswith(" ..."), launch
+        launch = launch[:-len(" ...")]
+        show = ("python3 -c 'import json, os, socket; "
+                "print(\"@@\", socket.gethostname(), json.loads(os.environ[\"HOPDEC_NETWORK\"])[\"testbed\"])'")
+        env = dict(os.environ, HOPDEC_CMD=show)
+        got = subprocess.run(["bash", "-c", launch], env=env, capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)
+        assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+        ranks = sorted(x.split()[1:] for x in got.stdout.splitlines() if x.startswith("@@"))
+        assert ranks == [[f"{prefix}-r0", prefix], [f"{prefix}-r1", prefix]], got.stdout
+        assert "Could not find" not in got.stdout + got.stderr
+        bare = launch[launch.index("HOPDEC_INTERFACE="):]         # without HOPDEC_NETWORK=...
+        env["HOPDEC_CMD"] = "true"
+        got = subprocess.run(["bash", "-c", bare], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+        assert "Could not find" not in got.stdout + got.stderr, got.stdout + got.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+@needs_netns
 def test_a_killed_testbed_is_removed_when_the_next_one_is_built(netns_testbed):
     """SIGKILL leaves a testbed's namespaces behind (no clean-up can run); they stayed until someone ran
     ``python -m hopdec.testbed cleanup`` (one from a killed run sat here for 13 hours). Building the next

@@ -214,7 +214,8 @@ def main(argv=None):
         if args.cmd == "up":
             print(f"hosts: {', '.join(tb.ns(i) for i in range(len(spec.hosts)))} (addresses 10.213.<i>.2)\n"
                   f"run a command on host i: ip netns exec {tb.ns(0)} COMMAND\n"
-                  f"launch across it: HOPDEC_INTERFACE={tb.interface} HOPDEC_MPIRUN_ARGS='{tb.mpirun_args()}' "
+                  f"launch across it: HOPDEC_NETWORK=\"$(cat {tb.conditions_file})\" HOPDEC_INTERFACE={tb.interface} "
+                  f"HOPDEC_MPIRUN_ARGS='{tb.mpirun_args()}' "
                   f"ip netns exec {tb.ns(0)} launch/hostfile.sh -f {tb.hostfile} -n {spec.ranks} ...\n"
                   f"Ctrl-C tears it down.", flush=True)
             while True:

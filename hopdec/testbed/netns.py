@@ -267,8 +267,7 @@ esac
 exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/sh -c "$2"' sh "$host" "$*"
 """)
         os.chmod(self.agent, 0o755)
-        with open(os.path.join(self.state, "conditions.json"), "w") as f:
-            json.dump(self.conditions(), f)
+        self._write_conditions()
 
     @property
     def hostfile(self):
@@ -286,10 +285,22 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
                 'hostname "$1" && shift && exec "$@"', "sh", ns] + list(argv)
 
     def mpirun_args(self):
-        """What ``HOPDEC_MPIRUN_ARGS`` gives ``launch/hostfile.sh`` to run inside the testbed: the rsh agent and
-        the conditions passed on (:meth:`launch_env` adds ``HOPDEC_INTERFACE``: TCP only over the testbed's
-        addresses, see launch/README.md)."""
-        return f"--mca plm_rsh_agent {self.agent} -x HOPDEC_NETWORK"
+        """What ``HOPDEC_MPIRUN_ARGS`` gives ``launch/hostfile.sh`` to run inside the testbed: the rsh agent
+        (:meth:`launch_env` adds ``HOPDEC_INTERFACE``: TCP only over the testbed's addresses, see
+        launch/README.md, and ``HOPDEC_NETWORK``, which hostfile.sh passes on to the ranks when it is set).
+        No ``-x HOPDEC_NETWORK`` here: run without the variable, as a user copying ``up``'s line might, that
+        made Open MPI print a box on every launch ("Could not find the environment variable")."""
+        return f"--mca plm_rsh_agent {self.agent}"
+
+    @property
+    def conditions_file(self):
+        """The conditions as JSON (:meth:`conditions`; with what was measured once it was), for
+        ``HOPDEC_NETWORK="$(cat FILE)"``."""
+        return os.path.join(self.state, "conditions.json")
+
+    def _write_conditions(self):
+        with open(self.conditions_file, "w") as f:
+            json.dump(self.conditions(), f, separators=(",", ":"))
 
     @property
     def interface(self):
@@ -365,6 +376,7 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
             finally:
                 srv.wait(timeout=30)
         self.measured = out
+        self._write_conditions()
         return out
 
     def describe_measured(self):

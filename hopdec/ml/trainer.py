@@ -27,9 +27,18 @@ def view_like(data, t):
     they cover its elements densely (``channels_last`` stays ``channels_last``, a transposed parameter stays
     transposed), else contiguous. The flat buffer holds each tensor in this order, and every reader of it
     (Reduce's views, gradients, the consensus model) must use the same one."""
-    if _dense(t):
-        return data.as_strided(t.size(), t.stride())
-    return data.view(t.size())
+    return view_in(data, layout(t))
+
+
+def layout(t):
+    """``(size, strides or None)``: how :func:`view_like` lays out a view like ``t`` (None: contiguous)."""
+    return t.size(), (t.stride() if _dense(t) else None)
+
+
+def view_in(data, lay):
+    """``data`` as a view of :func:`layout` ``lay`` (kept per tensor: Reduce re-points every view each step)."""
+    size, stride = lay
+    return data.view(size) if stride is None else data.as_strided(size, stride)
 
 
 def _dense(t):
@@ -249,6 +258,7 @@ class FlatModel:
         self._params = params
         self._buffers = buffers
         self.flat = flatten_parameters(params=params)
+        self._layouts = [layout(t) for t in params + buffers]      # (as flattened: see view_like)
         self.device = self.flat.device
         self.numel_params = self.flat.numel()
         self.numel = self.numel_params + sum(b.numel() for b in buffers)
@@ -385,13 +395,9 @@ class FlatModel:
         data = store[:self.numel_params]
         self.flat.data = data
         off = 0
-        for p in self._params:
-            n = p.numel()
-            p.data = view_like(data[off:off + n], p)
-            off += n
-        for b in self._buffers:
-            n = b.numel()
-            b.data = view_like(store[off:off + n], b)
+        for t, lay in zip(self._params + self._buffers, self._layouts):   # (buffers follow the parameters)
+            n = t.numel()
+            t.data = view_in(store[off:off + n], lay)
             off += n
 
     def expected_pointers(self):

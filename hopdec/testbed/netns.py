@@ -288,8 +288,8 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
         """What ``HOPDEC_MPIRUN_ARGS`` gives ``launch/hostfile.sh`` to run inside the testbed: the rsh agent
         (:meth:`launch_env` adds ``HOPDEC_INTERFACE``: TCP only over the testbed's addresses, see
         launch/README.md, and ``HOPDEC_NETWORK``, which hostfile.sh passes on to the ranks when it is set).
-        No ``-x HOPDEC_NETWORK`` here: run without the variable, as a user copying ``up``'s line might, that
-        made Open MPI print a box on every launch ("Could not find the environment variable")."""
+        No ``-x HOPDEC_NETWORK`` here: where the variable was not set, that made Open MPI print a box on every
+        launch ("Could not find the environment variable")."""
         return f"--mca plm_rsh_agent {self.agent}"
 
     @property

@@ -71,6 +71,25 @@ def test_running_batchnorm_statistics_travel_with_the_checkpoint():
     t.compute()
     state = t.state()
     assert any(k.startswith("buffer/") and k.endswith("running_mean") for k in state)
+    assert state["buffer/features.1.num_batches_tracked"].shape == ()      # a 0-d buffer, kept 0-d
+    u = LocalTrainer("vgg11", ds, torch.arange(16), lr=0.01, batch_size=4, norm="running")
+    u.load_state(state)
+    for (_, a), (_, b) in zip(t.model.named_buffers(), u.model.named_buffers()):
+        assert torch.equal(a, b)
+
+
+def test_a_0d_buffer_survives_the_checkpoint_file(tmp_path):
+    """``num_batches_tracked`` is 0-d; the file made it (1,) (``np.ascontiguousarray`` returns at least 1-d),
+    so ``--resume`` of any model with running BatchNorm statistics (vgg11 --norm running, a model of your
+    own) was refused: "the checkpoint's buffer/...num_batches_tracked has shape (1,), this model needs ()"."""
+    g = torch.Generator().manual_seed(0)
+    ds = Dataset(torch.rand(16, 3, 32, 32, generator=g), torch.arange(16) % 10, torch.rand(4, 3, 32, 32),
+                 torch.arange(4), num_classes=10, input_shape=(3, 32, 32), name="tiny")
+    t = LocalTrainer("vgg11", ds, torch.arange(16), lr=0.01, batch_size=4, norm="running")
+    t.compute()
+    C.write_arrays(tmp_path / "c.npz", t.state(), {"format": C.FORMAT})
+    state, _ = C.read_arrays(tmp_path / "c.npz")
+    assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in t.state().items()}
     u = LocalTrainer("vgg11", ds, torch.arange(16), lr=0.01, batch_size=4, norm="running")
     u.load_state(state)
     for (_, a), (_, b) in zip(t.model.named_buffers(), u.model.named_buffers()):

@@ -81,7 +81,7 @@ def atomic_write(path, write):
 
 def write_arrays(path, arrays, meta):
     """``arrays`` (name -> numpy array, never objects) and a JSON ``meta`` into one ``.npz``, atomically."""
-    payload = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    payload = {k: np.asarray(v, order="C") for k, v in arrays.items()}   # (ascontiguousarray makes 0-d 1-d)
     for k, v in payload.items():
         if v.dtype == object:
             raise TypeError(f"checkpoint array {k} holds Python objects")

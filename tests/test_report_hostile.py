@@ -118,6 +118,15 @@ def every_command(run_dir, out, capsys, commands=COMMANDS):
         assert_clean(code, err, argv)
 
 
+def test_a_consensus_plot_of_runs_without_consensus_rounds_says_where_they_come_from(tmp_path, capsys):
+    """A HopOptimizer user's logs have no consensus-distance rounds; the line said "train with
+    --consensus-every K", an option their loop does not have."""
+    d = _write(tmp_path / "run", {r: [x for x in _hop_lines(r) if x.get("event") != "consensus"] for r in range(4)})
+    code, err = run_cmd(["plot", d, "--what", "consensus", "-o", str(tmp_path / "c.png")], capsys)
+    assert code == 2 and err.strip().endswith("no run has consensus-distance rounds (hopdec train --consensus-every K "
+                                              "logs them; a loop of your own with HopOptimizer logs none)"), err
+
+
 # ---- whole files that are not what they should be --------------------------------------------------------
 @pytest.mark.parametrize("what", ["fifo", "devzero", "directory", "huge", "binary", "longline", "empty"])
 def test_a_rank_log_that_is_not_a_log_is_named_and_never_read_forever(tmp_path, capsys, what):

@@ -56,7 +56,7 @@ def scenario_unequal(out):
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = HopOptimizer([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                        torch.optim.AdamW, model=model, lr=0.01, topology="ring", average_buffers=True,
-                       log_dir=out, progress=True, progress_interval=0.2)
+                       log_dir=out, progress=True, progress_interval=0.2, consensus_every=3)
     seen_lr = []
     opt.optimizer.register_step_pre_hook(lambda o, a, k: seen_lr.append(o.param_groups[0]["lr"]))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
@@ -64,6 +64,8 @@ def scenario_unequal(out):
     train_steps(model, opt, 0, steps, sched)
     at_finish = opt.iteration
     opt.finish()
+    final = np.stack(comm.allgather(opt.flat.write_params().astype(np.float64)))   # what was sent, buffers too
+    final_dists = np.linalg.norm(final - final.mean(axis=0), axis=1).tolist()
     state = opt.consensus_state_dict()
     root_only = opt.consensus_state_dict(root=1)
     mine = {k: v.detach().double().numpy().tolist() for k, v in model.state_dict().items()
@@ -75,7 +77,7 @@ def scenario_unequal(out):
                            sched_lr=opt.param_groups[0]["lr"], consensus_err=err,
                            buffers_differ=bool(np.abs(np.asarray(everyone[0]["1.running_mean"])
                                                       - np.asarray(everyone[-1]["1.running_mean"])).max() > 0),
-                           root_only=root_only is not None,
+                           root_only=root_only is not None, final_dists=final_dists,
                            groups_wd=[g["weight_decay"] for g in opt.param_groups]))
 
 

@@ -332,3 +332,22 @@ def test_a_timing_only_simulations_report_says_there_is_no_loss_without_a_warnin
     loss_curves(ax_t, ax_k, [Run.load(str(logs))])
     assert all("no training loss" in " ".join(t.get_text() for t in ax.texts) for ax in (ax_t, ax_k))
     plt.close(fig)
+
+
+def test_consensus_rounds_every_k_then_the_end_or_open_ended():
+    """Rounds come every K-th iteration and at the end of training (``hopdec train``), or every K-th with
+    no end where nobody knows the length (a user's loop: ``HopOptimizer(consensus_every=K)``)."""
+    from hopdec.observe.consensus import next_round
+
+    def rounds(every, iterations, upto=60):
+        out, at = [], next_round(0, every, iterations)
+        while at is not None and at <= upto:
+            out.append(at)
+            at = next_round(at, every, iterations)
+        return out
+    for every in (None, 1, 3, 7):
+        for iterations in range(1, 25):
+            expected = (list(range(every, iterations, every)) if every else []) + [iterations]
+            assert rounds(every, iterations) == expected, (every, iterations)
+    assert rounds(4, None, upto=21) == [4, 8, 12, 16, 20]
+    assert rounds(None, None) == []

@@ -113,6 +113,8 @@ def test_nothing_is_silently_ignored(finish_all):
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip="max-jump=3", protocol="notify-ack"), "skip needs"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, average_buffers=True, model=None, params="list"), "needs the model"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*betas"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=0), "consensus_every 0: must be an integer >= 1"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=5), "consensus_every needs log_dir"),
 ])
 def test_bad_arguments_are_one_line_errors(kwargs, match):
     m = net()

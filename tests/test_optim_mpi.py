@@ -88,6 +88,25 @@ def test_unequal_step_counts_end_cleanly_at_the_furthest_rank(driven):
     assert "Traceback" not in out.stderr
 
 
+def test_consensus_distance_rounds_in_a_users_loop_of_unequal_lengths(driven, tmp_path):
+    """``consensus_every=3``: rank 0 logs a round every 3 iterations up to where every rank ended (27; nobody
+    knew that in advance, so there is no separate end round), and the round at the end measured the final
+    parameters; ``hopdec plot --what consensus`` draws them."""
+    d, got, _ = driven
+    rows = [json.loads(x) for x in open(os.path.join(d, "unequal", "rank0.jsonl"))]
+    ev = [r for r in rows if r.get("event") == "consensus"]
+    assert [e["at"] for e in ev] == list(range(3, 28, 3)), [e["at"] for e in ev]
+    for e in ev:
+        assert len(e["dists"]) == 4 and 0 < e["dist_mean"] <= e["dist_max"], e
+    np.testing.assert_allclose(ev[-1]["dists"], got["unequal"][0]["final_dists"], rtol=1e-3)
+    cost = [json.loads(x) for r in range(4) for x in open(os.path.join(d, "unequal", f"rank{r}.jsonl"))
+            if '"observer"' in x]
+    assert len(cost) == 4 and all(c["consensus"] for c in cost)
+    from hopdec.cli.main import main
+    assert main(["plot", os.path.join(d, "unequal"), "--what", "consensus", "-o", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
 def test_unequal_step_counts_end_with_the_serial_graph_on_a_directed_graph(driven):
     """With the serial graph a rank sends update k after ComputeGradient(k), where finish() pauses it; it
     served only when a neighbour was *ahead*, so a neighbour level with it waited in Recv(k) until the peer

@@ -119,12 +119,12 @@ def every_command(run_dir, out, capsys, commands=COMMANDS):
 
 
 def test_a_consensus_plot_of_runs_without_consensus_rounds_says_where_they_come_from(tmp_path, capsys):
-    """A HopOptimizer user's logs have no consensus-distance rounds; the line said "train with
-    --consensus-every K", an option their loop does not have."""
+    """The line said "train with --consensus-every K", an option a user's loop does not have; it names
+    both ways to log the rounds."""
     d = _write(tmp_path / "run", {r: [x for x in _hop_lines(r) if x.get("event") != "consensus"] for r in range(4)})
     code, err = run_cmd(["plot", d, "--what", "consensus", "-o", str(tmp_path / "c.png")], capsys)
     assert code == 2 and err.strip().endswith("no run has consensus-distance rounds (hopdec train --consensus-every K "
-                                              "logs them; a loop of your own with HopOptimizer logs none)"), err
+                                              "or HopOptimizer(consensus_every=K) logs them)"), err
 
 
 # ---- whole files that are not what they should be --------------------------------------------------------

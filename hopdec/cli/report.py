@@ -143,8 +143,8 @@ def _plot(args):
     elif args.what == "consensus":
         fig, ax = plt.subplots(figsize=(7, 4.5))
         if not plots.consensus(ax, runs):
-            raise ConfigError("no run has consensus-distance rounds (hopdec train --consensus-every K logs them; "
-                              "a loop of your own with HopOptimizer logs none)")
+            raise ConfigError("no run has consensus-distance rounds (hopdec train --consensus-every K or "
+                              "HopOptimizer(consensus_every=K) logs them)")
     else:
         fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
         for ax, run in zip(axes[0], runs):

@@ -23,8 +23,10 @@ class RunObserver:
     """
 
     def __init__(self, settings, comm, timeout, log_event, role, workers, iterations, header, bound=None,
-                 write_params=None, numel=None, board_extra=None, evaluate=None):
+                 write_params=None, numel=None, board_extra=None, evaluate=None, open_ended=False):
         """``settings``: :class:`hopdec.settings.Observe`; ``timeout``: the peer timeout of every wait;
+        ``open_ended``: nobody knows where the run ends (a user's loop: ``iterations`` is only what live
+        progress expects), so consensus rounds come every K iterations with no end round;
         ``log_event(name, **data)`` writes a line into this rank's log (``RankLogger.event``);
         ``evaluate()``: makes a function ``flat -> (loss, accuracy)`` with a model of its own, with which
         rank 0 evaluates the average model of consensus rounds every ``--eval-interval`` seconds
@@ -58,7 +60,7 @@ class RunObserver:
             if self.rank == 0 and self._eval_every > 0 and evaluate is not None:
                 self._evaluate = evaluate()          # a model of its own: the worker's may be in flight
                 on_average = self._on_average
-            self.consensus = Consensus(self._dup(comm), self._dup(comm), every, iterations, numel,
+            self.consensus = Consensus(self._dup(comm), self._dup(comm), every, None if open_ended else iterations, numel,
                                        write_params, on_result=on_result, timeout=timeout,
                                        on_average=on_average)
         tb_dir = settings.tensorboard

@@ -1,6 +1,8 @@
 """Consensus distance ||x_i - x_bar|| measured while training runs, without stalling anyone.
 
-Rounds are at iterations K, 2K, ... (``--consensus-every K``) and at the end of training. Worker i takes
+Rounds are at iterations K, 2K, ... (``--consensus-every K``) and at the end of training (a loop of a
+user's own, whose length nobody knows in advance: every K-th iteration the ranks reach, no end round;
+they all end at the same iteration, :mod:`hopdec.optim.ending`, so they join the same rounds). Worker i takes
 part in round k when it enters an iteration >= k (a jump may cross several rounds: it joins each with
 the same parameters):
 
@@ -25,10 +27,16 @@ from collections import deque
 import numpy as np
 
 
-def round_iterations(every, iterations):
-    """The iterations of the rounds: every K-th, and ``iterations`` itself for the end of training."""
-    its = list(range(every, iterations, every)) if every else []
-    return its + [iterations]
+def next_round(at, every, iterations):
+    """The iteration of the round after the one at ``at`` (0: the first): every K-th below ``iterations``,
+    then ``iterations`` itself for the end of training; None after it. ``iterations`` None (the length is
+    not known): every K-th, with no end."""
+    nxt = (at // every + 1) * every if every else math.inf
+    if iterations is not None:
+        if at >= iterations:
+            return None
+        nxt = min(nxt, iterations)
+    return None if nxt == math.inf else int(nxt)
 
 
 class _Round:
@@ -52,7 +60,8 @@ class Consensus:
         import time
         self.cs, self.cg = comm_sum, comm_gather
         self.rank, self.size = comm_sum.Get_rank(), comm_sum.Get_size()
-        self.rounds = deque(_Round(k) for k in round_iterations(every, iterations))
+        self.every = every
+        self.next_at = next_round(0, every, iterations)   # the next round to join (None: none left)
         self.active = deque()
         self.numel, self.write_params, self.on_result = numel, write_params, on_result
         self.on_average = on_average if self.rank == 0 else None
@@ -62,13 +71,14 @@ class Consensus:
 
     def enter(self, iteration, now=None):
         """This worker enters ``iteration`` (``iterations``: it finished): join every round up to it."""
-        if not self.rounds or self.rounds[0].at > iteration:
+        if self.next_at is None or self.next_at > iteration:
             return
         from mpi4py import MPI
         now = self.clock() if now is None else now
         x = None
-        while self.rounds and self.rounds[0].at <= iteration:
-            r = self.rounds.popleft()
+        while self.next_at is not None and self.next_at <= iteration:
+            r = _Round(self.next_at)
+            self.next_at = next_round(self.next_at, self.every, self.iterations)
             if x is None:
                 x = self.write_params(np.empty(self.numel, dtype=np.float32))
             r.x, r.t_enter, r.entered = x, now, iteration
@@ -118,7 +128,7 @@ class Consensus:
             self.on_result(ev)
 
     def pending(self):
-        return bool(self.active) or bool(self.rounds)
+        return bool(self.active) or self.next_at is not None
 
     def close(self):
         """After training and the transport's shutdown (every rank has joined every round): finish."""

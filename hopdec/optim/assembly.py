@@ -17,7 +17,7 @@ OPTION_NAMES = {"--max-ig": "max_ig", "--protocol": "protocol", "--compute-graph
                 "--fault-tolerance": "fault_tolerance", "--peer-timeout": "peer_timeout",
                 "--progress-interval": "progress_interval", "--log-dir": "log_dir", "--compress": "compress",
                 "--local-steps": "local_steps", "--outer-optimizer": "outer_optimizer", "--outer-lr": "outer_lr",
-                "--outer-momentum": "outer_momentum"}
+                "--outer-momentum": "outer_momentum", "--consensus-every": "consensus_every"}
 """``hopdec train``'s option names in the shared checks' messages -> the optimizer's keyword names."""
 
 
@@ -133,11 +133,12 @@ def header(graph, cfg, skip, numel, device, message_floats, bound, ft, extra):
                 emulation="no emulation (the user's own loop: compute_s is the time between steps)", **extra)
 
 
-def observe_settings(log_dir, progress, interval, trace):
+def observe_settings(log_dir, progress, interval, trace, consensus_every=None):
     """What :class:`hopdec.observe.RunObserver` watches in a user's loop (``hopdec train`` builds the same
-    :class:`hopdec.settings.Observe` from its options): logs, live progress, a trace."""
+    :class:`hopdec.settings.Observe` from its options): logs, live progress, a trace, consensus distance."""
     from hopdec.settings.observe import Observe
     try:
-        return Observe(log_dir=log_dir, progress=bool(progress), progress_interval=interval, trace=trace)
+        return Observe(log_dir=log_dir, progress=bool(progress), progress_interval=interval, trace=trace,
+                       consensus_every=consensus_every)
     except ConfigError as err:
         raise as_keywords(err) from None

@@ -293,6 +293,18 @@ def test_a_run_stopped_early_says_how_far_it_got(tmp_path):
     assert glance_rows([run])[0][3] == "3 of 3000 (stopped early)"
 
 
+def test_a_users_loop_shows_the_iterations_it_ran_and_where_its_last_consensus_round_was(tmp_path):
+    """A HopOptimizer run plans no iterations (the table said "–") and its last consensus round need not be
+    at the end (the column said "at end")."""
+    from hopdec.report.html import GLANCE, glance_rows
+    run = _real_run(tmp_path / "a")
+    header = json.loads(open(tmp_path / "a" / "rank0.jsonl").readline())["run"]
+    cons = [dict(event="consensus", at=2, time=0.1, dist_mean=0.25, dist_max=0.5)]
+    run = Run.from_parts({**header, "iterations": None}, run.records, {0: cons}, label="mine")
+    row = glance_rows([run])[0]
+    assert row[3] == "3" and row[GLANCE.index("consensus distance (last round)")] == "0.25 at 2", row
+
+
 def test_a_dead_ps_worker_leaves_the_gap_and_is_listed(tmp_path):
     """A PS run with a simulated death read "largest gap 32 / 3 EXCEEDED": the report knew deaths only from
     the decentralized runs' heal events, so the dead worker counted to the end; the page listed the death

@@ -81,22 +81,25 @@ def glance_rows(runs):
             _fmt(f["test_acc"]),
             gap_txt,
             f"{100 * waiting / total:.0f}%" if total else "–",
-            _fmt(cons[-1]["dist_mean"]) if cons else "–",
+            f"{_fmt(cons[-1]['dist_mean'])} at {cons[-1]['at']}" if cons else "–",
         ])
     return rows
 
 
 def _iterations(run):
     """The iterations a run was asked for, and how far it got when it stopped before (Ctrl-C, a failure);
-    PS runs count mini-batches against a shared budget, so theirs is the planned figure."""
+    PS runs count mini-batches against a shared budget, so theirs is the planned figure; a loop of your own
+    plans none: how far it got."""
     planned, ran = run.iterations, run.iterations_run()
     if run.mode != "ps" and planned is not None and ran is not None and ran < planned:
         return f"{ran} of {_fmt(planned)} (stopped early)"
+    if planned is None and ran is not None and run.mode != "ps":   # a user's loop: nothing was planned
+        return _fmt(ran)
     return _fmt(planned)
 
 
 GLANCE = ["run", "what", "workers", "iterations", "duration", "iter/s per worker", "final train loss",
-          "test accuracy", "largest gap / bound", "time waiting", "consensus distance at end"]
+          "test accuracy", "largest gap / bound", "time waiting", "consensus distance (last round)"]
 
 
 def run_section(run, idx):

@@ -480,6 +480,12 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
         f"Exit code: 2\n{dash}\n"
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"
+    # libnbc's lines on a collective that a peer's death aborted (--fault-tolerance heals and says so)
+    nbc = ("NBC_Progress: an error 75 was found during schedule 0x5604f8b02b00 at row-offset 0 - aborting the "
+           "schedule\n\nNBC_Progress: an error 77 was found during schedule 0x56 at row-offset 69 - aborting "
+           "the schedule\n\nError in NBC_Start_round() (-1)\n\n")
+    assert _quiet("a\n" + nbc + "b\n\nc\n") == "a\nb\n\nc\n"
+    assert _quiet("Error in NBC_Start_round() (-1)\n") == "Error in NBC_Start_round() (-1)\n"   # alone: kept
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -115,6 +115,10 @@ def test_nothing_is_silently_ignored(finish_all):
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*betas"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=0), "consensus_every 0: must be an integer >= 1"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=5), "consensus_every needs log_dir"),
+    # found when the run ended, after the training, with a traceback
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, trace="/nonexistent/dir/t.json"),
+     "^HopOptimizer: trace /nonexistent/dir/t.json: cannot write a file there$"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, tensorboard="/proc/hopdec-tb"), "^HopOptimizer: tensorboard /proc/hopdec-tb: cannot create it"),
 ])
 def test_bad_arguments_are_one_line_errors(kwargs, match):
     m = net()
@@ -405,3 +409,16 @@ def test_a_channels_last_model_stays_channels_last_and_trains_as_a_contiguous_on
     train_images(ref_m, ref, 1, start=4)
     for p, q in zip(m.parameters(), ref_m.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def test_tensorboard_scalars_from_a_users_loop(tmp_path, finish_all):
+    """``tensorboard=DIR``: the scalars ``hopdec train --tensorboard`` writes, one run per rank."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, tensorboard=str(tmp_path / "tb"))
+    train(m, opt, 4)
+    opt.finish()
+    acc = EventAccumulator(str(tmp_path / "tb" / "rank0"))
+    acc.Reload()
+    assert [s.step for s in acc.Scalars("loss")] == [0, 1, 2, 3]

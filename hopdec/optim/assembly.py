@@ -17,7 +17,8 @@ OPTION_NAMES = {"--max-ig": "max_ig", "--protocol": "protocol", "--compute-graph
                 "--fault-tolerance": "fault_tolerance", "--peer-timeout": "peer_timeout",
                 "--progress-interval": "progress_interval", "--log-dir": "log_dir", "--compress": "compress",
                 "--local-steps": "local_steps", "--outer-optimizer": "outer_optimizer", "--outer-lr": "outer_lr",
-                "--outer-momentum": "outer_momentum", "--consensus-every": "consensus_every"}
+                "--outer-momentum": "outer_momentum", "--consensus-every": "consensus_every", "--trace": "trace",
+                "--tensorboard": "tensorboard"}
 """``hopdec train``'s option names in the shared checks' messages -> the optimizer's keyword names."""
 
 
@@ -133,12 +134,17 @@ def header(graph, cfg, skip, numel, device, message_floats, bound, ft, extra):
                 emulation="no emulation (the user's own loop: compute_s is the time between steps)", **extra)
 
 
-def observe_settings(log_dir, progress, interval, trace, consensus_every=None):
+def observe_settings(log_dir, progress, interval, trace, consensus_every=None, tensorboard=None, rank=0):
     """What :class:`hopdec.observe.RunObserver` watches in a user's loop (``hopdec train`` builds the same
-    :class:`hopdec.settings.Observe` from its options): logs, live progress, a trace, consensus distance."""
+    :class:`hopdec.settings.Observe` from its options): logs, live progress, a trace, consensus distance,
+    TensorBoard; checked as ``hopdec train`` checks them (a trace file rank 0 cannot write was found only
+    when the run ended, after the training, with a traceback)."""
+    from hopdec.observe.options import check_observe_options
     from hopdec.settings.observe import Observe
     try:
-        return Observe(log_dir=log_dir, progress=bool(progress), progress_interval=interval, trace=trace,
-                       consensus_every=consensus_every)
+        watch = Observe(log_dir=log_dir, progress=bool(progress), progress_interval=interval, trace=trace,
+                        consensus_every=consensus_every, tensorboard=tensorboard)
+        check_observe_options(watch, rank)
+        return watch
     except ConfigError as err:
         raise as_keywords(err) from None

@@ -66,7 +66,7 @@ class HopOptimizer(torch.optim.Optimizer):
                  stale_reduce="weighted", skip=None, fault_tolerance=False, average_buffers=False,
                  compress="none", local_steps=1, outer_optimizer=None, outer_lr=None, outer_momentum=None,
                  log_dir=None, progress=False, progress_interval=3.0, trace=None, steps=None,
-                 consensus_every=None, peer_timeout=120.0, **defaults):
+                 consensus_every=None, tensorboard=None, peer_timeout=120.0, **defaults):
         from mpi4py import MPI
         self._ready = False
         self.fault_tolerant = bool(fault_tolerance)
@@ -174,7 +174,8 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise ConfigError(str(err).replace("--log-dir", "HopOptimizer: log_dir")) from None
         self.logger = RankLogger(log_dir, self.rank, header=self.header)
         from hopdec.observe import RunObserver
-        watch = assembly.observe_settings(log_dir, progress, progress_interval, trace, consensus_every)
+        watch = assembly.observe_settings(log_dir, progress, progress_interval, trace, consensus_every,
+                                          tensorboard, self.rank)
         if watch.consensus_every and not log_dir and not trace:
             raise ConfigError("HopOptimizer: consensus_every needs log_dir (or trace): rank 0 logs the rounds "
                               "there, for hopdec report and plot")

@@ -1,6 +1,8 @@
 """The Hop optimizer as a torch optimizer, in one process (one rank: the protocol runs with no neighbours),
 and the transformer workload's parts: the corpus, the model, AdamW on the flat buffer, the schedule."""
 
+import json
+import os
 import sys
 
 import pytest
@@ -422,3 +424,22 @@ def test_tensorboard_scalars_from_a_users_loop(tmp_path, finish_all):
     acc = EventAccumulator(str(tmp_path / "tb" / "rank0"))
     acc.Reload()
     assert [s.step for s in acc.Scalars("loss")] == [0, 1, 2, 3]
+
+
+def test_a_log_dir_holding_an_earlier_run_is_refused_unless_overwrite(tmp_path):
+    """As ``hopdec train --log-dir``: a second run into the same directory replaced the first's rank files
+    one by one, and left those of ranks it did not have, which ``hopdec report`` then merged with the new
+    run's as one run. Now it is refused, ``overwrite=True`` replaces them, and every header says its run."""
+    def run(**kw):
+        m = net()
+        opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path), **kw)
+        train(m, opt, 2)
+        opt.finish()
+        return json.loads(open(tmp_path / "rank0.jsonl").readline())["run"]["run_id"]
+    first = run()
+    (tmp_path / "rank3.jsonl").write_text(open(tmp_path / "rank0.jsonl").read())   # a wider earlier run's
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: log_dir .*: holds the logs of an earlier run \(rank0.jsonl, "
+                                          r"rank3.jsonl\); give a new directory, or overwrite=True to replace them$"):
+        run()
+    second = run(overwrite=True)
+    assert second != first and sorted(os.listdir(tmp_path)) == ["rank0.jsonl"]

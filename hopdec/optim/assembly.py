@@ -18,7 +18,7 @@ OPTION_NAMES = {"--max-ig": "max_ig", "--protocol": "protocol", "--compute-graph
                 "--progress-interval": "progress_interval", "--log-dir": "log_dir", "--compress": "compress",
                 "--local-steps": "local_steps", "--outer-optimizer": "outer_optimizer", "--outer-lr": "outer_lr",
                 "--outer-momentum": "outer_momentum", "--consensus-every": "consensus_every", "--trace": "trace",
-                "--tensorboard": "tensorboard"}
+                "--tensorboard": "tensorboard", "--overwrite": "overwrite=True"}
 """``hopdec train``'s option names in the shared checks' messages -> the optimizer's keyword names."""
 
 

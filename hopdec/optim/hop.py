@@ -66,7 +66,7 @@ class HopOptimizer(torch.optim.Optimizer):
                  stale_reduce="weighted", skip=None, fault_tolerance=False, average_buffers=False,
                  compress="none", local_steps=1, outer_optimizer=None, outer_lr=None, outer_momentum=None,
                  log_dir=None, progress=False, progress_interval=3.0, trace=None, steps=None,
-                 consensus_every=None, tensorboard=None, peer_timeout=120.0, **defaults):
+                 consensus_every=None, tensorboard=None, overwrite=False, peer_timeout=120.0, **defaults):
         from mpi4py import MPI
         self._ready = False
         self.fault_tolerant = bool(fault_tolerance)
@@ -160,18 +160,26 @@ class HopOptimizer(torch.optim.Optimizer):
         expected = None if steps is None else -(-steps // self.cfg.local_steps)    # rounds, for progress
         groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"
                    and isinstance(v, (int, float, str, bool, tuple, type(None)))} for g in inner.param_groups]
+        from hopdec.runtime.metrics import RankLogger
+        if log_dir is not None:     # (as hopdec train: an earlier run's logs are not replaced unless asked)
+            from hopdec.runtime.metrics import check_log_dir
+            from hopdec.runtime.setup import check_fresh_log_dir
+            try:
+                check_fresh_log_dir(log_dir, self.rank, self.size, bool(overwrite))
+                check_log_dir(log_dir, self.rank)
+            except ConfigError as err:
+                raise assembly.as_keywords(err) from None
+        # one id for every rank's log header (rank 0's), after every rank checked its log: hopdec report
+        # refuses a directory whose rank files come from two runs
+        import uuid
+
+        from hopdec.transport.collectives import allgather_json
+        run_id = allgather_json(comm, uuid.uuid4().hex[:12], self.timeout, "HopOptimizer(): the run's id")[0]
         self.header = assembly.header(graph, self.cfg, skip, self.flat.numel, self.device,
                                       self.io.message_floats(), self.bound, self.fault_tolerant, dict(
                                           driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,
                                           param_groups=groups, iterations=expected, average_buffers=bool(buffers),
-                                          **({"inner_steps": steps} if self.cfg.rounds else {})))
-        from hopdec.runtime.metrics import RankLogger
-        if log_dir is not None:
-            from hopdec.runtime.metrics import check_log_dir
-            try:
-                check_log_dir(log_dir, self.rank)
-            except ConfigError as err:
-                raise ConfigError(str(err).replace("--log-dir", "HopOptimizer: log_dir")) from None
+                                          run_id=run_id, **({"inner_steps": steps} if self.cfg.rounds else {})))
         self.logger = RankLogger(log_dir, self.rank, header=self.header)
         from hopdec.observe import RunObserver
         watch = assembly.observe_settings(log_dir, progress, progress_interval, trace, consensus_every,

@@ -127,6 +127,23 @@ def _prefix(lines):
     return next(line.split()[1].rstrip(":") for line in lines if line.startswith("testbed hdtb"))
 
 
+def _up(*args):
+    """``python -m hopdec.testbed up ARGS`` started, and its lines up to "Ctrl-C tears it down" (it holds the
+    testbed until SIGINT): (process, lines)."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C tears it down" in line:
+                break
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, lines
+
+
 def _leftovers(prefix, pids=()):
     """What of testbed ``prefix`` exists: its namespaces, the processes in them (or, once they are gone,
     which of ``pids`` still run), its state directory."""
@@ -243,15 +260,8 @@ def test_each_direction_of_a_link_is_shaped_and_delayed_on_its_own(netns_testbed
 def test_ctrl_c_tears_it_down():
     """``up`` builds a testbed (2 hosts, shaped and delayed links: a delay forwarder runs) and holds it;
     SIGINT (Ctrl-C) removes everything."""
-    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", "-n", "2", "--nic", "10",
-                             "--cross", "5/5", "--no-measure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT)
-    lines = []
+    proc, lines = _up("-n", "2", "--nic", "10", "--cross", "5/5", "--no-measure")
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C tears it down" in line:
-                break
         prefix = _prefix(lines)
         built = _leftovers(prefix)
         assert len(built["namespaces"]) == 3 and built["state"], (built, lines)
@@ -274,14 +284,8 @@ def test_the_launch_line_up_prints_runs_across_the_hosts_with_the_conditions_and
     conditions in ``HOPDEC_NETWORK``; without that variable (a user who drops it) Open MPI prints no box.
     The line used to pass ``-x HOPDEC_NETWORK`` without setting it: a "Could not find the environment
     variable" box on every launch."""
-    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "up", "-n", "2", "--no-measure"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    lines = []
+    proc, lines = _up("-n", "2", "--no-measure")
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C tears it down" in line:
-                break
         prefix = _prefix(lines)
         launch = next(x for x in lines if x.startswith("launch across it: "))
         launch = launch[len("launch across it: "):].strip()

@@ -443,3 +443,13 @@ def test_a_log_dir_holding_an_earlier_run_is_refused_unless_overwrite(tmp_path):
         run()
     second = run(overwrite=True)
     assert second != first and sorted(os.listdir(tmp_path)) == ["rank0.jsonl"]
+
+
+def test_a_refused_output_leaves_no_log_that_refuses_the_next_try(tmp_path, finish_all):
+    """Every output is checked before any is written: a refused ``trace`` left ``rank0.jsonl`` behind, and
+    the corrected script was then refused for "the logs of an earlier run"."""
+    m = net()
+    with pytest.raises(ConfigError, match="trace /nonexistent/dir/t.json"):
+        HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path / "logs"), trace="/nonexistent/dir/t.json")
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path / "logs"))
+    finish_all.append(opt)

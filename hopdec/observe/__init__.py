@@ -60,9 +60,9 @@ class RunObserver:
             if self.rank == 0 and self._eval_every > 0 and evaluate is not None:
                 self._evaluate = evaluate()          # a model of its own: the worker's may be in flight
                 on_average = self._on_average
-            self.consensus = Consensus(self._dup(comm), self._dup(comm), every, None if open_ended else iterations, numel,
-                                       write_params, on_result=on_result, timeout=timeout,
-                                       on_average=on_average)
+            self.consensus = Consensus(self._dup(comm), self._dup(comm), every,
+                                       None if open_ended else iterations, numel, write_params,
+                                       on_result=on_result, timeout=timeout, on_average=on_average)
         tb_dir = settings.tensorboard
         if tb_dir:
             from hopdec.observe.tensorboard import TBWriter

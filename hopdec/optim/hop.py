@@ -160,6 +160,13 @@ class HopOptimizer(torch.optim.Optimizer):
         expected = None if steps is None else -(-steps // self.cfg.local_steps)    # rounds, for progress
         groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"
                    and isinstance(v, (int, float, str, bool, tuple, type(None)))} for g in inner.param_groups]
+        # (every output checked before any is written: a refused trace left rank files that made the next
+        # try "an earlier run's logs")
+        watch = assembly.observe_settings(log_dir, progress, progress_interval, trace, consensus_every,
+                                          tensorboard, self.rank)
+        if watch.consensus_every and not log_dir and not trace:
+            raise ConfigError("HopOptimizer: consensus_every needs log_dir (or trace): rank 0 logs the rounds "
+                              "there, for hopdec report and plot")
         from hopdec.runtime.metrics import RankLogger
         if log_dir is not None:     # (as hopdec train: an earlier run's logs are not replaced unless asked)
             from hopdec.runtime.metrics import check_log_dir
@@ -182,11 +189,6 @@ class HopOptimizer(torch.optim.Optimizer):
                                           run_id=run_id, **({"inner_steps": steps} if self.cfg.rounds else {})))
         self.logger = RankLogger(log_dir, self.rank, header=self.header)
         from hopdec.observe import RunObserver
-        watch = assembly.observe_settings(log_dir, progress, progress_interval, trace, consensus_every,
-                                          tensorboard, self.rank)
-        if watch.consensus_every and not log_dir and not trace:
-            raise ConfigError("HopOptimizer: consensus_every needs log_dir (or trace): rank 0 logs the rounds "
-                              "there, for hopdec report and plot")
         self.observer = RunObserver(watch, comm, self.timeout, self.logger.event, "worker", range(self.size),
                                     expected, self.header, bound=self.bound, write_params=self.flat.write_params,
                                     numel=self.flat.numel, open_ended=True)   # (steps is only a hint)

@@ -25,6 +25,9 @@ BAD_FILES = {
     "trunc.json": ('{"nodes": [', "not valid JSON"),
     "garbage.txt": ("hello world again and again\n", "expected 'src dst [weight]'"),
     "words.txt": ("a b\n", "must be integers"),
+    # a networkx user's GraphML, read as an edge list: "node ids must be integers, got '<?xml'"
+    "g.graphml": ("<?xml version='1.0' encoding='utf-8'?>\n<graphml xmlns=\"http://graphml.graphdrawing.org/xmlns\">"
+                  "\n</graphml>\n", "looks like XML (GraphML?); hopdec reads node-link JSON or an edge list"),
     "outside.json": (json.dumps({"directed": True, "nodes": [{"id": 0}, {"id": 1}],
                                  "edges": [{"source": 0, "target": 1},
                                            {"source": 1, "target": 7}]}), "node 7"),

@@ -189,7 +189,7 @@ def load(path, connected=True):
         if text.lstrip().startswith("<"):       # GraphML, GEXF, any XML: read as an edge list, its first
             raise TopologyError(                # line was "node ids must be integers, got '<?xml'"
                 f"{src}: looks like XML (GraphML?); hopdec reads node-link JSON or an edge list (convert with "
-                f"networkx: json.dump(nx.node_link_data(nx.read_graphml(path)), f))")
+                f"networkx: json.dump(nx.node_link_data(nx.read_graphml(path, node_type=int)), f))")
         G, weighted = _parse_edge_list(text, src)
     if weighted == "some":
         missing = [(u, v) for u, v, w in G.edges(data="weight") if w is None and u != v]

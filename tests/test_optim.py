@@ -120,7 +120,8 @@ def test_nothing_is_silently_ignored(finish_all):
     # found when the run ended, after the training, with a traceback
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, trace="/nonexistent/dir/t.json"),
      "^HopOptimizer: trace /nonexistent/dir/t.json: cannot write a file there$"),
-    (dict(optimizer_class=torch.optim.SGD, lr=0.1, tensorboard="/proc/hopdec-tb"), "^HopOptimizer: tensorboard /proc/hopdec-tb: cannot create it"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, tensorboard="/proc/hopdec-tb"),
+     "^HopOptimizer: tensorboard /proc/hopdec-tb: cannot create it"),
 ])
 def test_bad_arguments_are_one_line_errors(kwargs, match):
     m = net()

@@ -78,6 +78,12 @@ class LinkModel:
             by.setdefault(self.hosts[v], []).append(v)
         return {m: vs for m, vs in by.items() if len(vs) > 1}
 
+    def shared_nic(self, nodes: Any) -> float:
+        """Bytes/s of the NIC that ``nodes`` share (one machine's workers; one node: its own): as fast as
+        the slowest NIC they are given. :class:`Network` and :func:`hopdec.topology.traffic.traffic` both
+        take a machine's NIC from here."""
+        return min(float(self.node_bandwidth.get(v, self.bandwidth)) for v in nodes)
+
     def describe(self) -> str:
         bw = "infinite bandwidth" if self.bandwidth == INF else f"{self.bandwidth * 8 / 1e9:g} Gb/s"
         parts = [f"NICs {bw} per direction ({self.duplex} duplex, shared equally by concurrent transfers)",
@@ -186,7 +192,7 @@ class Network:
         if machines:
             self._host = [None] * nodes
             for k, vs in enumerate(machines.values()):
-                c = min(caps[v] for v in vs)
+                c = m.shared_nic(vs)
                 out = len(self.cap)
                 self.cap.append(c)
                 inn = out

@@ -79,10 +79,10 @@ def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple
     :class:`hopdec.sim.network.LinkModel`: the NICs' bandwidth in bytes/s, per node, per edge, duplex);
     ``machines``: place the workers on machines of these sizes (:func:`hosts_of`)."""
     host = hosts_of(G, machines)
-    nic: dict = {}                              # a machine's NIC: the slowest its workers are given
+    on: dict = {}                               # host -> its workers
     for v, h in host.items():
-        b = link.node_bandwidth.get(v, link.bandwidth)
-        nic[h] = min(nic.get(h, b), b)
+        on.setdefault(h, []).append(v)
+    nic = {h: link.shared_nic(vs) for h, vs in on.items()}
     steps = _steps(G)
     per = [_bottleneck(edges, host, nic, link) for edges in steps]
     worst = max(range(len(per)), key=lambda k: per[k][0])

@@ -94,8 +94,9 @@ def test_the_launcher_epoch_is_the_nearest_launcher_ancestors(monkeypatch):
     proc = subprocess.Popen(["sh", "-c", "sleep 30; :"])
     try:
         kids = []
-        for _ in range(200):
-            kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+        for _ in range(200):        # (the forked child is named sh until it has exec'ed sleep)
+            kids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
+                    and (startup._proc_stat(int(p)) or ("",))[0] == "sleep"]
             if kids:
                 break
             time.sleep(0.02)

@@ -7,15 +7,18 @@ for a writer forever -- and checked with ``fstat`` *after* opening, so what is r
 (``/dev/zero`` behind a symlink reports size 0 to ``stat`` but is a character device). Every refusal is a
 :class:`hopdec.errors.HopdecError` (the class the caller gives) with one line naming the file.
 
-Writing: :func:`create_exclusive` makes a new file that did not exist (``O_CREAT | O_EXCL``, which also
+Writing: what the system refuses while a run writes its logs, checkpoints or results (a full disk, a
+quota, a mount gone away) ends the run with one line naming the file (:func:`writing`), not a traceback.
+:func:`create_exclusive` makes a new file that did not exist (``O_CREAT | O_EXCL``, which also
 refuses to follow a symlink at that name), so a link planted at a predictable temporary name cannot
 redirect the write (see :func:`hopdec.runtime.checkpoint.atomic_write`).
 """
 
 import os
 import stat
+from contextlib import contextmanager
 
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, RunError
 
 
 def shown(path):
@@ -74,3 +77,18 @@ def create_exclusive(path, mode=0o644):
     a symlink (followed or not) -- is there already."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     return os.fdopen(os.open(path, flags, mode), "wb")
+
+
+def write_failed(path, err):
+    """The one line for an ``OSError`` raised while writing ``path``: a :class:`RunError` naming it."""
+    return RunError(f"cannot write {shown(path)}: {err.strerror or err}")
+
+
+@contextmanager
+def writing(path):
+    """Writes to ``path`` inside: an ``OSError`` (no space left, a quota, an I/O error) becomes
+    :func:`write_failed`'s one line."""
+    try:
+        yield
+    except OSError as err:
+        raise write_failed(path, err) from None

@@ -209,6 +209,27 @@ def netns_testbed():
         tb.down()
 
 
+@pytest.fixture
+def full_disk(tmp_path):
+    """``full_disk(size)``: a new directory on a filesystem of ``size`` (``"64k"``) that fills up, as a cluster's
+    scratch disk or quota does (a tmpfs mounted for the test, unmounted after it). Skipped, with the
+    reason, where this machine cannot mount one (not root)."""
+    mounted = []
+
+    def make(size):
+        where = tmp_path / f"fs{len(mounted)}"
+        where.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a small filesystem here: {(r.stderr or r.stdout).strip()[:200]}")
+        mounted.append(where)
+        return where
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
 def gone(pid, within=5.0):
     """True once process ``pid`` no longer exists (a zombie of a reaped job counts as gone)."""
     deadline = time.time() + within

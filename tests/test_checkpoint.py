@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, RunError
 from hopdec.ml.data import BatchStream, Dataset, load_dataset, partition
 from hopdec.ml.trainer import LocalTrainer
 from hopdec.runtime import checkpoint as C
@@ -107,7 +107,7 @@ def test_arrays_round_trip_and_writes_are_atomic(tmp_path, monkeypatch):
         f.write(b"partial")
         raise OSError("disk full")
     monkeypatch.setattr(np, "savez", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(RunError, match=f"cannot write {path}: disk full"):     # one line naming the file
         C.write_arrays(path, {"a": np.zeros(3)}, {"format": C.FORMAT})
     assert np.array_equal(C.read_arrays(path)[0]["a"], np.arange(5))   # the old file is intact
     assert os.listdir(tmp_path) == ["c.npz"]                              # and no temporary is left

@@ -87,4 +87,6 @@ def params_path(log_dir, rank):
 
 
 def save_params(log_dir, rank, params):
-    np.save(params_path(log_dir, rank), params)
+    from hopdec.files import writing
+    with writing(params_path(log_dir, rank)):
+        np.save(params_path(log_dir, rank), params)

@@ -168,7 +168,10 @@ class RunObserver:
         if "test_acc" in ev and self.settings.log_dir:
             import json
             import os
-            with open(os.path.join(self.settings.log_dir, "eval.jsonl"), "a") as f:
+
+            from hopdec.files import writing
+            path = os.path.join(self.settings.log_dir, "eval.jsonl")
+            with writing(path), open(path, "a") as f:
                 f.write(json.dumps(dict(time=ev["time"], at=ev["at"], test_loss=ev["test_loss"],
                                         test_acc=ev["test_acc"], final=ev["end"],
                                         model="average of every worker's parameters")) + "\n")

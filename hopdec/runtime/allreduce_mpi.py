@@ -110,9 +110,11 @@ class Evaluations:
 
     def _write(self, rec):
         import json
+
+        from hopdec.files import writing
         self.records.append(rec)
         if self.path:
-            with open(self.path, "a") as f:
+            with writing(self.path), open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
 

@@ -61,7 +61,7 @@ def atomic_write(path, write):
     the old file or the complete new one, never a part. The temporary name is unpredictable and the file is
     created exclusively (:func:`hopdec.files.create_exclusive`): a symlink planted where it would be is
     never followed, and the rename replaces a link at ``path`` itself, not what it points to."""
-    from hopdec.files import create_exclusive
+    from hopdec.files import create_exclusive, write_failed
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}-{secrets.token_hex(6)}")
     try:
@@ -70,11 +70,13 @@ def atomic_write(path, write):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(err, OSError):    # a full disk, a quota: one line naming the file (hopdec.files)
+            raise write_failed(path, err) from None
         raise
     _fsync_dir(directory)
 

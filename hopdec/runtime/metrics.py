@@ -9,6 +9,8 @@ import json
 import os
 import socket
 
+from hopdec.files import write_failed, writing
+
 
 def log_path(log_dir, rank):
     return os.path.join(log_dir, f"rank{rank}.jsonl")
@@ -47,12 +49,14 @@ def open_jsonl(log_dir, rank, header, append=False):
     log (its header line marks where)."""
     from hopdec.launcher import network_conditions as conditions
     os.makedirs(log_dir, exist_ok=True)
-    f = open(log_path(log_dir, rank), "a" if append else "w", buffering=1)
     header = {**(header or {}), "pid": os.getpid(), "host": socket.gethostname()}
     net = conditions()              # an emulated network (hopdec.testbed) says what its links were
     if net is not None:
         header.setdefault("network", net)
-    f.write(json.dumps({"rank": rank, "run": header}) + "\n")
+    path = log_path(log_dir, rank)
+    with writing(path):
+        f = open(path, "a" if append else "w", buffering=1)
+        f.write(json.dumps({"rank": rank, "run": header}) + "\n")
     return f
 
 
@@ -93,13 +97,17 @@ class RankLogger:
         if "jumped_from" in rec:
             self.jumps += 1
         if self._f:
-            self._f.write(json.dumps(rec) + "\n")
+            try:
+                self._f.write(json.dumps(rec) + "\n")
+            except OSError as err:              # a full disk: one line naming the file
+                raise write_failed(self.path, err) from None
 
     def event(self, name, **data):
         """A line that is not an iteration record: ``{"event": name, ...}`` (no ``iter`` key, so
         :func:`read_log` skips it), e.g. a heal, a consensus-distance round or what observing cost."""
         if self._f:
-            self._f.write(json.dumps(dict(event=name, **data)) + "\n")
+            with writing(self.path):
+                self._f.write(json.dumps(dict(event=name, **data)) + "\n")
 
     @property
     def progress_rate(self):
@@ -116,8 +124,9 @@ class RankLogger:
 
     def close(self):
         if self._f:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            with writing(self.path):
+                f.close()
 
 
 class EventLog:
@@ -135,12 +144,14 @@ class EventLog:
 
     def __call__(self, event, **data):
         if self._f:
-            self._f.write(json.dumps(dict(event=event, **data)) + "\n")
+            with writing(self.path):
+                self._f.write(json.dumps(dict(event=event, **data)) + "\n")
 
     def close(self):
         if self._f:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            with writing(self.path):
+                f.close()
 
 
 def read_log(path):

@@ -440,7 +440,9 @@ def test_a_log_dir_holding_an_earlier_run_is_refused_unless_overwrite(tmp_path):
     first = run()
     (tmp_path / "rank3.jsonl").write_text(open(tmp_path / "rank0.jsonl").read())   # a wider earlier run's
     with pytest.raises(ConfigError, match=r"^HopOptimizer: log_dir .*: holds the logs of an earlier run \(rank0.jsonl, "
-                                          r"rank3.jsonl\); give a new directory, or overwrite=True to replace them$"):
+                                          r"rank3.jsonl\); give a new directory, or overwrite=True to replace them; "
+                                          r"a resumed run continues them when it loads a state_dict\(\) saved "
+                                          r"with them$"):
         run()
     second = run(overwrite=True)
     assert second != first and sorted(os.listdir(tmp_path)) == ["rank0.jsonl"]
@@ -454,3 +456,38 @@ def test_a_refused_output_leaves_no_log_that_refuses_the_next_try(tmp_path, fini
         HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path / "logs"), trace="/nonexistent/dir/t.json")
     opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path / "logs"))
     finish_all.append(opt)
+
+
+def test_a_resumed_loop_continues_its_log(tmp_path):
+    """As ``hopdec train --resume``: a loop that loads a state dict saved while it logged to the same
+    log_dir continues its logs, cut back to where they stood at the save (the iterations after it, lost
+    with the process, are logged again once); the report reads one run of 8 iterations. Before: refused as
+    "an earlier run's logs", or with overwrite=True the first part was lost."""
+    from hopdec.report.data import Run
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path), consensus_every=2)
+    train(m, opt, 5)
+    ck = {"m": m.state_dict(), "o": opt.state_dict()}
+    train(m, opt, 2, start=5)               # logged, then lost: the process dies before the next save
+    opt.finish()
+    m2 = net(7)
+    opt2 = HopOptimizer(m2, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path), consensus_every=2)
+    m2.load_state_dict(ck["m"])
+    opt2.load_state_dict(ck["o"])
+    train(m2, opt2, 3, start=5)
+    opt2.finish()
+    lines = [json.loads(x) for x in open(tmp_path / "rank0.jsonl")]
+    heads = [x["run"] for x in lines if "run" in x]
+    assert len(heads) == 2 and "resumed_from" not in heads[0] and heads[1]["resumed_from"] == 5
+    iters = [x["iter"] for x in lines if "iter" in x]
+    assert iters == list(range(8)), iters
+    rounds = [x["at"] for x in lines if x.get("event") == "consensus"]      # each once (before: 2, 4 again)
+    assert rounds == [2, 4, 6, 8], rounds
+    assert sorted(Run.load(str(tmp_path)).records[0][i]["iter"] for i in range(8)) == list(range(8))
+    # a state dict saved with other logs (or none) does not continue these: refused as an earlier run's
+    m3 = net()
+    opt3 = HopOptimizer(m3, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path))
+    opt3.load_state_dict(dict(ck["o"], hop=dict(ck["o"]["hop"], log=str(tmp_path / "elsewhere.jsonl"))))
+    with pytest.raises(ConfigError, match="holds the logs of an earlier run"):
+        train(m3, opt3, 1, start=5)
+    assert iters == [x["iter"] for x in map(json.loads, open(tmp_path / "rank0.jsonl")) if "iter" in x]

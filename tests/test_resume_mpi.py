@@ -146,19 +146,27 @@ def bsp_reference():
 
 
 def test_a_decentralized_run_resumed_after_a_kill_ends_as_the_uninterrupted_one(mpirun, tmp_path, hop_reference):
+    """... and its consensus rounds and their evaluations are logged once each: the resumed run joins the
+    rounds from its checkpoint on, and the rounds lost with the killed run are cut from eval.jsonl (before,
+    every round before the resume point was logged again)."""
     ck, logs = tmp_path / "ck", tmp_path / "logs"
-    out = mpirun(RANKS, HOP + ["--log-dir", logs, "--checkpoint-dir", ck, "--checkpoint-every", 4,
-                               "--die-rank", 1, "--die-at", 10], timeout=120)
+    watch = ["--consensus-every", 3, "--eval-interval", 0.001]
+    out = mpirun(RANKS, HOP + watch + ["--log-dir", logs, "--checkpoint-dir", ck, "--checkpoint-every", 4,
+                                       "--die-rank", 1, "--die-at", 10], timeout=120)
     assert out.returncode != 0
     keys = [set(map(int, C.read_manifest(str(ck), r)["complete"])) for r in range(RANKS)]
     assert all(8 in k for k in keys) and all(max(k) < HOP_ITERS for k in keys)
-    out = mpirun(RANKS, HOP + ["--log-dir", logs, "--resume", ck], timeout=120)
+    out = mpirun(RANKS, HOP + watch + ["--log-dir", logs, "--resume", ck], timeout=120)
     assert out.returncode == 0, out.stderr
     assert_same(params(logs, range(RANKS)), hop_reference)
     for r in range(RANKS):                   # the log continues: every iteration once, two headers
         recs = records(logs, r)
         assert [x["iter"] for x in recs if "iter" in x] == list(range(HOP_ITERS))
         assert [x["run"].get("resumed_from") for x in recs if "run" in x] == [None, 8]
+    rounds = [x["at"] for x in records(logs, 0) if x.get("event") == "consensus"]
+    assert rounds == [3, 6, 9, 12, 15, 16], rounds
+    with open(logs / "eval.jsonl") as f:
+        assert [json.loads(x)["at"] for x in f] == rounds
     # another number of ranks: one line, before anything starts
     out = mpirun(1, HOP + ["--log-dir", tmp_path / "one", "--resume", ck], timeout=90)
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln]

@@ -12,6 +12,7 @@ The time spent in these hooks is measured on every rank and logged (``observer``
 says what watching it cost.
 """
 
+import os
 import time
 
 
@@ -156,6 +157,32 @@ class RunObserver:
         self.progress = self.consensus = None
         self._comms = []
 
+    # ---- checkpoints (hopdec.runtime.resume, HopOptimizer.state_dict) ----
+    def saved(self):
+        """What a checkpoint keeps of the observers, so that a resumed run that continues the logs writes
+        each consensus round once: rank 0's last round logged and the size of ``eval.jsonl`` then."""
+        if self.rank != 0 or self.consensus is None:
+            return {}
+        out = {"consensus_logged": self.consensus.logged}
+        path = self._eval_path()
+        if path is not None and os.path.isfile(path):
+            out["eval_bytes"] = os.path.getsize(path)
+        return out
+
+    def resume(self, start, saved=None):
+        """The run resumes at iteration ``start``; ``saved``: :meth:`saved` of the checkpoint when the run
+        continues its logs (None: new logs, every round from ``start`` on is logged)."""
+        saved = saved or {}
+        if self.consensus is not None:
+            self.consensus.resume(start, saved.get("consensus_logged"))
+        path = self._eval_path()
+        if path is not None and saved.get("eval_bytes") is not None:
+            from hopdec.runtime.checkpoint import trim_log
+            trim_log(path, saved["eval_bytes"])         # rows of the rounds lost with the saved run
+
+    def _eval_path(self):
+        return os.path.join(self.settings.log_dir, "eval.jsonl") if self.settings.log_dir else None
+
     def _on_average(self, xbar, at):
         now = time.time()
         if at != self.n and now < self._next_eval:
@@ -167,10 +194,9 @@ class RunObserver:
     def _consensus_result(self, ev):
         if "test_acc" in ev and self.settings.log_dir:
             import json
-            import os
 
             from hopdec.files import writing
-            path = os.path.join(self.settings.log_dir, "eval.jsonl")
+            path = self._eval_path()
             with writing(path), open(path, "a") as f:
                 f.write(json.dumps(dict(time=ev["time"], at=ev["at"], test_loss=ev["test_loss"],
                                         test_acc=ev["test_acc"], final=ev["end"],

@@ -68,6 +68,21 @@ class Consensus:
         self.timeout, self.clock = timeout, clock or time.time
         self.iterations = iterations
         self.results = []
+        self._logged = None             # a resumed run: the last round the saved run logged (see resume)
+
+    def resume(self, start, logged=None):
+        """A run resumed at iteration ``start`` (a checkpoint's) joins the rounds at ``start`` and after (the
+        saved run's later rounds were lost with it); ``logged``: the last round whose result the saved run
+        had logged by then (rank 0: a round finishes after the iteration it measures) -- joined, not
+        logged again."""
+        if start > 0:
+            self.next_at = next_round(start - 1, self.every, self.iterations)
+        self._logged = logged
+
+    @property
+    def logged(self):
+        """The last round whose result rank 0 logged (None: none yet)."""
+        return self.results[-1]["at"] if self.results else self._logged
 
     def enter(self, iteration, now=None):
         """This worker enters ``iteration`` (``iterations``: it finished): join every round up to it."""
@@ -114,6 +129,8 @@ class Consensus:
                 self._result(r)
 
     def _result(self, r):
+        if self._logged is not None and r.at <= self._logged:
+            return                          # the saved run logged it (resume)
         g = r.out.reshape(self.size, 4)
         d = np.sqrt(np.maximum(g[:, 0], 0.0))
         ev = dict(at=int(r.at), time=float(g[:, 1].max()), t_first=float(g[:, 1].min()),

@@ -25,6 +25,7 @@ inner optimizer itself; an optimizer the user already built can be wrapped too (
 
 import atexit
 import copy
+import os
 import sys
 import time
 import warnings
@@ -168,11 +169,16 @@ class HopOptimizer(torch.optim.Optimizer):
             raise ConfigError("HopOptimizer: consensus_every needs log_dir (or trace): rank 0 logs the rounds "
                               "there, for hopdec report and plot")
         from hopdec.runtime.metrics import RankLogger
+        self._log_dir, self._earlier_logs, self._log_resume = log_dir, None, None
+        self._overwrite = bool(overwrite)
         if log_dir is not None:     # (as hopdec train: an earlier run's logs are not replaced unless asked)
             from hopdec.runtime.metrics import check_log_dir
             from hopdec.runtime.setup import check_fresh_log_dir
             try:
                 check_fresh_log_dir(log_dir, self.rank, self.size, bool(overwrite))
+            except ConfigError as err:      # decided at the first step: a loaded checkpoint of that run
+                self._earlier_logs = str(assembly.as_keywords(err))     # continues its logs (_open_log)
+            try:
                 check_log_dir(log_dir, self.rank)
             except ConfigError as err:
                 raise assembly.as_keywords(err) from None
@@ -187,7 +193,7 @@ class HopOptimizer(torch.optim.Optimizer):
                                           driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,
                                           param_groups=groups, iterations=expected, average_buffers=bool(buffers),
                                           run_id=run_id, **({"inner_steps": steps} if self.cfg.rounds else {})))
-        self.logger = RankLogger(log_dir, self.rank, header=self.header)
+        self.logger = RankLogger(None, self.rank)         # its file is opened at the first step (_open_log)
         from hopdec.observe import RunObserver
         self.observer = RunObserver(watch, comm, self.timeout, self.logger.event, "worker", range(self.size),
                                     expected, self.header, bound=self.bound, write_params=self.flat.write_params,
@@ -264,6 +270,9 @@ class HopOptimizer(torch.optim.Optimizer):
         out = self.optimizer.state_dict()
         out["hop"] = dict(position=int(self.position), rank=self.rank, ranks=self.size,
                           topology=str(self.graph.graph.get("source")), protocol=self.cfg.protocol)
+        if self.logger.path is not None:        # where the log stood: a resume continues it from there
+            out["hop"].update(log=os.path.abspath(self.logger.path), log_offset=self.logger.tell(),
+                              observed=self.observer.saved())
         r = self.rounds
         if r is not None:               # local steps: where in the round, what it started from, the outer state
             out["hop"].update(local_steps=r.steps, round_step=r.taken if r.begun is not None else 0,
@@ -287,6 +296,8 @@ class HopOptimizer(torch.optim.Optimizer):
                                   f"{hop.get('ranks')}; this is rank {self.rank} of {self.size} (each rank "
                                   f"loads its own checkpoint)")
             self._resume_at = int(hop["position"])
+            if hop.get("log") is not None:
+                self._log_resume = (str(hop["log"]), hop.get("log_offset"), hop.get("observed"))
             if self.rounds is not None:
                 if int(hop.get("local_steps", 1)) != self.rounds.steps:
                     raise ConfigError(f"HopOptimizer: this state dict was saved with local_steps="
@@ -515,19 +526,58 @@ class HopOptimizer(torch.optim.Optimizer):
         """The first step (or finish): every rank at the same position, then Enter(k), Send(k)."""
         from hopdec.runtime.hop_loop import worker_loop
         from hopdec.transport.collectives import allgather_json
-        where = allgather_json(self._ccomm, self._resume_at, self.timeout, "HopOptimizer: starting")
+        append, refused = self._log_start()     # (every rank continues its log, or none: one run)
+        got = allgather_json(self._ccomm, [self._resume_at, refused, append], self.timeout,
+                             "HopOptimizer: starting")
+        where = [g[0] for g in got]
         if len(set(where)) != 1:
             raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "
                               f"state dicts were saved at different iterations): every rank must load a "
                               f"checkpoint of the same iteration, or none")
+        refusals = [(r, g[1]) for r, g in enumerate(got) if g[1]]
+        if refusals:                            # the same line on every rank
+            r, text = refusals[0]
+            raise ConfigError(text if r == self.rank or text.startswith(f"rank {r}") else f"{text} (on rank {r})")
+        if self._log_dir is not None:
+            from hopdec.runtime.checkpoint import trim_log
+            if any(g[2] for g in got) and not all(g[2] for g in got):     # (on every rank: the same line)
+                raise ConfigError(f"HopOptimizer: log_dir {self._log_dir}: ranks "
+                                  f"{', '.join(str(r) for r, g in enumerate(got) if not g[2])} loaded state dicts "
+                                  f"saved without these logs, the others with them: load one run's checkpoints")
+            append = append and trim_log(*self._log_resume[:2])
+            self.logger.open(self._log_dir, dict(self.header, **({"resumed_from": self._resume_at}
+                                                                  if self._resume_at else {})), append)
         if self._resume_at:
             self.core.resume_at(self._resume_at)
         if self._resume_round is not None and self._resume_round[0]:     # a round saved mid-way
             self.rounds.resume(self._resume_at, *self._resume_round)
+        if self._resume_at:                 # its consensus rounds: from here on, each logged once
+            self.observer.resume(self._resume_at, self._log_resume[2] if append else None)
         self.observer.begin()
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
         self._advance()                               # Enter(k), Send(k): stop where the gradient is due
+
+    def _log_start(self):
+        """``(continues, refusal)`` of this rank's log, at the first step (as ``hopdec train --resume``): a
+        state dict saved by a run that logged to this same file continues it from where it stood then
+        (:func:`hopdec.runtime.checkpoint.log_continues`), unless ``overwrite=True`` (a new log); otherwise a
+        log_dir holding an earlier run's logs is refused (one line)."""
+        if self._log_dir is None:
+            return False, None
+        from hopdec.runtime.checkpoint import log_continues
+        from hopdec.runtime.metrics import log_path
+        res, path = self._log_resume, os.path.abspath(log_path(self._log_dir, self.rank))
+        if res is not None and not self._overwrite and res[0] == path:
+            if log_continues(path, res[1]):
+                return True, None
+            return False, (f"HopOptimizer: log_dir {self._log_dir}: rank{self.rank}.jsonl cannot be continued "
+                           f"from the loaded state_dict() (it is gone or shorter than when it was saved); give "
+                           f"a new directory, or overwrite=True to replace the logs")
+        if self._earlier_logs is not None:
+            return False, (f"{self._earlier_logs}; a resumed run continues them when it loads a state_dict() "
+                           f"saved with them")
+        return False, None
 
     def _advance(self, wake=None):
         """Carry out the core's actions up to the next ComputeGradient (returns True). ``wake()``: checked

@@ -69,11 +69,12 @@ def run(ctx):
                         mpi_buffers="device" if io.device_buffers is not None else "host",
                         message_bytes=hop.message_bytes(trainer.numel), consensus_every=s.observe.consensus_every,
                         fault_tolerance=ft, **keep.header())
-    logger = RankLogger(ctx.log_dir, rank, header=header,
-                        append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
+    continues = open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank))
+    logger = RankLogger(ctx.log_dir, rank, header=header, append=continues)
     obs = RunObserver(s.observe, comm, ctx.timeout, logger.event, "worker", range(ctx.size), hop.cfg.iterations,
                       header, bound=bound, write_params=trainer.write_params, numel=trainer.numel,
                       evaluate=lambda: hop.trainer(rank, ctx.device).evaluate)
+    keep.watched_by(obs, continues)
     if rank == 0:
         for note in hop.notes:
             print(f"note: {note}", file=sys.stderr, flush=True)

@@ -70,8 +70,7 @@ class RankLogger:
         self.path = None
         self._f = None
         if log_dir:
-            self.path = log_path(log_dir, rank)
-            self._f = open_jsonl(log_dir, rank, header, append=append)
+            self.open(log_dir, header, append)
         self.entries = [] if entries else None     # (time, iter) of every iteration entered
         self.iterations = 0
         self.wait_s = 0.0
@@ -80,6 +79,12 @@ class RankLogger:
         self.first_time = self.last_time = None
         self.first_iter = self.last_iter = None     # progress counts skipped iterations too
         self.jumps = 0
+
+    def open(self, log_dir, header=None, append=False):
+        """Start writing ``DIR/rank{r}.jsonl`` (:func:`open_jsonl`): at construction, or later for a writer
+        that learns only then whether it continues an earlier log (``hopdec.optim.HopOptimizer``)."""
+        self.path = log_path(log_dir, self.rank)
+        self._f = open_jsonl(log_dir, self.rank, header, append=append)
 
     def log(self, rec):
         t, it = rec["time"], rec["iter"]

@@ -118,9 +118,17 @@ class HopRank:
         self.channel = interrupt.StopChannel(ctx.comm, ctx.timeout)
         self._in_wait = False
         self.saved_final = False
+        self.observer = None
 
     def header(self):
         return {"run_id": self.ctx.run_id, **({"resumed_from": self.start} if self.start else {})}
+
+    def watched_by(self, observer, continues_log):
+        """``observer`` (:class:`hopdec.observe.RunObserver`): each checkpoint keeps what it logged; a resumed
+        run tells it where it starts (and, when it continues the logs, what the checkpoint kept)."""
+        self.observer = observer
+        if self.start:
+            observer.resume(self.start, self.ctx.resume["entry"].get("observed") if continues_log else None)
 
     # ---- during training ----
     @contextlib.contextmanager
@@ -175,7 +183,9 @@ class HopRank:
             self.saved_final = True
 
     def _save(self, k, logger, cause):
-        self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger)))
+        seen = self.observer.saved() if self.observer is not None else {}
+        self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger),
+                                                      **({"observed": seen} if seen else {})))
         self.store.forget_before(oldest_needed(k, self.every, self.gap, self.store.keys))
 
     def rehome(self, comm):

@@ -142,16 +142,19 @@ def test_a_simulated_all_reduce_keeps_every_replica_identical(tmp_path):
 
 def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_does(mpirun, tmp_path):
     """Checkpoint at iteration 4, resume to 8: the same parameters as 8 iterations in one go (momentum and
-    the data position included), with a slow rank."""
+    the data position included), with a slow rank; the resumed run's eval.jsonl continues the first one's,
+    each iteration evaluated once (before: the first run's final row stayed, and the resumed run's first
+    evaluation said iteration 0)."""
     common = ["--mode", "allreduce", "--model", "mlp", "--seed", "3", "--no-progress", "--threads", "1",
               "--slowdown", "rank=1,factor=2",
               "--compute-time", "0.005"]     # >= 5 ms per iteration: every boundary is 1 ms past an evaluation
     ck = tmp_path / "ck"
     outs = mpirun.batch(2, [common + ["--iterations", "8", "--save-models", "--log-dir", tmp_path / "whole",
                                       "--eval-interval", "0.001"],
-                            common + ["--iterations", "4", "--checkpoint-dir", ck],
+                            common + ["--iterations", "4", "--checkpoint-dir", ck, "--log-dir", tmp_path / "resumed",
+                                      "--eval-interval", "0.001"],
                             common + ["--iterations", "8", "--resume", ck, "--save-models",
-                                      "--log-dir", tmp_path / "resumed"]], timeout=120)
+                                      "--log-dir", tmp_path / "resumed", "--eval-interval", "0.001"]], timeout=120)
     for out in outs:
         assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     assert len(outs) == 3
@@ -162,6 +165,8 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     assert sorted({e["iter_min"] for e in evals[:-1]}) == list(range(8))   # every iteration boundary,
     assert evals[-1]["iter_min"] == 8                                       # then the end
     assert evals[-1]["final"] and all(e["eval_s"] > 0 for e in evals[:-1])
+    resumed = [json.loads(line) for line in open(tmp_path / "resumed" / "eval.jsonl")]
+    assert [(e["iter_min"], e.get("final", False)) for e in resumed] == [(k, k == 8) for k in range(9)], resumed
 
 
 def test_a_simulated_all_reduce_evaluates_every_interval(tmp_path):

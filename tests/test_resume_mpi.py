@@ -231,16 +231,19 @@ def test_sigint_to_mpirun_itself_leaves_no_process_and_whole_log_lines(mpirun, t
 
 
 def test_a_bsp_run_resumed_after_a_kill_ends_as_the_uninterrupted_one(mpirun, tmp_path, bsp_reference):
+    """... and the server's evaluation at the resume says the version it resumed at (it said 0)."""
     ck, logs = tmp_path / "ck", tmp_path / "logs"
     out = mpirun(3, PS + ["--log-dir", logs, "--checkpoint-dir", ck, "--checkpoint-every", 4,
-                          "--die-rank", 2, "--die-at", 9], timeout=120)
+                          "--die-rank", 2, "--die-at", 9, "--eval-interval", 1000], timeout=120)
     assert out.returncode != 0
     assert all("2" in C.read_manifest(str(ck), r)["complete"] for r in range(3))     # the cut at step 8
-    out = mpirun(3, PS + ["--log-dir", logs, "--resume", ck], timeout=120)
+    out = mpirun(3, PS + ["--log-dir", logs, "--resume", ck, "--eval-interval", 1000], timeout=120)
     assert out.returncode == 0, out.stderr
     assert_same(params(logs, [0]), [bsp_reference])
     for r in (1, 2):
         assert [x["iter"] for x in records(logs, r) if "iter" in x] == list(range(PS_ITERS))
+    evals = [x["version"] for x in records(logs, 0) if x.get("event") == "eval"]
+    assert evals == [0, 8, PS_ITERS], evals         # at each start and at the end
 
 
 def test_a_stop_request_to_mpirun_stops_a_parameter_server_run_at_a_final_cut(mpirun, tmp_path):

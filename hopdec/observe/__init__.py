@@ -160,10 +160,11 @@ class RunObserver:
     # ---- checkpoints (hopdec.runtime.resume, HopOptimizer.state_dict) ----
     def saved(self):
         """What a checkpoint keeps of the observers, so that a resumed run that continues the logs writes
-        each consensus round once: rank 0's last round logged and the size of ``eval.jsonl`` then."""
-        if self.rank != 0 or self.consensus is None:
+        each consensus round and evaluation once: rank 0's last round logged and the size of ``eval.jsonl``
+        then (the all-reduce mode's evaluations are written there too)."""
+        if self.rank != 0:
             return {}
-        out = {"consensus_logged": self.consensus.logged}
+        out = {} if self.consensus is None else {"consensus_logged": self.consensus.logged}
         path = self._eval_path()
         if path is not None and os.path.isfile(path):
             out["eval_bytes"] = os.path.getsize(path)

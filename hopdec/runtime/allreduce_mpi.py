@@ -81,11 +81,12 @@ class Evaluations:
         self.path = os.path.join(log_dir, "eval.jsonl") if log_dir and self.interval > 0 else None
         self.records, self.last = [], None
 
-    def start(self):
+    def start(self, k=0):
+        """Training starts (or resumes) at iteration ``k``: the first evaluation."""
         import time
         self.last = time.time()
         if self.interval > 0:
-            self._evaluate(0)
+            self._evaluate(k)
 
     def after(self, action):
         import time
@@ -141,10 +142,11 @@ def run(ctx):
     keep = HopRank(ctx, core, trainer, bound)      # checkpoints, resume, Ctrl-C (hopdec.runtime.resume)
     header = ar.header(trainer.numel, emulator.describe(), device=str(ctx.device),
                        message_bytes=ar.message_bytes(trainer.numel), **keep.header())
-    logger = RankLogger(ctx.log_dir, rank, header=header,
-                        append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
+    continues = open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank))
+    logger = RankLogger(ctx.log_dir, rank, header=header, append=continues)
     obs = RunObserver(s.observe, comm, ctx.timeout, logger.event, "worker", range(ctx.size), ctx.iterations,
                       header, bound=bound)
+    keep.watched_by(obs, continues)                 # (eval.jsonl: cut back with the logs on a resume)
 
     def on_record(rec):
         logger.log(rec)
@@ -154,7 +156,7 @@ def run(ctx):
     evals = Evaluations(ar, trainer, s.observe.eval_interval if rank == 0 else 0, ctx.log_dir)
     barrier(comm, ctx.timeout, "start")            # start together: iteration times are comparable
     obs.begin()
-    evals.start()
+    evals.start(keep.start)
     with keep.running():                            # every wait notices a stop request (Ctrl-C)
         for a in worker_loop(core, io, backend, on_record=on_record, spans=obs.spans, step=True):
             if not isinstance(a, Wait):

@@ -72,11 +72,11 @@ def run(ctx):
         barrier(comm, timeout, "start")
         t0 = time.time()
         obs.begin(t0)
-        if eval_interval > 0:
-            evaluate(t0)
-        last_eval = time.time()
         if not keep.resume_server(core, io):
             core.start(t0)
+        if eval_interval > 0:               # (after a resume: labelled with the version and work it resumed at)
+            evaluate(t0)
+        last_eval = time.time()
         with watching(keep.server_watch(core)):
             for wait in server_loop(core, io, model, on_event=on_event,
                                     on_checkpoint=lambda a: keep.save_server(core, io, a, events)):

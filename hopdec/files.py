@@ -9,6 +9,7 @@ for a writer forever -- and checked with ``fstat`` *after* opening, so what is r
 
 Writing: what the system refuses while a run writes its logs, checkpoints or results (a full disk, a
 quota, a mount gone away) ends the run with one line naming the file (:func:`writing`), not a traceback.
+A resumed run continues its logs from where they stood at its checkpoint (:func:`trim_log`).
 :func:`create_exclusive` makes a new file that did not exist (``O_CREAT | O_EXCL``, which also
 refuses to follow a symlink at that name), so a link planted at a predictable temporary name cannot
 redirect the write (see :func:`hopdec.runtime.checkpoint.atomic_write`).
@@ -92,3 +93,31 @@ def writing(path):
         yield
     except OSError as err:
         raise write_failed(path, err) from None
+
+
+def log_continues(path, offset):
+    """Whether ``path`` can be cut back to ``offset`` bytes for a resumed run to append to: it exists, holds
+    at least that much, and ``offset`` ends a line (a resumed log never continues a partial line)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    if offset is None or size < offset:
+        return False
+    if offset:
+        with open(path, "rb") as f:
+            f.seek(offset - 1)
+            if f.read(1) != b"\n":
+                return False
+    return True
+
+
+def trim_log(path, offset):
+    """Cut ``path`` back to ``offset`` bytes (what it held at the checkpoint a run resumes), so the resumed
+    run appends after it; True when it did (False, the file untouched: :func:`log_continues` says no, and
+    the log starts afresh)."""
+    if not log_continues(path, offset):
+        return False
+    with open(path, "r+b") as f:
+        f.truncate(offset)
+    return True

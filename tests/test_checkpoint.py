@@ -212,9 +212,10 @@ def test_the_resume_command_repeats_the_run_with_resume(monkeypatch):
 def test_trim_log_keeps_whole_lines_only(tmp_path):
     log = tmp_path / "rank0.jsonl"
     log.write_text('{"a": 1}\n{"b": 2}\n{"c": 3}\n')
-    assert C.trim_log(log, 9) and log.read_text() == '{"a": 1}\n'
-    assert not C.trim_log(log, 5) and log.read_text() == '{"a": 1}\n'   # not at a line end: left alone
-    assert not C.trim_log(tmp_path / "none.jsonl", 0)
+    from hopdec.files import trim_log
+    assert trim_log(log, 9) and log.read_text() == '{"a": 1}\n'
+    assert not trim_log(log, 5) and log.read_text() == '{"a": 1}\n'   # not at a line end: left alone
+    assert not trim_log(tmp_path / "none.jsonl", 0)
 
 
 # ---- stop requests -----------------------------------------------------------------------------------------

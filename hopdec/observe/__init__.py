@@ -178,7 +178,7 @@ class RunObserver:
             self.consensus.resume(start, saved.get("consensus_logged"))
         path = self._eval_path()
         if path is not None and saved.get("eval_bytes") is not None:
-            from hopdec.runtime.checkpoint import trim_log
+            from hopdec.files import trim_log
             trim_log(path, saved["eval_bytes"])         # rows of the rounds lost with the saved run
 
     def _eval_path(self):

@@ -539,7 +539,7 @@ class HopOptimizer(torch.optim.Optimizer):
             r, text = refusals[0]
             raise ConfigError(text if r == self.rank or text.startswith(f"rank {r}") else f"{text} (on rank {r})")
         if self._log_dir is not None:
-            from hopdec.runtime.checkpoint import trim_log
+            from hopdec.files import trim_log
             if any(g[2] for g in got) and not all(g[2] for g in got):     # (on every rank: the same line)
                 raise ConfigError(f"HopOptimizer: log_dir {self._log_dir}: ranks "
                                   f"{', '.join(str(r) for r, g in enumerate(got) if not g[2])} loaded state dicts "
@@ -561,11 +561,11 @@ class HopOptimizer(torch.optim.Optimizer):
     def _log_start(self):
         """``(continues, refusal)`` of this rank's log, at the first step (as ``hopdec train --resume``): a
         state dict saved by a run that logged to this same file continues it from where it stood then
-        (:func:`hopdec.runtime.checkpoint.log_continues`), unless ``overwrite=True`` (a new log); otherwise a
+        (:func:`hopdec.files.log_continues`), unless ``overwrite=True`` (a new log); otherwise a
         log_dir holding an earlier run's logs is refused (one line)."""
         if self._log_dir is None:
             return False, None
-        from hopdec.runtime.checkpoint import log_continues
+        from hopdec.files import log_continues
         from hopdec.runtime.metrics import log_path
         res, path = self._log_resume, os.path.abspath(log_path(self._log_dir, self.rank))
         if res is not None and not self._overwrite and res[0] == path:

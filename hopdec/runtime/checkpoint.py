@@ -378,34 +378,6 @@ def _show(v):
 
 
 # ---- logs and messages ---------------------------------------------------------------------------------
-def log_continues(path, offset):
-    """Whether ``path`` can be cut back to ``offset`` bytes for a resumed run to append to: it exists, holds
-    at least that much, and ``offset`` ends a line (a resumed log never continues a partial line)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return False
-    if offset is None or size < offset:
-        return False
-    if offset:
-        with open(path, "rb") as f:
-            f.seek(offset - 1)
-            if f.read(1) != b"\n":
-                return False
-    return True
-
-
-def trim_log(path, offset):
-    """Cut ``path`` back to ``offset`` bytes (what it held at the checkpoint a run resumes), so the resumed
-    run appends after it; True when it did (False, the file untouched: :func:`log_continues` says no, and
-    the log starts afresh)."""
-    if not log_continues(path, offset):
-        return False
-    with open(path, "r+b") as f:
-        f.truncate(offset)
-    return True
-
-
 def resume_command(argv, ranks, directory, launcher="mpirun"):
     """The command that resumes this run: the same ``hopdec train`` arguments, ``--resume D`` instead of
     any earlier ``--resume``, without the tests' fault injection. Started by a launch script, the script

@@ -79,7 +79,8 @@ def open_log(ctx, path):
     entry = res["entry"]
     if entry.get("log") != os.path.abspath(path):
         return False
-    return C.trim_log(path, entry.get("log_offset"))
+    from hopdec.files import trim_log
+    return trim_log(path, entry.get("log_offset"))
 
 
 def _log_info(logger):

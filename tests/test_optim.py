@@ -3,6 +3,7 @@ and the transformer workload's parts: the corpus, the model, AdamW on the flat b
 
 import json
 import os
+import time
 import sys
 
 import pytest
@@ -491,3 +492,29 @@ def test_a_resumed_loop_continues_its_log(tmp_path):
     with pytest.raises(ConfigError, match="holds the logs of an earlier run"):
         train(m3, opt3, 1, start=5)
     assert iters == [x["iter"] for x in map(json.loads, open(tmp_path / "rank0.jsonl")) if "iter" in x]
+
+
+def test_a_stop_signal_ends_the_loop_at_the_agreed_iteration_and_a_second_one_at_once():
+    """(hopdec.optim.stopping; the ranks' agreement is under mpirun in test_optim_mpi.) One rank: the stop
+    is one past the position where the rank agreed it (its next step()); after it step() says so; a second signal raises at
+    once; a later optimizer in the process starts without the request."""
+    import signal
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    train(m, opt, 3)
+    os.kill(os.getpid(), signal.SIGUSR1)                # a request: nothing raised here
+    with pytest.raises(KeyboardInterrupt, match="every rank stops at iteration 5"):
+        train(m, opt, 5, start=3)
+    assert opt.iteration == opt.state_dict()["hop"]["position"] == 5
+    with pytest.raises(RuntimeError, match="after the stop at iteration 5"):
+        train(m, opt, 1, start=5)
+    with pytest.raises(KeyboardInterrupt):              # the second signal: at once
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for _ in range(100):
+            time.sleep(0.01)
+    opt.finish()
+    m2 = net()
+    opt2 = HopOptimizer(m2, torch.optim.SGD, lr=0.1)
+    train(m2, opt2, 4)                                  # not stopped by the first optimizer's request
+    opt2.finish()
+    assert opt2.iteration == 4

@@ -399,3 +399,54 @@ def test_a_ported_public_example_runs_under_mpirun(mpirun, tmp_path):
     m = re.search(r"consensus model: test loss \S+, accuracy (\S+), lr (\S+)", out.stdout)
     assert float(m.group(2)) == pytest.approx(0.7 ** 2, rel=1e-3)    # StepLR reached the optimizer
     assert os.path.exists(tmp_path / "rank3.jsonl")
+
+
+STOP_SCRIPT = """
+import json, os, sys, signal, time, torch
+from mpi4py import MPI
+from hopdec.optim import HopOptimizer
+rank, ck = MPI.COMM_WORLD.Get_rank(), sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Linear(6, 2)
+opt = HopOptimizer(model, torch.optim.SGD, lr=0.1, topology="ring", max_ig=3, log_dir=ck + "/logs")
+start = 0
+if os.path.exists(f"{ck}/rank{rank}.pt"):
+    st = torch.load(f"{ck}/rank{rank}.pt", weights_only=True)
+    model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); start = opt.iteration
+try:
+    for i in range(start, start + 400):
+        if rank == 1 and i == 15 and not start:
+            os.kill(os.getpid(), signal.SIGUSR1)       # a stop on one rank (a SIGINT from srun looks alike)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.randn(4, 6)), torch.randint(0, 2, (4,))).backward()
+        opt.step()
+        time.sleep(0.03 if rank == 2 else 0.002)        # rank 2 is slow: the others run ahead of it
+        if start and i == start + 5:
+            break
+except KeyboardInterrupt:
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f"{ck}/rank{rank}.pt")
+    print("@@stopped", json.dumps([rank, opt.iteration]), flush=True)
+    sys.exit(0)
+opt.finish()
+print("@@resumed", json.dumps([rank, start, opt.iteration]), flush=True)
+"""
+
+
+def test_a_stop_signal_in_a_users_loop_stops_every_rank_at_the_same_iteration(mpirun, tmp_path):
+    """A stop signal (SIGUSR1 from the launch scripts, Slurm's warning; here on rank 1 only) ends every rank's
+    loop with KeyboardInterrupt at the same iteration, so the state dicts an ``except KeyboardInterrupt:``
+    saves resume together. Before, each rank raised where it was (rank 2 behind the others) and the resume
+    was refused: "the ranks start at different positions"."""
+    ck = tmp_path
+    out = mpirun.python(3, ["-c", STOP_SCRIPT, ck], timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    stopped = dict(json.loads(m) for m in re.findall(r"^@@stopped (.*)$", out.stdout, re.M))
+    assert sorted(stopped) == [0, 1, 2] and len(set(stopped.values())) == 1, stopped
+    at = stopped[0]
+    assert 15 < at < 400, at
+    out = mpirun.python(3, ["-c", STOP_SCRIPT, ck], timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    resumed = [json.loads(m) for m in re.findall(r"^@@resumed (.*)$", out.stdout, re.M)]
+    assert sorted(r for r, _, _ in resumed) == [0, 1, 2] and all(s == at for _, s, _ in resumed), resumed
+    iters = [json.loads(x)["iter"] for x in open(tmp_path / "logs" / "rank2.jsonl") if '"iter"' in x]
+    assert iters == sorted(set(iters)) and iters[0] == 0, iters     # its log continues, each iteration once

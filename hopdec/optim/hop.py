@@ -36,7 +36,7 @@ import torch
 
 from hopdec.core import ComputeGradient, Wait
 from hopdec.errors import ConfigError
-from hopdec.optim import assembly, ending, failing, life
+from hopdec.optim import assembly, ending, failing, life, stopping
 
 
 class _Woken(Exception):
@@ -212,6 +212,8 @@ class HopOptimizer(torch.optim.Optimizer):
         self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
+        self._stop = None                      # Ctrl-C: where every rank stops (hopdec.optim.stopping)
+        self._stopped = False                  # step() raised KeyboardInterrupt there
         self._exit_hook = _register_exit(self)
         failing.mark_built()
         self._ready = True
@@ -224,6 +226,9 @@ class HopOptimizer(torch.optim.Optimizer):
         Returns the closure's loss, as torch optimizers do."""
         if self.finished:
             raise RuntimeError("HopOptimizer: step() after finish(): this rank's training is over")
+        if self._stopped:
+            raise RuntimeError(f"HopOptimizer: step() after the stop at iteration {self._stop.stop_at}: every "
+                               f"rank stopped there (a stop signal); save state_dict() and end, then resume")
         now = time.time()
         failing.resumed()
         self._check_model()
@@ -245,8 +250,17 @@ class HopOptimizer(torch.optim.Optimizer):
             r.taken += 1
         else:
             self._advance()
+        self._check_stop()
         self._paused_at = time.time()
+        if self._stop.due(self.core.iteration) and (r is None or r.taken == 0 or r.begun is None):
+            self._stopped = True                # every rank is here: its state dict resumes with theirs
+            raise KeyboardInterrupt(f"every rank stops at iteration {self._stop.stop_at}")
         return self._closure_loss
+
+    def _check_stop(self):
+        """Announce or answer a stop request (an idle hook in every wait too; see hopdec.optim.stopping)."""
+        if self._stop is not None and not self.finished:
+            self._stop.check(self.core, finished=self.end.done)
 
     def _inner_step(self):
         """The wrapped optimizer's step (given the step's closure)."""
@@ -407,6 +421,11 @@ class HopOptimizer(torch.optim.Optimizer):
                     raise
                 self._heal_waiting()
         self.end.close()
+        if self._stop is not None:
+            from hopdec.transport.waiting import remove_idle_hook
+            remove_idle_hook(self._check_stop)
+            stopping.release_signals(self)
+            self._stop.close()
         self.observer.close()
         self.logger.event("messages", **self.io.counters(), send_stores=self.flat.stores)
         self.logger.close()
@@ -534,6 +553,7 @@ class HopOptimizer(torch.optim.Optimizer):
             raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "
                               f"state dicts were saved at different iterations): every rank must load a "
                               f"checkpoint of the same iteration, or none")
+        self._stop = stopping.AgreedStop(self.comm, self.timeout)     # (collective: every rank, here)
         refusals = [(r, g[1]) for r, g in enumerate(got) if g[1]]
         if refusals:                            # the same line on every rank
             r, text = refusals[0]
@@ -554,6 +574,9 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._resume_at:                 # its consensus rounds: from here on, each logged once
             self.observer.resume(self._resume_at, self._log_resume[2] if append else None)
         self.observer.begin()
+        stopping.take_signals(self)
+        from hopdec.transport.waiting import add_idle_hook
+        add_idle_hook(self._check_stop)
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
         self._advance()                               # Enter(k), Send(k): stop where the gradient is due
@@ -673,6 +696,8 @@ class HopOptimizer(torch.optim.Optimizer):
         if done:
             self.end.announce_done(self._consensus_calls)
         self.size = self.comm.Get_size()
+        if self._stop is not None:
+            self._stop.moved_to(self.comm)
         self.logger.event("heal", **{k: v for k, v in event.items() if k != "event"})
         self.observer.on_failure(event, self.comm)
         return event

@@ -337,3 +337,51 @@ def test_a_parameter_server_run_is_labelled_by_its_workers_emulation(tmp_path):
     res, _ = simulate(tmp_path / "sim", "--mode", "ps", "--sync", "bsp", "-n", 2, "--iterations", 3,
                       "--compute-time", 0.1, "--slowdown", "rank=2,factor=3")
     assert Run.load(str(tmp_path / "sim")).conditions() == "compute 0.1 s per iteration; rank 2 3x slower"
+
+
+def _rank_log(path, rank, segments):
+    """A rank's log of several runs of one job (a resumed run continues the log after a new header):
+    ``segments`` = [(header extras, [(iteration, time), ...], [events])]."""
+    with open(path / f"rank{rank}.jsonl", "w") as f:
+        for extra, recs, events in segments:
+            f.write(json.dumps({"rank": rank, "run": dict(dict(mode="decentralized", iterations=10, run_id="a"),
+                                                          **extra)}) + "\n")
+            for it, t in recs:
+                f.write(json.dumps(dict(rank=rank, iter=it, time=t, compute_s=0.5, wait_s=0.5, loss=1.0)) + "\n")
+            for e in events:
+                f.write(json.dumps(e) + "\n")
+
+
+CONS = dict(event="consensus", dist_mean=0.1, dist_max=0.2, dist_rms=0.15, dists=[0.1, 0.2], norm=1.0, argmax=1,
+            end=False)
+
+
+def test_a_resumed_runs_pause_is_left_out_of_its_times(tmp_path):
+    """A run checkpointed at iteration 5 and resumed an hour later (raising --iterations to 12): before, the
+    report's duration was the hour and its speed a hundredth; now the pause between the checkpoint and the
+    restart is left out of every time (records, events, evaluations) and said beside the run."""
+    from hopdec.report.html import render
+    t0 = 1000.0
+    for r in range(2):
+        _rank_log(tmp_path, r, [({}, [(k, t0 + k + 0.1 * r) for k in range(5)],
+                                 [dict(CONS, at=4, time=t0 + 4.5, t_first=t0 + 4.2)] if r == 0 else []),
+                                (dict(resumed_from=5, iterations=12), [(k, t0 + 3600 + k - 5 + 0.1 * r)
+                                                                     for k in range(5, 12)],
+                                 [dict(CONS, at=8, time=t0 + 3603.5, t_first=t0 + 3603.2)]
+                                 if r == 0 else [])])
+    with open(tmp_path / "eval.jsonl", "w") as f:
+        for t, acc in ((t0 + 4.6, 0.5), (t0 + 3603.6, 0.7)):
+            f.write(json.dumps(dict(time=t, test_acc=acc, test_loss=1.0, at=0)) + "\n")
+    run = Run.load(str(tmp_path))
+    gap = (t0 + 3600) - (t0 + 4.1 + 1.0)        # the first restart, less the checkpoint (the last kept record
+    assert run.paused == [(5, pytest.approx(gap))]                       # of any rank + a step)
+    times = [x["time"] for x in run.records[1]]
+    steps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == t0 + 0.1 and max(steps) < 1.5, steps            # no pause left
+    assert [e["time"] for e in run.events_of("consensus")] == pytest.approx([t0 + 4.5, t0 + 3603.5 - gap])
+    assert [e["time"] for e in run.evals] == pytest.approx([t0 + 4.6, t0 + 3603.6 - gap])
+    assert run.iterations == 12 and run.iterations_run() == 12
+    assert any("resumed at iteration 5" in n for n in run.notes)
+    page = render([run])
+    assert "resumed at iteration 5: the 3594.9 s pause before it is left out of the times" in page
+    assert "EMULATED" not in page

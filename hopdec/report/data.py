@@ -159,8 +159,11 @@ def read_jsonl(path):
         raise ConfigError(f"{shown(path)}: cannot read ({err.strerror or err})") from None
 
 
-def split_rank_log(rows):
-    """``(header, records, events, bad)`` of one rank's parsed lines, each checked against the fields above."""
+def split_rank_log(rows, resumes=None):
+    """``(header, records, events, bad)`` of one rank's parsed lines, each checked against the fields above.
+    ``resumes``: a list that gets ``(records before, events before, resumed_from, its iterations or None)``
+    for each later header
+    (a resumed run continues the log: ``hopdec train --resume``, a user's loop that loads a state dict)."""
     header, records, events, bad = None, [], [], 0
     for x in rows:
         if "event" in x:
@@ -173,6 +176,12 @@ def split_rank_log(rows):
                 records.append(x)
             else:
                 bad += 1
+        elif "run" in x and header is not None:
+            k = x["run"].get("resumed_from") if isinstance(x["run"], dict) else None
+            if resumes is not None and isinstance(k, int) and not isinstance(k, bool):
+                it = x["run"].get("iterations")      # --resume may raise --iterations
+                ok = "iterations" in HEADER_FIELDS and it is not None and HEADER_FIELDS["iterations"](it)
+                resumes.append((len(records), len(events), k, it if ok else None))
         elif "run" in x and header is None:
             if isinstance(x["run"], dict):
                 header = {k: v for k, v in x["run"].items() if k not in HEADER_FIELDS or HEADER_FIELDS[k](v)}
@@ -182,6 +191,47 @@ def split_rank_log(rows):
         elif "run" not in x:
             bad += 1
     return header or {}, records, events, bad
+
+
+def join_resumed(records, events, evals, cuts):
+    """Leave out of every time the pause of a resumed run: between its checkpoint (an iteration after the
+    last record kept before the resume) and the restart (the first record after it, on the earliest rank),
+    every rank, event and evaluation alike -- else a run resumed the next morning reads as one of 10 hours at
+    a tenth of its speed. ``cuts[rank]``: :func:`split_rank_log`'s resumes (only those every rank with
+    records has, at the same iteration). Returns ``(iteration resumed at, seconds left out)`` per pause."""
+    ranks = [r for r, v in records.items() if v]
+    if not ranks or any(not cuts.get(r) for r in ranks):
+        return []
+    notes = []
+    for j in range(min(len(cuts[r]) for r in ranks)):
+        if len({cuts[r][j][2] for r in ranks}) != 1:
+            break
+        before = [records[r][cuts[r][j][0] - 1]["time"] for r in ranks if cuts[r][j][0] > 0]
+        after = [records[r][cuts[r][j][0]]["time"] for r in ranks if cuts[r][j][0] < len(records[r])]
+        steps = [b["time"] - a["time"] for r in ranks for a, b in zip(records[r][:cuts[r][j][0]],
+                                                                         records[r][1:cuts[r][j][0]])]
+        if not before or not after:
+            continue
+        step = float(np.median(steps)) if steps else 0.0
+        restart = min(after)
+        gap = restart - (max(before) + max(step, 0.0))
+        if gap <= 0:
+            continue
+        for r, rows in records.items():
+            if r in cuts and j < len(cuts[r]):
+                for x in rows[cuts[r][j][0]:]:
+                    x["time"] -= gap
+        for r, rows in events.items():
+            if r in cuts and j < len(cuts[r]):
+                for x in rows[cuts[r][j][1]:]:
+                    for key in ("time", "t_first"):
+                        if isinstance(x.get(key), (int, float)) and not isinstance(x.get(key), bool):
+                            x[key] -= gap
+        for e in evals:
+            if e["time"] >= restart:
+                e["time"] -= gap
+        notes.append((cuts[ranks[0]][j][2], gap))
+    return notes
 
 
 class Run:
@@ -199,6 +249,7 @@ class Run:
         self.path = path
         self.bad_lines = bad_lines
         self.notes = []
+        self.paused = []            # (iteration, seconds): pauses of resumed runs left out (join_resumed)
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
         self.evals.sort(key=lambda e: e.get("time", 0.0))
@@ -212,14 +263,15 @@ class Run:
                         if (m := re.fullmatch(r"rank(\d{1,9})\.jsonl", os.path.basename(f))))
         if not ranked:
             raise ConfigError(f"{shown(path)}: no rank*.jsonl (a --log-dir of hopdec train or hopdec sim)")
-        headers, records, events, bad, notes = {}, {}, {}, 0, []
+        headers, records, events, bad, notes, cuts = {}, {}, {}, 0, [], {}
         for r, f in ranked:
             try:
                 rows, b = read_jsonl(f)
             except ConfigError as err:
                 notes.append(f"{err}: left out")
                 continue
-            headers[r], records[r], events[r], b2 = split_rank_log(rows)
+            cuts[r] = []
+            headers[r], records[r], events[r], b2 = split_rank_log(rows, cuts[r])
             bad += b + b2
         if not headers:
             raise ConfigError(f"{shown(path)}: no rank log could be read ({notes[0]})")
@@ -241,10 +293,16 @@ class Run:
             (a, ra), (b, rb) = sorted(ids.items(), key=lambda kv: kv[1])[:2]
             raise ConfigError(f"{shown(path)}: rank files of {len(ids)} different runs (rank{ra}.jsonl is run {a}, "
                               f"rank{rb}.jsonl run {b}); give each run its own --log-dir")
-        header = headers.get(0) or next(iter(headers.values()))
+        paused = join_resumed(records, events, evals, cuts)
+        notes += [f"{shown(path)}: resumed at iteration {k}: the {gap:.1f} s between its checkpoint and the "
+                  f"restart are left out of the times" for k, gap in paused]
+        first = 0 if headers.get(0) else next(iter(headers))
+        header = dict(headers[first])
+        if cuts.get(first) and cuts[first][-1][3] is not None:    # the target the last resume was given
+            header["iterations"] = cuts[first][-1][3]
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
-        run.notes = notes
+        run.notes, run.paused = notes, paused
         return run
 
     @classmethod
@@ -283,6 +341,11 @@ class Run:
             except (AttributeError, TypeError, ValueError):     # a hostile log's conditions: a label only
                 parts.append("network EMULATED (conditions not readable)")
         return "; ".join(parts) or None
+
+    def resumed(self):
+        """What the times leave out (a resumed run's pauses, :func:`join_resumed`), or None."""
+        return "; ".join(f"resumed at iteration {k}: the {gap:.1f} s pause before it is left out of the times"
+                         for k, gap in self.paused) or None
 
     @property
     def kind(self):

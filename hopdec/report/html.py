@@ -71,7 +71,8 @@ def glance_rows(runs):
         rows.append([
             f"<b>{html.escape(run.label)}</b>" + (f'<br><span class="sim">{html.escape(run.simulated)}</span>'
                                                    if run.simulated else "")
-            + (f'<br><span class="{"sub" if run.simulated else "sim"}">{html.escape(cond)}</span>' if cond else ""),
+            + (f'<br><span class="{"sub" if run.simulated else "sim"}">{html.escape(cond)}</span>' if cond else "")
+            + (f'<br><span class="sub">{html.escape(run.resumed())}</span>' if run.resumed() else ""),
             html.escape(run.describe()),
             str(len(run.records)),
             _iterations(run),
@@ -114,6 +115,9 @@ def run_section(run, idx):
                      f'emulated conditions.</p>')
     elif cond:
         parts.append(f'<p class="sub">Simulated conditions: {html.escape(cond)}.</p>')
+    if run.resumed():
+        parts.append(f'<p class="note">{html.escape(run.resumed())} (the run was stopped or killed, then '
+                     f'resumed from a checkpoint; what had run after that checkpoint was cut from the logs and ran again).</p>')
     parts.append(_failures_html(run))
     if run.bad_lines:
         parts.append(f'<p class="note">{run.bad_lines} unreadable log line(s) skipped (a rank killed while '

@@ -177,7 +177,7 @@ class HopOptimizer(torch.optim.Optimizer):
             try:
                 check_fresh_log_dir(log_dir, self.rank, self.size, bool(overwrite))
             except ConfigError as err:      # decided at the first step: a loaded checkpoint of that run
-                self._earlier_logs = str(assembly.as_keywords(err))     # continues its logs (_open_log)
+                self._earlier_logs = str(assembly.as_keywords(err))     # continues its logs (_log_start)
             try:
                 check_log_dir(log_dir, self.rank)
             except ConfigError as err:
@@ -193,7 +193,7 @@ class HopOptimizer(torch.optim.Optimizer):
                                           driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,
                                           param_groups=groups, iterations=expected, average_buffers=bool(buffers),
                                           run_id=run_id, **({"inner_steps": steps} if self.cfg.rounds else {})))
-        self.logger = RankLogger(None, self.rank)         # its file is opened at the first step (_open_log)
+        self.logger = RankLogger(None, self.rank)         # its file is opened at the first step (_log_start)
         from hopdec.observe import RunObserver
         self.observer = RunObserver(watch, comm, self.timeout, self.logger.event, "worker", range(self.size),
                                     expected, self.header, bound=self.bound, write_params=self.flat.write_params,

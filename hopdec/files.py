@@ -86,11 +86,15 @@ def write_failed(path, err):
 
 
 @contextmanager
-def writing(path):
+def writing(path, mode=None):
     """Writes to ``path`` inside: an ``OSError`` (no space left, a quota, an I/O error) becomes
-    :func:`write_failed`'s one line."""
+    :func:`write_failed`'s one line. With ``mode`` (``"w"``, ``"a"``) it opens the file and gives it."""
     try:
-        yield
+        if mode is None:
+            yield None
+        else:
+            with open(path, mode) as f:
+                yield f
     except OSError as err:
         raise write_failed(path, err) from None
 

@@ -198,7 +198,7 @@ class RunObserver:
 
             from hopdec.files import writing
             path = self._eval_path()
-            with writing(path), open(path, "a") as f:
+            with writing(path, "a") as f:
                 f.write(json.dumps(dict(time=ev["time"], at=ev["at"], test_loss=ev["test_loss"],
                                         test_acc=ev["test_acc"], final=ev["end"],
                                         model="average of every worker's parameters")) + "\n")

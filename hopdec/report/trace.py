@@ -189,7 +189,7 @@ def write_trace(run, path):
     """Write :func:`build_trace` of ``run`` to ``path`` (strict JSON: no NaN or Infinity)."""
     from hopdec.files import writing
     obj = _clean(build_trace(run))
-    with writing(path), open(path, "w") as f:
+    with writing(path, "w") as f:
         json.dump(obj, f, separators=(",", ":"), allow_nan=False)
     return obj
 

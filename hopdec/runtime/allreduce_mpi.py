@@ -115,7 +115,7 @@ class Evaluations:
         from hopdec.files import writing
         self.records.append(rec)
         if self.path:
-            with writing(self.path), open(self.path, "a") as f:
+            with writing(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
 

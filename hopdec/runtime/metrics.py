@@ -104,7 +104,7 @@ class RankLogger:
         if self._f:
             try:
                 self._f.write(json.dumps(rec) + "\n")
-            except OSError as err:              # a full disk: one line naming the file
+            except OSError as err:      # a full disk: one line naming the file (inline: every record)
                 raise write_failed(self.path, err) from None
 
     def event(self, name, **data):

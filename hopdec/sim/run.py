@@ -124,7 +124,7 @@ class _Logs:
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
             for r in ranks:
-                with writing(self._path(r)), open(self._path(r), "w") as f:
+                with writing(self._path(r), "w") as f:
                     f.write(json.dumps({"rank": r, "run": header(r)}) + "\n")
 
     def _path(self, r):
@@ -154,7 +154,7 @@ class _Logs:
             return
         for r, lines in self._lines.items():
             if lines:
-                with writing(self._path(r)), open(self._path(r), "a") as f:
+                with writing(self._path(r), "a") as f:
                     f.write("\n".join(lines) + "\n")
                 lines.clear()
         self._count = 0
@@ -383,7 +383,7 @@ def _run_hop(S, entries=False):
             if hop.saves(r):
                 save_params(log_dir, r, t.write_params())
     if log_dir and evals:
-        with writing(os.path.join(log_dir, "eval.jsonl")), open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
+        with writing(os.path.join(log_dir, "eval.jsonl"), "w") as f:
             f.writelines(json.dumps(e) + "\n" for e in evals)
     stats = logs.stats if churn is None else {r: s for r, s in logs.stats.items() if r in churn.alive}
     rows, note = _condensed(_rows(stats, each), bool(log_dir))
@@ -557,7 +557,7 @@ def _run_allreduce(S, entries=False):
         evals.append(dict(time=sim.now, test_loss=avg_loss, test_acc=avg_acc, iter_min=k, iter_mean=k,
                           model=ar.eval_model, simulated=cost.fidelity, final=True))
         if log_dir:
-            with writing(os.path.join(log_dir, "eval.jsonl")), open(os.path.join(log_dir, "eval.jsonl"), "w") as f:
+            with writing(os.path.join(log_dir, "eval.jsonl"), "w") as f:
                 f.writelines(json.dumps(e) + "\n" for e in evals)
         if n <= EVAL_EACH_UP_TO:
             each = lambda r: trainers[r].evaluate()[1]  # noqa: E731

@@ -374,7 +374,7 @@ def test_a_resumed_runs_pause_is_left_out_of_its_times(tmp_path):
             f.write(json.dumps(dict(time=t, test_acc=acc, test_loss=1.0, at=0)) + "\n")
     run = Run.load(str(tmp_path))
     gap = (t0 + 3600) - (t0 + 4.1 + 1.0)        # the first restart, less the checkpoint (the last kept record
-    assert run.paused == [(5, pytest.approx(gap))]                       # of any rank + a step)
+    assert run.paused == [("iteration 5", pytest.approx(gap))]           # of any rank + a step)
     times = [x["time"] for x in run.records[1]]
     steps = [b - a for a, b in zip(times, times[1:])]
     assert times[0] == t0 + 0.1 and max(steps) < 1.5, steps            # no pause left
@@ -385,3 +385,25 @@ def test_a_resumed_runs_pause_is_left_out_of_its_times(tmp_path):
     page = render([run])
     assert "resumed at iteration 5: the 3594.9 s pause before it is left out of the times" in page
     assert "EMULATED" not in page
+
+
+def test_a_resumed_parameter_server_runs_pause_is_left_out_too(tmp_path):
+    """A PS run's resumed header says the checkpoint cut (``resumed_from_cut``), not an iteration: its pause
+    is left out of the workers' records and the server's events alike."""
+    t0 = 1000.0
+    with open(tmp_path / "rank0.jsonl", "w") as f:         # the server: events only
+        for extra, times in (({}, (t0, t0 + 3)), ({"resumed_from_cut": 2}, (t0 + 3600, t0 + 3603))):
+            f.write(json.dumps({"rank": 0, "run": dict(dict(mode="ps", sync="bsp", iterations=8, run_id="a"),
+                                                       **extra)}) + "\n")
+            for t in times:
+                f.write(json.dumps(dict(event="eval", time=t, version=0, work=0, test_acc=0.5, test_loss=1.0))
+                        + "\n")
+    for r in (1, 2):
+        _rank_log(tmp_path, r, [({}, [(k, t0 + k) for k in range(4)], []),
+                                ({"resumed_from_cut": 2}, [(k, t0 + 3600 + k - 4) for k in range(4, 8)], [])])
+    run = Run.load(str(tmp_path))
+    gap = 3600 - 3 - 1.0
+    assert run.paused == [("checkpoint cut 2", pytest.approx(gap))]
+    assert [e["time"] for e in run.events_of("eval")] == pytest.approx([t0, t0 + 3, t0 + 3600 - gap, t0 + 3603 - gap])
+    assert max(x["time"] for x in run.records[1]) == pytest.approx(t0 + 3603 - gap)
+    assert "resumed at checkpoint cut 2" in run.resumed()

@@ -161,9 +161,9 @@ def read_jsonl(path):
 
 def split_rank_log(rows, resumes=None):
     """``(header, records, events, bad)`` of one rank's parsed lines, each checked against the fields above.
-    ``resumes``: a list that gets ``(records before, events before, resumed_from, its iterations or None)``
-    for each later header
-    (a resumed run continues the log: ``hopdec train --resume``, a user's loop that loads a state dict)."""
+    ``resumes``: a list that gets ``(records before, events before, where, its iterations or None)`` for each
+    later header -- a resumed run continues the log (``hopdec train --resume``, a user's loop that loads a
+    state dict); ``where`` is :func:`_resumed_at` of that header."""
     header, records, events, bad = None, [], [], 0
     for x in rows:
         if "event" in x:
@@ -177,11 +177,11 @@ def split_rank_log(rows, resumes=None):
             else:
                 bad += 1
         elif "run" in x and header is not None:
-            k = x["run"].get("resumed_from") if isinstance(x["run"], dict) else None
-            if resumes is not None and isinstance(k, int) and not isinstance(k, bool):
+            where = _resumed_at(x["run"])
+            if resumes is not None and where is not None:
                 it = x["run"].get("iterations")      # --resume may raise --iterations
-                ok = "iterations" in HEADER_FIELDS and it is not None and HEADER_FIELDS["iterations"](it)
-                resumes.append((len(records), len(events), k, it if ok else None))
+                resumes.append((len(records), len(events), where,
+                                it if it is not None and HEADER_FIELDS["iterations"](it) else None))
         elif "run" in x and header is None:
             if isinstance(x["run"], dict):
                 header = {k: v for k, v in x["run"].items() if k not in HEADER_FIELDS or HEADER_FIELDS[k](v)}
@@ -193,45 +193,61 @@ def split_rank_log(rows, resumes=None):
     return header or {}, records, events, bad
 
 
+def _resumed_at(run_header):
+    """Where a resumed run's header says it resumed: ``"iteration K"`` (decentralized and all-reduce runs),
+    ``"checkpoint cut K"`` (parameter-server runs), or None (not a resume, or not readable)."""
+    if not isinstance(run_header, dict):
+        return None
+    for key, what in (("resumed_from", "iteration"), ("resumed_from_cut", "checkpoint cut")):
+        k = run_header.get(key)
+        if isinstance(k, int) and not isinstance(k, bool):
+            return f"{what} {k}"
+    return None
+
+
+def pause_text(where, gap):
+    """How a report says what it left out of a resumed run's times."""
+    return f"resumed at {where}: the {gap:.1f} s pause before it is left out of the times"
+
+
+def _shift(rows, keys, gap):
+    for x in rows:
+        for key in keys:
+            v = x.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                x[key] = v - gap
+
+
 def join_resumed(records, events, evals, cuts):
     """Leave out of every time the pause of a resumed run: between its checkpoint (an iteration after the
     last record kept before the resume) and the restart (the first record after it, on the earliest rank),
     every rank, event and evaluation alike -- else a run resumed the next morning reads as one of 10 hours at
     a tenth of its speed. ``cuts[rank]``: :func:`split_rank_log`'s resumes (only those every rank with
-    records has, at the same iteration). Returns ``(iteration resumed at, seconds left out)`` per pause."""
+    records has, at the same place). Returns ``(where, seconds left out)`` per pause."""
     ranks = [r for r, v in records.items() if v]
     if not ranks or any(not cuts.get(r) for r in ranks):
         return []
-    notes = []
+    paused = []
     for j in range(min(len(cuts[r]) for r in ranks)):
         if len({cuts[r][j][2] for r in ranks}) != 1:
             break
-        before = [records[r][cuts[r][j][0] - 1]["time"] for r in ranks if cuts[r][j][0] > 0]
-        after = [records[r][cuts[r][j][0]]["time"] for r in ranks if cuts[r][j][0] < len(records[r])]
-        steps = [b["time"] - a["time"] for r in ranks for a, b in zip(records[r][:cuts[r][j][0]],
-                                                                         records[r][1:cuts[r][j][0]])]
+        at = {r: cuts[r][j][0] for r in ranks}
+        before = [records[r][at[r] - 1]["time"] for r in ranks if at[r] > 0]
+        after = [records[r][at[r]]["time"] for r in ranks if at[r] < len(records[r])]
         if not before or not after:
             continue
-        step = float(np.median(steps)) if steps else 0.0
+        steps = [b["time"] - a["time"] for r in ranks for a, b in zip(records[r][:at[r]], records[r][1:at[r]])]
         restart = min(after)
-        gap = restart - (max(before) + max(step, 0.0))
+        gap = restart - max(before) - max(float(np.median(steps)) if steps else 0.0, 0.0)
         if gap <= 0:
             continue
-        for r, rows in records.items():
-            if r in cuts and j < len(cuts[r]):
-                for x in rows[cuts[r][j][0]:]:
-                    x["time"] -= gap
-        for r, rows in events.items():
-            if r in cuts and j < len(cuts[r]):
-                for x in rows[cuts[r][j][1]:]:
-                    for key in ("time", "t_first"):
-                        if isinstance(x.get(key), (int, float)) and not isinstance(x.get(key), bool):
-                            x[key] -= gap
-        for e in evals:
-            if e["time"] >= restart:
-                e["time"] -= gap
-        notes.append((cuts[ranks[0]][j][2], gap))
-    return notes
+        for r, c in cuts.items():               # (the PS server: events only)
+            if j < len(c):
+                _shift(records.get(r, [])[c[j][0]:], ("time",), gap)
+                _shift(events.get(r, [])[c[j][1]:], ("time", "t_first"), gap)
+        _shift([e for e in evals if e["time"] >= restart], ("time",), gap)
+        paused.append((cuts[ranks[0]][j][2], gap))
+    return paused
 
 
 class Run:
@@ -249,7 +265,7 @@ class Run:
         self.path = path
         self.bad_lines = bad_lines
         self.notes = []
-        self.paused = []            # (iteration, seconds): pauses of resumed runs left out (join_resumed)
+        self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
         self.evals.sort(key=lambda e: e.get("time", 0.0))
@@ -294,8 +310,7 @@ class Run:
             raise ConfigError(f"{shown(path)}: rank files of {len(ids)} different runs (rank{ra}.jsonl is run {a}, "
                               f"rank{rb}.jsonl run {b}); give each run its own --log-dir")
         paused = join_resumed(records, events, evals, cuts)
-        notes += [f"{shown(path)}: resumed at iteration {k}: the {gap:.1f} s between its checkpoint and the "
-                  f"restart are left out of the times" for k, gap in paused]
+        notes += [f"{shown(path)}: {pause_text(where, gap)}" for where, gap in paused]
         first = 0 if headers.get(0) else next(iter(headers))
         header = dict(headers[first])
         if cuts.get(first) and cuts[first][-1][3] is not None:    # the target the last resume was given
@@ -344,8 +359,7 @@ class Run:
 
     def resumed(self):
         """What the times leave out (a resumed run's pauses, :func:`join_resumed`), or None."""
-        return "; ".join(f"resumed at iteration {k}: the {gap:.1f} s pause before it is left out of the times"
-                         for k, gap in self.paused) or None
+        return "; ".join(pause_text(where, gap) for where, gap in self.paused) or None
 
     @property
     def kind(self):

@@ -76,6 +76,9 @@ def test_pick_device_auto(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert pick_device("auto", 3) == torch.device("cuda:1")
+    # --device cuda: the same GPU as auto, named (before: "cuda", every rank on the current GPU, the logs
+    # and the summary not saying which)
+    assert pick_device("cuda", 3) == torch.device("cuda:1") and pick_device("cuda:0", 3) == torch.device("cuda:0")
     assert pick_device("cpu", 0) == torch.device("cpu")
 
 

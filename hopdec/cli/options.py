@@ -95,7 +95,8 @@ def add_run_arguments(p, mpi=True):
                    help="seed of the model's initial weights, the data order and the emulated slowdowns")
     if mpi:
         d.add_argument("--device", default="auto",
-                       help="cpu, cuda, cuda:N, or auto: cuda:(local rank mod #GPUs) if CUDA, else cpu")
+                       help="cpu, cuda, cuda:N, or auto: cuda:(local rank mod #GPUs) if CUDA, else cpu "
+                            "(cuda: the same GPU, refused where there is none)")
         d.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
                        help="hand device buffers to MPI (no host staging): auto when the MPI says it is "
                        "CUDA-aware and the model is on a GPU")

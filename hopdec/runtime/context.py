@@ -13,8 +13,10 @@ from hopdec.heterogeneity import Emulator
 
 
 def pick_device(spec, local_rank):
-    """``auto``: ``cuda:(local rank mod device count)`` when CUDA is there, else CPU; ``cpu``, ``cuda``
-    and ``cuda:N`` must exist on this host (ConfigError naming ``--device`` otherwise)."""
+    """``auto``: ``cuda:(local rank mod device count)`` when CUDA is there, else CPU; ``cuda``: the same GPU,
+    which must be there; ``cpu`` and ``cuda:N`` as named (ConfigError naming ``--device`` when the host
+    lacks it). A GPU comes back with its index (logs and summaries name it) and becomes the process's
+    current device, so that nothing of this rank lands on GPU 0 by default (pinned memory, synchronize)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if spec == "auto":
         return torch.device(f"cuda:{local_rank % gpus}") if gpus else torch.device("cpu")
@@ -30,7 +32,15 @@ def pick_device(spec, local_rank):
                           f"use --device cpu or auto")
     if device.type == "cuda" and device.index is not None and device.index >= gpus:
         raise ConfigError(f"--device {spec}: this host has {gpus} CUDA device(s), 0..{gpus - 1}")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device(f"cuda:{local_rank % gpus}")
     return device
+
+
+def use_device(device):
+    """Make a GPU the process's current CUDA device (nothing to do for the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 @dataclass

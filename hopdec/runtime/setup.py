@@ -75,7 +75,7 @@ def _load(settings, comm, run):
     from hopdec.modes.fingerprint import fingerprint
     from hopdec.modes.work import resolve
     from hopdec.launcher import local_rank_and_size
-    from hopdec.runtime.context import RunContext, pick_device
+    from hopdec.runtime.context import RunContext, pick_device, use_device
 
     run = run.with_work(resolve(settings.work, len(run.workers)))
     if settings.observe.log_dir:
@@ -86,6 +86,7 @@ def _load(settings, comm, run):
         check_log_dir(ob.log_dir, comm.Get_rank())
     local_rank, local_size = local_rank_and_size()
     device = pick_device(settings.work.device, local_rank)
+    use_device(device)
     torch.set_num_threads(settings.work.threads or max(1, (os.cpu_count() or 1) // max(local_size, 1)))
     if run.mode == "decentralized":
         from hopdec.runtime.buffers import check_buffers

@@ -17,6 +17,7 @@ import math
 import numpy as np
 import torch
 
+from hopdec.ml import transfers
 from hopdec.ml.data import batches
 from hopdec.ml.models import build_model, loss_fn, predict
 from hopdec.ml.stores import StoreOrder
@@ -77,13 +78,31 @@ def flatten_parameters(module=None, params=None):
     return flat
 
 
-def write_params(flat, out=None):
-    """Copy ``flat`` into host array ``out`` (or a new one): the device -> host staging of a send."""
+def write_params(flat, out=None, what="parameters"):
+    """Copy ``flat`` into host array ``out`` (or a new one): the device -> host staging of a send (counted
+    as ``what`` in :mod:`hopdec.ml.transfers` when it crosses)."""
     src = flat.detach()
     if out is None:
+        _up(src, what)
         return src.cpu().numpy().copy()
-    (out if torch.is_tensor(out) else torch.from_numpy(out)).copy_(src)
+    dst = out if torch.is_tensor(out) else torch.from_numpy(out)
+    if dst.device != src.device:
+        _up(src, what)
+    dst.copy_(src)
     return out
+
+
+def _up(t, what):
+    """Count ``t`` (a tensor about to be copied to host memory) when it is on a GPU."""
+    if t.device.type != "cpu":
+        transfers.to_host(t.numel() * t.element_size(), what)
+
+
+def _down(t, device, what):
+    """``t`` on ``device``, counting the copy when it crosses from host memory to a GPU."""
+    if device.type != "cpu" and t.device != device:
+        transfers.to_device(t.numel() * t.element_size(), what)
+    return t.to(device)
 
 
 def weighted_sum_into(flat, pairs, acc, stage=None):
@@ -99,11 +118,11 @@ def weighted_sum_into(flat, pairs, acc, stage=None):
             if arr is None:
                 src = flat
             elif torch.is_tensor(arr):
-                src = arr if arr.device == flat.device else stage.copy_(arr, non_blocking=True)
+                src = arr if arr.device == flat.device else _staged(stage, arr)
             elif flat.device.type == "cpu":
                 src = torch.from_numpy(arr)
             else:
-                src = stage.copy_(torch.from_numpy(arr), non_blocking=True)
+                src = _staged(stage, torch.from_numpy(arr))
             if i == 0:
                 torch.mul(src, w, out=acc)
             else:
@@ -111,6 +130,13 @@ def weighted_sum_into(flat, pairs, acc, stage=None):
         if flat.device.type == "cuda":
             torch.cuda.current_stream(flat.device).synchronize()   # the host buffers are reused after
     return acc
+
+
+def _staged(stage, src):
+    """``src`` (a received update in host memory) copied into the device tensor ``stage``: asynchronous from
+    pinned memory, ordered before the add that reads it on the same stream (counted as parameters)."""
+    transfers.to_device(src.numel() * src.element_size(), "parameters")
+    return stage.copy_(src, non_blocking=True)
 
 
 def _alloc(length, device, pinned=False):
@@ -299,8 +325,8 @@ class FlatModel:
     def load_values(self, values):
         """Overwrite the current parameters (and averaged buffers) with a flat array of :attr:`numel`."""
         with torch.no_grad():
-            self.values().copy_(torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
-                                .to(self.device))
+            self.values().copy_(_down(torch.as_tensor(np.asarray(values) if not torch.is_tensor(values)
+                                                      else values), self.device, "parameters"))
 
     # ---- the stores (two, or a pool), and zero-copy sends from them ----
     def use_send_storage(self, length, on_device=False):
@@ -595,12 +621,14 @@ class FlatSGD(FlatModel):
         """Parameters, the optimizer's state (SGD's momentum; AdamW's moments and step) and the module's
         buffers (BatchNorm statistics) as host numpy arrays, keyed ``params``, ``momentum``,
         ``adam/...``, ``buffer/<name>`` (see :mod:`hopdec.runtime.checkpoint`)."""
-        out = {"params": self.write_params()}
+        out = {"params": write_params(self.values(), what="state")}
         st = self.optimizer.state.get(self.flat, {})
         for key, name in OPTIMIZER_STATE.items():
             if st.get(name) is not None:
+                _up(st[name], "state")
                 out[key] = st[name].detach().cpu().numpy().reshape(-1).copy()
         for name, buf in self.model.named_buffers():
+            _up(buf, "state")
             out[f"buffer/{name}"] = buf.detach().cpu().numpy().copy()
         return out
 
@@ -615,11 +643,11 @@ class FlatSGD(FlatModel):
                                   f"{tuple(shape)} (a different --model or dataset?)")
             return torch.from_numpy(a.copy())
         with torch.no_grad():
-            self.flat.data.copy_(arr("params", (self.numel,)).to(self.device))
+            self.flat.data.copy_(_down(arr("params", (self.numel,)), self.device, "state"))
             st = {}
             for key, name in OPTIMIZER_STATE.items():
                 if key in state:
-                    st[name] = arr(key, (1,) if key == "adam/step" else (self.numel,)).to(self.device)
+                    st[name] = _down(arr(key, (1,) if key == "adam/step" else (self.numel,)), self.device, "state")
             if "adam/step" in st:
                 st["step"] = st["step"].reshape(())
             if st:
@@ -628,7 +656,7 @@ class FlatSGD(FlatModel):
                 self.optimizer.state.pop(self.flat, None)
             for name, buf in self.model.named_buffers():
                 if f"buffer/{name}" in state:
-                    buf.copy_(arr(f"buffer/{name}", buf.shape).to(buf.device))
+                    buf.copy_(_down(arr(f"buffer/{name}", buf.shape), buf.device, "state"))
 
 
 class LocalTrainer(FlatSGD):
@@ -665,7 +693,7 @@ class LocalTrainer(FlatSGD):
         """Gradient of the next mini-batch at the current parameters, into ``self.flat.grad`` (clipped to the
         preset's norm, as ``torch.nn.utils.clip_grad_norm_`` over all parameters does)."""
         xb, yb = next(self.stream)
-        xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+        xb, yb = _down(xb, self.device, "data"), _down(yb, self.device, "data")
         self.model.train()
         self.flat.grad.zero_()
         loss = self.criterion(self.model(xb), yb)
@@ -673,6 +701,7 @@ class LocalTrainer(FlatSGD):
         if self.clip:
             clip_flat_grad_(self.flat.grad, self.clip)
         self.loss = float(loss.detach())
+        _up(loss, "loss")
         return self.loss
 
     def use_local_steps(self, steps, outer, compute_graph="parallel", steps_of=None):
@@ -721,6 +750,7 @@ class LocalTrainer(FlatSGD):
         out = super().state()
         out.update({f"stream/{k}": v for k, v in self.stream.state().items()})
         if self.local is not None and self.local.outer.buf is not None:
+            _up(self.local.outer.buf, "state")
             out["outer/momentum"] = self.local.outer.buf.detach().cpu().numpy().copy()
         out["rng/torch"] = torch.get_rng_state().numpy().copy()
         if self.device.type == "cuda":
@@ -736,16 +766,16 @@ class LocalTrainer(FlatSGD):
                 from hopdec.errors import ConfigError
                 raise ConfigError(f"the checkpoint's outer/momentum has shape {np.shape(buf)}, this model needs "
                                   f"({self.numel},)")
-            self.local.outer.buf = None if buf is None else torch.from_numpy(
-                np.asarray(buf, dtype=np.float32).copy()).to(self.device)
+            self.local.outer.buf = None if buf is None else _down(torch.from_numpy(
+                np.asarray(buf, dtype=np.float32).copy()), self.device, "state")
         torch.set_rng_state(torch.from_numpy(np.asarray(state["rng/torch"], dtype=np.uint8).copy()))
         if self.device.type == "cuda" and "rng/cuda" in state:
             torch.cuda.set_rng_state(torch.from_numpy(np.asarray(state["rng/cuda"], dtype=np.uint8).copy()),
                                      self.device)
 
-    def load_params(self, arr):
+    def load_params(self, arr, what="parameters"):
         with torch.no_grad():
-            self.flat.copy_(torch.from_numpy(np.asarray(arr)).to(self.device))
+            self.flat.copy_(_down(torch.from_numpy(np.asarray(arr)), self.device, what))
 
     @torch.no_grad()
     def evaluate(self, flat=None, batch_size=1024):
@@ -753,12 +783,13 @@ class LocalTrainer(FlatSGD):
         saved = None
         if flat is not None:
             saved = self.flat.detach().clone()
-            self.load_params(flat)
+            self.load_params(flat, "evaluation")
         self.model.eval()
         total, correct, loss_sum = 0, 0, 0.0
         x, y = self.dataset.test_x, self.dataset.test_y
         for s in range(0, len(y), batch_size):
-            xb, yb = x[s:s + batch_size].to(self.device), y[s:s + batch_size].to(self.device)
+            xb, yb = _down(x[s:s + batch_size], self.device, "evaluation"), _down(y[s:s + batch_size],
+                                                                                  self.device, "evaluation")
             out = self.model(xb)
             loss_sum += float(self.criterion(out, yb)) * yb.numel()    # a language model: every position
             correct += int((predict(self.model_name, out) == yb).sum())

@@ -428,6 +428,8 @@ class HopOptimizer(torch.optim.Optimizer):
             self._stop.close()
         self.observer.close()
         self.logger.event("messages", **self.io.counters(), send_stores=self.flat.stores)
+        from hopdec.ml import transfers             # what crossed between host and a GPU, if any
+        transfers.log_to(self.logger, self.flat.device)
         self.logger.close()
         if not self.fault_tolerant:
             atexit.unregister(self._exit_hook)

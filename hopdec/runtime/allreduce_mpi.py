@@ -12,6 +12,8 @@ worker (the settings refuse ``--fault-tolerance`` in this mode).
 
 import numpy as np
 
+from hopdec.ml import transfers
+
 
 class AllReduceIO:
     """The gradient's all-reduce on a communicator of its own (so the stop agreement's and the
@@ -58,11 +60,15 @@ class AllReduceBackend:
 
     def gradient(self):
         g = self.t.flat.grad
-        return g.numpy() if self.cpu else g.detach().cpu().numpy()
+        if self.cpu:
+            return g.numpy()
+        transfers.to_host(g.numel() * 4, "gradient")
+        return g.detach().cpu().numpy()
 
     def load_gradient(self, arr):
         if not self.cpu:
             import torch
+            transfers.to_device(np.asarray(arr).nbytes, "gradient")
             self.t.flat.grad.copy_(torch.from_numpy(np.ascontiguousarray(arr)).to(self.t.device))
 
     def apply(self, iteration):
@@ -171,6 +177,7 @@ def run(ctx):
     keep.close()
     obs.close()
     logger.event("messages", **io.counters())
+    transfers.log_to(logger, ctx.device)
     if keep.stopped:                                # Ctrl-C: no summary; rank 0 says how to resume
         logger.close()
         return keep.report_stop()

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from hopdec.errors import RunError
+from hopdec.ml import transfers
 from hopdec.transport.waiting import count_resumes, resumes
 
 
@@ -115,11 +116,14 @@ class ServerModel:
     def apply_gradients(self, pairs):
         combine(pairs, self.grad, self.scratch)
         if not self.cpu:
+            transfers.to_device(self.grad.nbytes, "gradient")
             self.t.flat.grad.copy_(self.torch.from_numpy(self.grad).to(self.t.device))
         self.t.apply()
 
     def add_deltas(self, pairs):                  # ESync: w += sum(1/p * delta), global learning rate 1
         combine(pairs, self.delta, self.scratch)
+        if not self.cpu:
+            transfers.to_device(self.delta.nbytes, "gradient")
         with self.torch.no_grad():
             self.t.flat.add_(self.torch.from_numpy(self.delta).to(self.t.device))
 
@@ -151,7 +155,10 @@ class WorkerBackend:
 
     def gradient(self):
         g = self.t.flat.grad
-        return g.numpy() if self.cpu else g.detach().cpu().numpy()
+        if self.cpu:
+            return g.numpy()
+        transfers.to_host(g.numel() * 4, "gradient")
+        return g.detach().cpu().numpy()
 
     def delta(self):
         self.t.write_params(self.diff)

@@ -9,6 +9,7 @@ computing with a :class:`~hopdec.ml.trainer.LocalTrainer`, with checkpoints and 
 
 import sys
 
+from hopdec.ml import transfers
 from hopdec.transport.waiting import PeerFailed
 
 
@@ -16,10 +17,18 @@ def mpi_buffers_on(cuda_aware, device):
     """The device for MPI buffers (no host staging), or None to stage through host memory.
 
     ``auto``: the model's CUDA device when the MPI says it is CUDA-aware; ``yes``: the model's device
-    whatever it is (on CPU: torch tensors instead of numpy arrays, the same code path); ``no``: host.
+    whatever it is (on CPU: torch tensors instead of numpy arrays, the same code path), refused for a GPU
+    model when the MPI says it cannot take device memory (it would crash on the first send); ``no``: host.
     """
     from hopdec.transport.mpi import cuda_aware_mpi
-    if cuda_aware == "yes" or (cuda_aware == "auto" and device.type == "cuda" and cuda_aware_mpi()):
+    if cuda_aware == "yes":
+        if device.type == "cuda" and cuda_aware_mpi() is False:
+            from hopdec.errors import ConfigError
+            raise ConfigError("--cuda-aware-mpi yes: this MPI says it cannot take CUDA device buffers "
+                              "(MPIX_Query_cuda_support() is 0); use --cuda-aware-mpi auto or no to stage "
+                              "through host memory, or an MPI built with CUDA")
+        return device
+    if cuda_aware == "auto" and device.type == "cuda" and cuda_aware_mpi():
         return device
     return None
 
@@ -131,6 +140,7 @@ def run(ctx):
     obs.close()
     logger.event("messages", **io.counters(),      # what this rank sent (grants: carried or not)
                  send_stores=trainer.stores)        # and the stores its values lived in (zero-copy: a pool)
+    transfers.log_to(logger, ctx.device, "device" if getattr(io, "device_buffers", None) is not None else "host")
     if keep.stopped:                                # Ctrl-C: no summary; rank 0 says how to resume
         logger.close()
         return keep.report_stop()
@@ -149,7 +159,8 @@ def run(ctx):
                                  model_label=hop.model_label, bound_label=hop.bound_label,
                                  notes=(hop.heal_notes(healer.events, healer.graph, bound) if healer else [])
                                  + hop.traffic_notes(io.counters(), logger.iterations, rank)
-                                 + hop.round_notes(bound))
+                                 + hop.round_notes(bound),
+                                 mpi_buffers="device" if getattr(io, "device_buffers", None) is not None else "host")
             break
         except Exception as err:
             if healer is None or not _is_failure(err, healer.comm):

@@ -17,6 +17,8 @@ then events (``apply``, ``drop``, ``release``, ``stop``, ``note``, ``eval``) wit
 
 import time
 
+from hopdec.ml import transfers
+
 
 def run(ctx):
     """Run the PS mode on this rank (collective); rank 0 prints the summary and returns it."""
@@ -127,6 +129,7 @@ def run(ctx):
         ctx.faults.at("shutdown")
         io.close()
         obs.close()
+        transfers.log_to(logger, ctx.device)
         logger.close()
         end = keep.outcome() if not ft else _on_survivors(ctx, keep.outcome)
         if end["stopped"]:

@@ -6,19 +6,25 @@ import numpy as np
 
 
 def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
-                   workers=None, model_label="averaged model", bound_label="bound from the topology", notes=()):
+                   workers=None, model_label="averaged model", bound_label="bound from the topology", notes=(),
+                   mpi_buffers="host"):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
     evaluates those parameters (e.g. a parameter server's). ``workers``: the ranks that train (default:
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
     must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
+    For ranks whose model is on a GPU the summary says what they copied between host and device per
+    iteration (:mod:`hopdec.ml.transfers`); ``mpi_buffers``: "host" (staged) or "device".
     """
+    from hopdec.ml import transfers
     from hopdec.report.gaps import max_iteration_gap
     from hopdec.transport.collectives import allreduce_sum, gather_json
 
     comm = ctx.comm
     ctx.faults.at("evaluate")
+    device = str(trainer.device) if trainer is not None else None
+    copies = transfers.counts()                 # training's copies: the evaluation below is not counted
     loss, acc = trainer.evaluate() if trainer is not None else (None, None)
     mine = dict(rank=ctx.worker if ctx.worker is not None else ctx.rank, iterations=logger.iterations, wait_s=logger.wait_s,
                 compute_s=logger.compute_s, loss=logger.last_loss, test_loss=loss, test_acc=acc,
@@ -27,6 +33,7 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
                 emulation=emulator.describe(overruns=False) if emulator is not None else "no emulation",
                 overruns=emulator.overruns if emulator is not None else 0,
                 max_overrun_s=emulator.max_overrun_s if emulator is not None else 0.0,
+                device=device, copies=copies,
                 **(extra or {}))
     if isinstance(eval_flat, str) and eval_flat == "average":
         buf = trainer.write_params(np.empty(trainer.numel, dtype=np.float32))
@@ -49,8 +56,10 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
     from hopdec.launcher import network_conditions as conditions, network_label as label
     if conditions() is not None:            # links emulated by hopdec.testbed
         times += "; " + label(conditions())
+    pcie = transfers.per_iteration_line([(r["rank"], r["device"], r["copies"], r["iterations"]) for r in rows],
+                                        mpi_buffers)
     text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
-                        model_label=model_label, bound_label=bound_label, notes=notes)
+                        model_label=model_label, bound_label=bound_label, notes=list(notes) + [pcie] * bool(pcie))
     print(text, flush=True)
     return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=gap)
 

@@ -42,14 +42,14 @@ HEADER_FIELDS = 2
 
 def cuda_aware_mpi():
     """True when the loaded MPI says it can take CUDA device buffers (Open MPI's
-    ``MPIX_Query_cuda_support``); False when it says no or cannot tell."""
+    ``MPIX_Query_cuda_support``), False when it says it cannot, None when it does not say (another MPI)."""
     import ctypes
     for lib in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
         try:
             return bool(getattr(ctypes.CDLL(lib), "MPIX_Query_cuda_support")())
         except (OSError, AttributeError):
             continue
-    return False
+    return None
 
 
 FAILURE_CLASSES = (18, 75, 76, 77)
@@ -380,6 +380,7 @@ class MPITransport:
         ``[(worker, cumulative)]`` due now, carried in the header where possible (:meth:`_carry`)."""
         self.wait_sent(buf)
         self._stamp(buf, iteration, dests, grants)
+        self._sync()                                # device buffers: the step and Reduce that wrote them
         sends = self._sent_from[id(buf)] = _Sends(self._isend(buf, d, TAG_UPDATE) for d in dests)
         sends.dests = tuple(dests)
         self.bytes_sent += 4 * self.length * len(dests)

@@ -24,12 +24,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 torch.set_num_threads(1)
 
 
-def mpi_env(**extra):
-    """The environment of a test's MPI job: runs as root, oversubscribes the 2 cores, imports this checkout."""
+def mpi_env(gpu=False, **extra):
+    """The environment of a test's MPI job: runs as root, oversubscribes the 2 cores, imports this checkout.
+
+    Its ranks see no GPU unless ``gpu`` (the ``gpu`` tests, ``tests/test_gpu.py``): ``--device auto`` would
+    put them on one, and the other tests compare with CPU references and time CPU work."""
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra)
     return env
 

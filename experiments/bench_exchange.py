@@ -18,6 +18,15 @@ rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noi
 * **hopdec-busy** (profiling, ``--no-busy`` to leave out): hopdec with ``MPITransport.wait`` replaced by
   a poll loop without sleeps, to measure what the sleep backoff costs.
 
+``--device cuda`` (each rank on ``cuda:(rank mod #GPUs)``): the parameters are a CUDA tensor. hopdec
+runs the engine's GPU path -- :class:`hopdec.ml.trainer.FlatModel` (``write_params``: one copy to a pinned
+host send buffer; ``reduce``: each received update copied into a device stage, then added), over an
+``MPITransport`` with pinned host buffers -- or, where the MPI is CUDA-aware, device buffers handed to MPI
+(``--cuda-aware-mpi``). **bare** does the same with plain mpi4py: staged (one copy of the parameters to a
+pinned host buffer, Irecv into pinned host buffers, Isend, ``Waitall``, each update copied to the device
+and added) or, CUDA-aware, Isend/Irecv on device tensors, then the same torch reduce. Both count the same
+bytes across PCIe; ``copy`` is then the copy to the host, ``reduce`` includes the copies back.
+
 So both sides include the reduce (same function, same arrays sizes); the reported ``reduce ms`` is its
 cost on the hopdec side, for who wants exchange-only figures (subtract it from both columns).
 Per-iteration time of one rank = (time it finished its last iteration - time it entered the first timed
@@ -120,6 +129,81 @@ class NoComputeBackend:
         pass
 
 
+class TorchNoComputeBackend:
+    """``--device cuda``: no compute; the parameters are a :class:`FlatModel` on the GPU, sent and reduced
+    by the engine's own ``write_params`` / ``reduce`` (staged through pinned host memory, or device
+    buffers with a CUDA-aware MPI); times them as :class:`NoComputeBackend` does."""
+
+    def __init__(self, params):
+        import torch
+
+        from hopdec.ml.trainer import FlatModel
+        self.m = FlatModel([torch.nn.Parameter(params)])
+        self.fill_s = self.reduce_s = 0.0
+        self.send_storage = self.spare_stores = self.add_store = None
+
+    @property
+    def params(self):
+        return self.m.values()
+
+    def use_send_storage(self, length, on_device=False):
+        if self.m.use_send_storage(length, on_device=on_device):
+            self.send_storage, self.spare_stores, self.add_store = (
+                self.m.send_storage, self.m.spare_stores, self.m.add_store)
+
+    def write_params(self, out=None):
+        t0 = clock()
+        out = self.m.write_params(out)
+        self.fill_s += clock() - t0
+        return out
+
+    def compute(self, iteration):
+        return {"loss": 0.0, "compute_s": 0.0}
+
+    def reduce(self, pairs, into=None):
+        t0 = clock()
+        self.m.reduce(pairs, into=into)
+        self.reduce_s += clock() - t0
+
+    def apply(self, iteration):
+        pass
+
+
+def cuda_bare(comm, view, params, warmup, timed, aware):
+    """bare on a GPU: staged through pinned host buffers (or device buffers when ``aware``), then the
+    same torch reduce hopdec runs (:func:`hopdec.ml.trainer.weighted_sum_into`). Returns (s/iter,
+    CPU s/iter, params)."""
+    import torch
+
+    from hopdec.ml.trainer import weighted_sum_into
+    ins, outs = view.in_neighbors, view.out_neighbors
+    n, dev = params.numel(), params.device
+    host = (lambda: torch.zeros(n, device=dev)) if aware else (lambda: torch.zeros(n).pin_memory().numpy())
+    rb = {j: host() for j in ins}
+    send = host()
+    acc, stage = torch.empty_like(params), torch.empty_like(params)
+    comm.Barrier()
+    start = cpu0 = None
+    for k in range(warmup + timed):
+        if k == warmup:
+            start, cpu0 = clock(), time.process_time()
+        reqs = [comm.Irecv(rb[j], source=j, tag=TAG) for j in ins]
+        if aware:
+            torch.cuda.synchronize(dev)
+            sb = params
+        else:
+            torch.from_numpy(send).copy_(params)
+            sb = send
+        reqs += [comm.Isend(sb, dest=d, tag=TAG) for d in outs]
+        MPI.Request.Waitall(reqs)
+        weighted_sum_into(params, [(None, view.in_weights[view.rank])] + [(rb[j], view.in_weights[j]) for j in ins],
+                          acc, stage)
+        params, acc = acc, params
+    end, cpu = clock(), time.process_time() - cpu0
+    comm.Barrier()
+    return (end - start) / timed, cpu / timed, params
+
+
 class BusyTransport(MPITransport):
     """MPITransport whose wait polls without sleeping (profiling variant)."""
 
@@ -149,18 +233,25 @@ class WaitOnlyPollTransport(MPITransport):
 
 
 def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False, protocol="tokens",
-               transport=None):
-    """One hopdec round; returns (s/iter over the timed iterations, breakdown dict) of this rank."""
+               transport=None, aware=False):
+    """One hopdec round; returns (s/iter over the timed iterations, breakdown dict) of this rank.
+    ``params``: a numpy array, or a CUDA tensor (the GPU path: pinned host buffers, or device buffers
+    when ``aware``)."""
     cfg = ProtocolConfig(iterations=warmup + timed, protocol=protocol, max_ig=max_ig)
     core = Worker(view, cfg)
     transport = transport or (BusyTransport if busy else MPITransport)
-    io = transport(comm, view, params.size, core.slots)
+    gpu = not isinstance(params, np.ndarray)
+    if gpu:
+        io = transport(comm, view, params.numel(), core.slots, host_pinned=True,
+                       device_buffers=params.device if aware else None)
+        backend = TorchNoComputeBackend(params)
+        backend.use_send_storage(io.message_floats(), on_device=aware)   # as hop_mpi does
+    else:
+        io = transport(comm, view, params.size, core.slots)
+        backend = NoComputeBackend(params)
+        backend.use_send_storage(io.message_floats())    # the engine's default on CPU (no send copy)
     for b in io.bufs.values():                       # pre-fault every buffer outside the timed part
-        b.fill(0)
-    for buf, _ in io.ring:
-        buf.fill(0)
-    backend = NoComputeBackend(params)
-    backend.use_send_storage(io.message_floats())    # the engine's default on CPU (no send copy)
+        b.fill_(0) if gpu and not isinstance(b, np.ndarray) else b.fill(0)
     marks = {}
     wait_s = [0.0]
 
@@ -303,7 +394,8 @@ def as_json(rows, variants, args, size, total_s, load_before):
             row.update(busy_ms=med["hopdec-busy"], busy_min_ms=low["hopdec-busy"],
                        busy_ratio=med["hopdec-busy"] / med["bare"])
         out.append({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
-    return dict(commit=_commit(), topology=os.path.basename(args.topology), ranks=size, max_ig=args.max_ig,
+    return dict(commit=_commit(), device=args.device, topology=os.path.basename(args.topology), ranks=size,
+                max_ig=args.max_ig,
                 cores=os.cpu_count(), total_s=round(total_s, 1), load_before=load_before,
                 load_after=os.getloadavg(), rows=out)
 
@@ -317,6 +409,10 @@ def main():
     p.add_argument("--max-ig", type=int, default=2)
     p.add_argument("--no-busy", action="store_true", help="leave out the busy-poll hopdec variant")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object (rank 0)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: rank r on cuda:(r mod #GPUs) (the "
+                   "GPU path: staged through pinned host memory, or device buffers with a CUDA-aware MPI)")
+    p.add_argument("--cuda-aware-mpi", choices=["auto", "yes", "no"], default="auto",
+                   help="--device cuda: hand device buffers to MPI (auto: when the MPI says it can)")
     p.add_argument("--ablation", type=float, default=None, metavar="MB",
                    help="instead of the table: split hopdec's overhead at this size (bare + send copy, "
                         "bare + rotating receive slots, hopdec without grants, without pre-action polls)")
@@ -331,6 +427,21 @@ def main():
                   f"{graph.number_of_nodes()}", file=sys.stderr)
         return 2
     view = node_views(graph)[rank]
+    gpu = args.device != "cpu"
+    aware = False
+    if gpu:
+        import torch
+
+        from hopdec.transport.mpi import cuda_aware_mpi
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        aware = args.cuda_aware_mpi == "yes" or (args.cuda_aware_mpi == "auto" and bool(cuda_aware_mpi()))
+        if rank == 0:
+            print(f"GPU path: {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+                  f"{MPI.Get_library_version().splitlines()[0][:60]}; MPI buffers "
+                  f"{'on the device (CUDA-aware)' if aware else 'staged through pinned host memory'}",
+                  file=sys.stderr if args.json else sys.stdout, flush=True)
+        if args.ablation:
+            raise SystemExit("--ablation is CPU-only")
     if args.ablation:
         ablation(comm, view, args.ablation, reps=5, warmup=3, timed=20, max_ig=args.max_ig)
         return 0
@@ -344,21 +455,31 @@ def main():
         n = int(mb * 2 ** 20) // 4
         rng = np.random.default_rng(rank)
         params = rng.standard_normal(n).astype(np.float32)
-        rbufs = {j: np.zeros(n, dtype=np.float32) for j in view.in_neighbors}
-        acc, tmp = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32)
+        if gpu:
+            params = torch.from_numpy(params).cuda()
+            rbufs = acc = tmp = None
+        else:
+            rbufs = {j: np.zeros(n, dtype=np.float32) for j in view.in_neighbors}
+            acc, tmp = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32)
         res = {v: [] for v in variants}
         parts = {v: [] for v in variants}
         for rep in range(reps):
             order = variants if rep % 2 == 0 else variants[::-1]   # alternate who goes first
             for v in order:
-                if v == "bare":
+                if v == "bare" and gpu:
+                    s, cpu, params = cuda_bare(comm, view, params, warmup, timed, aware)
+                    pr = {"cpu": cpu}
+                elif v == "bare":
                     s, cpu, params, acc = run_bare(comm, view, params, rbufs, acc, tmp, warmup,
                                                    timed)
                     pr = {"cpu": cpu}
                 else:
                     s, pr, params = run_hopdec(comm, view, params, warmup, timed, args.max_ig,
-                                               busy=v == "hopdec-busy")
-                    acc = np.empty_like(params)
+                                               busy=v == "hopdec-busy", aware=aware)
+                    if gpu:
+                        params = params.clone()          # a tensor of its own for the next round
+                    else:
+                        acc = np.empty_like(params)
                 # mean over ranks of this round
                 allr = comm.allgather((s, pr))
                 res[v].append(statistics.mean(a for a, _ in allr))
@@ -380,7 +501,8 @@ def main():
     elif rank == 0:
         print(f"\nexchange on {os.path.basename(args.topology)}, {size} ranks, hopdec tokens max_ig "
               f"{args.max_ig}; ms/iter = mean over ranks, median over interleaved reps (min over reps "
-              f"in brackets); both sides include the same numpy reduce; total {clock() - t_all:.0f} s")
+              f"in brackets); both sides include the same {'torch reduce on the GPU' if gpu else 'numpy reduce'}; "
+              f"total {clock() - t_all:.0f} s")
         hdr = (f"{'MB':>4} {'warm+timed x reps':>17} {'hopdec':>16} {'bare':>16} {'ratio':>6} "
                f"{'(min)':>6}" + (f" {'busy':>16} {'busy/bare':>9}" if "hopdec-busy" in variants else "")
                + f" | hopdec ms: {'copy':>6} {'reduce':>6} {'wait':>7} {'rest':>6}"

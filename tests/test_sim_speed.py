@@ -162,24 +162,41 @@ def test_compute_draws_from_the_block_equal_the_base_times_the_factor_in_any_ord
             assert (t, f) == (fresh.base(w, i) * fresh.factor(w, i), fresh.factor(w, i))
 
 
-def test_actions_built_by_the_fast_init_are_the_frozen_dataclasses_they_were():
-    """``hopdec.core.action`` writes the fields into ``__dict__``: equality, hash, repr, defaults, copies
-    and ``dataclasses.replace`` are the dataclass's, and assigning a field still raises."""
+def test_actions_are_immutable_records_equal_only_to_their_own_kind():
+    """``hopdec.core.action`` builds tuples: keyword and positional fields, defaults, equality and hash by
+    kind and value, repr, copies and pickles, ``_replace``; assigning a field raises; an action equals no
+    action of another kind with the same fields (nor a plain tuple), and every action is true."""
     import copy
-    import dataclasses
     import pickle
-    from hopdec.hop.actions import Enter, SendParams
+    from hopdec.core import ApplyGradient, ComputeGradient, Finished
+    from hopdec.hop.actions import Enter, Jump, SendParams
     from hopdec.hop.receive import Term
     t = Term(1, 2, None, 0.5)
     assert t == Term(sender=1, iteration=2, handle=None, weight=0.5) and hash(t) == hash(Term(1, 2, None, 0.5))
+    assert Term.make((1, 2, None, 0.5)) == t and type(Term.make((1, 2, None, 0.5))) is Term
     assert repr(t) == "Term(sender=1, iteration=2, handle=None, weight=0.5)"
     assert Enter(3).jumped_from is None and SendParams(1, (2,)).skipped == ()
     assert copy.copy(t) == t == pickle.loads(pickle.dumps(t))
-    assert dataclasses.replace(t, weight=1.0).weight == 1.0
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert t._replace(weight=1.0).weight == 1.0
+    with pytest.raises(AttributeError):
         t.weight = 2.0
+    with pytest.raises(AttributeError):
+        t.extra = 1                                       # no __dict__ either
     with pytest.raises(TypeError):
         Term(1, 2, None)                                  # a missing field is refused as before
+    assert ComputeGradient(5) != ApplyGradient(5) and not ComputeGradient(5) == ApplyGradient(5)
+    assert Enter(3, 4) != Jump(3, 4) and Enter(3) != (3, None) and (3, None) != Enter(3)
+    assert len({ComputeGradient(5), ApplyGradient(5), ComputeGradient(5)}) == 2
+    assert bool(Finished()) and Finished() == Finished() and Finished() != ()
+
+
+def test_an_action_with_a_default_before_a_field_without_is_refused():
+    from hopdec.core import action
+    with pytest.raises(TypeError, match="defaults must come last"):
+        @action
+        class Bad:
+            a: int = 1
+            b: int
 
 
 def test_no_automatic_collection_while_a_large_run_is_built_and_started():

@@ -56,7 +56,8 @@ def _normalised(raw: list[tuple[int, int, Any, float]]) -> tuple:
         raw[0] = raw[0][:3] + (1.0,)
         total = 1.0
     raw.sort(key=_first)
-    return tuple([Term(s, it, h, w / total) for s, it, h, w in raw])
+    make = Term.make
+    return tuple([make((s, it, h, w / total)) for s, it, h, w in raw])
 
 
 _first = itemgetter(0)
@@ -168,7 +169,7 @@ class Standard(_Policy):
             self.dropped += 1
             late.append(Entry(sender, iteration, handle))
         else:
-            self.queue.put(Entry(sender, iteration, handle))
+            self.queue.put(Entry.make((sender, iteration, handle)))     # (no Python frame: once per update)
 
     def set_floor(self, k: int) -> Any:
         """Updates older than k can no longer be used: drop them (sec. 6.2 a). Nothing older than the floor
@@ -221,8 +222,9 @@ class Standard(_Policy):
                 full = self._full_weights(step)
             if full:
                 pos, own, ws = full
-                terms = [Term(e.sender, k, e.handle, x) for e, x in zip(got, ws)]
-                terms.insert(pos, Term(self.rank, k, SELF, own))
+                make = Term.make
+                terms = [make((e.sender, k, e.handle, x)) for e, x in zip(got, ws)]
+                terms.insert(pos, make((self.rank, k, SELF, own)))
                 return tuple(terms)
         w = self.step_weights[step]
         raw = [self._self_term(k)]

@@ -345,15 +345,25 @@ class HopSim:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
     def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
-        """A rendezvous message was taken with its data: the sender's send completes (zero-copy: the last
-        one from its store resumes a Reduce parked on it), then it is delivered like any other."""
+        """An update reached ``dst`` and was taken: a send from a store (zero-copy, a rendezvous message)
+        completes -- the last one from its store resumes a Reduce parked on it --, then the receiving core
+        gets the grant its header carries and the update, and goes on if it was waiting. (One function for
+        every update: this runs three times per worker-iteration.)"""
         if store is not None:
             u = self.unsent[src]
             u[store] -= 1
             if not u[store] and self.parked[src] == store:
                 self.parked[src] = None
                 self._advance(src)
-        self._deliver_update(src, iteration, data, grant, dst)
+        if self.check is not None:
+            self.in_flight[dst] -= 1
+        core = self.cores[dst]
+        if grant != NO_GRANT:                   # carried in the update's header: delivered first
+            core.on_grant(src, grant)
+        core.on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
+        if self.blocked[dst]:
+            self.blocked[dst] = False
+            self._advance(dst)
 
     # ---- messages ----
     def _send_update(self, src: int, iteration: int, dests: tuple, data: Any, store: Optional[int] = None,
@@ -367,7 +377,7 @@ class HopSim:
         size = self.message_bytes if nbytes is None else nbytes
         rndv = self.rndv if nbytes is None else self.send_path.protocol(size)
         if rndv is None:                        # eager: it travels now and the send is complete
-            self.net.send(src, dests, size, partial(self._deliver_update, src, iteration, data, grant))
+            self.net.send(src, dests, size, partial(self._arrived, src, iteration, data, None, grant))
             return
         if store is not None and self.waits:
             self.unsent[src][store] += len(dests)
@@ -386,17 +396,6 @@ class HopSim:
             self.untaken[dst].append((src, iteration, data, store, grant, dst))
         else:
             self._arrived(src, iteration, data, store, grant, dst)
-
-    def _deliver_update(self, src: int, iteration: int, data: Any, grant: int, dst: int) -> None:
-        if self.check is not None:
-            self.in_flight[dst] -= 1
-        core = self.cores[dst]
-        if grant != NO_GRANT:                   # carried in the update's header: delivered first
-            core.on_grant(src, grant)
-        core.on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
-        if self.blocked[dst]:
-            self.blocked[dst] = False
-            self._advance(dst)
 
     def _send_grants(self, src: int, grants: Any) -> None:
         counts = dict(grants)

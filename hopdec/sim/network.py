@@ -43,8 +43,9 @@ Flow = list
 """A transfer: a list of fields, by the indices below."""
 Route = tuple[int, tuple[int, ...], float, bool, int, float]
 """(dst, resources, latency, takes no time, pair key, least capacity after the sender's NIC): :meth:`Network._route`."""
-Fan = tuple[Any, list[Route], tuple[int, ...], bool]
-"""(dsts, routes, resources touched, may be rated alone): :meth:`Network._fan`."""
+Fan = tuple[Any, list[Route], tuple[int, ...], bool, float, float, float]
+"""(dsts, routes, resources touched, may be rated alone, the sender NIC's share per transfer, the rate of
+every transfer and their latency when they are all alike, else 0.0): :meth:`Network._fan`."""
 Solo = list
 """A send rated alone and kept off the NICs' books (:meth:`Network._solo_send`): fields by the _S_ indices."""
 Arrival = tuple[float, Callable[[int], Any], int]
@@ -230,7 +231,7 @@ class Network:
         fan = self._fans.get(src)
         if fan is None or (fan[0] is not dsts and fan[0] != dsts):
             fan = self._fans[src] = self._fan(src, dsts)
-        _, routes, touched, may_solo = fan
+        _, routes, touched, may_solo, out, rate, lat = fan
         solo, active = self._solo, self.active
         alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
@@ -241,6 +242,16 @@ class Network:
             elif alone and active[r]:
                 alone = False
         if alone:                               # alone on every NIC and link it uses: rate it now
+            if rate:                            # (the usual case: one rate and latency, one arrival)
+                size = float(nbytes)
+                fid = self._ids
+                self._ids = fid + k
+                end = now + size / rate
+                rec: Solo = [fid, size, out, now, end, routes, deliver, touched, None]
+                for r in touched:
+                    solo[r] = rec
+                self.q.at(end + lat, partial(self._arrive_solo, rec))
+                return
             if self._solo_send(src, k, routes, touched, now, float(nbytes), deliver):
                 return
         pairs, hubs = self._pairs, self._hub
@@ -311,7 +322,11 @@ class Network:
             touched += [r for r in route[1] if r not in touched]
         may_solo = (not self._hub and len(set(dsts)) == len(dsts) and not shared
                     and all(lat > 0 and not no_time for _, _, lat, no_time, _, _ in routes))
-        return dsts, routes, tuple(touched), may_solo
+        out = self.cap[src] / len(dsts) if dsts else 0.0
+        rates = {restcap if restcap < out else out for _, _, _, _, _, restcap in routes}
+        lats = {lat for _, _, lat, _, _, _ in routes}
+        rate, lat = (rates.pop(), lats.pop()) if len(rates) == len(lats) == 1 else (0.0, 0.0)
+        return dsts, routes, tuple(touched), may_solo, out, rate, lat
 
     def _solo_send(self, src: int, k: int, routes: list[Route], touched: tuple[int, ...], now: float,
                    size: float, deliver: Callable[[int], Any]) -> bool:

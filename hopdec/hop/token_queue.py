@@ -23,6 +23,11 @@ class TokenLedger:
     ``issued[i]``: tokens this worker put into TokenQ(self->i) for in-neighbour i (max_ig at start).
     ``taken[j]``: tokens it took from out-neighbour j; ``granted[j]``: what j has told it j issued.
 
+    A worker inserts a token into every local queue at once (entering an iteration, Figure 7) and takes one
+    from every out-neighbour at once, so ``issued`` and ``taken`` hold one count each for all neighbours
+    (``issued_each``, ``taken_each``; the dicts are views of them): taking is one comparison with the
+    smallest grant, not a pass over the neighbours (this runs once per worker-iteration of a simulation).
+
     >>> led = TokenLedger(in_neighbors=[1], out_neighbors=[1], max_ig=2)
     >>> led.available(1), led.can_take(3)
     (2, False)
@@ -35,47 +40,48 @@ class TokenLedger:
     def __init__(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int], max_ig: int) -> None:
         check_max_ig(max_ig, "max_ig")
         self.max_ig = max_ig
-        self.issued: dict[int, int] = {i: max_ig for i in sorted(in_neighbors)}  # in order: issue() returns it sorted
-        self.taken: dict[int, int] = {j: 0 for j in out_neighbors}
-        self.granted: dict[int, int] = {j: max_ig for j in out_neighbors}
+        self.reset(in_neighbors, out_neighbors, 0, dict.fromkeys(out_neighbors, 0))
+
+    @property
+    def issued(self) -> dict[int, int]:
+        """In-neighbour -> tokens put into its queue (a new dict, in in-neighbour order)."""
+        return dict.fromkeys(self.ins, self.issued_each)
+
+    @property
+    def taken(self) -> dict[int, int]:
+        """Out-neighbour -> tokens taken from it (a new dict)."""
+        return dict.fromkeys(self.granted, self.taken_each)
 
     def available(self, j: int) -> int:
         """Tokens this worker may still take from out-neighbour j (its local view; never too many)."""
-        return self.granted[j] - self.taken[j]
+        return self.granted[j] - self.taken_each
 
     def can_take(self, n: int = 1) -> bool:
-        granted = self.granted
-        for j, t in self.taken.items():
-            if granted[j] - t < n:
-                return False
-        return True
+        return not self.granted or min(self.granted.values()) - self.taken_each >= n
 
     def take(self, n: int = 1) -> None:
         if not self.take_if(n):
-            j = min(self.taken, key=self.available)
+            j = min(self.granted, key=self.available)
             raise RuntimeError(f"took {n} tokens from {j} with only {self.available(j)} granted")
 
     def take_if(self, n: int = 1) -> bool:
         """:meth:`take` n tokens from every out-neighbour if :meth:`can_take`; returns whether it did."""
-        granted, taken = self.granted, self.taken
-        for j, t in taken.items():
-            if granted[j] - t < n:
-                return False
-        for j in taken:
-            taken[j] += n
+        granted = self.granted
+        if granted and min(granted.values()) - self.taken_each < n:
+            return False
+        self.taken_each += n
         return True
 
-    def issue(self, n: int = 1) -> list[tuple[int, int]]:
-        """Insert n tokens into every local token queue; returns the grants ``[(i, cumulative)]`` to send,
-        sorted by in-neighbour (``issued`` is kept in that order)."""
-        issued = self.issued
-        for i in issued:
-            issued[i] += n
-        return list(issued.items())
+    def issue(self, n: int = 1) -> tuple[tuple[int, int], ...]:
+        """Insert n tokens into every local token queue; returns the grants ``((i, cumulative), ...)`` to
+        send, sorted by in-neighbour."""
+        c = self.issued_each = self.issued_each + n
+        return tuple([(i, c) for i in self.ins])
 
     def on_grant(self, j: int, cumulative: int) -> None:
-        if j in self.granted and cumulative > self.granted[j]:
-            self.granted[j] = cumulative
+        granted = self.granted
+        if cumulative > granted.get(j, cumulative):     # (a grant from a worker no longer an out-neighbour: none)
+            granted[j] = cumulative
 
     def reset(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int], my_iteration: int,
               their_iterations: Any) -> None:
@@ -84,9 +90,10 @@ class TokenLedger:
         ``issued[i] = Iter(me) + max_ig``, ``taken[j] = Iter(me)``, ``granted[j] = Iter(j) + max_ig``. A new
         out-neighbour more than max_ig behind leaves this worker short of tokens (it waits for it)."""
         k = int(my_iteration)
-        self.issued = {i: k + self.max_ig for i in sorted(in_neighbors)}
-        self.taken = {j: k for j in out_neighbors}
-        self.granted = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
+        self.ins: tuple[int, ...] = tuple(sorted(in_neighbors))
+        self.issued_each: int = k + self.max_ig
+        self.taken_each: int = k
+        self.granted: dict[int, int] = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
 
     def lead_of(self, j: int) -> int:
         """How many iterations out-neighbour j is known to be ahead of this worker (sec. 5)."""

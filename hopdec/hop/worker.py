@@ -190,9 +190,7 @@ class Worker:
         self.iteration, self._start, self._entered = k, k, k - 1
         if self.ledger is not None:
             led = self.ledger
-            led.issued = {i: k + led.max_ig for i in led.issued}
-            led.taken = {j: k for j in led.taken}
-            led.granted = {j: k + led.max_ig for j in led.granted}
+            led.reset(led.ins, led.granted, k, dict.fromkeys(led.granted, k))
         if self.acks is not None:
             self.acks.sent = k
             self.acks.acked = {j: k for j in self.acks.acked}
@@ -244,24 +242,27 @@ class Worker:
         jumped_from: Optional[int] = None
         if k >= self.budget:
             return
+        parallel = cfg.compute_graph == "parallel"
+        # (actions built with .make, without a Python frame: a simulation builds millions)
+        enter, grant, compute, apply = Enter.make, GrantTokens.make, ComputeGradient.make, ApplyGradient.make
         while True:
             # Entering k inserts one token per iteration entered (k - prev on a jump) into every local
             # token queue, at the same step as the iteration changes, so Theorem 2's relation holds.
             grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else None
             self._entered = k
-            yield Enter(k, jumped_from)
+            yield enter((k, jumped_from))
             if grants:
-                yield GrantTokens(tuple(grants))
-            if cfg.compute_graph == "parallel":
+                yield grant((grants,))
+            if parallel:
                 if self.acks is not None:
                     yield from self._acked(k)
                 yield self._send(k)
-                yield ComputeGradient(k)
+                yield compute((k,))
                 yield from self._recv_reduce(k)
-                yield ApplyGradient(k)
+                yield apply((k,))
             else:
-                yield ComputeGradient(k)
-                yield ApplyGradient(k)
+                yield compute((k,))
+                yield apply((k,))
                 if self.acks is not None:
                     yield from self._acked(k)
                 yield self._send(k)
@@ -338,26 +339,24 @@ class Worker:
             # out-neighbour j is known to be at least at my iteration + its lead (TokenLedger.
             # lead_of); it is past every iteration that could use update k when
             # k < known - staleness
-            base = self.iteration - led.max_ig - (self.cfg.staleness or 0)
-            granted, taken = led.granted, led.taken
-            for j in outs:                      # (a loop: usually nobody is past it, and no list is made)
-                if k < base + granted[j] - taken[j]:
-                    useless = [j for j in outs if k < base + granted[j] - taken[j]]
-                    break
+            base = self.iteration - led.max_ig - (self.cfg.staleness or 0) - led.taken_each
+            granted = led.granted
+            if granted and k < base + max(granted.values()):    # (usually nobody is past it: no list made)
+                useless = [j for j in outs if k < base + granted[j]]
         if useless:
             self.sends_skipped += len(useless)
             dests = tuple(j for j in outs if j not in useless)
         else:
             dests = outs
         self._last_sent = k
-        return SendParams(k, tuple(dests), tuple(useless))
+        return SendParams.make((k, tuple(dests), tuple(useless)))
 
     def _recv_reduce(self, k: int) -> Iterator[Any]:
         self._pending_release += self.policy.set_floor(k)
         while (plan := self.policy.plan(k)) is None:
             yield Wait(tuple(self.policy.waiting_for(k)), f"updates of iteration {k}")
         gamma = self.cfg.consensus_step
-        yield Reduce(k, plan if gamma == 1.0 else damped(plan, gamma))   # gamma < 1: compressed exchanges
+        yield Reduce.make((k, plan if gamma == 1.0 else damped(plan, gamma)))   # gamma < 1: compressed exchanges
         self._pending_release += self.policy.set_floor(k + 1)
         if self.acks is not None:
             yield SendAcks(tuple(self.acks.consume(k)))

@@ -223,7 +223,10 @@ class Standard(_Policy):
             if full:
                 pos, own, ws = full
                 make = Term.make
-                terms = [make((e.sender, k, e.handle, x)) for e, x in zip(got, ws)]
+                terms = []
+                add = terms.append                      # (a loop, not a comprehension: no frame of its own)
+                for e, x in zip(got, ws):
+                    add(make((e.sender, k, e.handle, x)))
                 terms.insert(pos, make((self.rank, k, SELF, own)))
                 return tuple(terms)
         w = self.step_weights[step]

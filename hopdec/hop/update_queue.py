@@ -98,7 +98,7 @@ class IterationSlots:
             if e is None or e.iteration != iteration:
                 return None
         self.size -= len(senders)
-        return [slot.pop(s) for s in senders]
+        return list(map(slot.pop, senders))
 
     def drop_older(self, iteration: int) -> Any:
         """Remove and return every update older than ``iteration`` (late updates, sec. 6.2)."""

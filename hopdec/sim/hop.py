@@ -33,7 +33,6 @@ from hopdec.hop.actions import Enter
 from hopdec.hop.worker import Worker
 from hopdec.ml.stores import StoreOrder
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue, collector_paused
 from hopdec.sim.gap import GapMeter
 from hopdec.sim.network import Network
@@ -57,8 +56,14 @@ class TimingBackend:
         return None
 
     def compute(self, iteration: int) -> dict:
-        self.duration, factor = step_of(self.compute_time, self.rank, iteration)
-        return compute_record(self.duration, factor)
+        got = self.compute_time(self.rank, iteration)     # (step_of and compute_record, inline: once per
+        if type(got) is not tuple:                        # worker-iteration)
+            self.duration = got
+            return {"loss": None, "compute_s": got}
+        self.duration = seconds = got[0]
+        if got[1] is None:
+            return {"loss": None, "compute_s": seconds}
+        return {"loss": None, "compute_s": seconds, "slowdown": got[1]}
 
     def reduce(self, pairs: Any) -> None:
         pass

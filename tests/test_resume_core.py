@@ -109,6 +109,26 @@ def test_stop_before_any_worker_started_runs_nothing():
     assert all(not recs for recs in net.records)
 
 
+def test_a_stop_that_comes_while_a_worker_waits_for_tokens_holds_when_they_arrive():
+    """A worker waiting for the tokens of iteration k + 1 is told stop_at(k + 1) (every other worker is at
+    k or below); the tokens then arrive before it acts again. It must end after iteration k, not take them
+    and enter k + 1 (it did when the tokens were there by the time it looked again)."""
+    from hopdec.core import Finished, Wait
+    views = node_views(T.ring_based(2))
+    w = Worker(views[0], ProtocolConfig(iterations=10, max_ig=1))
+    for _ in range(50):
+        a = w.next_action()
+        if type(a) is Wait and a.what.startswith("updates"):
+            w.on_update(1, int(a.what.split()[-1]), 0)
+        elif type(a) is Wait:
+            break
+    assert a.what == "tokens" and w.position == 1
+    w.stop_at(2)
+    w.on_grant(1, 3)                    # worker 1 entered iteration 2's predecessor: a token is there now
+    rest = [w.next_action() for _ in range(2)]
+    assert rest == [Finished(), Finished()] and w.position == 1
+
+
 def test_stop_at_may_not_cut_below_where_a_worker_already_is():
     graph = T.ring(3)
     net = network(graph, ProtocolConfig(iterations=10), seed=0)

@@ -280,11 +280,13 @@ class Worker:
                     # Recv(target - 1) + Reduce refresh the parameters before the jump (sec. 5); the
                     # target was chosen so that this Recv completes at once (see _jump_target).
                     yield from self._recv_reduce(target - 1)
-                while not self.ledger.take_if(target - k):
-                    if target >= self.budget:       # stop_at() while waiting: iteration k was the last
-                        return
+                # the budget first: a stop_at() that came while waiting ends the run after iteration k
+                # even when the tokens are there by the time the worker looks again
+                while target < self.budget and not self.ledger.take_if(target - k):
                     yield Wait(tuple(j for j in self.view.out_neighbors
                                      if self.ledger.available(j) < target - k), "tokens")
+                if target >= self.budget:
+                    return
             prev, self.iteration, k = k, target, target
 
     def _straggler_lead(self) -> Optional[int]:

@@ -127,6 +127,22 @@ def test_survivors_finish_every_iteration_after_two_failures(cfg, graph_name):
             assert iters == sorted(set(iters))
 
 
+def test_a_worker_that_finished_before_a_death_sends_again_what_the_death_lost():
+    """Worker 0 has finished every iteration when worker 3 dies; the heal drops every message in flight
+    and the survivors wait for each sender's update of the iteration it is at, 0's last among them. As a
+    rank does at shutdown (``hop_mpi``: a failure then is healed and the loop driven again), the finished
+    worker sends it again; before, the in-process scheduler left it done and the others waited forever."""
+    G = T.with_default_weights(nx.DiGraph([(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)]))
+    cfg = ProtocolConfig(iterations=10, max_ig=2)
+    for seed in range(5):
+        net = InProcNetwork(node_views(G), cfg, seed=seed, speeds=[4.0, 1.0, 1.0, 1.0])
+        while not net.done[0]:
+            net.step()
+        net.fail([3], G)
+        net.run(until_done=False)
+        assert all(net.done[r] and net.cores[r].iteration == 9 for r in (0, 1, 2)), (seed, net.describe())
+
+
 @st.composite
 def runs_with_failures(draw):
     n = draw(st.integers(4, 8))

@@ -170,6 +170,10 @@ class InProcNetwork:
         healed, _ = heal(graph, ranks, alive, {r: c.iteration for r, c in alive.items()})
         for r in healed.nodes:
             self.blocked[r] = False
+            if self.done[r] and self.cores[r].catching_up:  # finished before the death: it sends again
+                self.done[r] = False                        # what was lost, as a rank does at shutdown
+                self.loops[r] = worker_loop(self.cores[r], self.ios[r], self.backends[r], step=True,
+                                            clock=lambda: float(self.steps))
         self.heals.append((self.steps, sorted(ranks), healed))
         return healed
 

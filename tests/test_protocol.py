@@ -398,24 +398,24 @@ def _drive(actions):
 
 def test_the_loop_hands_grants_to_the_send_right_behind_them_and_never_holds_them_longer():
     from hopdec.core import ApplyGradient, ComputeGradient, Finished
-    from hopdec.hop.actions import Enter, GrantTokens, SendParams
+    from hopdec.hop.actions import Enter, SendParams
     g = ((1, 3), (2, 3))
     # parallel graph: the grants go with the update, no grant message
-    calls, _ = _drive([Enter(1), GrantTokens(g), SendParams(1, (1, 2)), ComputeGradient(1), Finished()])
+    calls, _ = _drive([Enter(1, None, g), SendParams(1, (1, 2)), ComputeGradient(1), Finished()])
     assert calls == [("update", 1, (1, 2), g), ("compute", 1)]
     # serial graph: compute comes first, so the grants go as messages before it
-    calls, _ = _drive([Enter(1), GrantTokens(g), ComputeGradient(1), ApplyGradient(1),
+    calls, _ = _drive([Enter(1, None, g), ComputeGradient(1), ApplyGradient(1),
                        SendParams(1, (1, 2)), Finished()])
     assert calls == [("grants", g), ("compute", 1), ("update", 1, (1, 2), None)]
     # every out-neighbour skipped: no update to ride on, the grants go as messages
-    calls, _ = _drive([Enter(1), GrantTokens(g), SendParams(1, (), (1, 2)), ComputeGradient(1), Finished()])
+    calls, _ = _drive([Enter(1, None, g), SendParams(1, (), (1, 2)), ComputeGradient(1), Finished()])
     assert calls == [("grants", g), ("compute", 1)]
 
 
 def test_the_loop_polls_after_actions_that_take_time_not_after_bookkeeping():
     from hopdec.core import ApplyGradient, ComputeGradient, Finished
-    from hopdec.hop.actions import Enter, GrantTokens, SendParams
-    _, calls = _drive([Enter(1), GrantTokens(((1, 3),)), SendParams(1, (1,)), ComputeGradient(1),
+    from hopdec.hop.actions import Enter, SendParams
+    _, calls = _drive([Enter(1, None, ((1, 3),)), SendParams(1, (1,)), ComputeGradient(1),
                        ApplyGradient(1), Finished()])
     kinds = [c[0] for c in calls]
     # a poll before the first action, then after the send, the compute and the apply only

@@ -2,7 +2,7 @@
 
 One iteration k on the parallel computation graph (Hop Figure 7, sec. 3.2)::
 
-    Enter(k) -> GrantTokens -> SendParams(k) -> ComputeGradient(k) -> [Wait] -> Reduce(k) -> ApplyGradient(k)
+    Enter(k) -> SendParams(k) -> ComputeGradient(k) -> [Wait] -> Reduce(k) -> ApplyGradient(k)
 
 then a token from every out-neighbour before Enter(k+1). :class:`~hopdec.core.ComputeGradient`,
 :class:`~hopdec.core.ApplyGradient`, :class:`~hopdec.core.Wait` and :class:`~hopdec.core.Finished` are
@@ -17,10 +17,14 @@ from hopdec.core import action
 
 @action
 class Enter:
-    """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5)."""
+    """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5). Entering
+    inserts a token into every local token queue at the same step (sec. 4.2, Theorem 2): ``grants = ((in-
+    neighbour, cumulative count), ...)`` tells each in-neighbour how many it has put there in total (counts
+    only grow, so grants may coalesce; empty without token queues)."""
 
     iteration: int
     jumped_from: Optional[int] = None
+    grants: tuple = ()
 
 
 @action
@@ -31,14 +35,6 @@ class SendParams:
     iteration: int
     dests: tuple
     skipped: tuple = ()
-
-
-@action
-class GrantTokens:
-    """Tell each in-neighbour how many tokens I have put into its token queue in total (sec. 4.2):
-    ``grants = ((in-neighbour, cumulative count), ...)``; counts only grow, so grants may coalesce."""
-
-    grants: tuple
 
 
 @action

@@ -7,7 +7,7 @@ compute, reduce, apply (:mod:`hopdec.hop.actions`) -- and feeds back what arrive
 then blocks on its transport (MPI) or lets another worker run (in-process). Every driver runs this code.
 
 One iteration k (Hop Figure 7, parallel computation graph, sec. 3.2):
-``Enter(k)`` -> ``GrantTokens`` (insert a token for every in-neighbour) -> ``SendParams(k)`` ->
+``Enter(k)`` (inserting a token for every in-neighbour: its grants) -> ``SendParams(k)`` ->
 ``ComputeGradient(k)`` -> Recv(k) (``Wait`` until the policy's plan is ready) -> ``Reduce(k)`` ->
 ``ApplyGradient(k)`` -> take a token from every out-neighbour (``Wait`` while one is missing) ->
 ``Enter(k+1)``. The serial graph computes and applies first, then sends and reduces. Iteration
@@ -22,7 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union, cast
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
+from hopdec.hop.actions import Enter, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.config import effective_backup
 from hopdec.hop.protocols import PROTOCOLS
 from hopdec.hop.receive import damped, make_policy
@@ -244,15 +244,13 @@ class Worker:
             return
         parallel = cfg.compute_graph == "parallel"
         # (actions built with .make, without a Python frame: a simulation builds millions)
-        enter, grant, compute, apply = Enter.make, GrantTokens.make, ComputeGradient.make, ApplyGradient.make
+        enter, compute, apply = Enter.make, ComputeGradient.make, ApplyGradient.make
         while True:
             # Entering k inserts one token per iteration entered (k - prev on a jump) into every local
             # token queue, at the same step as the iteration changes, so Theorem 2's relation holds.
-            grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else None
+            grants = self.ledger.issue(k - prev) if k > prev and self.ledger is not None else ()
             self._entered = k
-            yield enter((k, jumped_from))
-            if grants:
-                yield grant((grants,))
+            yield enter((k, jumped_from, grants))
             if parallel:
                 if self.acks is not None:
                     yield from self._acked(k)

@@ -20,7 +20,7 @@ store completed, or, in virtual time, returns something for the loop to yield: t
 loop once they have -- see :mod:`hopdec.sim.sends`; a transport that codes its messages reads the
 storage and sends its own smaller buffers). A transport with a ``bytes_sent`` counter gets each record's
 ``sent_bytes``: what the iteration's sends put on the wire. A transport with ``carries_grants = True`` takes the
-``grants`` of a :class:`GrantTokens` that is directly followed by a :class:`SendParams` as the fourth
+``grants`` of an :class:`Enter` that is directly followed by a :class:`SendParams` as the fourth
 argument of that send (``send_from``/``send_update(..., grants)``; every transport takes it, None when
 there are none) and carries them in the update's header where
 it can, sending the others as grant messages; a grant is never held past the next action. A *backend* has ``write_params(out=None)`` (into ``out``, or a new array),
@@ -34,7 +34,7 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait
-from hopdec.hop.actions import Enter, GrantTokens, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
+from hopdec.hop.actions import Enter, Jump, Reduce, ReleaseUpdates, SendAcks, SendParams
 from hopdec.hop.receive import SELF
 
 
@@ -125,9 +125,6 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             waited = False
             if wait_over is not None:
                 wait_over()
-        if kind is GrantTokens and carry:
-            deferred = a.grants     # sent with the update right behind it (or before the next action)
-            continue
         t0 = clock() if timed and rec is not None else 0.0
         if kind is Enter:
             if rec is not None and on_record:
@@ -142,6 +139,11 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                 rec["jumped_from"] = a.jumped_from
             if detail and core.ledger is not None:
                 rec["tokens"] = core.tokens()
+            if a.grants:
+                if carry:
+                    deferred = a.grants     # sent with the update right behind it (or before the next action)
+                else:
+                    io.send_grants(a.grants)
         elif kind is SendParams:
             if a.dests:
                 store = send_storage() if send_storage is not None else None
@@ -204,8 +206,6 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             backend.apply(a.iteration)
             if timed:
                 _timed(rec, "apply", t0, clock(), spans)
-        elif kind is GrantTokens:
-            io.send_grants(a.grants)
         elif kind is SendAcks:
             io.send_grants(a.acks)          # the same cumulative-count message, other meaning
         elif kind is ReleaseUpdates:
@@ -271,7 +271,7 @@ def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[
     return None, False
 
 
-_BOOKKEEPING = frozenset({Enter, GrantTokens, SendAcks, ReleaseUpdates, Jump})
+_BOOKKEEPING = frozenset({Enter, SendAcks, ReleaseUpdates, Jump})
 """Actions that take no time worth polling after (the next action runs microseconds later)."""
 
 _RECORD = dict(rank=0, iter=0, time=0.0, loss=None, compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0,

@@ -13,13 +13,27 @@ Actions that mean the same thing on every side are defined here once.
 from collections import namedtuple
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:                           # tells type checkers (and mypyc) that @action makes dataclasses
     from typing_extensions import dataclass_transform
 else:
     def dataclass_transform(**kwargs):
         return lambda f: f
+
+_R = TypeVar("_R", bound="Record")
+
+
+class Record:
+    """The base of every :func:`action` class: what type checkers know of ``Cls.make`` (each class has its
+    own, set by :func:`action`)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def make(cls: type[_R], fields: tuple) -> _R:       # pragma: no cover - replaced on every action class
+        """An instance from a tuple of all its fields, without a Python frame (see :func:`action`)."""
+        return tuple.__new__(cls, fields)               # type: ignore[type-var,return-value]
 
 
 @dataclass_transform(frozen_default=True)
@@ -41,7 +55,7 @@ def action(cls):
     base = namedtuple(cls.__name__, names, defaults=defaults, module=cls.__module__)
     ns = {k: v for k, v in cls.__dict__.items() if k not in names and k not in ("__dict__", "__weakref__")}
     ns.update(__slots__=(), __eq__=_same, __ne__=_other, __hash__=tuple.__hash__, __bool__=_true)
-    rec = type(cls.__name__, (base,), ns)
+    rec = type(cls.__name__, (base, Record), ns)
     rec.__qualname__ = cls.__qualname__
     rec.make = partial(tuple.__new__, rec)
     return rec
@@ -60,7 +74,7 @@ def _true(_):
 
 
 @action
-class Wait:
+class Wait(Record):
     """Nothing to do until an event arrives; ``on`` names whom the core waits for (ranks: a tuple, or a
     :class:`RankView`), ``what`` for what."""
 
@@ -89,7 +103,7 @@ class RankView(Sequence):
 
 
 @action
-class Finished:
+class Finished(Record):
     """The core has nothing more to do."""
 
 
@@ -99,14 +113,14 @@ class Deadlock(RuntimeError):
 
 
 @action
-class ComputeGradient:
+class ComputeGradient(Record):
     """Compute the gradient of the next mini-batch at the current parameters (keep it for later)."""
 
     iteration: int
 
 
 @action
-class ApplyGradient:
+class ApplyGradient(Record):
     """Apply the computed gradient to the local parameters with the local optimizer (SGD)."""
 
     iteration: int

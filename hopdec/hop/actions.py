@@ -12,11 +12,11 @@ shared with the parameter-server cores (:mod:`hopdec.core`).
 from typing import Optional
 
 from hopdec.core import ApplyGradient, ComputeGradient, Finished, Wait  # noqa: F401  (re-exported)
-from hopdec.core import action
+from hopdec.core import Record, action
 
 
 @action
-class Enter:
+class Enter(Record):
     """The worker enters ``iteration`` (from ``jumped_from`` when it skipped iterations, sec. 5). Entering
     inserts a token into every local token queue at the same step (sec. 4.2, Theorem 2): ``grants = ((in-
     neighbour, cumulative count), ...)`` tells each in-neighbour how many it has put there in total (counts
@@ -28,7 +28,7 @@ class Enter:
 
 
 @action
-class SendParams:
+class SendParams(Record):
     """Send my current parameters, tagged with ``iteration``, to ``dests`` (non-blocking). ``skipped``:
     out-neighbours left out because they are known to be past any iteration that could use it (sec. 6.2 b)."""
 
@@ -38,7 +38,7 @@ class SendParams:
 
 
 @action
-class SendAcks:
+class SendAcks(Record):
     """Notify-ack (sec. 3.3): tell each in-neighbour how many of its updates I have consumed in total,
     right after Reduce: ``acks = ((in-neighbour, cumulative count), ...)``."""
 
@@ -46,7 +46,7 @@ class SendAcks:
 
 
 @action
-class Reduce:
+class Reduce(Record):
     """Replace my parameters by ``sum(term.weight * params(term))``; then free the terms' handles."""
 
     iteration: int
@@ -54,14 +54,14 @@ class Reduce:
 
 
 @action
-class ReleaseUpdates:
+class ReleaseUpdates(Record):
     """Free the buffers of received updates that will never be used (late or superseded, sec. 6.2 a)."""
 
     handles: tuple
 
 
 @action
-class Jump:
+class Jump(Record):
     """Iteration skipping (sec. 5): from ``frm`` straight to ``to``."""
 
     frm: int

@@ -21,7 +21,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any, Optional, Union
 
-from hopdec.core import action
+from hopdec.core import Record, action
 from hopdec.hop.config import check_backup
 from hopdec.hop.update_queue import Entry, IterationSlots, NewestPerSender
 
@@ -29,7 +29,7 @@ SELF: None = None  # handle of the worker's own parameters in a Reduce term
 
 
 @action
-class Term:
+class Term(Record):
     """One summand of Reduce: ``weight`` times the parameters of ``sender`` at ``iteration``."""
 
     sender: int
@@ -223,7 +223,7 @@ class Standard(_Policy):
             if full:
                 pos, own, ws = full
                 make = Term.make
-                terms = []
+                terms: list = []
                 add = terms.append                      # (a loop, not a comprehension: no frame of its own)
                 for e, x in zip(got, ws):
                     add(make((e.sender, k, e.handle, x)))

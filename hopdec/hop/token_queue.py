@@ -37,6 +37,11 @@ class TokenLedger:
     1
     """
 
+    ins: tuple[int, ...]            # in-neighbours, sorted (the order of the grants)
+    issued_each: int                # tokens put into each in-neighbour's queue
+    taken_each: int                 # tokens taken from each out-neighbour
+    granted: dict[int, int]         # out-neighbour -> what it has told this worker it issued
+
     def __init__(self, in_neighbors: Iterable[int], out_neighbors: Iterable[int], max_ig: int) -> None:
         check_max_ig(max_ig, "max_ig")
         self.max_ig = max_ig
@@ -90,10 +95,10 @@ class TokenLedger:
         ``issued[i] = Iter(me) + max_ig``, ``taken[j] = Iter(me)``, ``granted[j] = Iter(j) + max_ig``. A new
         out-neighbour more than max_ig behind leaves this worker short of tokens (it waits for it)."""
         k = int(my_iteration)
-        self.ins: tuple[int, ...] = tuple(sorted(in_neighbors))
-        self.issued_each: int = k + self.max_ig
-        self.taken_each: int = k
-        self.granted: dict[int, int] = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
+        self.ins = tuple(sorted(in_neighbors))
+        self.issued_each = k + self.max_ig
+        self.taken_each = k
+        self.granted = {j: int(their_iterations[j]) + self.max_ig for j in out_neighbors}
 
     def lead_of(self, j: int) -> int:
         """How many iterations out-neighbour j is known to be ahead of this worker (sec. 5)."""

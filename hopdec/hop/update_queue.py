@@ -17,7 +17,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Callable, Optional
 
-from hopdec.core import action
+from hopdec.core import Record, action
 
 
 class QueueOverflow(RuntimeError):
@@ -25,7 +25,7 @@ class QueueOverflow(RuntimeError):
 
 
 @action
-class Entry:
+class Entry(Record):
     """One received update: parameters of ``sender`` at ``iteration``, stored under ``handle``."""
 
     sender: int

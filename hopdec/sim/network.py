@@ -231,7 +231,7 @@ class Network:
         fan = self._fans.get(src)
         if fan is None or (fan[0] is not dsts and fan[0] != dsts):
             fan = self._fans[src] = self._fan(src, dsts)
-        _, routes, touched, may_solo, out, rate, lat = fan
+        _, routes, touched, may_solo, share, rate, lat = fan
         solo, active = self._solo, self.active
         alone = may_solo and nbytes > 0 and not self._flush_pending
         for r in touched:
@@ -247,7 +247,7 @@ class Network:
                 fid = self._ids
                 self._ids = fid + k
                 end = now + size / rate
-                rec: Solo = [fid, size, out, now, end, routes, deliver, touched, None]
+                rec: Solo = [fid, size, share, now, end, routes, deliver, touched, None]
                 for r in touched:
                     solo[r] = rec
                 self.q.at(end + lat, partial(self._arrive_solo, rec))

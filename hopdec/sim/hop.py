@@ -263,7 +263,7 @@ class HopSim:
         self.sends_abandoned: bool = False        # a death revoked the communicator (hopdec.sim.churn)
         self.computing: list[bool] = [False] * self.n
         # what a computing worker does when it is back in MPI
-        self.untaken: list[list[Any]] = [[] for _ in views]   # callables, or _arrived's arguments
+        self.untaken: list[list[Any]] = [[] for _ in views]   # callables, or updates (see _take)
         # the loops' clock: the queue's virtual time, read without a Python frame (it is read millions of times)
         clock: Callable[[], float] = partial(attrgetter("now"), self.q)
         self._clock = clock
@@ -327,11 +327,7 @@ class HopSim:
         held = self.untaken[r]
         if held:
             self.untaken[r] = []
-            for fn in held:
-                if type(fn) is tuple:       # a message that reached it (_reached)
-                    self._arrived(*fn)
-                else:
-                    fn()
+            self._take(r, held)
         self._advance(r)
 
     def _when_in_mpi(self, r: int, fn: Callable[[], Any]) -> None:
@@ -350,22 +346,35 @@ class HopSim:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
     def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
-        """An update reached ``dst`` and was taken: a send from a store (zero-copy, a rendezvous message)
-        completes -- the last one from its store resumes a Reduce parked on it --, then the receiving core
-        gets the grant its header carries and the update, and goes on if it was waiting. (One function for
-        every update: this runs three times per worker-iteration.)"""
-        if store is not None:
-            u = self.unsent[src]
-            u[store] -= 1
-            if not u[store] and self.parked[src] == store:
-                self.parked[src] = None
-                self._advance(src)
-        if self.check is not None:
-            self.in_flight[dst] -= 1
+        """An update reached ``dst`` and was taken now (:meth:`_take`)."""
+        self._take(dst, ((src, iteration, data, store, grant),))
+
+    def _take(self, dst: int, held: Any) -> None:
+        """Worker ``dst`` takes ``held``, in order: updates ``(src, iteration, data, store, grant)`` that
+        reached it -- a send from a store (zero-copy, a rendezvous message) completes, and the last one
+        from its store resumes a Reduce parked on it; then the core gets the grant the update's header
+        carries and the update -- or callables (what it does when back in MPI, :meth:`_when_in_mpi`). It
+        goes on if it was waiting. (One function for every update, three per worker-iteration: what is
+        looked up once per receiver is looked up once.)"""
+        unsent, parked, check = self.unsent, self.parked, self.check
         core = self.cores[dst]
-        if grant != NO_GRANT:                   # carried in the update's header: delivered first
-            core.on_grant(src, grant)
-        core.on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
+        on_grant, on_update = core.on_grant, core.on_update
+        for m in held:
+            if type(m) is not tuple:
+                m()
+                continue
+            src, iteration, data, store, grant = m
+            if store is not None:
+                u = unsent[src]
+                u[store] -= 1
+                if not u[store] and parked[src] == store:
+                    parked[src] = None
+                    self._advance(src)
+            if check is not None:
+                self.in_flight[dst] -= 1
+            if grant != NO_GRANT:               # carried in the update's header: delivered first
+                on_grant(src, grant)
+            on_update(src, iteration, 0 if data is None else self.ios[dst].hold(data))
         if self.blocked[dst]:
             self.blocked[dst] = False
             self._advance(dst)
@@ -395,12 +404,12 @@ class HopSim:
             self.net.send(src, dests, size, partial(self._reached, src, iteration, data, store, grant))
 
     def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
-        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (then
-        :meth:`_arrived`, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
-        if self.computing[dst]:             # (its arguments: _computed calls _arrived, no partial made)
-            self.untaken[dst].append((src, iteration, data, store, grant, dst))
+        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (:meth:`_take`
+        then, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
+        if self.computing[dst]:
+            self.untaken[dst].append((src, iteration, data, store, grant))
         else:
-            self._arrived(src, iteration, data, store, grant, dst)
+            self._take(dst, ((src, iteration, data, store, grant),))
 
     def _send_grants(self, src: int, grants: Any) -> None:
         counts = dict(grants)

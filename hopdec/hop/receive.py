@@ -69,7 +69,6 @@ _NONE = ()
 class _Policy:
     queue: Any                                      # the subclass's update queue
     backup: int
-    floor: int
 
     def __init__(self, rank: int, in_weights: dict, steps: Any = None) -> None:
         """``steps``: a time-varying topology's per-step in-weights (Recv(k) and Reduce(k) use step
@@ -80,7 +79,7 @@ class _Policy:
         self._set_steps(steps)
         self.required_from: dict[int, int] = {}     # sender -> first iteration it is waited for (default 0)
         self.used: int = 0                          # updates that went into a Reduce
-        self.dropped: int = 0                       # late or superseded updates thrown away
+        self._dropped: int = 0                      # late or superseded updates thrown away (see dropped)
 
     def _set_steps(self, steps: Any) -> None:
         self.step_weights: tuple[dict, ...] = tuple(dict(w) for w in steps) if steps else (self.in_weights,)
@@ -128,7 +127,7 @@ class _Policy:
         self.backup = min(backup, max(len(self.senders) - 1, 0))
         gone = self.queue.remove(lambda e: e.sender not in self.in_weights
                                  or e.iteration == required_from.get(e.sender))
-        self.dropped += len(gone)
+        self._dropped += len(gone)
         return gone
 
     def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
@@ -137,6 +136,11 @@ class _Policy:
         gone = self.on_update(Entry(sender, iteration, handle))  # type: ignore[attr-defined]
         if gone:
             late += gone
+
+    @property
+    def dropped(self) -> int:
+        """Late or superseded updates thrown away."""
+        return self._dropped
 
     def _self_term(self, k: int, factor: float = 1.0) -> tuple[int, int, Any, float]:
         return (self.rank, k, SELF, self.step_weights[k % self.period][self.rank] * factor)
@@ -154,7 +158,18 @@ class Standard(_Policy):
     def __init__(self, rank: int, in_weights: dict, slots: int, steps: Any = None) -> None:
         super().__init__(rank, in_weights, steps)
         self.queue = IterationSlots(slots)
-        self.floor = 0                              # oldest iteration that can still be used
+        self.queue.floor = 0                        # oldest iteration that can still be used
+        # an arriving update goes straight to the queue, which refuses late ones (sec. 6.2 a): one call
+        self.receive = self.queue.receive           # type: ignore[method-assign]
+
+    @property
+    def floor(self) -> int:
+        """The oldest iteration that can still be used (the queue's: it refuses older arrivals)."""
+        return int(self.queue.floor)
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped + self.queue.refused
 
     def on_update(self, entry: Entry) -> Any:
         """File an arriving update; returns entries to free (late ones, sec. 6.2 a)."""
@@ -162,24 +177,16 @@ class Standard(_Policy):
         self.receive(late, entry.sender, entry.iteration, entry.handle)
         return late or _NONE
 
-    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
-        """:meth:`on_update` of the update's fields, late ones appended to ``late`` (see
-        :meth:`_Policy.receive`)."""
-        if iteration < self.floor:
-            self.dropped += 1
-            late.append(Entry(sender, iteration, handle))
-        else:
-            self.queue.put(Entry.make((sender, iteration, handle)))     # (no Python frame: once per update)
-
     def set_floor(self, k: int) -> Any:
         """Updates older than k can no longer be used: drop them (sec. 6.2 a). Nothing older than the floor
-        is ever held (:meth:`on_update` refuses it), so a floor that does not rise drops nothing."""
-        if k <= self.floor:
+        is ever held (the queue refuses it), so a floor that does not rise drops nothing."""
+        q = self.queue
+        if k <= q.floor:
             return _NONE
-        self.floor = k
-        late = self.queue.drop_older(k)
+        q.floor = k
+        late = q.drop_older(k)
         if late:
-            self.dropped += len(late)
+            self._dropped += len(late)
         return late
 
     def waiting_for(self, k: int) -> list[int]:
@@ -265,19 +272,19 @@ class Stale(_Policy):
 
     def on_update(self, entry: Entry) -> Any:
         if entry.iteration < self.floor:
-            self.dropped += 1
+            self._dropped += 1
             return [entry]
         if entry.iteration > self.newest_seen[entry.sender]:
             self.newest_seen[entry.sender] = entry.iteration
         gone = self.queue.put(entry)
-        self.dropped += len(gone)
+        self._dropped += len(gone)
         return gone
 
     def set_floor(self, k: int) -> Any:
         """Recv(k) accepts nothing older than k - s: drop what fell out of the window."""
         self.floor = max(self.floor, k - self.s)
         late = self.queue.drop_older(self.floor)
-        self.dropped += len(late)
+        self._dropped += len(late)
         return late
 
     def waiting_for(self, k: int) -> list[int]:

@@ -14,6 +14,7 @@ sender run further ahead than the queue was sized for, which is a bug the tests 
 
 from __future__ import annotations
 
+import math
 from operator import attrgetter
 from typing import Any, Callable, Optional
 
@@ -51,18 +52,34 @@ class IterationSlots:
         self._slot: list[dict[int, Entry]] = [dict() for _ in range(slots)]  # sender -> Entry
         self.size: int = 0
         self._low: int = -1                               # no entry held is older than this
+        self.floor: float = -math.inf       # receive() refuses updates older than this: late (sec. 6.2 a);
+                                            # the receive policy keeps it at its Recv's floor
+        self.refused: int = 0               # late updates receive() refused
 
     def put(self, entry: Entry) -> None:
-        it, sender = entry.iteration, entry.sender
-        slot = self._slot[it % self.slots]
+        """File ``entry`` (:meth:`receive`; one older than ``floor`` is an error here)."""
+        late: list = []
+        self.receive(late, entry.sender, entry.iteration, entry.handle)
+        if late:
+            raise ValueError(f"update of iteration {entry.iteration} is older than the floor {self.floor}")
+
+    def receive(self, late: list, sender: int, iteration: int, handle: Any) -> None:
+        """An update as it arrives: filed, or -- older than ``floor`` -- counted in ``refused`` and appended
+        to ``late`` (its buffer is to be freed). The receive policy's own (``Standard.receive``): one call
+        per update, the simulator's most frequent."""
+        if iteration < self.floor:
+            self.refused += 1
+            late.append(Entry.make((sender, iteration, handle)))
+            return
+        slot = self._slot[iteration % self.slots]
         if sender in slot:
             raise QueueOverflow(
-                f"update of iteration {it} from {sender} would overwrite iteration "
+                f"update of iteration {iteration} from {sender} would overwrite iteration "
                 f"{slot[sender].iteration} in a queue of {self.slots} slots")
-        slot[sender] = entry
+        slot[sender] = Entry.make((sender, iteration, handle))
         self.size += 1
-        if it < self._low:
-            self._low = it
+        if iteration < self._low:
+            self._low = iteration
 
     def slot(self, iteration: int) -> dict[int, Entry]:
         """The slot of ``iteration``: sender -> Entry (an entry may be of another iteration; read only)."""

@@ -83,41 +83,40 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     simulation) gets no payloads to look up or release, and the backend's Reduce no pairs.
     """
     rec: Any = None
-    t0: Any
-    poll = getattr(io, "poll", None)
+    t0: Any = 0.0
+    poll: Any = getattr(io, "poll", None)
     carry = getattr(io, "carries_grants", False)
     deferred: Any = None        # grants to carry on the SendParams that follows them (``carries_grants``)
     send_storage = getattr(backend, "send_storage", None)
     spare_stores = getattr(backend, "spare_stores", None)
     cap = store_cap(core)
-    fresh = False               # nothing can have arrived since the last poll worth another one
+    # nothing can have arrived since the last poll worth another one (always, without a poll)
+    fresh = poll is None
     every = step is True        # else the kinds to yield (none when False)
     stepped = frozenset() if every or not step else frozenset(step)
+    yield_enter, yield_compute = every or Enter in stepped, every or ComputeGradient in stepped
     timed = spans or not instant    # read the clock around actions (else they take no time on it)
     data = getattr(io, "carries_data", True)
     wait_over = getattr(io, "wait_over", None)  # told when the worker acts after waiting (its wait's clock)
     waited = False
+    next_action = core.next_action
     while True:
-        if poll is not None and not fresh:
+        if not fresh:
             if rec is None:
                 poll(core)      # hand over whatever arrived, so every decision sees the latest tokens
             else:               # timed: on an oversubscribed host MPI yields the core to other ranks here
                 tp = clock()
                 poll(core)
                 rec["poll_s"] += clock() - tp
-        a = core.next_action()
+        a = next_action()
         kind = type(a)
         if deferred is not None and kind is not SendParams:
             io.send_grants(deferred)
             deferred = None
-        # after bookkeeping actions (microseconds) and after a wait (the driver's wait delivered what
-        # arrived) another poll would find nothing new: only actions that take time are followed by one
-        if poll is not None:
-            fresh = kind in _BOOKKEEPING
         if kind is Wait:
             t0 = clock()
             yield a
-            fresh = waited = True
+            fresh = waited = True       # (the driver's wait delivered what arrived: no poll needed)
             if rec is not None:
                 _waited(rec, a, t0, clock() - t0, spans, detail)
             continue
@@ -125,7 +124,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             waited = False
             if wait_over is not None:
                 wait_over()
-        t0 = clock() if timed and rec is not None else 0.0
+        # after bookkeeping actions (microseconds) another poll would find nothing new: only actions
+        # that take time -- send, compute, reduce, apply -- are followed by one (``fresh`` False)
         if kind is Enter:
             if rec is not None and on_record:
                 on_record(_close(rec, core) if detail else rec)
@@ -144,31 +144,47 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                     deferred = a.grants     # sent with the update right behind it (or before the next action)
                 else:
                     io.send_grants(a.grants)
-        elif kind is SendParams:
-            if a.dests:
+            if poll is not None:
+                fresh = True
+            if yield_enter:
+                yield a
+            continue
+        if kind is SendParams:
+            t0 = clock() if timed and rec is not None else 0.0
+            dests = a.dests
+            if dests:
                 store = send_storage() if send_storage is not None else None
                 before = getattr(io, "bytes_sent", None) if detail else None
                 if store is not None:           # zero-copy: send from the parameters' own storage
-                    io.send_from(a.iteration, a.dests, store, deferred)
+                    io.send_from(a.iteration, dests, store, deferred)
                 else:
-                    io.send_update(a.iteration, a.dests, backend.write_params, deferred)
+                    io.send_update(a.iteration, dests, backend.write_params, deferred)
                 if before is not None and rec is not None:      # what this send put on the wire
                     rec["sent_bytes"] = rec.get("sent_bytes", 0) + io.bytes_sent - before
             elif deferred is not None:
                 io.send_grants(deferred)
             deferred = None
             if rec is not None:                 # (a catch-up send after a heal may come after the end)
-                rec["sent"] += len(a.dests)
-                if a.dests and detail:
-                    rec.setdefault("sent_to", []).extend(a.dests)
-                rec["send_skipped"] += len(a.skipped)
+                rec["sent"] += len(dests)
+                if dests and detail:
+                    rec.setdefault("sent_to", []).extend(dests)
+                if a.skipped:
+                    rec["send_skipped"] += len(a.skipped)
                 if timed:
-                    _timed(rec, "send", t0, clock(), spans, a.dests)
+                    _timed(rec, "send", t0, clock(), spans, dests)
         elif kind is ComputeGradient:
+            if spans:
+                t0 = clock()
             rec.update(backend.compute(a.iteration))
             if spans:
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
+            if poll is not None:
+                fresh = False
+            if yield_compute:
+                yield a
+            continue
         elif kind is Reduce:
+            t0 = clock() if timed and rec is not None else 0.0
             spares = spare_stores() if spare_stores is not None else None
             pairs = ([(None if t.handle is SELF else io.payload(t.handle), t.weight) for t in a.terms]
                      if data else _NO_PAIRS)
@@ -203,6 +219,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             if timed:
                 _timed(rec, "reduce", t0, clock(), spans, a.iteration)
         elif kind is ApplyGradient:
+            if timed:
+                t0 = clock()
             backend.apply(a.iteration)
             if timed:
                 _timed(rec, "apply", t0, clock(), spans)
@@ -213,13 +231,15 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         elif kind is Jump:
             rec["jump"] = [a.frm, a.to]
             if spans:
-                rec["spans"].append(["jump", t0 - rec["time"], 0.0, [a.frm, a.to]])
+                rec["spans"].append(["jump", clock() - rec["time"], 0.0, [a.frm, a.to]])
         elif kind is Finished:
             if rec is not None and on_record:
                 on_record(_close(rec, core) if detail else rec)
             return
         else:  # pragma: no cover - a new action without a handler is a programming error
             raise TypeError(f"unknown action {a!r}")
+        if poll is not None:
+            fresh = kind in _BOOKKEEPING
         if every or kind in stepped:
             yield a
 

@@ -38,7 +38,7 @@ from hopdec.core import Wait
 from hopdec.errors import ConfigError, HopdecError
 from hopdec.hop.heal import heal
 from hopdec.runtime.hop_loop import worker_loop
-from hopdec.sim.hop import STEPS, SendsPending
+from hopdec.sim.hop import SendsPending
 
 MAX_TRACE_BYTES = 16 * 2 ** 20
 """A death trace is a text file of at most this many bytes (about a million deaths)."""
@@ -288,7 +288,7 @@ class Churn:
                 sim.done[r] = False
                 sim.finished -= 1
                 sim.loops[r] = self._joining(r, worker_loop(sim.cores[r], sim.ios[r], sim.backends[r],
-                                                            clock=sim._clock, step=STEPS,
+                                                            clock=sim._clock, step=sim.steps,
                                                             detail=sim.detail, instant=True))
             sim.blocked[r] = False
             sim._advance(r)

@@ -41,7 +41,12 @@ from hopdec.transport.message import NO_GRANT, split_grants
 
 STEPS = frozenset({ComputeGradient, Enter})
 """The actions a worker's loop yields to this driver besides its waits (``worker_loop(step=...)``):
-compute takes virtual time, and entering an iteration moves the iteration gap; nothing else concerns it."""
+compute takes virtual time, and entering an iteration moves the iteration gap; nothing else concerns it.
+Where no worker can wait between Enter(k) and ComputeGradient(k) -- only notify-ack's Send(k) waits for
+ACKs there (Hop sec. 3.3) -- a worker enters k at the instant it starts computing k, and the driver takes
+the gap's entry from the compute (:data:`COMPUTE`): one resumption of the loop fewer per worker-iteration."""
+
+COMPUTE = frozenset({ComputeGradient})
 
 
 class TimingBackend:
@@ -268,7 +273,10 @@ class HopSim:
         clock: Callable[[], float] = partial(attrgetter("now"), self.q)
         self._clock = clock
         self.detail = detail
-        self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=STEPS, detail=detail,
+        # the gap's entries from Enter, or (no worker waits between it and its compute) from the compute
+        self.enters: bool = any(c.acks is not None for c in self.cores)
+        self.steps: frozenset = STEPS if self.enters else COMPUTE
+        self.loops: list[Iterator[Any]] = [worker_loop(c, io, b, clock=clock, step=self.steps, detail=detail,
                                   on_record=(records(c.rank) if records is not None else
                                              None if on_record is None else partial(on_record, c.rank)),
                                   instant=True)
@@ -308,6 +316,8 @@ class HopSim:
                 self.blocked[r] = True
                 return
             if t is ComputeGradient:
+                if not self.enters:
+                    self._entered(r, a.iteration)
                 self.q.at(self.q.now + self.backends[r].duration, self._resume[r])
                 self.computing[r] = True
                 return

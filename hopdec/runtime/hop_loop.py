@@ -95,7 +95,6 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
     fresh = poll is None
     every = step is True        # else the kinds to yield (none when False)
     stepped = frozenset() if every or not step else frozenset(step)
-    yield_enter, yield_compute = every or Enter in stepped, every or ComputeGradient in stepped
     timed = spans or not instant    # read the clock around actions (else they take no time on it)
     data = getattr(io, "carries_data", True)
     wait_over = getattr(io, "wait_over", None)  # told when the worker acts after waiting (its wait's clock)
@@ -145,12 +144,7 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
                     deferred = a.grants     # sent with the update right behind it (or before the next action)
                 else:
                     io.send_grants(a.grants)
-            if poll is not None:
-                fresh = True
-            if yield_enter:
-                yield a
-            continue
-        if kind is SendParams:
+        elif kind is SendParams:
             t0 = clock() if timed and rec is not None else 0.0
             dests = a.dests
             if dests:
@@ -179,11 +173,6 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             rec.update(backend.compute(a.iteration))
             if spans:
                 rec["spans"].append(["compute", t0 - rec["time"], rec["compute_s"], None])  # virtual time too
-            if poll is not None:
-                fresh = False
-            if yield_compute:
-                yield a
-            continue
         elif kind is Reduce:
             t0 = clock() if timed and rec is not None else 0.0
             spares = spare_stores() if spare_stores is not None else None

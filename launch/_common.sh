@@ -158,10 +158,14 @@ ft_flags() {
 
 # start_tied CMD...: start CMD in the background, in a session of its own (Ctrl-C at the terminal reaches
 # this script, not mpirun), and tied to this script: if the script dies -- even by SIGKILL, which no trap
-# sees -- CMD gets SIGUSR1, the clean stop (Linux PR_SET_PDEATHSIG, which survives exec): no job outlives
-# its launcher. Without Python or prctl (not Linux), only the session.
+# sees -- CMD gets SIGUSR1, the clean stop (Linux PR_SET_PDEATHSIG, which survives exec), and a watchdog
+# (a detached process that polls once a second) gives it HOPDEC_STOP_GRACE seconds (default 120) to end,
+# then sends its process group SIGTERM, and SIGKILL 10 s later: no job outlives its launcher, not even an
+# mpirun that never acts on the stop (prterun hung with its ranks gone, seen across the network testbed's
+# hosts). Without Python or prctl (not Linux), only the session.
 _HOPDEC_TIE='
-import ctypes, os, signal, sys
+import ctypes, os, signal, sys, time
+launcher = int(sys.argv[1])
 try:
     os.setsid()
 except OSError:
@@ -170,8 +174,65 @@ try:
     ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))          # PR_SET_PDEATHSIG
 except (OSError, AttributeError):
     pass
-if os.getppid() != int(sys.argv[1]):                         # the launcher died before the tie
+if os.getppid() != launcher:                                 # the launcher died before the tie
     sys.exit(128 + signal.SIGTERM)
+
+def alive(pid):                                              # (a zombie is gone)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+def watch(job, grace):
+    while alive(job):
+        if not alive(launcher):
+            deadline = time.monotonic() + grace              # (the job got SIGUSR1 as the launcher died)
+            while alive(job) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+                if not alive(job):
+                    break
+                try:
+                    os.killpg(job, sig)
+                except OSError:
+                    pass
+                deadline = time.monotonic() + wait
+                while alive(job) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            return
+        time.sleep(1.0)
+
+try:
+    grace = float(os.environ.get("HOPDEC_STOP_GRACE", "120"))
+except ValueError:
+    grace = 120.0
+if not grace >= 0:
+    grace = 120.0
+job = os.getpid()
+try:
+    first = os.fork()
+except OSError:
+    first = -1
+if first == 0:                  # the watchdog: a grandchild in a session of its own, holding no pipe
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, 65536)
+            watch(job, grace)
+    finally:
+        os._exit(0)
+if first > 0:
+    os.waitpid(first, 0)        # (mpirun has no child of ours to reap)
 os.execvp(sys.argv[2], sys.argv[2:])
 '
 start_tied() {

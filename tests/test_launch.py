@@ -217,6 +217,46 @@ def test_a_killed_launcher_takes_its_job_along(tmp_path):
     assert _stopped_cleanly(ck, 2)
 
 
+def test_a_killed_launchers_job_that_ignores_the_clean_stop_is_killed_after_the_grace(tmp_path):
+    """SIGKILL to the launcher sends mpirun SIGUSR1, the clean stop; an mpirun that never acts on it (Open
+    MPI's prterun hung with its ranks gone -- seen across the network testbed's hosts -- or a program that
+    ignores SIGUSR1) used to live on, orphaned, forever. Now, ``HOPDEC_STOP_GRACE`` seconds after the
+    launcher died, its job gets SIGTERM (then SIGKILL). An mpirun that exits in time is left alone."""
+    fake = tmp_path / "mpirun"
+    pids = tmp_path / "pids"
+    fake.write_text(f"""#!{sys.executable}
+import os, signal, time
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+with open({str(pids)!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+while True:
+    time.sleep(1)
+""")
+    fake.chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
+                            "HOPDEC_STOP_GRACE": "2", "TMPDIR": str(tmp)}, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    job = None
+    try:
+        deadline = time.time() + 30
+        while not (pids.exists() and pids.read_text().endswith("\n")):
+            assert time.time() < deadline, "the fake mpirun did not start"
+            time.sleep(0.1)
+        job = int(pids.read_text().split()[0])
+        time.sleep(1)
+        proc.kill()
+        proc.wait(10)
+        assert _alive(job), "the job went before its grace"
+        assert _all_gone([job], within=20), "the job outlived its launcher"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if job is not None and _alive(job):
+            os.kill(job, signal.SIGKILL)
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ft", [False, True])
 def test_sigterm_to_the_launcher_is_named_and_mpirun_reports_no_failed_ranks(tmp_path, ft):

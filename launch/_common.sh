@@ -53,6 +53,10 @@ mpirun_base() {
         exit 2
     fi
     MPIRUN=("$bin" --bind-to none)
+    if [[ -n "${HOPDEC_STOP_GRACE:-}" && ! "$HOPDEC_STOP_GRACE" =~ ^[0-9]+([.][0-9]*)?$ ]]; then
+        echo "$(basename "$0"): error: HOPDEC_STOP_GRACE=$HOPDEC_STOP_GRACE: need seconds, a number >= 0" >&2
+        exit 2
+    fi
     # run_job writes the signal it turns into SIGUSR1 here: the ranks' stop line names it, and they exit 0
     # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
     HOPDEC_STOP_FILE="$(launch_file stop)"

@@ -13,7 +13,7 @@ Runs N workers across the machines in HOSTFILE (Open MPI format, one "host slots
 Every host needs the same Python environment and checkout path (PATH, PYTHONPATH and
 VIRTUAL_ENV are passed on with -x) and passwordless ssh between hosts.
 
-Environment: HOPDEC_CMD, HOPDEC_MPIRUN, HOPDEC_MPIRUN_ARGS, HOPDEC_PYTHON as in local.sh, and
+Environment: HOPDEC_CMD, HOPDEC_MPIRUN, HOPDEC_MPIRUN_ARGS, HOPDEC_PYTHON, HOPDEC_STOP_GRACE as in local.sh, and
   HOPDEC_INTERFACE=eth1  keep the ranks' and daemons' traffic on that interface's network;
                          what a job exposes, and how to firewall it: launch/README.md
 USAGE

@@ -21,6 +21,7 @@ Environment:
   HOPDEC_MPIRUN_ARGS  extra launcher flags (last: they win), e.g. "--mca btl self,tcp"
   HOPDEC_STARTUP_TIMEOUT  seconds every rank has to get through MPI_Init (default: --peer-timeout, >= 60)
   HOPDEC_FT_TIMEOUT   --fault-tolerance: seconds of silence before ULFM's detector declares a rank dead (30)
+  HOPDEC_STOP_GRACE   seconds a job whose launcher died has to stop cleanly before SIGTERM (120)
   HOPDEC_PYTHON       python used when hopdec is not on PATH (default: python3)
   HOPDEC_MAX_PER_CORE refuse -n above this many ranks per core of this machine (default 64)
 USAGE

@@ -74,6 +74,10 @@ def test_usage_and_bad_arguments(tmp_path):
     assert r.returncode == 2 and "HOSTFILE is required" in r.stderr
     r = _run([HOSTFILE, "-f", str(tmp_path / "nope"), "-n", "2"])
     assert r.returncode == 2 and "nope" in r.stderr
+    for grace in ("soon", "-1", "1e3"):
+        r = _run([LOCAL, "-n", "2"], HOPDEC_STOP_GRACE=grace)
+        assert r.returncode == 2 and r.stderr == (f"local.sh: error: HOPDEC_STOP_GRACE={grace}: need seconds, "
+                                                  "a number >= 0\n"), r.stderr
     r = _run(["-n", os.path.join(ROOT, "launch", "slurm.sbatch")])  # bash -n: syntax check
     assert r.returncode == 0, r.stderr
 

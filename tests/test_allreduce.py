@@ -169,6 +169,31 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     assert [(e["iter_min"], e.get("final", False)) for e in resumed] == [(k, k == 8) for k in range(9)], resumed
 
 
+def test_the_iteration_training_starts_at_is_evaluated_once(monkeypatch):
+    """``--eval-interval``: the evaluation at the start (iteration k) and the one due at Enter(k) were two
+    rows for k when the first Enter came more than an interval after the start (a loaded machine: the
+    MPI test above failed so in a full run); Enter evaluates only iterations past the last evaluated."""
+    import time
+
+    from hopdec.runtime.allreduce_mpi import Evaluations
+    clock = iter(range(1000))
+    monkeypatch.setattr(time, "time", lambda: float(next(clock)))      # every reading a second later
+
+    class Trainer:
+        def evaluate(self):
+            return 1.0, 0.5
+
+    for start in (0, 4):                                                # a fresh run, and a resumed one
+        ev = Evaluations(type("Run", (), {"eval_model": "m"})(), Trainer(), 0.001, None)
+        ev.start(start)
+        for k in range(start, start + 3):
+            ev.after(Enter(k))
+            ev.after(ComputeGradient(k))
+        ev.final(start + 3, 1.0, 0.5)
+        assert [(r["iter_min"], r.get("final", False)) for r in ev.records] == \
+            [(k, False) for k in range(start, start + 3)] + [(start + 3, True)]
+
+
 def test_a_simulated_all_reduce_evaluates_every_interval(tmp_path):
     res = simulate(["--mode", "allreduce", "-n", 2, "--iterations", 10, "--model", "mlp", "--math", "--threads", 1,
                     "--compute-time", 0.1, "--eval-interval", 0.35, "--log-dir", tmp_path])

@@ -86,6 +86,7 @@ class Evaluations:
         self.run, self.trainer, self.interval = run, trainer, float(interval or 0.0)
         self.path = os.path.join(log_dir, "eval.jsonl") if log_dir and self.interval > 0 else None
         self.records, self.last = [], None
+        self.done = -1                      # the last iteration evaluated: each one is evaluated once
 
     def start(self, k=0):
         """Training starts (or resumes) at iteration ``k``: the first evaluation."""
@@ -98,7 +99,8 @@ class Evaluations:
         import time
 
         from hopdec.hop.actions import Enter
-        if self.interval > 0 and type(action) is Enter and time.time() - self.last >= self.interval:
+        if (self.interval > 0 and type(action) is Enter and action.iteration > self.done
+                and time.time() - self.last >= self.interval):
             self._evaluate(action.iteration)
 
     def _evaluate(self, k):
@@ -106,6 +108,7 @@ class Evaluations:
         t0 = time.time()
         loss, acc = self.trainer.evaluate()
         self.last = time.time()
+        self.done = k
         self._write(dict(time=t0, test_loss=loss, test_acc=acc, iter_min=k, iter_mean=k, eval_s=self.last - t0,
                          model=self.run.eval_model))
 

@@ -53,10 +53,6 @@ mpirun_base() {
         exit 2
     fi
     MPIRUN=("$bin" --bind-to none)
-    if [[ -n "${HOPDEC_STOP_GRACE:-}" && ! "$HOPDEC_STOP_GRACE" =~ ^[0-9]+([.][0-9]*)?$ ]]; then
-        echo "$(basename "$0"): error: HOPDEC_STOP_GRACE=$HOPDEC_STOP_GRACE: need seconds, a number >= 0" >&2
-        exit 2
-    fi
     # run_job writes the signal it turns into SIGUSR1 here: the ranks' stop line names it, and they exit 0
     # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
     HOPDEC_STOP_FILE="$(launch_file stop)"
@@ -213,12 +209,7 @@ def watch(job, grace):
             return
         time.sleep(1.0)
 
-try:
-    grace = float(os.environ.get("HOPDEC_STOP_GRACE", "120"))
-except ValueError:
-    grace = 120.0
-if not grace >= 0:
-    grace = 120.0
+grace = float(os.environ.get("HOPDEC_STOP_GRACE") or 120)     # (run_job checked it)
 job = os.getpid()
 try:
     first = os.fork()
@@ -294,6 +285,11 @@ END { if (inbox) printf "%s", box }
 # = 138; either becomes the signal this script got: a stopped run never exits 0).
 run_job() {
     local pid rc sig="" stops=0 fpid="" errfd
+    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
+    if [[ -n "${HOPDEC_STOP_GRACE:-}" && ! "$HOPDEC_STOP_GRACE" =~ ^[0-9]+([.][0-9]*)?$ ]]; then
+        echo "$(basename "$0"): error: HOPDEC_STOP_GRACE=$HOPDEC_STOP_GRACE: need seconds, a number >= 0" >&2
+        exit 2
+    fi
     if [[ -z "${HOPDEC_DEBUG:-}" ]] && command -v awk >/dev/null 2>&1; then
         # (the filter ignores the stop signals: it must outlive the launcher to pass its last lines on)
         exec {errfd}> >(trap '' INT TERM HUP USR1; exec awk "$_HOPDEC_QUIET_AWK" >&2)

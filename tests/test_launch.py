@@ -78,6 +78,9 @@ def test_usage_and_bad_arguments(tmp_path):
         r = _run([LOCAL, "-n", "2"], HOPDEC_STOP_GRACE=grace)
         assert r.returncode == 2 and r.stderr == (f"local.sh: error: HOPDEC_STOP_GRACE={grace}: need seconds, "
                                                   "a number >= 0\n"), r.stderr
+    (tmp_path / "hosts").write_text("localhost slots=2\n")          # (every launcher: run_job checks it)
+    r = _run([HOSTFILE, "-f", str(tmp_path / "hosts"), "-n", "2"], HOPDEC_STOP_GRACE="soon")
+    assert r.returncode == 2 and r.stderr == "hostfile.sh: error: HOPDEC_STOP_GRACE=soon: need seconds, a number >= 0\n"
     r = _run(["-n", os.path.join(ROOT, "launch", "slurm.sbatch")])  # bash -n: syntax check
     assert r.returncode == 0, r.stderr
 
@@ -225,7 +228,8 @@ def test_a_killed_launchers_job_that_ignores_the_clean_stop_is_killed_after_the_
     """SIGKILL to the launcher sends mpirun SIGUSR1, the clean stop; an mpirun that never acts on it (Open
     MPI's prterun hung with its ranks gone -- seen across the network testbed's hosts -- or a program that
     ignores SIGUSR1) used to live on, orphaned, forever. Now, ``HOPDEC_STOP_GRACE`` seconds after the
-    launcher died, its job gets SIGTERM (then SIGKILL). An mpirun that exits in time is left alone."""
+    launcher died, its job gets SIGTERM (then SIGKILL). (A job that stops within the grace ends as it did:
+    ``test_a_killed_launcher_takes_its_job_along``.)"""
     fake = tmp_path / "mpirun"
     pids = tmp_path / "pids"
     fake.write_text(f"""#!{sys.executable}

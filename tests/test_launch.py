@@ -607,3 +607,101 @@ def test_ctrl_c_on_a_users_loop_is_a_keyboard_interrupt_on_every_rank(tmp_path, 
     assert re.fullmatch(r"hopdec: stopped: rank [01]: KeyboardInterrupt \(SIGINT to the launcher; at loop\.py:\d+\)",
                         lines[0]), lines
     assert all((tmp_path / f"saved{r}.pt").exists() for r in (0, 1))
+
+
+# ---- slurm.sbatch, run as Slurm runs it (a copy named slurm_script, SLURM_* set), with a fake srun ----
+SBATCH = os.path.join(ROOT, "launch", "slurm.sbatch")
+
+
+def _fake_slurm(tmp_path):
+    """A spool folder holding the batch script's copy (Slurm names it ``slurm_script``) and a bin folder whose
+    ``srun`` and ``mpirun`` record their arguments and the resume hint they were given, and exit 138 on SIGUSR1
+    (as ranks told to stop without a stop file do); the environment Slurm gives the script (submitted from
+    the checkout)."""
+    spool, bin_ = tmp_path / "spool", tmp_path / "bin"
+    spool.mkdir()
+    bin_.mkdir()
+    shutil.copy(SBATCH, spool / "slurm_script")
+    for name in ("srun", "mpirun"):
+        (bin_ / name).write_text(f"""#!{sys.executable}
+import json, os, signal, sys, time
+def stop(*_):
+    open({str(tmp_path / 'got')!r}, 'w').write('USR1')
+    sys.exit(138)
+signal.signal(signal.SIGUSR1, stop)
+with open({str(tmp_path / 'argv')!r}, 'w') as f:
+    json.dump([sys.argv[1:], os.environ.get('HOPDEC_RESUME_WITH')], f)
+if os.environ.get('FAKE_SRUN_WAIT'):
+    time.sleep(60)
+""")
+        (bin_ / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "SLURM_SUBMIT_DIR": ROOT,
+           "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node1",
+           "HOPDEC_CMD": "hopdec train", "TMPDIR": str(tmp_path)}
+    env.pop("HOPDEC_MPIRUN", None)
+    return str(spool / "slurm_script"), env
+
+
+def _sbatch(script, env, *args, **more):
+    return subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60,
+                          env={**env, **more}, cwd=os.path.dirname(os.path.dirname(script)))
+
+
+def test_slurm_sbatch_runs_srun_with_the_arguments_and_refuses_bad_settings_in_one_line(tmp_path):
+    """The srun path (the default under Slurm), never run before here: srun gets hopdec's command and the
+    job's arguments as they were, and the ranks the hint to resume with this script; a bad
+    HOPDEC_STOP_GRACE or HOPDEC_LAUNCHER, or --fault-tolerance (ULFM needs Open MPI's mpirun), is one line
+    naming the launcher (not Slurm's copy, ``slurm_script``) and exit 2, and srun is not started."""
+    script, env = _fake_slurm(tmp_path)
+    r = _sbatch(script, env, "--iterations", "3", "--log-dir", "a b")
+    assert r.returncode == 0, r.stderr
+    argv, resume = json.loads((tmp_path / "argv").read_text())
+    assert argv == ["--mpi=pmix", "--cpu-bind=none", "hopdec", "train", "--iterations", "3", "--log-dir", "a b"]
+    assert resume.split() == ["sbatch", SBATCH]
+    assert r.stderr == "hopdec: 2 workers on 1 nodes (node1)\n"
+    (tmp_path / "argv").unlink()
+    for args, more, says in (((), {"HOPDEC_STOP_GRACE": "soon"}, "HOPDEC_STOP_GRACE=soon: need seconds, a number >= 0"),
+                             ((), {"HOPDEC_LAUNCHER": "pbs"}, "HOPDEC_LAUNCHER=pbs: expected srun or mpirun"),
+                             (("--fault-tolerance",), {}, "--fault-tolerance needs Open MPI's mpirun (ULFM; "
+                                                          "srun cannot start it): set HOPDEC_LAUNCHER=mpirun")):
+        r = _sbatch(script, env, *args, **more)
+        assert r.returncode == 2 and r.stderr == f"slurm.sbatch: error: {says}\n", r.stderr
+        assert not (tmp_path / "argv").exists()
+
+
+def test_slurm_sbatch_with_mpirun_gets_the_flags_hostfile_sh_gives(tmp_path):
+    """``HOPDEC_LAUNCHER=mpirun`` built its own short line: --fault-tolerance got no ULFM (every rank then
+    refused to start), HOPDEC_MPIRUN_ARGS was ignored, no stop file. Now it has launch/_common.sh's flags."""
+    script, env = _fake_slurm(tmp_path)
+    r = _sbatch(script, env, "--fault-tolerance", "--iterations", "3", HOPDEC_LAUNCHER="mpirun",
+                HOPDEC_INTERFACE="eth1", HOPDEC_MPIRUN_ARGS="--mca foo bar")
+    assert r.returncode == 0, r.stderr
+    argv, resume = json.loads((tmp_path / "argv").read_text())
+    line = " ".join(argv)
+    assert argv[:4] == ["--bind-to", "none", "-x", "HOPDEC_STOP_FILE"] and "--with-ft ulfm" in line
+    for flags in ("-n 2 --map-by slot", "--mca btl_tcp_if_include eth1", "-x HOPDEC_RESUME_WITH",
+                  "--mca foo bar hopdec train --fault-tolerance --iterations 3"):
+        assert flags in line, line
+    assert line.endswith("hopdec train --fault-tolerance --iterations 3")
+    assert resume.split() == ["sbatch", SBATCH]
+
+
+def test_slurm_sbatch_passes_the_time_limit_signal_on_to_srun(tmp_path):
+    """``#SBATCH --signal=B:USR1@120``: two minutes before the time limit Slurm sends SIGUSR1 to the batch
+    shell, which must pass it to srun (srun forwards it to the ranks: the clean stop and final checkpoint);
+    the job's status then says it was stopped (128 + SIGUSR1), not that it succeeded."""
+    script, env = _fake_slurm(tmp_path)
+    proc = subprocess.Popen(["bash", script], env={**env, "FAKE_SRUN_WAIT": "1"}, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while not (tmp_path / "argv").exists():
+            assert time.time() < deadline and proc.poll() is None, "srun did not start"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (tmp_path / "got").read_text() == "USR1"
+    assert proc.returncode == 128 + signal.SIGUSR1, err

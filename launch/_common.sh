@@ -1,4 +1,4 @@
-# Shared by local.sh and hostfile.sh (sourced, not run): the command each rank runs and the
+# Shared by local.sh, hostfile.sh and slurm.sbatch (sourced, not run): the command each rank runs and the
 # mpirun flags every launch needs. Not meant to be called directly.
 
 # The launcher's name in its error lines: the script's own, or HOPDEC_ME where it runs under another name

@@ -316,7 +316,9 @@ def scenario_ft_random(out, seed=55):
     if mech == "backup" and min(d for _, d in g.in_degree()) >= 3:
         kw["backup_workers"] = 1
     if mech != "none" and rng.random() < 0.5:
-        kw["skip"] = f"max-jump={rng.choice([2, 3])},trigger=2"
+        skip = f"max-jump={rng.choice([2, 3])},trigger=2"
+        if "staleness" in kw or "backup_workers" in kw:     # (skipping alone never skips: refused)
+            kw["skip"] = skip
     steps = [rng.randrange(4, 20) for _ in range(size)]
     victim, die_at = rng.randrange(size), rng.randrange(1, 16)
     consensus_at = rng.randrange(1, min(steps))
@@ -460,7 +462,9 @@ def random_config(seed):
         elif mech == "stale":
             kw["staleness"] = rng.choice([1, 2])
         if mech != "none" and rng.random() < 0.5:
-            kw["skip"] = f"max-jump={rng.choice([2, 3])},trigger=2"
+            skip = f"max-jump={rng.choice([2, 3])},trigger=2"
+            if "staleness" in kw or "backup_workers" in kw:     # (skipping alone never skips: refused)
+                kw["skip"] = skip
     if rng.random() < 0.3:
         kw["local_steps"] = rng.choice([2, 3])
     steps = [rng.randrange(3, 15) for _ in range(size)]

@@ -135,10 +135,12 @@ def test_random_directed_topology_files_through_the_simulator(tmp_path, data):
         args = args[:-2] + ["--protocol", mech]
     if mech == "serial":
         args += ["--compute-graph", "serial"]
-    if mech in ("backup", "hybrid") and indeg >= 2:
+    backup = mech in ("backup", "hybrid") and indeg >= 2
+    if backup:
         args += ["--backup-workers", 1]
-    if mech in ("staleness", "hybrid"):
-        args += ["--staleness", data.draw(st.integers(0, 3), label="s")]
+    if mech in ("staleness", "hybrid", "skip"):         # (skipping needs backup workers or staleness >= 1)
+        least = 0 if mech == "staleness" or backup else 1
+        args += ["--staleness", data.draw(st.integers(least, 3), label="s")]
     if mech in ("skip", "hybrid"):
         args += ["--skip", f"max-jump={data.draw(st.integers(2, 5), label='J')},trigger=1"]
     if mech == "deaths" and n >= 4:

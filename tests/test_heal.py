@@ -156,9 +156,12 @@ def runs_with_failures(draw):
     backup = draw(st.sampled_from([0, 1]))
     for i in G.nodes:
         G.nodes[i]["backup_workers"] = min(backup, len(T.in_neighbors(G, i)) - 1)
+    staleness = draw(st.sampled_from([None, None, 1]))
+    skip = draw(st.sampled_from([0, 0, 3]))
+    if not staleness and not any(G.nodes[i]["backup_workers"] for i in G.nodes):
+        skip = 0                # (skipping needs backup workers or staleness >= 1)
     cfg = ProtocolConfig(iterations=draw(st.integers(8, 24)), max_ig=draw(st.integers(1, 3)),
-                         staleness=draw(st.sampled_from([None, None, 1])),
-                         skip_max_jump=draw(st.sampled_from([0, 0, 3])), skip_trigger=1)
+                         staleness=staleness, skip_max_jump=skip, skip_trigger=1)
     victims = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=min(2, n - 2), unique=True))
     kills = [(draw(st.integers(0, cfg.iterations - 2)), v) for v in victims]
     return G, cfg, sorted(kills), draw(st.integers(0, 2 ** 16))

@@ -518,3 +518,15 @@ def test_a_stop_signal_ends_the_loop_at_the_agreed_iteration_and_a_second_one_at
     train(m2, opt2, 4)                                  # not stopped by the first optimizer's request
     opt2.finish()
     assert opt2.iteration == 4
+
+
+def test_skipping_that_never_skips_is_refused_and_the_notes_train_prints_are_warnings(finish_all):
+    """``skip`` without backup workers or staleness >= 1 never jumps (``hopdec train`` refuses it too); and
+    the notes ``hopdec train`` prints about settings that work but not as one may expect (here a max-jump
+    above max_ig) were dropped by the optimizer: nothing said."""
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: skip max-jump=3,trigger=2: never skips without "
+                                          r"backup_workers or staleness >= 1"):
+        HopOptimizer(net(), torch.optim.SGD, lr=0.1, skip="max-jump=3")
+    with pytest.warns(UserWarning, match=r"^HopOptimizer: skip max-jump=4 > max_ig 2: a jump never passes"):
+        opt = HopOptimizer(net(), torch.optim.SGD, lr=0.1, staleness=1, skip="max-jump=4")
+    finish_all.append(opt)

@@ -50,6 +50,8 @@ def configs(draw, graph):
         graph.nodes[i]["backup_workers"] = min(backup, len(T.in_neighbors(graph, i)) - 1)
     staleness = draw(st.sampled_from([None, None, 0, 1, 3]))
     skip = draw(st.sampled_from([(0, 2), (2, 1), (3, 2), (20, 1), (20, 1), (20, 2)]))
+    if not staleness and not any(graph.nodes[i]["backup_workers"] for i in graph.nodes):
+        skip = (0, 2)           # (skipping needs backup workers or staleness >= 1)
     return ProtocolConfig(iterations=iterations, protocol="tokens", max_ig=draw(st.integers(1, 3)),
                           compute_graph=draw(st.sampled_from(["parallel", "serial"])),
                           staleness=staleness, skip_max_jump=skip[0], skip_trigger=skip[1])

@@ -162,3 +162,40 @@ def test_the_simulators_ranges(argv, says):
 def test_heal_stall_is_refused_for_a_parameter_server_even_at_its_default(value):
     assert_refused(["--mode", "ps", "--sync", "bsp", "-n", 4, "--fault-tolerance", "--deaths", "1@1",
                     "--heal-stall", value], "--heal-stall is not used in --mode ps", parse=sim_parse)
+
+
+# ---- iteration skipping that can never skip (Hop sec. 5 pairs it with backup workers or staleness) ----
+@pytest.mark.parametrize("extra", [[], ["--staleness", "0"], ["--compute-graph", "serial"]])
+def test_skipping_without_backup_workers_or_staleness_is_refused(extra):
+    """``--skip`` alone ran and never jumped, silently (the README's HopOptimizer example had
+    ``skip=...`` without backup workers): an out-neighbour j of a straggler i needs i's update m for its
+    Recv(m), so j is never 2 iterations past i, the least a jump needs. Measured before the refusal, ring(8)
+    with rank 3 four times slower, 60 iterations, ``--skip max-jump=2,trigger=1``: 0 jumps alone, with
+    --staleness 0 or serial compute; 29 with --backup-workers 1 or --staleness 1."""
+    with pytest.raises(ConfigError) as err:
+        sim(["-n", 8, "--topology", "ring", "--iterations", 5, "--skip", "max-jump=2,trigger=1", *extra])
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("--skip max-jump=2,trigger=1: never skips without "
+                                                "--backup-workers or --staleness >= 1"), line
+
+
+@pytest.mark.parametrize("extra", [["--backup-workers", "1"], ["--staleness", "1"]])
+def test_skipping_with_backup_workers_or_staleness_jumps(tmp_path, extra):
+    res = sim(["-n", 8, "--topology", "ring", "--iterations", 40, "--slowdown", "rank=3,factor=4",
+               "--skip", "max-jump=2,trigger=1", "--log-dir", tmp_path, *extra])
+    import json
+    with open(tmp_path / "rank3.jsonl") as f:
+        recs = [json.loads(line) for line in f if '"iter"' in line]
+    assert sum("jumped_from" in r for r in recs) >= 5
+
+
+def test_skipping_on_a_schedule_or_with_a_files_backup_workers_passes(tmp_path):
+    """A schedule activates each edge only at some steps (a worker does not wait for every update of each
+    in-neighbour), and a node's ``backup_workers`` in the topology file is backup workers too."""
+    sim(["-n", 8, "--topology", "one-peer-exponential", "--iterations", 5, "--skip", "max-jump=2,trigger=1"])
+    import json
+    nodes = [{"id": i, "backup_workers": 1 if i == 2 else 0} for i in range(4)]
+    links = [{"source": i, "target": (i + d) % 4} for i in range(4) for d in (1, 3)]
+    path = tmp_path / "ring4.json"
+    path.write_text(json.dumps({"directed": True, "nodes": nodes, "links": links}))
+    sim(["--topology", path, "--iterations", 5, "--skip", "max-jump=2,trigger=1"])

@@ -47,7 +47,8 @@ def add_run_arguments(p, mpi=True):
     g.add_argument("--stale-reduce", choices=["weighted", "plain"], default="weighted",
                    help="reduce stale updates with eq. (2) weights or a plain average")
     g.add_argument("--skip", default=None, metavar="max-jump=J,trigger=G",
-                   help="iteration skipping for stragglers (Hop sec. 5); default: off")
+                   help="iteration skipping for stragglers (Hop sec. 5), with --backup-workers or --staleness "
+                        ">= 1; default: off")
     g.add_argument("--compress", default="none", metavar="CODEC",
                    help="code the exchanges: fp16, bf16, int8 or topk:F (the largest fraction F), with error "
                         "feedback per edge (Choco-SGD); ,gamma=G: the consensus step (Reduce moves G of the way to "

@@ -161,6 +161,14 @@ def check_config(cfg, views):
             raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
         if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
+        if not backup and not cfg.staleness and not any(v.steps for v in views):
+            # sec. 5 pairs skipping with backup workers or bounded staleness (Figure 10): without either, an
+            # out-neighbour j of a straggler i needs i's update m for its Recv(m), so j is never more than 1
+            # iteration past i (TokenLedger.lead_of <= 1), and a jump needs a lead of 2 (_jump_target)
+            raise ConfigError(f"--skip max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}: never skips without "
+                              f"--backup-workers or --staleness >= 1 (Hop sec. 5 pairs it with one of them): every "
+                              f"out-neighbour of a straggler waits for its update of each iteration, so none gets "
+                              f"the 2 iterations ahead that a jump needs")
         if cfg.skip_max_jump > cfg.max_ig:
             notes.append(f"--skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes "
                          f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "

@@ -51,7 +51,9 @@ def resolve_topology(spec, size):
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
                     fault_tolerant=False, compress="none", local=(1, None, None, None)):
-    """(ProtocolConfig, node views), checked (ConfigError with the optimizer's keyword names). The same
+    """(ProtocolConfig, node views, notes), checked (ConfigError with the optimizer's keyword names; the notes
+    are the lines ``hopdec train`` prints as ``note:`` about settings that work but not as one may expect, with
+    the same names). The same
     :class:`hopdec.settings.Protocol` as ``hopdec train`` builds, so every range and rule is the CLI's. The
     run has no iteration budget: it ends when every rank has called ``finish()``. ``skip``: None,
     ``"max-jump=J,trigger=G"`` or ``{"max_jump": J, "trigger": G}``; ``local``: (local_steps,
@@ -75,10 +77,10 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
                             outer_lr=local[2], outer_momentum=local[3])
         cfg = settings.config(2 ** 62, fault_tolerant=bool(fault_tolerant))
         views = node_views(graph, ahead=PROTOCOLS[cfg.protocol].path_bounded)
-        check_config(cfg, views)
+        notes = [str(as_keywords(ConfigError(note))) for note in check_config(cfg, views)]
     except ConfigError as err:
         raise as_keywords(err) from None
-    return cfg, views
+    return cfg, views, notes
 
 
 ARRIVAL_S = 600.0

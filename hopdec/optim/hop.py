@@ -128,9 +128,12 @@ class HopOptimizer(torch.optim.Optimizer):
         if self.rank == 0:                  # what hopdec train prints of the topology file (a periodic W, ...)
             for note in graph.graph.get("notes", ()):
                 warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=2)
-        self.cfg, views = assembly.protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness,
-                                                   stale_reduce, skip, graph, self.fault_tolerant, compress,
-                                                   (local_steps, outer_optimizer, outer_lr, outer_momentum))
+        self.cfg, views, notes = assembly.protocol_config(
+            protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
+            self.fault_tolerant, compress, (local_steps, outer_optimizer, outer_lr, outer_momentum))
+        if self.rank == 0:                  # what hopdec train prints as "note:" (skip max-jump > max_ig, ...)
+            for note in notes:
+                warnings.warn(note, UserWarning, stacklevel=2)
         from hopdec.hop.config import gap_bound
         from hopdec.hop.worker import Worker
         self.core = Worker(views[self.rank], self.cfg)

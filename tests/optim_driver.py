@@ -48,6 +48,14 @@ def report(name, obj):
         print(f"@@{name} {json.dumps(everyone)}", flush=True)
 
 
+def _can_skip(g, kw, trigger):
+    """Whether skipping with this trigger can ever jump (else the optimizer refuses it, as hopdec train does):
+    backup workers or staleness >= 1 beside it, and a trigger within max_ig unless some edge goes one way."""
+    mechanism = kw.get("staleness") or kw.get("backup_workers")
+    symmetric = all(g.has_edge(v, u) for u, v in g.edges if u != v)
+    return bool(mechanism) and (trigger <= kw.get("max_ig", 2) or not symmetric)
+
+
 def scenario_unequal(out):
     """AdamW with two parameter groups, a scheduler, unequal step counts, averaged BatchNorm statistics,
     logs; then the consensus model against the mean of every worker's final state."""
@@ -317,7 +325,7 @@ def scenario_ft_random(out, seed=55):
         kw["backup_workers"] = 1
     if mech != "none" and rng.random() < 0.5:
         skip = f"max-jump={rng.choice([2, 3])},trigger=2"
-        if "staleness" in kw or "backup_workers" in kw:     # (skipping alone never skips: refused)
+        if _can_skip(g, kw, 2):
             kw["skip"] = skip
     steps = [rng.randrange(4, 20) for _ in range(size)]
     victim, die_at = rng.randrange(size), rng.randrange(1, 16)
@@ -463,7 +471,7 @@ def random_config(seed):
             kw["staleness"] = rng.choice([1, 2])
         if mech != "none" and rng.random() < 0.5:
             skip = f"max-jump={rng.choice([2, 3])},trigger=2"
-            if "staleness" in kw or "backup_workers" in kw:     # (skipping alone never skips: refused)
+            if _can_skip(g, kw, 2):
                 kw["skip"] = skip
     if rng.random() < 0.3:
         kw["local_steps"] = rng.choice([2, 3])

@@ -199,3 +199,22 @@ def test_skipping_on_a_schedule_or_with_a_files_backup_workers_passes(tmp_path):
     path = tmp_path / "ring4.json"
     path.write_text(json.dumps({"directed": True, "nodes": nodes, "links": links}))
     sim(["--topology", path, "--iterations", 5, "--skip", "max-jump=2,trigger=1"])
+
+
+def test_a_skip_trigger_above_max_ig_is_refused_on_a_graph_whose_edges_go_both_ways(tmp_path):
+    """On a symmetric graph a straggler's out-neighbours also send to it: its token queues keep them within
+    max_ig iterations (Hop Theorem 2), so a trigger above max_ig never fires. Measured before the refusal,
+    ring(8), rank 3 six times slower, backup workers 1, 80 iterations: trigger 2 / 3 with max_ig 2: 39 / 0
+    jumps; trigger 3 / 4 with max_ig 3: 26 / 0 (0 with --staleness 3 as well). On a directed ring an
+    out-neighbour does not send back (it may get further ahead): accepted."""
+    with pytest.raises(ConfigError) as err:
+        sim(["-n", 8, "--topology", "ring", "--iterations", 5, "--backup-workers", 1, "--max-ig", 2,
+             "--skip", "max-jump=2,trigger=3"])
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("--skip max-jump=2,trigger=3: never skips with --max-ig 2: ") and \
+        line.endswith("use trigger <= 2"), line
+    import json
+    path = tmp_path / "directed.json"
+    path.write_text(json.dumps({"directed": True, "nodes": [{"id": i} for i in range(4)],
+                                "links": [{"source": i, "target": (i + 1) % 4} for i in range(4)]}))
+    sim(["--topology", path, "--iterations", 5, "--staleness", 1, "--max-ig", 1, "--skip", "max-jump=2,trigger=2"])

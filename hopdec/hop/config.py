@@ -169,6 +169,15 @@ def check_config(cfg, views):
                               f"--backup-workers or --staleness >= 1 (Hop sec. 5 pairs it with one of them): every "
                               f"out-neighbour of a straggler waits for its update of each iteration, so none gets "
                               f"the 2 iterations ahead that a jump needs")
+        static = not any(v.steps for v in views)
+        if static and cfg.skip_trigger > cfg.max_ig and all(set(v.out_neighbors) <= set(v.in_neighbors)
+                                                           for v in views):
+            # every out-neighbour j of i also sends to i, so i's token queue from j keeps j within max_ig
+            # iterations of i (Theorem 2): TokenLedger.lead_of(j) <= max_ig < trigger, never a jump
+            raise ConfigError(f"--skip max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}: never skips with "
+                              f"--max-ig {cfg.max_ig}: on this graph every out-neighbour of a worker also sends to "
+                              f"it, so its token queues keep them within max_ig iterations of it (Hop Theorem 2) "
+                              f"and none gets the trigger's {cfg.skip_trigger} ahead; use trigger <= {cfg.max_ig}")
         if cfg.skip_max_jump > cfg.max_ig:
             notes.append(f"--skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes "
                          f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "

@@ -218,3 +218,22 @@ def test_a_skip_trigger_above_max_ig_is_refused_on_a_graph_whose_edges_go_both_w
     path.write_text(json.dumps({"directed": True, "nodes": [{"id": i} for i in range(4)],
                                 "links": [{"source": i, "target": (i + 1) % 4} for i in range(4)]}))
     sim(["--topology", path, "--iterations", 5, "--staleness", 1, "--max-ig", 1, "--skip", "max-jump=2,trigger=2"])
+
+
+def test_backup_workers_every_node_of_the_file_overrides_are_refused(tmp_path):
+    """A topology file whose every node sets ``backup_workers`` left ``--backup-workers`` unused (a node's own
+    value wins), silently: the run was titled "backup" with none. Refused like any option the run ignores;
+    a file where only some nodes set it still takes the option for the others."""
+    import json
+    links = [{"source": i, "target": (i + d) % 6} for i in range(6) for d in (1, 2, 4, 5)]
+    path = tmp_path / "all.json"
+    path.write_text(json.dumps({"directed": True, "links": links,
+                                "nodes": [{"id": i, "backup_workers": 0} for i in range(6)]}))
+    with pytest.raises(ConfigError) as err:
+        sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])
+    assert str(err.value) == ("--backup-workers 1 is not used: every node of the topology file sets its own "
+                              "backup_workers, which wins over the option (drop one of them)")
+    sim(["--topology", path, "--iterations", 3])
+    path.write_text(json.dumps({"directed": True, "links": links,
+                                "nodes": [{"id": i, **({"backup_workers": 0} if i else {})} for i in range(6)]}))
+    sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])

@@ -141,6 +141,10 @@ def check_config(cfg, views):
     if cfg.backup_workers < 0:
         raise ConfigError(f"--backup-workers {cfg.backup_workers}: must be >= 0")
     backup = uses_backup(cfg, views)
+    if cfg.backup_workers and views and all(v.backup_workers is not None for v in views):
+        # a node's own backup_workers wins over the option (effective_backup): here no node reads it
+        raise ConfigError(f"--backup-workers {cfg.backup_workers} is not used: every node of the topology file "
+                          f"sets its own backup_workers, which wins over the option (drop one of them)")
     if not tokens and (backup or cfg.staleness is not None):
         what = (f"--backup-workers {cfg.backup_workers}" if cfg.backup_workers else
                 "backup_workers in the topology file") if backup else f"--staleness {cfg.staleness}"

@@ -237,3 +237,17 @@ def test_backup_workers_every_node_of_the_file_overrides_are_refused(tmp_path):
     path.write_text(json.dumps({"directed": True, "links": links,
                                 "nodes": [{"id": i, **({"backup_workers": 0} if i else {})} for i in range(6)]}))
     sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])
+
+
+def test_skipping_with_a_checkpoint_at_every_iteration_is_refused():
+    """A jump never passes a checkpoint iteration (every worker must enter it); with ``--checkpoint-every 1``
+    every iteration is one, so ``--skip`` did nothing, silently."""
+    from hopdec.hop.config import check_config
+    from hopdec.hop.worker import node_views
+    from hopdec.topology import ring
+    parsed = train_parse(["--topology", "ring", "--backup-workers", "1", "--skip", "max-jump=2,trigger=1",
+                          "--checkpoint-dir", "ck", "--checkpoint-every", "1"])
+    cfg = parsed.protocol.config(20, checkpoint_every=parsed.checkpoints.every)
+    with pytest.raises(ConfigError, match="^--skip max-jump=2,trigger=1: never skips with --checkpoint-every 1: "):
+        check_config(cfg, node_views(ring(4)))
+    check_config(parsed.protocol.config(20, checkpoint_every=2), node_views(ring(4)))

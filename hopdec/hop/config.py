@@ -182,6 +182,10 @@ def check_config(cfg, views):
                               f"--max-ig {cfg.max_ig}: on this graph every out-neighbour of a worker also sends to "
                               f"it, so its token queues keep them within max_ig iterations of it (Hop Theorem 2) "
                               f"and none gets the trigger's {cfg.skip_trigger} ahead; use trigger <= {cfg.max_ig}")
+        if cfg.checkpoint_every == 1:       # _jump_target never jumps over a checkpoint iteration
+            raise ConfigError(f"--skip max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}: never skips with "
+                              f"--checkpoint-every 1: a jump never passes an iteration every worker checkpoints, "
+                              f"and every iteration is one")
         if cfg.skip_max_jump > cfg.max_ig:
             notes.append(f"--skip max-jump={cfg.skip_max_jump} > --max-ig {cfg.max_ig}: a jump never passes "
                          f"the slowest out-neighbour, which tokens keep within max_ig of it when it also "

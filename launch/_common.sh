@@ -57,6 +57,9 @@ mpirun_base() {
         exit 2
     fi
     MPIRUN=("$bin" --bind-to none)
+    # session folders a killed mpirun left here would stop this one if it got the same pid
+    # (hopdec/runtime/sessions.py: "The PMIx server's listener thread failed to start")
+    "${HOPDEC_PYTHON:-python3}" -m hopdec.runtime.sessions </dev/null >/dev/null 2>&1 || true
     # run_job writes the signal it turns into SIGUSR1 here: the ranks' stop line names it, and they exit 0
     # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
     HOPDEC_STOP_FILE="$(launch_file stop)"

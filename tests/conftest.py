@@ -87,6 +87,8 @@ class MPIRun:
         return self.python(n, ["-m", "hopdec.cli"] + list(args), timeout=timeout, env=env)
 
     def python(self, n, argv, timeout=180, env=None, mpirun_args=()):
+        from hopdec.runtime.sessions import remove_left_behind
+        remove_left_behind()                # (as the launchers do: a killed mpirun's session stops a new one)
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", *mpirun_args, "-n", str(n),
                sys.executable] + [str(a) for a in argv]
         return run_bounded(cmd, timeout, env=env)

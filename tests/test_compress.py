@@ -226,8 +226,8 @@ def setups(draw):
     spec = C.parse_compress(draw(st.sampled_from(["bf16", "int8", "topk:0.3", "topk:0.05,gamma=0.5"])))
     skip = draw(st.sampled_from([(0, 2), (3, 1), (20, 1)]))
     staleness = draw(st.sampled_from([None, None, 0, 2]))
-    if s is None and not staleness and not any(graph.nodes[i]["backup_workers"] for i in graph.nodes):
-        skip = (0, 2)           # (skipping on a static graph needs backup workers or staleness >= 1)
+    if not staleness and not any(graph.nodes[i]["backup_workers"] for i in graph.nodes):
+        skip = (0, 2)           # (skipping needs backup workers or staleness >= 1)
     cfg = ProtocolConfig(iterations=draw(st.integers(6, 25)), max_ig=draw(st.integers(1, 3)),
                          compute_graph=draw(st.sampled_from(["parallel", "serial"])),
                          staleness=staleness, skip_max_jump=skip[0],

@@ -183,22 +183,40 @@ def test_skipping_without_backup_workers_or_staleness_is_refused(extra):
 def test_skipping_with_backup_workers_or_staleness_jumps(tmp_path, extra):
     res = sim(["-n", 8, "--topology", "ring", "--iterations", 40, "--slowdown", "rank=3,factor=4",
                "--skip", "max-jump=2,trigger=1", "--log-dir", tmp_path, *extra])
-    import json
-    with open(tmp_path / "rank3.jsonl") as f:
-        recs = [json.loads(line) for line in f if '"iter"' in line]
-    assert sum("jumped_from" in r for r in recs) >= 5
+    assert _jumps(tmp_path, 3) >= 5
 
 
-def test_skipping_on_a_schedule_or_with_a_files_backup_workers_passes(tmp_path):
-    """A schedule activates each edge only at some steps (a worker does not wait for every update of each
-    in-neighbour), and a node's ``backup_workers`` in the topology file is backup workers too."""
-    sim(["-n", 8, "--topology", "one-peer-exponential", "--iterations", 5, "--skip", "max-jump=2,trigger=1"])
+def _jumps(log_dir, rank):
     import json
-    nodes = [{"id": i, "backup_workers": 1 if i == 2 else 0} for i in range(4)]
+    with open(log_dir / f"rank{rank}.jsonl") as f:
+        return sum("jumped_from" in r for r in (json.loads(line) for line in f if '"iter"' in line))
+
+
+def test_skipping_alone_on_a_schedule_jumps_only_where_a_worker_sends_nothing_at_some_step(tmp_path):
+    """A one-peer schedule sends at every step, so skipping alone never jumps there either (0 jumps measured
+    at 8 and 16 workers, max_ig 2 to 8): refused. A schedule with a step where a worker sends nothing lets its
+    out-neighbours get ahead, and the straggler jumps."""
+    with pytest.raises(ConfigError, match="^--skip max-jump=2,trigger=1: never skips without --backup-workers"):
+        sim(["-n", 8, "--topology", "one-peer-exponential", "--iterations", 5, "--skip", "max-jump=2,trigger=1"])
+    import json
+    ring = [[i, (i + 1) % 4] for i in range(4)] + [[(i + 1) % 4, i] for i in range(4)]
+    path = tmp_path / "idle.json"
+    path.write_text(json.dumps({"steps": [ring, []], "nodes": [{"id": i} for i in range(4)]}))
+    sim(["--topology", path, "--iterations", 40, "--slowdown", "rank=2,factor=6", "--skip", "max-jump=2,trigger=1",
+         "--log-dir", tmp_path / "logs"])
+    assert _jumps(tmp_path / "logs", 2) >= 5
+
+
+def test_backup_workers_from_the_topology_file_let_a_straggler_skip(tmp_path):
+    """A node's ``backup_workers`` in the topology file is backup workers too: skipping is accepted and jumps."""
+    import json
+    nodes = [{"id": i, "backup_workers": 1} for i in range(4)]
     links = [{"source": i, "target": (i + d) % 4} for i in range(4) for d in (1, 3)]
     path = tmp_path / "ring4.json"
     path.write_text(json.dumps({"directed": True, "nodes": nodes, "links": links}))
-    sim(["--topology", path, "--iterations", 5, "--skip", "max-jump=2,trigger=1"])
+    sim(["--topology", path, "--iterations", 40, "--slowdown", "rank=2,factor=6", "--skip", "max-jump=2,trigger=1",
+         "--log-dir", tmp_path / "logs"])
+    assert _jumps(tmp_path / "logs", 2) >= 5
 
 
 def test_a_skip_trigger_above_max_ig_is_refused_on_a_graph_whose_edges_go_both_ways(tmp_path):

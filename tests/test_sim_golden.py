@@ -19,6 +19,10 @@ exponential-churn-push, exponential-free-network, exponential-straggler-backup-s
 torus-hybrid-half-duplex and torus-shm-take-staleness -- exactly the cases in which some worker's Reduce
 waited for its sends with two stores (``wait_sends_s`` > 0 in the old logs); with the pool it writes a
 new store there instead. Every case without such a wait is unchanged bit for bit.
+
+Re-recorded (skipping alone refused where it never jumps): one-peer-exponential-topk-skip had skipping
+without backup workers or staleness on a schedule that sends at every step (0 jumps); it is now
+one-peer-exponential-topk-staleness-skip, with ``--staleness 1``.
 """
 
 import hashlib
@@ -85,9 +89,9 @@ CASES = {
                         *CONTENDED],
     "one-peer-exponential": ["--topology", "one-peer-exponential", "-n", "16", "--iterations", "40",
                              "--slowdown", "random:factor=4,prob=1/n", *CONTENDED],
-    "one-peer-exponential-topk-skip": [
+    "one-peer-exponential-topk-staleness-skip": [
         "--topology", "one-peer-exponential", "-n", "16", "--iterations", "40", "--compress", "topk:0.05",
-        "--skip", "max-jump=2,trigger=2", "--slowdown", "rank=2,factor=5", *CONTENDED],
+        "--staleness", "1", "--skip", "max-jump=2,trigger=2", "--slowdown", "rank=2,factor=5", *CONTENDED],
     "ring-based-local-steps-int8": ["--topology", "ring-based", "-n", "16", "--iterations", "40", "--local-steps", "4",
                                     "--compress", "int8", "--slowdown", "rank=3,factor=2", *CONTENDED],
     # simulated deaths healed through the heal code (hopdec.sim.churn): the network behind its gate
@@ -167,8 +171,8 @@ GOLDEN = {
         transfers=720, controls=0, logs='fd5741dbea056c34d4dd'),
     'one-peer-exponential': dict(virtual_s='3.120189367578266', max_gap=4, events=3140,
         transfers=640, controls=2336, logs='f82e6312d98009f9502f'),
-    'one-peer-exponential-topk-skip': dict(virtual_s='6.3208409920314', max_gap=4, events=1985,
-        transfers=640, controls=2336, logs='399f660019f29a176ce0'),
+    'one-peer-exponential-topk-staleness-skip': dict(virtual_s='6.3208409920314', max_gap=4, events=2028,
+        transfers=640, controls=2336, logs='cc14fa664d5603997ce4'),
     'ps-asp-deaths': dict(virtual_s='4.652257898315571', max_gap=3, events=635,
         transfers=194, controls=6, logs='3c5c0267fae1e3cd46ea'),
     'ps-asp-fast-server': dict(virtual_s='2.1127049919464485', max_gap=2, events=3297,

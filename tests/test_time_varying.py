@@ -204,9 +204,12 @@ def configs(draw, U):
         degs = [len(s.in_weights_at(m, i)) - 1 for m in range(s.period)]
         U.nodes[i]["backup_workers"] = max(0, min(backup, min([d for d in degs if d] or [1]) - 1))
     skip = draw(st.sampled_from([(0, 2), (2, 1), (3, 2), (20, 1)]))
-    return ProtocolConfig(iterations=iterations, max_ig=draw(st.integers(1, 3)),
-                          compute_graph=draw(st.sampled_from(["parallel", "serial"])),
-                          staleness=draw(st.sampled_from([None, None, 0, 1, 3])),
+    max_ig, graph = draw(st.integers(1, 3)), draw(st.sampled_from(["parallel", "serial"]))
+    staleness = draw(st.sampled_from([None, None, 0, 1, 3]))
+    if not staleness and not any(U.nodes[i]["backup_workers"] for i in U.nodes) and \
+            all(s.out_at(m, i) for i in U.nodes for m in range(s.period)):
+        skip = (0, 2)       # (refused: every worker sends at every step, so skipping alone never jumps)
+    return ProtocolConfig(iterations=iterations, max_ig=max_ig, compute_graph=graph, staleness=staleness,
                           skip_max_jump=skip[0], skip_trigger=skip[1])
 
 

@@ -165,15 +165,19 @@ def check_config(cfg, views):
             raise ConfigError("--skip needs --protocol tokens: a straggler finds itself from its tokens")
         if cfg.skip_max_jump < 2 or cfg.skip_trigger < 1:
             raise ConfigError("--skip: max-jump must be >= 2 and trigger >= 1")
-        static = not any(v.steps for v in views)       # (a schedule does not wait on every edge at every step)
-        if static and not backup and not cfg.staleness:
+        # every worker sends at every step (one without out-neighbours has nobody to lead)
+        sends_each_step = all(v.out_at(m) or not v.out_neighbors for v in views for m in range(v.period))
+        if not backup and not cfg.staleness and sends_each_step:
             # sec. 5 pairs skipping with backup workers or bounded staleness (Figure 10): without either, an
-            # out-neighbour j of a straggler i needs i's update m for its Recv(m), so j is never more than 1
-            # iteration past i (TokenLedger.lead_of <= 1), and a jump needs a lead of 2 (_jump_target)
+            # out-neighbour j of a straggler i at k that i sends to at step k + 1 needs i's update k + 1 for
+            # its Recv(k + 1), so j is never more than 1 iteration past i (TokenLedger.lead_of <= 1), and a
+            # jump needs a lead of 2 (_jump_target). Only a schedule with a step where i sends nothing lets
+            # its out-neighbours get further ahead; a worker without out-neighbours never jumps.
             raise ConfigError(f"--skip max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}: never skips without "
                               f"--backup-workers or --staleness >= 1 (Hop sec. 5 pairs it with one of them): every "
                               f"out-neighbour of a straggler waits for its update of each iteration, so none gets "
                               f"the 2 iterations ahead that a jump needs")
+        static = not any(v.steps for v in views)
         if static and cfg.skip_trigger > cfg.max_ig and all(set(v.out_neighbors) <= set(v.in_neighbors)
                                                            for v in views):
             # every out-neighbour j of i also sends to i, so i's token queue from j keeps j within max_ig

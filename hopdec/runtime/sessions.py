@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 
@@ -34,7 +35,7 @@ def _alive(pid):
     except ProcessLookupError:
         return False
     except OSError:                 # (another user's process: alive)
-        return True
+        pass
     return True
 
 
@@ -52,22 +53,22 @@ def _answers(text, timeout=0.5):
     return False
 
 
-def left_behind(folder, now=None):
+def left_behind(folder):
     """Whether ``folder`` (``ompi.PID`` or ``prted.PID``) is a session a killed launcher left (see the module)."""
     m = _NAME.match(os.path.basename(folder))
     if m is None or _alive(int(m.group(2))):
         return False
     try:
         st = os.lstat(folder)
-        if not os.path.isdir(folder) or os.path.islink(folder) or st.st_uid != os.getuid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():     # (a link is not a folder here)
             return False
         files = [os.path.join(folder, f) for f in os.listdir(folder) if f.startswith("pmix.")]
         if not files:
             return False                # (nothing in it stops a new launcher)
-        now = time.time() if now is None else now
-        texts = []
+        now, texts = time.time(), []
         for f in files:
-            if not os.path.isfile(f) or now - os.lstat(f).st_mtime < QUIET_S:
+            fst = os.lstat(f)
+            if not stat.S_ISREG(fst.st_mode) or now - fst.st_mtime < QUIET_S:
                 return False
             with open(f, errors="replace") as fh:
                 texts.append(fh.read(4096))

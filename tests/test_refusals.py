@@ -181,8 +181,8 @@ def test_skipping_without_backup_workers_or_staleness_is_refused(extra):
 
 @pytest.mark.parametrize("extra", [["--backup-workers", "1"], ["--staleness", "1"]])
 def test_skipping_with_backup_workers_or_staleness_jumps(tmp_path, extra):
-    res = sim(["-n", 8, "--topology", "ring", "--iterations", 40, "--slowdown", "rank=3,factor=4",
-               "--skip", "max-jump=2,trigger=1", "--log-dir", tmp_path, *extra])
+    sim(["-n", 8, "--topology", "ring", "--iterations", 40, "--slowdown", "rank=3,factor=4",
+         "--skip", "max-jump=2,trigger=1", "--log-dir", tmp_path, *extra])
     assert _jumps(tmp_path, 3) >= 5
 
 
@@ -233,9 +233,11 @@ def test_a_skip_trigger_above_max_ig_is_refused_on_a_graph_whose_edges_go_both_w
         line.endswith("use trigger <= 2"), line
     import json
     path = tmp_path / "directed.json"
-    path.write_text(json.dumps({"directed": True, "nodes": [{"id": i} for i in range(4)],
-                                "links": [{"source": i, "target": (i + 1) % 4} for i in range(4)]}))
-    sim(["--topology", path, "--iterations", 5, "--staleness", 1, "--max-ig", 1, "--skip", "max-jump=2,trigger=2"])
+    path.write_text(json.dumps({"directed": True, "nodes": [{"id": i} for i in range(6)],
+                                "links": [{"source": i, "target": (i + 1) % 6} for i in range(6)]}))
+    sim(["--topology", path, "--iterations", 80, "--staleness", 1, "--max-ig", 1, "--skip", "max-jump=2,trigger=2",
+         "--slowdown", "rank=3,factor=6", "--log-dir", tmp_path / "logs"])
+    assert _jumps(tmp_path / "logs", 3) >= 5           # (39 measured)
 
 
 def test_backup_workers_every_node_of_the_file_overrides_are_refused(tmp_path):
@@ -251,10 +253,10 @@ def test_backup_workers_every_node_of_the_file_overrides_are_refused(tmp_path):
         sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])
     assert str(err.value) == ("--backup-workers 1 is not used: every node of the topology file sets its own "
                               "backup_workers, which wins over the option (drop one of them)")
-    sim(["--topology", path, "--iterations", 3])
+    assert sim(["--topology", path, "--iterations", 3])["setting"] == "standard"
     path.write_text(json.dumps({"directed": True, "links": links,
                                 "nodes": [{"id": i, **({"backup_workers": 0} if i else {})} for i in range(6)]}))
-    sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])
+    assert sim(["--topology", path, "--iterations", 3, "--backup-workers", 1])["setting"] == "backup"
 
 
 def test_skipping_with_a_checkpoint_at_every_iteration_is_refused():
@@ -268,4 +270,4 @@ def test_skipping_with_a_checkpoint_at_every_iteration_is_refused():
     cfg = parsed.protocol.config(20, checkpoint_every=parsed.checkpoints.every)
     with pytest.raises(ConfigError, match="^--skip max-jump=2,trigger=1: never skips with --checkpoint-every 1: "):
         check_config(cfg, node_views(ring(4)))
-    check_config(parsed.protocol.config(20, checkpoint_every=2), node_views(ring(4)))
+    assert check_config(parsed.protocol.config(20, checkpoint_every=2), node_views(ring(4))) == []

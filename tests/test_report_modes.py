@@ -269,6 +269,33 @@ def test_a_local_steps_runs_figures_count_rounds(tmp_path):
     plt.close(fig)
 
 
+def test_loss_against_iterations_puts_local_steps_rounds_on_the_mini_batch_axis(tmp_path):
+    """The report's "loss against iterations" drew a --local-steps 4 run's rounds at 0..9 beside a plain run's
+    mini-batches 0..39: the local run looked 4x faster per gradient computed. A round's mean loss now sits
+    at its middle inner step, both runs span the same mini-batches, and the axis says so."""
+    from hopdec.report import plots
+    argv = ["--topology", "ring", "-n", 4, "--iterations", 40, "--math", "--model", "mlp"]
+    simulate(tmp_path / "plain", *argv)
+    simulate(tmp_path / "local", *argv, "--local-steps", 4)          # --iterations counts inner steps
+    plain, local = (Run.load(str(tmp_path / d)) for d in ("plain", "local"))
+    k, y = local.loss_vs_iter()
+    assert list(k) == [4 * r + 1.5 for r in range(10)]
+    rounds = records(tmp_path / "local", 0)
+    assert y[3] == pytest.approx(sum(records(tmp_path / "local", w)[3]["loss"] for w in range(4)) / 4)
+    assert rounds[3]["first_step"] == 12 and rounds[3]["inner_steps"] == 4
+    kp, _ = plain.loss_vs_iter()
+    assert list(kp) == list(range(40))
+    plt = plots.matplotlib()
+    fig, (a, b) = plt.subplots(1, 2)
+    plots.loss_curves(a, b, [plain, local])
+    assert "--local-steps" in b.get_xlabel() and b.get_xlim()[1] < 45
+    plt.close(fig)
+    fig, (a, b) = plt.subplots(1, 2)
+    plots.loss_curves(a, b, [plain])
+    assert b.get_xlabel() == "iteration (PS: mini-batches of each worker)"
+    plt.close(fig)
+
+
 @pytest.mark.parametrize("slow", [None, "rank=1,factor=2"])
 def test_a_simulated_all_reduces_summary_gap_is_its_logs(tmp_path, slow):
     """`hopdec sim --mode allreduce` without a straggler printed "largest iteration gap observed: 1" while its

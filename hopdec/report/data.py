@@ -447,13 +447,23 @@ class Run:
         return np.array(ts), np.array(ys)
 
     def loss_vs_iter(self):
-        by = {}
+        """Mean training loss over workers against mini-batches: a ``--local-steps`` round's mean loss sits at
+        its middle inner step, so runs with and without local steps compare at equal gradient computations."""
+        h, by = self.local_steps, {}
         for recs in self.records.values():
             for r in recs:
                 if r.get("loss") is not None:
-                    by.setdefault(r["iter"], []).append(r["loss"])
+                    by.setdefault(self._step_of(r, h) if h else r["iter"], []).append(r["loss"])
         its = sorted(by)
         return np.array(its), np.array([np.mean(by[k]) for k in its])
+
+    @staticmethod
+    def _step_of(rec, h):
+        """The middle inner step of a round's record (its ``first_step`` and ``inner_steps``, else H each)."""
+        first, n = rec.get("first_step"), rec.get("inner_steps")
+        if not (_int(first) and _int(n) and first >= 0 and n >= 1):
+            first, n = rec["iter"] * h, h
+        return first + (n - 1) / 2
 
     def timeline(self):
         """{rank: (times since start, iterations entered)}."""

@@ -65,7 +65,8 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10):
         if len(k):
             ax_k.plot(k, smooth(yk, smooth_k), color=color, label=named(run))
     ax_t.set_xlabel(time_label(runs))
-    ax_k.set_xlabel("iteration (PS: mini-batches of each worker)")
+    ax_k.set_xlabel("iteration (PS: mini-batches of each worker)" if not any(r.local_steps for r in runs) else
+                    "mini-batches of each worker (--local-steps: a round's mean loss at its middle step)")
     for ax in (ax_t, ax_k):
         ax.set_ylabel("training loss (mean over workers)")
         if ax.get_legend_handles_labels()[0]:

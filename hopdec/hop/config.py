@@ -199,9 +199,10 @@ def check_config(cfg, views):
         if b and b >= len(v.in_neighbors):
             if v.backup_workers is None:
                 fewest = min(len(u.in_neighbors) for u in views if u.backup_workers is None)
-                what, most = f"--backup-workers {b}", f"at most {fewest - 1} on this graph"
+                what, most = f"--backup-workers {b}", _at_most(fewest - 1) + " on this graph"
             else:
-                what, most = f"backup_workers {b} of node {v.rank} in the topology file", f"at most {len(v.in_neighbors) - 1}"
+                what, most = (f"backup_workers {b} of node {v.rank} in the topology file",
+                              _at_most(len(v.in_neighbors) - 1))
             raise ConfigError(f"{what}: node {v.rank} has {len(v.in_neighbors)} in-neighbour(s); backup workers "
                               f"must be fewer than a worker's in-neighbours (Hop sec. 4.3, Figure 8): {most}")
     from hopdec.hop.time_varying import check as check_time_varying
@@ -234,6 +235,11 @@ def uses_backup(cfg, graph=None):
     if hasattr(graph, "nodes") and callable(graph.nodes):
         return any((d.get("backup_workers") or 0) > 0 for _, d in graph.nodes(data=True))
     return any(v.backup_workers for v in graph)
+
+
+def _at_most(k: int) -> str:
+    """How many backup workers a node with k + 1 in-neighbours may have, in words ("none", not "at most -1")."""
+    return f"at most {k}" if k >= 1 else "none"
 
 
 def setting_name(cfg, graph=None):

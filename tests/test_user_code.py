@@ -46,6 +46,17 @@ USER_CODE = textwrap.dedent('''
 
     def not_a_module(shape, classes):
         return 42
+
+    class Bare(nn.Module):                          # takes no arguments: knows its own shapes
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.body(x)
+
+    def make_bare():
+        return Bare()
 ''')
 
 
@@ -71,6 +82,15 @@ def test_a_users_model_and_data_train_in_the_simulator(user_file, tmp_path, form
     with open(tmp_path / "logs" / "rank0.jsonl") as f:
         head = json.loads(f.readline())["run"]
     assert head["model"] == f"{spec}:make_model" and head["params"] == 3 * 16 + 16 + 16 * 2 + 2
+
+
+@pytest.mark.parametrize("factory", ["make_bare", "Bare"])
+def test_a_model_factory_without_arguments_is_called_bare(user_file, factory):
+    """Like the dataset factory (``factory(seed)`` or ``factory()``): ``def make(): return MyNet()`` raised
+    "takes 0 positional arguments but 2 were given"."""
+    res, text = run_sim(["-n", 2, "--model", f"mine:{factory}", "--dataset", "mine:make_data", "--math",
+                         "--iterations", 40, "--lr", 0.2, "--threads", 1])
+    assert res["avg_acc"] > 0.85, text
 
 
 def test_a_users_model_is_trained_with_its_own_loss(user_file):

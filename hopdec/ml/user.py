@@ -4,7 +4,7 @@ entry points name objects.
 
 Contracts (a factory breaking one is one line naming the option, never a traceback):
 
-* **model**: ``factory(input_shape, num_classes) -> torch.nn.Module``; the module's output is logits over
+* **model**: ``factory(input_shape, num_classes)`` or ``factory()`` ``-> torch.nn.Module``; the module's output is logits over
   the last dimension (a classifier's ``(batch, classes)``, a language model's ``(batch, time, vocab)``).
   The loss is the module's own ``loss(output, target)`` method when it has one, else cross-entropy over the
   last dimension; accuracy compares ``output.argmax(-1)`` with the target.
@@ -72,11 +72,21 @@ def load_object(spec, option):
     return obj
 
 
+def _takes_arguments(factory, unknown):
+    """Whether a factory declares any parameter (``make()`` is called bare, like a class with no arguments);
+    ``unknown`` where its signature cannot be read."""
+    try:
+        return bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return unknown
+
+
 def build(spec, input_shape, num_classes):
     """A fresh model from the factory ``spec`` names (call ``torch.manual_seed`` first)."""
     factory = load_object(spec, "--model")
+    args = (tuple(int(s) for s in input_shape), int(num_classes)) if _takes_arguments(factory, True) else ()
     try:
-        model = factory(tuple(int(s) for s in input_shape), int(num_classes))
+        model = factory(*args)
     except ConfigError:
         raise
     except Exception as err:
@@ -113,11 +123,7 @@ def load(spec, seed=0):
     from hopdec.ml.data import Dataset
     factory = load_object(spec, "--dataset")
     try:
-        takes_seed = bool(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        takes_seed = False
-    try:
-        got = factory(seed) if takes_seed else factory()
+        got = factory(seed) if _takes_arguments(factory, False) else factory()
     except ConfigError:
         raise
     except Exception as err:

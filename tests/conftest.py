@@ -93,13 +93,13 @@ class MPIRun:
                sys.executable] + [str(a) for a in argv]
         return run_bounded(cmd, timeout, env=env)
 
-    def batch(self, n, runs, timeout=300, env=None):
+    def batch(self, n, runs, timeout=300, env=None, prelude=""):
         """Several ``hopdec train`` runs (each an argv without ``train``) one after the other in ONE
         ``mpirun -n N`` job: the ranks start (import torch, MPI_Init) once instead of once per run.
         Returns one ``CompletedProcess`` per run with rank 0's output of that run and the code ``main``
         returned (a run refused at setup returns 2 on every rank and the next run starts); a run that
-        aborts ends the job: the batch fails with what it printed."""
-        proc = self.python(n, ["-c", BATCH_DRIVER, json.dumps([[str(a) for a in r] for r in runs])],
+        aborts ends the job: the batch fails with what it printed. ``prelude``: Python each rank runs first."""
+        proc = self.python(n, ["-c", prelude + BATCH_DRIVER, json.dumps([[str(a) for a in r] for r in runs])],
                            timeout=timeout, env=env)
         outs, errs = proc.stdout.split(BATCH_MARK)[1:], proc.stderr.split(BATCH_MARK)[1:]
         results = []

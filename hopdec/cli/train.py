@@ -69,23 +69,24 @@ def main(argv):
 
     from hopdec.runtime.failures import abort, cause, first_error
     from hopdec.runtime.resume import plan
-    from hopdec.runtime.setup import check_resume_target, setup
+    from hopdec.runtime.setup import check_resume_target, first_disagreement, setup, shared_by_every_rank
     from hopdec.runtime.startup import setup_done, start
     from hopdec.transport.collectives import allgather_json
 
     timeout = settings.faults.timeout
     comm = start(timeout, PROG)             # MPI_Init and a roll call, each bounded: one line names who is missing
     rank = comm.Get_rank()
-    err = None
+    err = shared = None
     try:
         ctx = setup(settings, comm)
+        shared = shared_by_every_rank(ctx)
     except Exception as e:                  # bad input (one line), or a bug: still one line
         err = cause(e)
     try:
         import uuid
         setup_done(comm, timeout)           # one line names a rank still in setup
-        got = allgather_json(comm, [err, uuid.uuid4().hex[:12]], timeout, "setup")
-        found = first_error([g[0] for g in got])
+        got = allgather_json(comm, [err, uuid.uuid4().hex[:12], shared], timeout, "setup")
+        found = first_error([g[0] for g in got]) or first_disagreement([g[2] for g in got])
         if found is None:
             ctx.run_id = got[0][1]          # rank 0's: one id for every rank's log header
     except Exception as e:

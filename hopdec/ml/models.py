@@ -12,6 +12,7 @@ mean/var are buffers: per-worker unless the engine averages them too); "group"; 
 
 from __future__ import annotations
 
+import zlib
 from typing import Sequence
 
 import torch
@@ -215,6 +216,13 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
 
 def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, norm: str = "batch") -> int:
     """Trainable parameters of ``build_model(...)``, counted on the meta device (nothing allocated)."""
+    return parameter_layout(name, input_shape, num_classes, norm)[0]
+
+
+def parameter_layout(name: str, input_shape: Sequence[int], num_classes: int,
+                     norm: str = "batch") -> tuple[int, int, int]:
+    """``(numbers, tensors, crc32 of their shapes)`` of ``build_model(...)``'s trainable parameters, built on
+    the meta device: what every rank must agree on before exchanging whole flat buffers."""
     try:
         with torch.device("meta"):
             model = build_model(name, input_shape, num_classes, norm=norm)
@@ -222,7 +230,9 @@ def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, nor
         raise
     except Exception:                               # a factory of yours that cannot build on meta
         model = build_model(name, input_shape, num_classes, norm=norm)
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return (sum(p.numel() for p in params), len(params),
+            zlib.crc32(repr([list(p.shape) for p in params]).encode()))
 
 
 class _BinaryLogLoss(nn.Module):

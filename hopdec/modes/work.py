@@ -45,7 +45,11 @@ class Workload:
             known = known_parameter_count(self.model, w.dataset, w.norm)
             if known is not None:
                 return known
-        from hopdec.ml.models import parameter_count
+        return self.layout()[0]
+
+    def layout(self):
+        """``(numbers, tensors, crc32 of their shapes)`` of the model's trainable parameters (meta device)."""
+        from hopdec.ml.models import parameter_layout
         if self.dataset is not None:
             shape, classes = self.dataset.input_shape, self.dataset.num_classes
         elif self.settings.dataset in INPUTS:
@@ -53,7 +57,7 @@ class Workload:
         else:
             d = load(self.settings)
             shape, classes = d.input_shape, d.num_classes
-        return parameter_count(self.model, shape, classes, norm=self.settings.norm)
+        return parameter_layout(self.model, shape, classes, norm=self.settings.norm)
 
 
 def load(work):

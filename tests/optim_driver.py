@@ -262,6 +262,21 @@ def scenario_layout(out):
     print(f"@@layout built on rank {rank}", flush=True)
 
 
+def scenario_plan(out, what):
+    """Rank 1 reads another topology file (as if its host's copy differed), or is given another max_ig."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    topo, max_ig = "ring", 2
+    if what == "topology":
+        from hopdec.topology import generators, graph_io
+        topo = os.path.join(out, f"topo{rank}.json")
+        graph_io.save(generators.complete(size) if rank == 1 else generators.ring(size), topo)
+    elif rank == 1:
+        max_ig = 3
+    HopOptimizer(model, torch.optim.SGD, lr=0.05, topology=topo, max_ig=max_ig, peer_timeout=20)
+    print(f"@@plan built on rank {rank}", flush=True)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -507,7 +522,8 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario
                  periodic=scenario_periodic, serial=scenario_serial,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
-                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout)
+                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout,
+                 plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"))
 
 if __name__ == "__main__":
     out = sys.argv[1]

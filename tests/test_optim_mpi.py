@@ -331,6 +331,20 @@ def test_ranks_that_built_different_memory_layouts_are_one_line_at_construction(
     assert "@@layout built" not in out.stdout
 
 
+@pytest.mark.parametrize("what, says", [
+    ("topology", r"rank 1 and rank 0 read different topologies \(sha256 \w+ on rank 1, \w+ on rank 0\): every rank "
+                 r"must read the same file \(one that differs between hosts\?\)"),
+    ("max_ig", r"rank 1 and rank 0 were given different settings: max_ig 3 on rank 1, 2 on rank 0")])
+def test_ranks_that_read_different_topologies_or_settings_are_one_line_at_construction(mpirun, tmp_path, what,
+                                                                                       says):
+    """Rank 1's topology file differs (its host's copy): the ranks ran different graphs and waited for
+    updates nobody sent until the peer timeout, which blamed a peer that "may have died or hung"."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, f"plan_{what}"], timeout=90)   # (ring(3) is complete)
+    line = the_one_line(out, 2)
+    assert re.fullmatch(r"hopdec: error: rank [0-3]: HopOptimizer: " + says, line), line
+    assert "@@plan built" not in out.stdout
+
+
 def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_path):
     """``fault_tolerance=True`` under ``launch/local.sh --fault-tolerance`` (ULFM): rank 3 of 5 dies after 5
     steps, before a consensus call; the other four heal the ring, reduce among themselves, finish their

@@ -190,7 +190,10 @@ class HopOptimizer(torch.optim.Optimizer):
         import uuid
 
         from hopdec.transport.collectives import allgather_json
-        run_id = allgather_json(comm, uuid.uuid4().hex[:12], self.timeout, "HopOptimizer(): the run's id")[0]
+        got = allgather_json(comm, [uuid.uuid4().hex[:12], life.plan_of(graph, self.cfg)], self.timeout,
+                             "HopOptimizer(): the run's id")
+        life.check_same_plan([g[1] for g in got])
+        run_id = got[0][0]
         self.header = assembly.header(graph, self.cfg, skip, self.flat.numel, self.device,
                                       self.io.message_floats(), self.bound, self.fault_tolerant, dict(
                                           driver="hopdec.optim.HopOptimizer", optimizer=type(inner).__name__,

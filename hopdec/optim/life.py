@@ -89,6 +89,32 @@ def _classify(now, old, name, slot, kind, device):
     return Change(kind, name, slot, new=now, detail=str(device))
 
 
+def plan_of(graph, cfg):
+    """What every rank's optimizer must agree on besides its tensors (JSON-ready): the topology as used (its
+    sha256) and the protocol settings (but the steps, which may differ per rank)."""
+    import dataclasses
+
+    from hopdec.modes.fingerprint import topology_fingerprint
+    return [topology_fingerprint(graph)["sha256"],
+            {k: v for k, v in dataclasses.asdict(cfg).items() if k != "iterations"}]
+
+
+def check_same_plan(plans):
+    """Raise one line, the same on every rank, naming the first rank whose :func:`plan_of` differs from rank
+    0's: a topology file that differs between hosts ran another graph there and hung until the peer
+    timeout; settings computed per rank gave each rank other bounds."""
+    from hopdec.errors import ConfigError
+    for r, (topo, cfg) in enumerate(plans):
+        if topo != plans[0][0]:
+            raise ConfigError(f"HopOptimizer: rank {r} and rank 0 read different topologies (sha256 {topo} on "
+                              f"rank {r}, {plans[0][0]} on rank 0): every rank must read the same file (one "
+                              f"that differs between hosts?)")
+        if cfg != plans[0][1]:
+            key = next(k for k in sorted(cfg) if cfg[k] != plans[0][1].get(k))
+            raise ConfigError(f"HopOptimizer: rank {r} and rank 0 were given different settings: {key} "
+                              f"{cfg[key]!r} on rank {r}, {plans[0][1].get(key)!r} on rank 0")
+
+
 def check_same_layout(comm, tensors, timeout):
     """Every rank's averaged tensors have the same shapes and memory layouts, in the same order (collective,
     bounded by ``timeout``): the same line on every rank, naming two ranks that differ. Without it a rank

@@ -105,3 +105,22 @@ def test_help_texts_read_as_plain_text_and_name_every_mode_of_eval_interval(caps
     out = subprocess.run([sys.executable, "-m", "hopdec.testbed", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "hopdec.testbed" in out.stdout and "``" not in out.stdout
+
+
+def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_path):
+    """``python -m hopdec`` said "'hopdec' is a package and cannot be directly executed" (a machine without
+    the ``hopdec`` script on PATH); ``hopdec --version`` was "unknown command". The version has one source:
+    setup.cfg reads ``hopdec.__version__``."""
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    import hopdec
+    out = subprocess.run([sys.executable, "-m", "hopdec", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == f"hopdec {hopdec.__version__}\n" and not out.stderr
+    assert version("hopdec") == hopdec.__version__
+    out = subprocess.run([sys.executable, "-m", "hopdec", "topo", "generate", "ring", "-n", "3", "-o", tmp_path / "r.json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and (tmp_path / "r.json").exists(), out.stderr
+    out = subprocess.run([sys.executable, "-m", "hopdec", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown command 'nosuch'" in out.stderr

@@ -5,7 +5,7 @@ Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on std
 
 import sys
 
-USAGE = """usage: hopdec {topo,train,sim,report,plot,trace} ...
+USAGE = """usage: hopdec {topo,train,sim,report,plot,trace} ...   (hopdec --version: the installed version)
 
   hopdec topo generate|analyze|compare ...   build and study communication graphs
   hopdec train [options]                      train (run it under mpirun, one worker per rank)
@@ -20,6 +20,10 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from hopdec import __version__
+        print(f"hopdec {__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
     from hopdec.errors import HopdecError

@@ -543,3 +543,22 @@ def test_the_servers_wait_is_on_the_workers_still_running():
     while not isinstance(s.next_action(), Wait):
         pass
     assert tuple(s.next_action().on) == (0, 1, 3) == tuple(w.on)
+
+
+def test_the_servers_wait_names_the_workers_that_owe_it_a_push():
+    """A BSP round that three of four workers pushed waits on the fourth: a stopped (SIGSTOP) worker timed
+    out as "no message from any worker for 10 s (still running: ranks 1, 2, 3)", naming the three that
+    waited for the server's release too."""
+    s = Server(sync_policy("bsp", (1, 2, 3)), budget=100)
+    s.start(0.0)
+
+    def wait():
+        while not isinstance(a := s.next_action(), Wait):
+            pass
+        return a
+    assert tuple(wait().on) == (1, 2, 3)
+    s.on_push(1, 0, 0.1)
+    s.on_push(3, 0, 0.2)
+    assert tuple(wait().on) == (2,)
+    s.on_push(2, 0, 0.3)                            # the round completes: everyone is released
+    assert tuple(wait().on) == (1, 2, 3)

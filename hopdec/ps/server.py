@@ -45,9 +45,10 @@ def work_budget(iterations, workers):
     return int(iterations) * int(workers)
 
 
-class _Running(RankView):
-    """The workers of ``server`` not stopped, in order, as they are when read (what its Wait for pushes is
-    on: read by a transport only when that wait times out)."""
+class _Owing(RankView):
+    """The workers ``server`` waits on, as they are when read (read by a transport only when its wait times
+    out): those not stopped that owe it a message -- not the ones that pushed and wait for its release
+    (BSP's barrier, SSP's bound, a checkpoint's cut) -- else, should none owe one, all not stopped."""
 
     __slots__ = ("server",)
 
@@ -55,11 +56,13 @@ class _Running(RankView):
         self.server = server
 
     def __iter__(self):
-        stopped = self.server.stopped
-        return (w for w in self.server.workers if w not in stopped)
+        s = self.server
+        running = [w for w in s.workers if w not in s.stopped]
+        owing = [w for w in running if w not in s.policy.waiting and w not in s.held]
+        return iter(owing or running)
 
     def __repr__(self):
-        return f"running{tuple(self)}"
+        return f"owing{tuple(self)}"
 
 
 class Server:
@@ -233,10 +236,10 @@ class Server:
         return self._waiting_for_pushes()
 
     def _waiting_for_pushes(self):
-        """The Wait for pushes from the workers not stopped (:class:`_Running`, read when it is read: a
+        """The Wait for pushes from the workers that owe one (:class:`_Owing`, read when it is read: a
         tuple of them at every wait cost a pass over every worker per push)."""
         if self._wait is None:
-            self._wait = Wait(_Running(self), "pushes")
+            self._wait = Wait(_Owing(self), "pushes")
         return self._wait
 
     def gaps_of(self, workers):

@@ -113,8 +113,8 @@ class ServerIO:
                 self.on_worker_failed(w, len(self.workers) - len(self.dead))
 
     def _wait_any(self, wait_action):
-        what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (still "
-                        f"running: ranks {', '.join(map(str, wait_action.on))}); a peer may have died or hung")
+        what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (waiting for "
+                        f"rank(s) {', '.join(map(str, wait_action.on))}); a peer may have died or hung")
         if not self.fault_tolerant:
             return wait_any(self.reqs, self.timeout, what, on=wait_action.on)
 

@@ -4,7 +4,7 @@ hyperparameters (the preset, with the options given), the data, the number of it
 here, so a worker of a simulated run starts from exactly the model and shard a real rank does."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class Workload:
     hparams: dict                   # lr, momentum, weight_decay, batch_size
     iterations: int
     dataset: object = None
+    _layout: tuple = field(default=None, init=False, repr=False, compare=False)
 
     def trainer(self, part, parts, device="cpu"):
         """A trainer on shard ``part`` of ``parts`` (the same initial model on every worker)."""
@@ -48,7 +49,13 @@ class Workload:
         return self.layout()[0]
 
     def layout(self):
-        """``(numbers, tensors, crc32 of their shapes)`` of the model's trainable parameters (meta device)."""
+        """``(numbers, tensors, crc32 of their shapes)`` of the model's trainable parameters (meta device;
+        built once: the buffers' size check and the ranks' agreement both ask)."""
+        if self._layout is None:
+            self._layout = self._build_layout()
+        return self._layout
+
+    def _build_layout(self):
         from hopdec.ml.models import parameter_layout
         if self.dataset is not None:
             shape, classes = self.dataset.input_shape, self.dataset.num_classes

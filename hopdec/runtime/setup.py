@@ -114,7 +114,7 @@ def first_disagreement(shared):
         if mine["parameters"] != ref["parameters"]:
             (n0, t0, _), (n1, t1, _) = ref["parameters"], mine["parameters"]
             what = (f"{n1:,} trainable numbers in {t1} tensors on rank {r}, {n0:,} in {t0} on rank 0"
-                    if (n0, t0) != (n1, t1) else f"the same sizes in all but different shapes")
+                    if (n0, t0) != (n1, t1) else "the same sizes in all but different shapes")
             return r, (f"rank {r} and rank 0 build different models ({what}); every rank must build the same "
                        f"model (the messages are the whole parameter buffer)")
         key = next(k for k in sorted(set(mine) | set(ref)) if mine.get(k) != ref.get(k))

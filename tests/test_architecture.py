@@ -22,7 +22,7 @@ LAYERS = [
     {"hopdec.modes"},
     {"hopdec.runtime"},
     {"hopdec.sim", "hopdec.optim"},
-    {"hopdec.cli"},
+    {"hopdec.cli", "hopdec.__main__"},
     {"hopdec.testbed"},
 ]
 """Packages from the bottom up: the base modules; the domain libraries (graphs, torch, MPI messages, the

@@ -285,6 +285,8 @@ def test_loss_against_iterations_puts_local_steps_rounds_on_the_mini_batch_axis(
     assert rounds[3]["first_step"] == 12 and rounds[3]["inner_steps"] == 4
     kp, _ = plain.loss_vs_iter()
     assert list(kp) == list(range(40))
+    assert Run._step_of({"iter": 5, "inner_steps": 2}, 4) == 20.5      # HopOptimizer's short last round
+    assert Run._step_of({"iter": 5, "first_step": "x", "inner_steps": -1}, 4) == 21.5   # damaged: H each
     plt = plots.matplotlib()
     fig, (a, b) = plt.subplots(1, 2)
     plots.loss_curves(a, b, [plain, local])

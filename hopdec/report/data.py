@@ -459,10 +459,11 @@ class Run:
 
     @staticmethod
     def _step_of(rec, h):
-        """The middle inner step of a round's record (its ``first_step`` and ``inner_steps``, else H each)."""
+        """The middle inner step of a round's record: from its ``first_step`` (else round x H) and its
+        ``inner_steps`` (else H; ``HopOptimizer``'s records have no ``first_step``)."""
         first, n = rec.get("first_step"), rec.get("inner_steps")
-        if not (_int(first) and _int(n) and first >= 0 and n >= 1):
-            first, n = rec["iter"] * h, h
+        first = first if _int(first) and first >= 0 else rec["iter"] * h
+        n = n if _int(n) and n >= 1 else h
         return first + (n - 1) / 2
 
     def timeline(self):

@@ -169,6 +169,18 @@ def test_a_stopped_and_resumed_all_reduce_run_ends_where_an_uninterrupted_one_do
     assert [(e["iter_min"], e.get("final", False)) for e in resumed] == [(k, k == 8) for k in range(9)], resumed
 
 
+def test_a_hung_rank_in_an_all_reduce_is_named_by_the_failure_election(mpirun):
+    """A collective does not say who is missing: the line said only "the all-reduce of iteration 3 did not
+    complete within 4 s". The ranks that time out announce it to each other (the failure election); the
+    one that never does is named."""
+    out = mpirun(4, ["train", "--no-progress", "--threads", 1, "--mode", "allreduce", "--iterations", 50,
+                     "--die-rank", 2, "--die-at", 3, "--die-how", "hang", "--peer-timeout", 4], timeout=120)
+    lines = [x for x in out.stderr.splitlines() if x.startswith("hopdec train: error:")]
+    assert out.returncode != 0 and len(lines) == 1, out.stderr[-3000:]
+    assert "the all-reduce of iteration 3 did not complete within 4 s; a peer may have died or hung (rank(s) 2 " \
+           "noticed nothing while the others timed out: stopped or hung there?)" in lines[0], lines[0]
+
+
 def test_the_iteration_training_starts_at_is_evaluated_once(monkeypatch):
     """``--eval-interval``: the evaluation at the start (iteration k) and the one due at Enter(k) were two
     rows for k when the first Enter came more than an interval after the start (a loaded machine: the

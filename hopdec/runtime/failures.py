@@ -77,6 +77,7 @@ class FailureChannel:
         self.heard = {}
         self.heard_at = {}          # rank -> when its notice was collected (time.monotonic())
         self.claims = {}            # rank -> priority of its claim
+        self.silent = []            # ranks this one waited for that sent no notice (as of its election)
 
     def _collect(self):
         while self._test():
@@ -166,6 +167,7 @@ class FailureChannel:
         notices = dict(self.heard)
         notices[rank] = (int(priority), int(since * 1e6), on)
         silent = {r for _, _, waits in notices.values() for r in waits} - set(notices)
+        self.silent = sorted(silent & set(on))
 
         def key(r):
             p, t, waits = notices[r]
@@ -200,7 +202,11 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
-        print(f"{prog}: {kind}: {one_line(rank, err)}", file=sys.stderr, flush=True)
+        line = one_line(rank, err)
+        if timeout and getattr(err, "name_silent", False) and _channel is not None and _channel.silent:
+            line += (f" (rank(s) {', '.join(map(str, _channel.silent))} noticed nothing while the others "
+                     f"timed out: stopped or hung there?)")
+        print(f"{prog}: {kind}: {line}", file=sys.stderr, flush=True)
         forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:
         time.sleep(OTHERS_S)   # the elected rank is about to abort the job

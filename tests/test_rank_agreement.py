@@ -6,23 +6,35 @@ differs, instead of ``MPI_ERR_IN_STATUS`` or a 120 s peer timeout blaming a peer
 import textwrap
 
 from hopdec.runtime.setup import first_disagreement
+from hopdec.transport.collectives import first_difference
 
 BASE = {"mode": "decentralized", "topology": "7fdf9357b3d3cf85", "dataset": "digits (1437 training samples, "
-        "input 1x8x8)", "parameters": [650, 2, 123], "iterations": 6}
+        "input 1x8x8)", "parameters": [650, 2, 123, 45], "iterations": 6}
 
 
 def test_ranks_that_agree_pass_and_the_first_that_differs_is_named():
     assert first_disagreement([BASE, dict(BASE), dict(BASE)]) is None
-    r, line = first_disagreement([BASE, BASE, dict(BASE, parameters=[715, 2, 9]), dict(BASE, iterations=7)])
-    assert r == 2 and line.startswith("rank 2 and rank 0 build different models (715 trainable numbers in 2 "
-                                      "tensors on rank 2, 650 in 2 on rank 0)")
-    r, line = first_disagreement([BASE, dict(BASE, parameters=[650, 2, 77])])
-    assert r == 1 and "the same sizes in all but different shapes" in line
+    r, line = first_disagreement([BASE, BASE, dict(BASE, parameters=[715, 2, 9, 45]), dict(BASE, iterations=7)])
+    assert r == 2 and line.startswith("the ranks' models differ: rank 0 averages 650 numbers in 2 tensors, rank 2 "
+                                      "715 in 2; every rank must build the same model")
+    r, line = first_disagreement([BASE, dict(BASE, parameters=[650, 2, 77, 45])])
+    assert r == 1 and "rank 0's and rank 1's tensors have the same sizes in all but different shapes" in line
+    r, line = first_disagreement([BASE, dict(BASE, parameters=[650, 2, 123, 46])])
+    assert r == 1 and "the same shapes but different memory layouts" in line
     r, line = first_disagreement([BASE, BASE, BASE, dict(BASE, topology="a22c82f1c1893432")])
     assert r == 3 and "the topology (its graph's sha256) is 'a22c82f1c1893432' on rank 3, '7fdf9357b3d3cf85' " \
                       "on rank 0" in line and "differs between hosts" in line
     r, line = first_disagreement([BASE, {k: v for k, v in BASE.items() if k != "iterations"}])
     assert r == 1 and "iterations is None on rank 1, 6 on rank 0" in line
+
+
+def test_the_first_rank_that_differs_from_rank_0_and_where():
+    """The one comparison ``hopdec train`` and ``HopOptimizer`` share (models' layouts, topology, settings)."""
+    assert first_difference([{"a": 1}, {"a": 1}]) is None and first_difference([[1, 2]]) is None
+    assert first_difference([{"a": 1, "b": 2}, {"a": 1, "b": 2}, {"a": 0, "b": 3}, {"b": 9}]) == (2, "a")
+    assert first_difference([{"a": 1}, {"a": 1, "z": None}]) == (1, "z")           # a key only one rank has
+    assert first_difference([{"a": 1}, {"a": 1, "z": 0}]) == (1, "z")
+    assert first_difference([[1, 2], [1, 2], [1, 3]]) == (2, None)
 
 
 USER = textwrap.dedent('''
@@ -77,9 +89,10 @@ def test_files_and_factories_that_differ_between_ranks_are_refused_at_setup(mpir
     outs = mpirun.batch(4, runs, timeout=300, prelude=prelude)
     says = ["rank 2 and rank 0 would run different settings: the topology (its graph's sha256) is ",
             "rank 2 and rank 0 would run different settings: dataset is 'data.py:make (250 training samples",
-            "rank 1 and rank 0 build different models (715 trainable numbers in 2 tensors on rank 1, 650 in 2 "
-            "on rank 0)",
-            "rank 1 and rank 0 build different models (the same sizes in all but different shapes)"]
+            "the ranks' models differ: rank 0 averages 650 numbers in 2 tensors, rank 1 715 in 2; every rank must "
+            "build the same model (the messages are the whole parameter buffer)",
+            "the ranks' models differ: rank 0's and rank 1's tensors have the same sizes in all but different "
+            "shapes"]
     for out, text in zip(outs, says):
         lines = [x for x in out.stderr.splitlines() if x.startswith("hopdec train: error:")]
         assert out.returncode == 2 and len(lines) == 1 and text in lines[0], out.stdout + out.stderr

@@ -219,10 +219,34 @@ def parameter_count(name: str, input_shape: Sequence[int], num_classes: int, nor
     return parameter_layout(name, input_shape, num_classes, norm)[0]
 
 
+def tensor_layout(tensors: Sequence[torch.Tensor]) -> list[int]:
+    """``[numbers, tensors, crc32 of their shapes, crc32 of their strides]``: what every rank exchanging one
+    flat buffer of ``tensors`` must agree on (JSON-ready; compared by :func:`layout_difference`)."""
+    shapes, strides = [list(t.shape) for t in tensors], [list(t.stride()) for t in tensors]
+    return [sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode()),
+            zlib.crc32(repr(strides).encode())]
+
+
+def layout_difference(r: int, mine: Sequence[int], ref: Sequence[int]) -> str:
+    """One line on how rank ``r``'s :func:`tensor_layout` differs from rank 0's. Without the comparison a
+    rank whose model was built differently (a rank-dependent size) exchanged messages of another length and
+    the job ended on MPI's ``MPI_ERR_IN_STATUS``; one whose model alone was ``channels_last`` averaged its
+    elements with others in another order, silently (the buffer holds each tensor in its own layout)."""
+    (n0, t0, s0, _), (n1, t1, s1, _) = ref, mine
+    if (n0, t0) != (n1, t1):
+        differs = f"rank 0 averages {n0:,} numbers in {t0} tensors, rank {r} {n1:,} in {t1}"
+    elif s0 != s1:
+        differs = f"rank 0's and rank {r}'s tensors have the same sizes in all but different shapes"
+    else:
+        differs = (f"rank 0's and rank {r}'s tensors have the same shapes but different memory layouts "
+                   f"(strides: channels_last on some ranks only?)")
+    return (f"the ranks' models differ: {differs}; every rank must build the same model (the messages are "
+            f"the whole parameter buffer)")
+
+
 def parameter_layout(name: str, input_shape: Sequence[int], num_classes: int,
-                     norm: str = "batch") -> tuple[int, int, int]:
-    """``(numbers, tensors, crc32 of their shapes)`` of ``build_model(...)``'s trainable parameters, built on
-    the meta device: what every rank must agree on before exchanging whole flat buffers."""
+                     norm: str = "batch") -> list[int]:
+    """The :func:`tensor_layout` of ``build_model(...)``'s trainable parameters, built on the meta device."""
     try:
         with torch.device("meta"):
             model = build_model(name, input_shape, num_classes, norm=norm)
@@ -230,9 +254,7 @@ def parameter_layout(name: str, input_shape: Sequence[int], num_classes: int,
         raise
     except Exception:                               # a factory of yours that cannot build on meta
         model = build_model(name, input_shape, num_classes, norm=norm)
-    params = [p for p in model.parameters() if p.requires_grad]
-    return (sum(p.numel() for p in params), len(params),
-            zlib.crc32(repr([list(p.shape) for p in params]).encode()))
+    return tensor_layout([p for p in model.parameters() if p.requires_grad])
 
 
 class _BinaryLogLoss(nn.Module):

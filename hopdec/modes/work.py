@@ -24,7 +24,7 @@ class Workload:
     hparams: dict                   # lr, momentum, weight_decay, batch_size
     iterations: int
     dataset: object = None
-    _layout: tuple = field(default=None, init=False, repr=False, compare=False)
+    _layout: list = field(default=None, init=False, repr=False, compare=False)
 
     def trainer(self, part, parts, device="cpu"):
         """A trainer on shard ``part`` of ``parts`` (the same initial model on every worker)."""
@@ -49,7 +49,7 @@ class Workload:
         return self.layout()[0]
 
     def layout(self):
-        """``(numbers, tensors, crc32 of their shapes)`` of the model's trainable parameters (meta device;
+        """The :func:`~hopdec.ml.models.tensor_layout` of the model's trainable parameters (meta device;
         built once: the buffers' size check and the ranks' agreement both ask)."""
         if self._layout is None:
             self._layout = self._build_layout()

@@ -95,8 +95,8 @@ def plan_of(graph, cfg):
     import dataclasses
 
     from hopdec.modes.fingerprint import topology_fingerprint
-    return [topology_fingerprint(graph)["sha256"],
-            {k: v for k, v in dataclasses.asdict(cfg).items() if k != "iterations"}]
+    return {"topology": topology_fingerprint(graph)["sha256"],
+            **{k: v for k, v in dataclasses.asdict(cfg).items() if k != "iterations"}}
 
 
 def check_same_plan(plans):
@@ -104,47 +104,31 @@ def check_same_plan(plans):
     0's: a topology file that differs between hosts ran another graph there and hung until the peer
     timeout; settings computed per rank gave each rank other bounds."""
     from hopdec.errors import ConfigError
-    for r, (topo, cfg) in enumerate(plans):
-        if topo != plans[0][0]:
-            raise ConfigError(f"HopOptimizer: rank {r} and rank 0 read different topologies (sha256 {topo} on "
-                              f"rank {r}, {plans[0][0]} on rank 0): every rank must read the same file (one "
-                              f"that differs between hosts?)")
-        if cfg != plans[0][1]:
-            key = next(k for k in sorted(cfg) if cfg[k] != plans[0][1].get(k))
-            raise ConfigError(f"HopOptimizer: rank {r} and rank 0 were given different settings: {key} "
-                              f"{cfg[key]!r} on rank {r}, {plans[0][1].get(key)!r} on rank 0")
+    from hopdec.transport.collectives import first_difference
+    found = first_difference(plans)
+    if found is None:
+        return
+    r, key = found
+    mine, ref = plans[r].get(key), plans[0].get(key)
+    if key == "topology":
+        raise ConfigError(f"HopOptimizer: rank {r} and rank 0 read different topologies (sha256 {mine} on "
+                          f"rank {r}, {ref} on rank 0): every rank must read the same file (one that differs "
+                          f"between hosts?)")
+    raise ConfigError(f"HopOptimizer: rank {r} and rank 0 were given different settings: {key} {mine!r} on rank "
+                      f"{r}, {ref!r} on rank 0")
 
 
 def check_same_layout(comm, tensors, timeout):
     """Every rank's averaged tensors have the same shapes and memory layouts, in the same order (collective,
-    bounded by ``timeout``): the same line on every rank, naming two ranks that differ. Without it a rank
-    whose model was built differently (a rank-dependent size) exchanged messages of another length, and the
-    job ended on MPI's ``MPI_ERR_IN_STATUS``; one whose model alone was ``channels_last`` would have averaged
-    its parameters' elements with others in another order, silently (the buffer holds each tensor in its
-    own layout, :func:`hopdec.ml.trainer.view_like`)."""
-    import zlib
-
+    bounded by ``timeout``): the same line on every rank, naming two ranks that differ
+    (:func:`hopdec.ml.models.layout_difference`, what ``hopdec train`` says too)."""
     from hopdec.errors import ConfigError
-    from hopdec.transport.collectives import allgather_json
-    shapes = [list(t.shape) for t in tensors]
-    strides = [list(t.stride()) for t in tensors]
-    mine = [sum(t.numel() for t in tensors), len(tensors), zlib.crc32(repr(shapes).encode()),
-            zlib.crc32(repr(strides).encode())]
-    every = allgather_json(comm, mine, timeout, "HopOptimizer(): comparing the ranks' models")
-    odd = [r for r, theirs in enumerate(every) if theirs != every[0]]
-    if not odd:
-        return
-    r = odd[0]
-    (n0, t0, s0, _), (n1, t1, s1, _) = every[0], every[r]
-    if (n0, t0) != (n1, t1):
-        differs = f"rank 0 averages {n0:,} numbers in {t0} tensors, rank {r} {n1:,} in {t1}"
-    elif s0 != s1:
-        differs = f"rank 0's and rank {r}'s tensors have the same sizes in all but different shapes"
-    else:
-        differs = (f"rank 0's and rank {r}'s tensors have the same shapes but different memory layouts "
-                   f"(strides: channels_last on some ranks only?)")
-    raise ConfigError(f"HopOptimizer: the ranks' models differ: {differs}; every rank must build the same "
-                      f"model (the messages are the whole parameter buffer)")
+    from hopdec.ml.models import layout_difference, tensor_layout
+    from hopdec.transport.collectives import allgather_json, first_difference
+    every = allgather_json(comm, tensor_layout(tensors), timeout, "HopOptimizer(): comparing the ranks' models")
+    found = first_difference(every)
+    if found is not None:
+        raise ConfigError(f"HopOptimizer: {layout_difference(found[0], every[found[0]], every[0])}")
 
 
 def check_dtypes(tensors, names):

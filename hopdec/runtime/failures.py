@@ -203,7 +203,7 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
         line = one_line(rank, err)
-        if timeout and getattr(err, "name_silent", False) and _channel is not None and _channel.silent:
+        if timeout and err.name_silent and _channel is not None and _channel.silent:
             line += (f" (rank(s) {', '.join(map(str, _channel.silent))} noticed nothing while the others "
                      f"timed out: stopped or hung there?)")
         print(f"{prog}: {kind}: {line}", file=sys.stderr, flush=True)

@@ -96,10 +96,9 @@ def _load(settings, comm, run):
 
 def shared_by_every_rank(ctx):
     """What every rank must agree on before a training message is sent (JSON-ready): its model's trainable
-    parameters (numbers, tensors, their shapes' crc32) and what the run computes (its fingerprint: the
+    parameters (:func:`~hopdec.ml.models.tensor_layout`) and what the run computes (its fingerprint: the
     topology's hash, the dataset's size and shape, the settings), read by each rank from its own files."""
-    numbers, tensors, shapes = ctx.run.work.layout()
-    return {**ctx.fingerprint, "parameters": [numbers, tensors, shapes], "iterations": ctx.run.work.iterations}
+    return {**ctx.fingerprint, "parameters": ctx.run.work.layout(), "iterations": ctx.run.work.iterations}
 
 
 def first_disagreement(shared):
@@ -107,22 +106,19 @@ def first_disagreement(shared):
     None when all agree. Without it a rank whose model was built differently (a factory that depends on
     the rank) sent messages of another length and the job ended on ``MPI_ERR_IN_STATUS``; one whose
     topology or data file differed on its host ran another graph or shard and hung or silently diverged."""
-    for r, mine in enumerate(shared):
-        if mine == shared[0]:
-            continue
-        ref = shared[0]
-        if mine["parameters"] != ref["parameters"]:
-            (n0, t0, _), (n1, t1, _) = ref["parameters"], mine["parameters"]
-            what = (f"{n1:,} trainable numbers in {t1} tensors on rank {r}, {n0:,} in {t0} on rank 0"
-                    if (n0, t0) != (n1, t1) else "the same sizes in all but different shapes")
-            return r, (f"rank {r} and rank 0 build different models ({what}); every rank must build the same "
-                       f"model (the messages are the whole parameter buffer)")
-        key = next(k for k in sorted(set(mine) | set(ref)) if mine.get(k) != ref.get(k))
-        name = "the topology (its graph's sha256)" if key == "topology" else key
-        return r, (f"rank {r} and rank 0 would run different settings: {name} is {mine.get(key)!r} on rank {r}, "
-                   f"{ref.get(key)!r} on rank 0; every rank must read the same files (a topology or data file "
-                   f"that differs between hosts?)")
-    return None
+    from hopdec.ml.models import layout_difference
+    from hopdec.transport.collectives import first_difference
+    found = first_difference(shared)
+    if found is None:
+        return None
+    r, key = found
+    mine, ref = shared[r], shared[0]
+    if mine.get("parameters") != ref.get("parameters"):
+        return r, layout_difference(r, mine["parameters"], ref["parameters"])
+    name = "the topology (its graph's sha256)" if key == "topology" else key
+    return r, (f"rank {r} and rank 0 would run different settings: {name} is {mine.get(key)!r} on rank {r}, "
+               f"{ref.get(key)!r} on rank 0; every rank must read the same files (a topology or data file "
+               f"that differs between hosts?)")
 
 
 LOG_FILES = re.compile(r"(rank|params_rank)(\d+)\.(jsonl|npy)|eval\.jsonl")

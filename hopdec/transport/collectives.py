@@ -32,6 +32,21 @@ def allreduce_sum(comm, values, timeout, what="allreduce"):
     return out
 
 
+def first_difference(values):
+    """``(rank, key)`` of the lowest rank whose value (one per rank, as :func:`allgather_json` returns them)
+    differs from rank 0's, ``key`` the first key (sorted) where two dicts differ (None for other values);
+    None when every rank agrees. What the ranks must agree on before exchanging (a model's layout, the
+    topology, the settings) is compared this way, and the caller names what differs."""
+    ref = values[0]
+    for r, mine in enumerate(values):
+        if mine != ref:
+            if isinstance(mine, dict) and isinstance(ref, dict):
+                return r, next(k for k in sorted(set(mine) | set(ref))
+                               if k not in mine or k not in ref or mine[k] != ref[k])
+            return r, None
+    return None
+
+
 def _encode(obj):
     return np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
 

@@ -123,24 +123,27 @@ def watching(fn):
 
 class PeerTimeout(RuntimeError):
     """A rank waited longer than its peer timeout for a peer: one may have died or hung. ``on``: the ranks
-    it waited for (when known); ``started``: when the wait began (wall clock)."""
+    it waited for (when known); ``started``: when the wait began (wall clock); ``name_silent``: the message
+    cannot say which of them is missing (a collective), so the report adds those that announced no timeout
+    of their own (:func:`hopdec.runtime.failures.abort`)."""
 
-    def __init__(self, message, started=None, on=()):
+    def __init__(self, message, started=None, on=(), name_silent=False):
         super().__init__(message)
         self.started = time.time() if started is None else started
         self.on = tuple(on)
+        self.name_silent = bool(name_silent)
 
 
 class PeerFailed(RuntimeError):
     """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
 
 
-def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None):
+def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, name_silent=False):
     """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
 
     ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
-    ``on``: the ranks waited for; ``started``: when the wait began (wall clock; default now), for the
-    PeerTimeout. ``timeout=None`` waits forever (only for waits another timeout covers). Stalls (see
+    ``on``, ``name_silent``: as :class:`PeerTimeout`'s; ``started``: when the wait began (wall clock; default
+    now), for the PeerTimeout. ``timeout=None`` waits forever (only for waits another timeout covers). Stalls (see
     :func:`run_clock`) are noted before the timeout is checked, so a rank resumed after a pause polls
     again before it can time out.
     """
@@ -159,7 +162,8 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None):
         last = _stall_check(last, nap)
         nap = min(nap * 2, LONGEST_NAP_S)
         if timeout is not None and clock() - start > timeout:
-            raise PeerTimeout(message() if callable(message) else message, started=began, on=on)
+            raise PeerTimeout(message() if callable(message) else message, started=began, on=on,
+                              name_silent=name_silent)
 
 
 def wait_event(event, timeout):

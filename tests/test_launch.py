@@ -669,6 +669,24 @@ def test_slurm_sbatch_runs_srun_with_the_arguments_and_refuses_bad_settings_in_o
         assert not (tmp_path / "argv").exists()
 
 
+def test_slurm_sbatch_without_the_checkout_still_refuses_srun_with_fault_tolerance(tmp_path):
+    """Submitted from a folder without ``launch/_common.sh`` (hopdec installed, the script copied): srun still
+    runs the job, and --fault-tolerance is still refused (the check used _common.sh's has_ft and was skipped
+    where that file was missing)."""
+    script, env = _fake_slurm(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env["SLURM_SUBMIT_DIR"] = str(elsewhere)
+    r = _sbatch(script, env, "--iterations", "3")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "argv").read_text())[0][-4:] == ["hopdec", "train", "--iterations", "3"]
+    (tmp_path / "argv").unlink()
+    r = _sbatch(script, env, "--fault-tolerance")
+    assert r.returncode == 2 and r.stderr == ("slurm.sbatch: error: --fault-tolerance needs Open MPI's mpirun (ULFM; "
+                                              "srun cannot start it): set HOPDEC_LAUNCHER=mpirun\n"), r.stderr
+    assert not (tmp_path / "argv").exists()
+
+
 def test_slurm_sbatch_with_mpirun_gets_the_flags_hostfile_sh_gives(tmp_path):
     """``HOPDEC_LAUNCHER=mpirun`` built its own short line: --fault-tolerance got no ULFM (every rank then
     refused to start), HOPDEC_MPIRUN_ARGS was ignored, no stop file. Now it has launch/_common.sh's flags."""

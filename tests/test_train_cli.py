@@ -7,6 +7,7 @@ from hopdec.errors import ConfigError, HopdecError
 from hopdec.hop.config import ProtocolConfig
 from hopdec.cli.train import build_parser, parse
 from hopdec.modes.decentralized import resolve_topology
+from hopdec import topology as T
 from hopdec.topology import default_topology
 
 
@@ -18,6 +19,35 @@ def test_topology_can_be_a_file_or_a_generator_kind():
         resolve_topology("ring-based", 5)
     with pytest.raises(HopdecError, match="no-such-file.json: no such file"):
         resolve_topology("no-such-file.json", 4)
+
+
+def test_a_mistyped_topology_names_what_was_meant(tmp_path, monkeypatch):
+    """A newcomer's ``--topology rign`` or ``ring_8.json`` (the README's list names the files without their
+    folder) says what is close: a generator kind, a shipped file -- from any working directory -- or a file
+    beside the one given; a name close to nothing gets no guess, and a path no list of kinds."""
+    import os
+    from hopdec.topology.graph_io import SHIPPED
+    monkeypatch.chdir(tmp_path)
+    said = {}
+    for spec in ["rign", "ring_8.json", "torus16.json", "mine.jsn", "zzzz", "zz/zz.json"]:
+        with pytest.raises(HopdecError) as err:
+            resolve_topology(spec, 8)
+        said[spec] = str(err.value)
+    (tmp_path / "mine.json").write_text("0 1\n1 0\n")
+    with pytest.raises(HopdecError) as err:
+        resolve_topology("mine.jsn", 2)
+    assert str(err.value) == "--topology mine.jsn: no such file (did you mean mine.json?)"
+    assert said["rign"].endswith("not a generator kind (one of complete, double-ring, exponential, hierarchical-a, "
+                                 "hierarchical-b, one-peer-exponential, ring, ring-based, torus) (did you mean ring?)")
+    assert said["ring_8.json"] == f"--topology ring_8.json: no such file (did you mean {SHIPPED}{os.sep}ring_8.json?)"
+    assert said["torus16.json"].endswith(f"(did you mean {SHIPPED}{os.sep}torus_16.json?)")
+    assert said["mine.jsn"] == "--topology mine.jsn: no such file"
+    assert "did you mean" not in said["zzzz"] and "generator kind" in said["zzzz"]
+    assert said["zz/zz.json"] == "--topology zz/zz.json: no such file"
+    monkeypatch.chdir(os.path.dirname(SHIPPED))         # from the checkout: the path as typed there
+    with pytest.raises(HopdecError, match=r"ring_8.json: no such file \(expected a topology file\) "
+                                          r"\(did you mean topologies/ring_8.json\?\)"):
+        T.load("ring_8.json")
 
 
 def test_default_topology_fits_any_size():

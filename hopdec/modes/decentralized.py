@@ -42,6 +42,13 @@ def resolve_topology(spec, size):
             raise ConfigError(f"--topology {spec}: {err}") from None
         g.graph["source"] = f"{spec}({size})"
         return g
+    if not os.path.lexists(spec):
+        from hopdec.files import shown
+        from hopdec.topology.graph_io import did_you_mean
+        if os.sep in spec or "." in spec:       # a path: the kinds would be noise
+            raise ConfigError(f"--topology {shown(spec)}: no such file{did_you_mean(spec)}")
+        raise ConfigError(f"--topology {shown(spec)}: no such file, and not a generator kind (one of "
+                          f"{', '.join(sorted(T.GENERATORS))}){did_you_mean(spec, T.GENERATORS)}")
     return T.load(spec)
 
 

@@ -35,14 +35,10 @@ def resolve_topology(spec, size):
     ``nx.DiGraph``, or None for the default: what ``hopdec train --topology`` takes
     (:func:`hopdec.modes.decentralized.resolve_topology`), plus a graph object."""
     from hopdec import topology as T
-    from hopdec.modes.decentralized import is_generator
     from hopdec.modes.decentralized import resolve_topology as resolve
     if spec is not None and not isinstance(spec, (str, os.PathLike)):
         return T.effective_graph(spec, spec.graph.get("source", "topology"))
     spec = None if spec is None else os.fspath(spec)
-    if spec is not None and not os.path.exists(spec) and not is_generator(spec):
-        raise ConfigError(f"topology {spec!r}: no such file, and not a generator kind (one of "
-                          f"{', '.join(sorted(T.GENERATORS))})")
     try:
         return resolve(spec, size)
     except ConfigError as err:

@@ -13,6 +13,7 @@ numbers too long for Python is an error like any other.
 
 import json
 import math
+import os
 
 import networkx as nx
 import numpy as np
@@ -239,6 +240,35 @@ def effective_graph(G, source="<graph>", connected=True, rule=None):
     return G
 
 
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "topologies")
+"""The checkout's ``topologies/`` folder (the shipped files), where a missing file's name is also looked for."""
+
+
+def did_you_mean(spec, kinds=()):
+    """A hint for a topology ``spec`` that is no file: ``" (did you mean topologies/ring_8.json?)"``, naming
+    close topology files (beside it, in ``./topologies`` and in the shipped folder) and close ``kinds``;
+    ``""`` when nothing is close. A newcomer types ``ring_8.json`` from the README's list, or ``rign``."""
+    import difflib
+    spec = str(spec)
+    folder, base = os.path.split(spec)
+    exact, near = [], []
+    for where in dict.fromkeys([folder or ".", os.path.join(folder, "topologies"), SHIPPED]):
+        try:
+            names = sorted(n for n in os.listdir(where) if n.endswith((".json", ".txt", ".edges")))
+        except OSError:
+            continue
+        found = [base] if base in names else difflib.get_close_matches(base, names, n=1, cutoff=0.8)
+        for name in found:
+            path = os.path.join(where, name)
+            rel = os.path.relpath(path)
+            (exact if name == base else near).append(rel if not rel.startswith("..") else path)
+    close = exact or near
+    close += difflib.get_close_matches(spec, sorted(kinds), n=2, cutoff=0.6)
+    close = [c for c in dict.fromkeys(close) if c != spec][:3]
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
 def _read_text(path, src):
     """The file's text; TopologyError for anything but a readable regular UTF-8 file of sane size
     (:func:`hopdec.files.read_bytes`)."""
@@ -246,6 +276,9 @@ def _read_text(path, src):
     if str(src) == "":
         raise TopologyError("an empty topology path: give a topology file (node-link JSON or an edge list) "
                             "or a generator kind (ring, ring-based, complete, ...)")
+    if not os.path.lexists(path):
+        from hopdec.files import shown
+        raise TopologyError(f"{shown(path)}: no such file (expected a topology file){did_you_mean(path)}")
     raw = read_bytes(path, MAX_FILE_BYTES, "a topology file", TopologyError)
     try:
         text = raw.decode("utf-8")

@@ -137,7 +137,7 @@ def test_help_texts_read_as_plain_text_and_name_every_mode_of_eval_interval(caps
     assert out.returncode == 0 and "hopdec.testbed" in out.stdout and "``" not in out.stdout
 
 
-def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_path):
+def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_path, capsys):
     """``python -m hopdec`` said "'hopdec' is a package and cannot be directly executed" (a machine without
     the ``hopdec`` script on PATH); ``hopdec --version`` was "unknown command". The version has one source:
     setup.cfg reads ``hopdec.__version__``."""
@@ -153,4 +153,8 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and (tmp_path / "r.json").exists(), out.stderr
     out = subprocess.run([sys.executable, "-m", "hopdec", "nosuch"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "unknown command 'nosuch'" in out.stderr
+    assert out.returncode == 2 and "unknown command 'nosuch'" in out.stderr and "did you mean" not in out.stderr
+    from hopdec.cli.main import main
+    assert main(["trian"]) == 2
+    assert capsys.readouterr().err == ("hopdec: unknown command 'trian' (expected topo, train, sim, report, plot or "
+                                       "trace); did you mean train?\n")

@@ -16,6 +16,9 @@ USAGE = """usage: hopdec {topo,train,sim,report,plot,trace} ...   (hopdec --vers
 """
 
 
+COMMANDS = ("topo", "train", "sim", "report", "plot", "trace")
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -38,7 +41,10 @@ def main(argv=None):
             from hopdec.cli import report
             run = getattr(report, f"{cmd}_main")
         else:
-            print(f"hopdec: unknown command {cmd!r} (expected topo, train, sim, report, plot or trace)",
+            import difflib
+            close = difflib.get_close_matches(cmd, COMMANDS, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            print(f"hopdec: unknown command {cmd!r} (expected topo, train, sim, report, plot or trace){hint}",
                   file=sys.stderr)
             return 2
         return run(rest) or 0

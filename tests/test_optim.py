@@ -115,7 +115,10 @@ def test_nothing_is_silently_ignored(finish_all):
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip={"max_jump": 1}), "a jump of 0 or 1 never skips"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, skip="max-jump=3", protocol="notify-ack"), "skip needs"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, average_buffers=True, model=None, params="list"), "needs the model"),
-    (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*betas"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, betas=(0.9, 0.9)), "SGD.*'betas'$"),
+    # a mistyped argument of HopOptimizer's own reaches the inner optimizer: say which was meant
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, topolgy="ring"),
+     r"unexpected keyword argument 'topolgy'; did you mean topology= \(a HopOptimizer argument\)\?$"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=0), "consensus_every 0: must be an integer >= 1"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, consensus_every=5), "consensus_every needs log_dir"),
     # found when the run ended, after the training, with a traceback

@@ -158,3 +158,24 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
     assert main(["trian"]) == 2
     assert capsys.readouterr().err == ("hopdec: unknown command 'trian' (expected topo, train, sim, report, plot or "
                                        "trace); did you mean train?\n")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--topolgy", "ring"], "hopdec train: error: unrecognized arguments: --topolgy ring; did you mean "
+                                     "--topology? (see hopdec train --help)"),
+    (["sim", "--iteratons=3"], "hopdec sim: error: unrecognized arguments: --iteratons=3; did you mean --iterations? "
+                               "(see hopdec sim --help)"),
+    (["topo", "analyze", "topologies/ring_8.json", "--max-gi", "3"],
+     "hopdec topo: error: unrecognized arguments: --max-gi 3; did you mean --max-ig? (see hopdec topo -h)"),
+    (["report", "x", "--outptu", "y"], "hopdec report: error: unrecognized arguments: --outptu y; did you mean "
+                                       "--output? (see hopdec report --help)"),
+    (["sim", "--zzz"], "hopdec sim: error: unrecognized arguments: --zzz (see hopdec sim --help)"),
+])
+def test_a_mistyped_option_names_the_option_meant(argv, says, capsys, monkeypatch):
+    """Python 3.11's argparse says only "unrecognized arguments"; every hopdec command (one parser class)
+    adds the close option, also one of a subcommand's (``topo analyze``), and nothing when none is close."""
+    import os
+    from hopdec.cli.main import main
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == says + "\n"

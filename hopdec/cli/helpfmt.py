@@ -1,4 +1,4 @@
-"""One ``--help`` style for every hopdec command: each option says its default once.
+"""One ``--help`` style for every hopdec command: each option says its default once; one error style.
 
 argparse's ``ArgumentDefaultsHelpFormatter`` appends ``(default: X)`` to every help text, which doubles
 the defaults a text already explains ("(default 200) (default: None)") and prints ``None`` for options
@@ -17,3 +17,35 @@ class HelpFormatter(argparse.HelpFormatter):
                 or not action.option_strings):
             return text
         return text + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises a one-line :class:`hopdec.errors.ConfigError` (exit 2 via :mod:`hopdec.cli`)
+    instead of printing usage and exiting, and names the option a mistyped one was meant to be
+    (``--topolgy``: did you mean --topology?), which Python 3.11's argparse does not."""
+
+    help_option = "--help"
+
+    def error(self, message):
+        from hopdec.errors import ConfigError
+        hint = ""
+        if message.startswith("unrecognized arguments:"):
+            import difflib
+            known = sorted(_option_strings(self))
+            for word in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75) \
+                    if word.startswith("--") else []
+                if close:
+                    hint = f"; did you mean {close[0]}?"
+                    break
+        raise ConfigError(f"{message}{hint} (see {self.prog} {self.help_option})")
+
+
+def _option_strings(parser):
+    """Every long option of ``parser`` and of its subcommands' parsers."""
+    found = {o for o in parser._option_string_actions if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found

@@ -7,19 +7,14 @@ other figures); ``trace`` a Perfetto/Chrome trace of one run from its logs (comp
 run had ``--trace``, which records the spans).
 """
 
-import argparse
 import os
 import stat
 import sys
 
 from hopdec.cli.helpfmt import HelpFormatter
+from hopdec.cli.helpfmt import Parser as _Parser
 from hopdec.errors import ConfigError
 from hopdec.files import shown
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
 def _load(paths, labels, prog):

@@ -17,6 +17,7 @@ import sys
 
 from hopdec import topology as T
 from hopdec.errors import ConfigError
+from hopdec.cli.helpfmt import Parser
 from hopdec.cli.options import add_network_arguments
 from hopdec.topology.analysis import DEFAULT_MAX_IG, _num
 from hopdec.topology.schedule import schedule_of
@@ -28,11 +29,8 @@ PLOT_MAX_N = 1000
 """Largest graph ``--plot`` draws (it needs every eigenvalue, and a drawing of more is unreadable)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises ConfigError (one line, exit 2 via hopdec.cli) instead of exiting."""
-
-    def error(self, message):
-        raise ConfigError(f"{message} (see {self.prog} -h)")
+class _Parser(Parser):
+    help_option = "-h"
 
 
 def _int_at_least(lo, what):

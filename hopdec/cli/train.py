@@ -9,22 +9,19 @@ line naming the rank and the cause (:mod:`hopdec.runtime.failures`). The run goe
 (:mod:`hopdec.runtime.hop_mpi`, :mod:`hopdec.runtime.ps_mpi`, :mod:`hopdec.runtime.allreduce_mpi`).
 """
 
-import argparse
 import os
 import sys
 import time
 
+from hopdec.cli.helpfmt import Parser
 from hopdec.errors import ConfigError, HopdecError
 from hopdec.launcher import launcher_rank, under_launcher
 
 PROG = "hopdec train"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that says a bad option in one line (ConfigError), and prints --help on rank 0 only."""
-
-    def error(self, message):
-        raise ConfigError(f"{message} (see {self.prog} --help)")
+class _Parser(Parser):
+    """The one-line error parser (:class:`hopdec.cli.helpfmt.Parser`) that prints --help on rank 0 only."""
 
     def print_help(self, file=None):
         if launcher_rank() == 0:

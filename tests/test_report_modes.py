@@ -436,3 +436,17 @@ def test_a_resumed_parameter_server_runs_pause_is_left_out_too(tmp_path):
     assert [e["time"] for e in run.events_of("eval")] == pytest.approx([t0, t0 + 3, t0 + 3600 - gap, t0 + 3603 - gap])
     assert max(x["time"] for x in run.records[1]) == pytest.approx(t0 + 3603 - gap)
     assert "resumed at checkpoint cut 2" in run.resumed()
+
+
+def test_the_gap_over_time_reads_the_runs_start_once_not_once_per_point(tmp_path, monkeypatch):
+    """``hopdec report`` of a 16-worker PS run of 300 iterations took 20 s: the gap curve subtracted the run's
+    start from each of its ~3,000 points, and the start (``Run.t0``) scans every worker's first record and
+    all the server's events each time it is read."""
+    simulate(tmp_path, "--mode", "ps", "--sync", "ssp", "-n", 6, "--iterations", 20)
+    run = Run.load(str(tmp_path))
+    reads = []
+    start = Run.t0.fget
+    monkeypatch.setattr(Run, "t0", property(lambda self: reads.append(1) or start(self)))
+    t, gaps = run.gap_over_time()
+    assert len(t) == len(gaps) > 10 and t.min() >= 0
+    assert len(reads) == 1

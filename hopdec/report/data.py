@@ -525,7 +525,8 @@ class Run:
         from hopdec.report.gaps import gap_sweep
         removed = self.removed_at()
         sweep = list(gap_sweep(self._entries(removed), [removed.get(w) for w in self.workers]))
-        return np.array([t - self.t0 for t, _ in sweep]), np.array([g for _, g in sweep])
+        t0 = self.t0                # (a scan of every worker's first record and the server's events:
+        return np.array([t - t0 for t, _ in sweep]), np.array([g for _, g in sweep])  # once, not per point)
 
     def gap_matrix(self, limit=64):
         """Largest observed Iter(i) - Iter(j) for every ordered pair of workers (None above ``limit``)."""

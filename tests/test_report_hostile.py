@@ -302,3 +302,22 @@ def test_a_nan_time_is_skipped_not_swept_forever(tmp_path, capsys):
     assert run.bad_lines == 1 and len(run.records[1]) == 11
     code, err = run_cmd(["plot", d, "--what", "gap", "-o", str(tmp_path / "g.png")], capsys, seconds=60)
     assert code == 0 and "1 log line" in err
+
+
+def test_a_line_nested_one_level_too_deep_is_refused_and_one_at_the_limit_read(tmp_path):
+    """The depth check skips the walk for a line with at most MAX_DEPTH opening brackets (a container at depth
+    d needs d + 1 of them); at the boundary it still says what the walk says, brackets in strings or not."""
+    import io
+    from hopdec.report.data import MAX_DEPTH, _json_lines
+
+    def nest(depth, inner="[]"):
+        x = inner
+        for _ in range(depth - 1):
+            x = f"[{x}]"
+        return x
+    lines = [f'{{"x": {nest(MAX_DEPTH - 1)}}}',                 # deepest container at depth MAX_DEPTH - 1
+             f'{{"x": {nest(MAX_DEPTH)}}}',                     # one at depth MAX_DEPTH: refused
+             f'{{"s": "{"[" * 40}", "x": {nest(MAX_DEPTH - 1)}}}',  # brackets in a string: walked, read
+             f'{{"s": "{"{" * 40}", "x": {nest(MAX_DEPTH)}}}']
+    rows, bad = _json_lines(io.BytesIO("\n".join(lines).encode()))
+    assert bad == 2 and [sorted(r) for r in rows] == [["x"], ["s", "x"]]

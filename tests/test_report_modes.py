@@ -450,3 +450,49 @@ def test_the_gap_over_time_reads_the_runs_start_once_not_once_per_point(tmp_path
     t, gaps = run.gap_over_time()
     assert len(t) == len(gaps) > 10 and t.min() >= 0
     assert len(reads) == 1
+
+
+def _every_pair_at_every_instant(entries, gone=None):
+    """The gap matrix as the definition says it: after each instant, every live pair (what
+    :func:`hopdec.report.gaps.max_iteration_gap` did until it updated only the pairs of the workers that moved)."""
+    import numpy as np
+    from hopdec.report.gaps import _events
+    n, events = len(entries), _events(entries, gone)
+    cur, alive, best = np.full(n, -1), np.ones(n, dtype=bool), np.zeros((n, n), dtype=np.int64)
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        while i < len(events) and events[i][0] == t:
+            _, r, k = events[i]
+            if k is None:
+                alive[r] = False
+            elif alive[r]:
+                cur[r] = max(cur[r], k)
+            i += 1
+        if (cur[alive] >= 0).all():
+            live = np.flatnonzero(alive & (cur >= 0))
+            sub = cur[live]
+            best[np.ix_(live, live)] = np.maximum(best[np.ix_(live, live)], sub[:, None] - sub[None, :])
+    return best
+
+
+def test_the_gap_matrix_is_every_pairs_largest_gap_at_every_instant():
+    """The report of 64 workers x 500 iterations spent 4 of its 9 s in the gap matrix (every pair at every
+    instant); now only the pairs of the workers that moved -- on random runs with ties, late starters,
+    deaths (also of a worker that never started) and repeated iterations, the same matrix."""
+    import random
+    import numpy as np
+    from hopdec.report.gaps import max_iteration_gap
+    for seed in range(300):
+        r = random.Random(seed)
+        n = r.randint(1, 7)
+        entries = []
+        for _ in range(n):
+            t, k, ev = r.choice([0, 1, 5]), r.randint(0, 2), []
+            for _ in range(r.randint(0, 12)):
+                ev.append((t, k))
+                t += r.choice([0, 1, 1, 2, 3])
+                k += r.choice([0, 1, 1, 2])
+            entries.append(ev)
+        gone = [r.choice([None, None, r.randint(0, 20)]) for _ in range(n)] if r.random() < 0.5 else None
+        assert np.array_equal(max_iteration_gap(entries, gone), _every_pair_at_every_instant(entries, gone)), seed

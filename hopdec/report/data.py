@@ -141,7 +141,9 @@ def _json_lines(fh):
         except (ValueError, RecursionError):
             bad += 1
             continue
-        if isinstance(obj, dict) and _depth_ok(obj):
+        # a container at depth d needs d + 1 opening brackets in the text: a line with at most MAX_DEPTH of
+        # them (nearly every record) cannot be too deep, and is not walked
+        if isinstance(obj, dict) and (line.count(b"[") + line.count(b"{") <= MAX_DEPTH or _depth_ok(obj)):
             rows.append(obj)
         else:
             bad += 1

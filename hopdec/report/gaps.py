@@ -30,20 +30,34 @@ def max_iteration_gap(entries, gone=None):
     cur = np.full(n, -1, dtype=np.int64)           # -1: not started yet
     alive = np.ones(n, dtype=bool)
     best = np.zeros((n, n), dtype=np.int64)
+    started = False         # every live worker has entered an iteration (then it stays so: cur only grows)
     i = 0
     while i < len(events):
         t = events[i][0]
+        moved = set()
         while i < len(events) and events[i][0] == t:
             _, r, k = events[i]
             if k is None:
                 alive[r] = False
-            elif alive[r]:
-                cur[r] = max(cur[r], k)
+            elif alive[r] and k > cur[r]:
+                cur[r] = k
+                moved.add(r)
             i += 1
-        if (cur[alive] >= 0).all():
-            live = np.flatnonzero(alive & (cur >= 0))
+        if not started:
+            started = bool((cur[alive] >= 0).all())
+            if not started:
+                continue
+            live = np.flatnonzero(alive & (cur >= 0))          # the first time: every pair
             sub = cur[live]
             best[np.ix_(live, live)] = np.maximum(best[np.ix_(live, live)], sub[:, None] - sub[None, :])
+            continue
+        # after that only the pairs of a worker that moved can have a new largest gap (the others' gap is
+        # what it was at the last instant, already counted): O(n) per instant, not O(n^2)
+        live = np.flatnonzero(alive)
+        for r in moved:
+            if alive[r]:
+                best[r, live] = np.maximum(best[r, live], cur[r] - cur[live])
+                best[live, r] = np.maximum(best[live, r], cur[live] - cur[r])
     return best
 
 

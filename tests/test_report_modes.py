@@ -496,3 +496,30 @@ def test_the_gap_matrix_is_every_pairs_largest_gap_at_every_instant():
             entries.append(ev)
         gone = [r.choice([None, None, r.randint(0, 20)]) for _ in range(n)] if r.random() < 0.5 else None
         assert np.array_equal(max_iteration_gap(entries, gone), _every_pair_at_every_instant(entries, gone)), seed
+
+
+def test_the_time_breakdown_of_many_workers_draws_groups_of_ranks(tmp_path):
+    """The breakdown of 1,024 workers drew 1,024 bars and labels (a black smear, 15 s); above 32 workers
+    each bar is a group of consecutive ranks, its parts their mean, labelled with the ranks; 32 or fewer,
+    one bar per worker."""
+    import numpy as np
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    for n, bars, first, title in [(70, 24, "ranks 0-2", "mean of each 3 ranks"), (8, 8, "rank 0", "each worker")]:
+        d = tmp_path / str(n)
+        simulate(d, "--topology", "ring", "-n", n, "--iterations", 6, "--slowdown", "rank=4,factor=3")
+        run = Run.load(str(d))
+        fig, ax = plt.subplots()
+        plots.breakdown(ax, run)
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert len(labels) == bars and labels[0] == first and title in ax.get_title()
+        b = run.breakdown()
+        size = -(-n // bars)
+        compute = [p for p in ax.patches if p.get_facecolor()[:3] == plt.matplotlib.colors.to_rgb(
+            plots.PART_COLORS["compute"])]
+        assert len(compute) == bars
+        want = np.mean([b[w]["compute"] for w in range(size)])      # the group with the slow rank 4 in it
+        assert compute[4 // size].get_width() == pytest.approx(np.mean([b[w]["compute"] for w in range(
+            (4 // size) * size, (4 // size + 1) * size)]))
+        assert compute[0].get_width() == pytest.approx(want)
+        plt.close(fig)

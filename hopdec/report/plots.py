@@ -150,22 +150,31 @@ def gap(ax, run):
     ax.legend(fontsize=7)
 
 
+BREAKDOWN_ROWS = 32
+"""Most bars the time breakdown draws: more workers are drawn as groups of consecutive ranks (their mean)."""
+
+
 def breakdown(ax, run):
-    """Stacked horizontal bars: each worker's time by part."""
+    """Stacked horizontal bars: each worker's time by part (above :data:`BREAKDOWN_ROWS` workers, each group
+    of consecutive ranks' mean: 1,024 bars and labels were a black smear that took 15 s to draw)."""
     b = run.breakdown()
     ws = sorted(b)
     parts = [p for p in PART_COLORS if any(p in b[w] for w in ws)]
     parts += sorted({p for w in ws for p in b[w]} - set(parts))
-    left = np.zeros(len(ws))
+    size = -(-len(ws) // BREAKDOWN_ROWS)                # ranks per bar (1 up to BREAKDOWN_ROWS workers)
+    groups = [ws[i:i + size] for i in range(0, len(ws), size)]
+    left = np.zeros(len(groups))
     for p in parts:
-        vals = np.array([b[w].get(p, 0.0) for w in ws])
-        ax.barh(range(len(ws)), vals, left=left, color=PART_COLORS.get(p, None), label=p, height=0.7)
+        vals = np.array([np.mean([b[w].get(p, 0.0) for w in g]) for g in groups])
+        ax.barh(range(len(groups)), vals, left=left, color=PART_COLORS.get(p, None), label=p, height=0.7)
         left += vals
-    ax.set_yticks(range(len(ws)))
-    ax.set_yticklabels([f"rank {w}" for w in ws], fontsize=7 if len(ws) <= 16 else 5)
+    ax.set_yticks(range(len(groups)))
+    ax.set_yticklabels([f"rank {g[0]}" if len(g) == 1 else f"ranks {g[0]}-{g[-1]}" for g in groups],
+                       fontsize=7 if len(groups) <= 16 else 5)
     ax.invert_yaxis()
     ax.set_xlabel(f"seconds{' (virtual)' if run.simulated else ''}")
-    ax.set_title("where each worker's time went")
+    ax.set_title("where each worker's time went" if size == 1 else
+                 f"where the workers' time went (mean of each {size} ranks)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(parts), 5),
               frameon=False)
 

@@ -523,3 +523,19 @@ def test_the_time_breakdown_of_many_workers_draws_groups_of_ranks(tmp_path):
             (4 // size) * size, (4 // size + 1) * size)]))
         assert compute[0].get_width() == pytest.approx(want)
         plt.close(fig)
+
+
+def test_the_counters_of_a_large_run_show_its_straggler(tmp_path):
+    """The counters of more than 24 workers showed the first and last 12, so a straggler in the middle (rank
+    20 of 40, 4x slower, jumping) was never in the table; now each column's extremes are too."""
+    import re
+    simulate(tmp_path, "--topology", "ring-based", "-n", 40, "--iterations", 30, "--slowdown", "rank=20,factor=4",
+             "--backup-workers", 1, "--skip", "max-jump=2,trigger=1")
+    html = page([Run.load(str(tmp_path))])
+    counters = html[html.index("Mechanism counters"):html.index("Settings of this run")]
+    shown = [int(r) for r in re.findall(r"<td>rank (\d+)</td>", counters)]
+    assert shown[:12] == list(range(12)) and shown[-12:] == list(range(28, 40)) and 20 in shown
+    jumps = {int(w): int(j) for w, j in re.findall(r"<td>rank (\d+)</td><td>\d+</td><td>(\d+)</td>", counters)}
+    assert jumps[20] == max(jumps.values()) > 0
+    assert counters.count("<td>…</td>") % 10 == 0 and counters.count("<td>…</td>") >= 10    # a gap before 20
+    assert f"{len(shown)} of 40 workers" in counters

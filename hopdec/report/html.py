@@ -199,11 +199,30 @@ COUNTER_COLS = {
 }
 
 
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _counters_html(run):
     rows_by = run.counters()
     cols = COUNTER_COLS.get(run.mode, COUNTER_COLS["decentralized"])
+    ranks = sorted(rows_by)
+    shown = ranks
+    note = ""
+    if len(ranks) > 24:     # a large run: the first and last 12 workers, and each column's extremes (the
+        shown = set(ranks[:12] + ranks[-12:])          # straggler of 1,024 is rarely among the first 12)
+        for key, _ in cols:
+            have = [w for w in ranks if _number(rows_by[w].get(key))]
+            if have:
+                shown.add(min(have, key=lambda w: rows_by[w][key]))
+                shown.add(max(have, key=lambda w: rows_by[w][key]))
+        shown = sorted(shown)
+        note = (f'<p class="cap">{len(shown)} of {len(ranks)} workers: the first and last 12 and, for each '
+                f'column, a worker with its smallest and one with its largest value.</p>')
     rows = []
-    for w in sorted(rows_by):
+    for i, w in enumerate(shown):
+        if note and i and w != shown[i - 1] + 1:
+            rows.append(["…"] * (len(cols) + 1))
         c = rows_by[w]
         row = [f"rank {w}"]
         for key, _ in cols:
@@ -212,8 +231,6 @@ def _counters_html(run):
                 v = v / 1e6
             row.append(_fmt(v))
         rows.append(row)
-    if len(rows) > 24:                                  # large runs: the first and last few
-        rows = rows[:12] + [["…"] * (len(cols) + 1)] + rows[-12:]
     obs = [e for e in run.events_of("observer") if e.get("records")]
     cost = ""
     if obs:
@@ -222,7 +239,7 @@ def _counters_html(run):
         cost = (f'<p class="cap">Watching this run ({what or "nothing"}) cost the workers at most {per:.3g} ms '
                 f'per iteration on their own path (measured in the run; polls made while a rank waited '
                 f'anyway are not counted).</p>')
-    return "<h3>Mechanism counters</h3>" + _table(["worker"] + [c for _, c in cols], rows, "num") + cost
+    return "<h3>Mechanism counters</h3>" + _table(["worker"] + [c for _, c in cols], rows, "num") + note + cost
 
 
 def _ps_decisions(run):

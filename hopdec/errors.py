@@ -1,6 +1,19 @@
 """Errors a user can cause: reported as one line, never a traceback."""
 
 
+def closest(word, choices, cutoff=0.75):
+    """The choice most like ``word`` (a mistyped name), or None: what an error's line suggests instead."""
+    import difflib
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def did_you_mean(word, choices, cutoff=0.75):
+    """``"; did you mean X?"`` for the choice most like ``word``, or ``""`` when none is close."""
+    found = closest(word, choices, cutoff)
+    return f"; did you mean {found}?" if found else ""
+
+
 class HopdecError(ValueError):
     """Bad input (a file, an option, a setting). ``str(err)`` is the one line the user sees."""
 

@@ -493,8 +493,8 @@ def test_a_failing_rank_under_the_launcher_prints_hopdecs_line_and_not_open_mpis
 def test_bad_input_under_the_launcher_is_one_line(tmp_path):
     r = _run([LOCAL, "-n", "2", "--topology", str(tmp_path / "nope.json")], HOPDEC_DEBUG="")
     assert r.returncode == 2, r.stderr
-    assert _said(r.stderr) == [f"hopdec train: error: --topology {tmp_path / 'nope.json'}: no such file"], \
-        r.stderr
+    assert _said(r.stderr) == [f"hopdec train: error: {tmp_path / 'nope.json'}: no such file "
+                                     "(expected a topology file)"], r.stderr
 
 
 @pytest.mark.mpi

@@ -27,17 +27,12 @@ class Parser(argparse.ArgumentParser):
     help_option = "--help"
 
     def error(self, message):
-        from hopdec.errors import ConfigError
+        from hopdec.errors import ConfigError, did_you_mean
         hint = ""
         if message.startswith("unrecognized arguments:"):
-            import difflib
             known = sorted(_option_strings(self))
-            for word in message.split(":", 1)[1].split():
-                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75) \
-                    if word.startswith("--") else []
-                if close:
-                    hint = f"; did you mean {close[0]}?"
-                    break
+            words = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            hint = next((h for h in (did_you_mean(w, known) for w in words) if h), "")
         raise ConfigError(f"{message}{hint} (see {self.prog} {self.help_option})")
 
 

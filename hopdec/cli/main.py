@@ -41,10 +41,9 @@ def main(argv=None):
             from hopdec.cli import report
             run = getattr(report, f"{cmd}_main")
         else:
-            import difflib
-            close = difflib.get_close_matches(cmd, COMMANDS, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            print(f"hopdec: unknown command {cmd!r} (expected topo, train, sim, report, plot or trace){hint}",
+            from hopdec.errors import did_you_mean
+            print(f"hopdec: unknown command {cmd!r} (expected topo, train, sim, report, plot or trace)"
+                  f"{did_you_mean(cmd, COMMANDS, cutoff=0.6)}",
                   file=sys.stderr)
             return 2
         return run(rest) or 0

@@ -42,13 +42,11 @@ def resolve_topology(spec, size):
             raise ConfigError(f"--topology {spec}: {err}") from None
         g.graph["source"] = f"{spec}({size})"
         return g
-    if not os.path.lexists(spec):
+    if os.sep not in spec and "." not in spec and not os.path.lexists(spec):   # (a path: T.load says it)
+        from hopdec.errors import did_you_mean
         from hopdec.files import shown
-        from hopdec.topology.graph_io import did_you_mean
-        if os.sep in spec or "." in spec:       # a path: the kinds would be noise
-            raise ConfigError(f"--topology {shown(spec)}: no such file{did_you_mean(spec)}")
         raise ConfigError(f"--topology {shown(spec)}: no such file, and not a generator kind (one of "
-                          f"{', '.join(sorted(T.GENERATORS))}){did_you_mean(spec, T.GENERATORS)}")
+                          f"{', '.join(sorted(T.GENERATORS))}){did_you_mean(spec, T.GENERATORS, cutoff=0.6)}")
     return T.load(spec)
 
 

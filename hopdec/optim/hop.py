@@ -852,14 +852,14 @@ def _inner_optimizer(params, optimizer_class, model, defaults):
     try:
         return optimizer_class(params, **defaults), model
     except TypeError as err:
-        import difflib
         import inspect
+        from hopdec.errors import closest
         ours = [k for k, p in inspect.signature(HopOptimizer).parameters.items() if p.kind is p.KEYWORD_ONLY]
         hint = ""
         for key in defaults:          # a mistyped argument of ours reached the inner optimizer
-            close = difflib.get_close_matches(key, ours, n=1, cutoff=0.75)
-            if close and f"'{key}'" in str(err):
-                hint = f"; did you mean {close[0]}= (a HopOptimizer argument)?"
+            meant = closest(key, ours) if f"'{key}'" in str(err) else None
+            if meant:
+                hint = f"; did you mean {meant}= (a HopOptimizer argument)?"
                 break
         raise ConfigError(f"HopOptimizer: {optimizer_class.__name__}(...): {err}{hint}") from None
 

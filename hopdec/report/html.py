@@ -17,6 +17,7 @@ import json
 import math
 
 from hopdec.report import plots
+from hopdec.report.data import _num
 
 
 def _png(fig):
@@ -199,10 +200,6 @@ COUNTER_COLS = {
 }
 
 
-def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _counters_html(run):
     rows_by = run.counters()
     cols = COUNTER_COLS.get(run.mode, COUNTER_COLS["decentralized"])
@@ -212,7 +209,7 @@ def _counters_html(run):
     if len(ranks) > 24:     # a large run: the first and last 12 workers, and each column's extremes (the
         shown = set(ranks[:12] + ranks[-12:])          # straggler of 1,024 is rarely among the first 12)
         for key, _ in cols:
-            have = [w for w in ranks if _number(rows_by[w].get(key))]
+            have = [w for w in ranks if _num(rows_by[w].get(key))]
             if have:
                 shown.add(min(have, key=lambda w: rows_by[w][key]))
                 shown.add(max(have, key=lambda w: rows_by[w][key]))

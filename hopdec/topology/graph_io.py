@@ -245,13 +245,12 @@ SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 """The checkout's ``topologies/`` folder (the shipped files), where a missing file's name is also looked for."""
 
 
-def did_you_mean(spec, kinds=()):
-    """A hint for a topology ``spec`` that is no file: ``" (did you mean topologies/ring_8.json?)"``, naming
-    close topology files (beside it, in ``./topologies`` and in the shipped folder) and close ``kinds``;
-    ``""`` when nothing is close. A newcomer types ``ring_8.json`` from the README's list, or ``rign``."""
+def close_files(spec):
+    """``"; did you mean topologies/ring_8.json?"`` for a topology path that is no file, naming the file of
+    that name, or else the closest, beside it, in ``./topologies`` or in the shipped folder; ``""`` when
+    none is close. A newcomer types ``ring_8.json`` from the README's list of shipped files."""
     import difflib
-    spec = str(spec)
-    folder, base = os.path.split(spec)
+    folder, base = os.path.split(str(spec))
     exact, near = [], []
     for where in dict.fromkeys([folder or ".", os.path.join(folder, "topologies"), SHIPPED]):
         try:
@@ -260,13 +259,10 @@ def did_you_mean(spec, kinds=()):
             continue
         found = [base] if base in names else difflib.get_close_matches(base, names, n=1, cutoff=0.8)
         for name in found:
-            path = os.path.join(where, name)
-            rel = os.path.relpath(path)
-            (exact if name == base else near).append(rel if not rel.startswith("..") else path)
-    close = exact or near
-    close += difflib.get_close_matches(spec, sorted(kinds), n=2, cutoff=0.6)
-    close = [c for c in dict.fromkeys(close) if c != spec][:3]
-    return f" (did you mean {' or '.join(close)}?)" if close else ""
+            rel = os.path.relpath(os.path.join(where, name))
+            (exact if name == base else near).append(os.path.join(where, name) if rel.startswith("..") else rel)
+    close = list(dict.fromkeys(exact or near))[:2]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _read_text(path, src):
@@ -278,7 +274,7 @@ def _read_text(path, src):
                             "or a generator kind (ring, ring-based, complete, ...)")
     if not os.path.lexists(path):
         from hopdec.files import shown
-        raise TopologyError(f"{shown(path)}: no such file (expected a topology file){did_you_mean(path)}")
+        raise TopologyError(f"{shown(path)}: no such file (expected a topology file){close_files(path)}")
     raw = read_bytes(path, MAX_FILE_BYTES, "a topology file", TopologyError)
     try:
         text = raw.decode("utf-8")

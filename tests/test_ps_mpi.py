@@ -216,10 +216,14 @@ def test_elastic_barriers(all_modes):
     assert len(notes) >= 3 and len(barriers) >= 2
     assert all(e["workers"] == [1, 2, 3, 4] for e in barriers)
     assert all(1 <= s <= 5 for n in notes for s in n["steps"])
-    # the 3x slower rank 1 gets fewer iterations per superstep than the others
-    for n in notes:
-        steps = dict(zip(n["workers"], n["steps"]))
-        assert steps[1] <= min(steps[2], steps[3], steps[4])
+    # the 3x slower rank 1 gets fewer iterations per superstep than the others: on average, and in most
+    # supersteps. ZipLine plans each superstep from the push times it measured last, so on a loaded machine
+    # one plan can see a fast rank late (CI, 2026-12-02: {1: 3, 2: 5, 3: 3, 4: 2} among eight where rank 1
+    # had 1 and the others 1-5); "in every superstep" asserted that timing
+    steps = [dict(zip(n["workers"], n["steps"])) for n in notes]
+    mean = {w: np.mean([s[w] for s in steps]) for w in (1, 2, 3, 4)}
+    assert mean[1] < min(mean[2], mean[3], mean[4]), steps
+    assert sum(s[1] <= min(s[2], s[3], s[4]) for s in steps) > len(steps) / 2, steps
 
 
 def test_esync_local_steps(all_modes):

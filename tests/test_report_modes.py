@@ -539,3 +539,42 @@ def test_the_counters_of_a_large_run_show_its_straggler(tmp_path):
     assert jumps[20] == max(jumps.values()) > 0
     assert counters.count("<td>…</td>") % 10 == 0 and counters.count("<td>…</td>") >= 10    # a gap before 20
     assert f"{len(shown)} of 40 workers" in counters
+
+
+# ---- a run's logs gathered only in part ----------------------------------------------------------------------
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "--sync", "ssp"], ["--mode", "allreduce"]])
+def test_a_directory_without_some_of_the_runs_ranks_says_so(tmp_path, mode):
+    """A run across hosts writes each host's ranks' logs on that host; a directory gathered from some of the hosts
+    was reported as a smaller run ("3 workers") without a word. The headers say how many ranks the run had
+    (``workers``; a parameter server's ``worker_ranks``), so the report names the ranks it lacks."""
+    simulate(tmp_path, "-n", 6, "--iterations", 4, *mode)
+    assert Run.load(str(tmp_path)).missing is None
+    ranks = 7 if mode and mode[1] == "ps" else 6
+    (tmp_path / "rank2.jsonl").unlink()
+    (tmp_path / "rank4.jsonl").write_text("")
+    run = Run.load(str(tmp_path))
+    assert run.missing.startswith(f"logs of {ranks - 2} of the run's {ranks} ranks: rank2.jsonl, rank4.jsonl missing "
+                                  "or empty"), run.missing
+    assert [n for n in run.notes if "missing or empty" in n] == [f"{tmp_path}: {run.missing}"]
+    import html
+    assert html.escape(f"Logs of {ranks - 2} of the run's {ranks} ranks: rank2.jsonl") in page([run])
+    (tmp_path / "rank0.jsonl").unlink()             # the server's (PS) or rank 0's: the workers' headers say it
+    assert Run.load(str(tmp_path)).missing.startswith(f"logs of {ranks - 3} of the run's {ranks} ranks: rank0.jsonl, "
+                                                      "rank2.jsonl, rank4.jsonl")
+
+
+def test_the_users_loop_logs_say_how_many_ranks_ran():
+    """HopOptimizer's header (a user's own loop) carries the rank count as hopdec train's does."""
+    import networkx as nx
+    from hopdec.optim.assembly import header
+    from hopdec.hop.config import ProtocolConfig
+    g = nx.cycle_graph(5, create_using=nx.DiGraph)
+    assert header(g, ProtocolConfig(iterations=10), None, 10, "cpu", 10, 2, False, {})["workers"] == 5
+
+
+def test_a_hostile_rank_count_is_answered_at_once():
+    """``missing_ranks`` steps over the logged ranks and the few it names, never the header's whole count."""
+    from hopdec.report.data import missing_ranks
+    assert missing_ranks(range(2 ** 52), {0, 1, 3}) == (2 ** 52 - 3, [2, 4, 5, 6, 7, 8, 9, 10])
+    assert missing_ranks({0, 1, 2}, {0, 1, 2, 7}) == (0, [])
+    assert missing_ranks(None, {0}) == (0, [])

@@ -124,7 +124,7 @@ class HopRun:
         emulated, ``bound``: the gap bound); ``executor``: what only the executor knows (the device, the
         cost model, where the buffers are, ...)."""
         cfg = self.cfg
-        return dict(mode=self.mode, topology=self.source, protocol=cfg.protocol, setting=self.setting,
+        return dict(mode=self.mode, workers=self.n, topology=self.source, protocol=cfg.protocol, setting=self.setting,
                     max_ig=cfg.max_ig, staleness=cfg.staleness, backup_workers=cfg.backup_workers,
                     skip=self.settings.protocol.skip, compute_graph=cfg.compute_graph, iterations=cfg.iterations,
                     model=self.work.model, params=params, hparams=self.work.hparams, emulation=emulation,

@@ -101,7 +101,8 @@ HEADER_FIELDS = dict(
     mode=lambda v: v in ("decentralized", "ps", "allreduce"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
     sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
-    hparams=_opt(_dict), cost_model=_opt(_dict), emulation=_opt(_str), network=_opt(_dict))
+    hparams=_opt(_dict), cost_model=_opt(_dict), emulation=_opt(_str), network=_opt(_dict), workers=_opt(_nat),
+    worker_ranks=_opt(_list_of(_nat)))
 """The run header: a field of the wrong type is dropped (and counted); the rest of the header is kept."""
 
 
@@ -252,6 +253,43 @@ def join_resumed(records, events, evals, cuts):
     return paused
 
 
+def expected_ranks(headers):
+    """The ranks the run had, as its headers say (``headers[rank]``): a parameter server's ``worker_ranks``
+    and the server, rank 0; else ``workers`` ranks 0..n-1 (a PS run's ``workers`` counts the workers, the
+    server apart). None where no header says (logs older than these fields)."""
+    server = headers.get(0) or {}
+    if server.get("mode") == "ps" and isinstance(server.get("worker_ranks"), list):
+        return {0, *server["worker_ranks"]}
+    for h in headers.values():
+        if h and isinstance(h.get("workers"), int):
+            return range(h["workers"] + (h.get("mode") == "ps"))
+    return None
+
+
+def missing_ranks(expected, logged, most=8):
+    """``(count, the first `most` of them)``: the ranks in ``expected`` without a log in ``logged`` (a set),
+    found in O(len(logged) + most) steps whatever a hostile header's rank count."""
+    if expected is None:
+        return 0, []
+    count = len(expected) - sum(1 for r in logged if r in expected)
+    first = []
+    for r in sorted(expected) if isinstance(expected, set) else expected:
+        if len(first) == min(most, count):
+            break
+        if r not in logged:
+            first.append(r)
+    return count, first
+
+
+def missing_text(count, first, total):
+    """The note on a run whose directory lacks some of its ranks' logs."""
+    listed = ", ".join(f"rank{r}.jsonl" for r in first) + (f" and {count - len(first)} more" if count > len(first)
+                                                           else "")
+    return (f"logs of {total - count} of the run's {total} ranks: {listed} missing or empty; figures and tables "
+            f"cover the logged ranks only (a run across hosts writes each host's ranks' logs on that host unless "
+            f"--log-dir is shared: gather them into one directory)")
+
+
 class Run:
     """One run: ``header`` (rank 0's, or the first rank's), ``records[rank]`` (iteration records, in
     order), ``events[rank]`` (non-iteration lines), ``evals`` (test loss/accuracy over time)."""
@@ -268,6 +306,7 @@ class Run:
         self.bad_lines = bad_lines
         self.notes = []
         self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
+        self.missing = None         # the note on ranks of the run without a log (missing_text), or None
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
         self.evals.sort(key=lambda e: e.get("time", 0.0))
@@ -311,6 +350,11 @@ class Run:
             (a, ra), (b, rb) = sorted(ids.items(), key=lambda kv: kv[1])[:2]
             raise ConfigError(f"{shown(path)}: rank files of {len(ids)} different runs (rank{ra}.jsonl is run {a}, "
                               f"rank{rb}.jsonl run {b}); give each run its own --log-dir")
+        expected = expected_ranks(headers)
+        count, first = missing_ranks(expected, {r for r in headers if headers[r] or records[r] or events[r]})
+        missing = missing_text(count, first, len(expected)) if count else None
+        if missing:
+            notes.append(f"{shown(path)}: {missing}")
         paused = join_resumed(records, events, evals, cuts)
         notes += [f"{shown(path)}: {pause_text(where, gap)}" for where, gap in paused]
         first = 0 if headers.get(0) else next(iter(headers))
@@ -319,7 +363,7 @@ class Run:
             header["iterations"] = cuts[first][-1][3]
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
-        run.notes, run.paused = notes, paused
+        run.notes, run.paused, run.missing = notes, paused, missing
         return run
 
     @classmethod

@@ -75,7 +75,8 @@ def glance_rows(runs):
             + (f'<br><span class="{"sub" if run.simulated else "sim"}">{html.escape(cond)}</span>' if cond else "")
             + (f'<br><span class="sub">{html.escape(run.resumed())}</span>' if run.resumed() else ""),
             html.escape(run.describe()),
-            str(len(run.records)),
+            str(len(run.records)) + (f'<br><b class="bad">{html.escape(run.missing.split(":")[0])}</b>'
+                                     if run.missing else ""),
             _iterations(run),
             (_fmt(f["duration"]) + f" {unit}") if f["duration"] is not None else "–",
             _fmt(f["rate"]),
@@ -119,6 +120,8 @@ def run_section(run, idx):
     if run.resumed():
         parts.append(f'<p class="note">{html.escape(run.resumed())} (the run was stopped or killed, then '
                      f'resumed from a checkpoint; what had run after that checkpoint was cut from the logs and ran again).</p>')
+    if run.missing:
+        parts.append(f'<p class="note">{html.escape(run.missing[0].upper() + run.missing[1:])}.</p>')
     parts.append(_failures_html(run))
     if run.bad_lines:
         parts.append(f'<p class="note">{run.bad_lines} unreadable log line(s) skipped (a rank killed while '

@@ -259,17 +259,23 @@ start_tied() {
 # error classes 75, process failed, and 77, revoked, occur) a collective in flight when a peer died
 # aborts so, and hopdec heals and says so in its own line. Every other
 # line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
-# they are all there is). HOPDEC_DEBUG=1 turns the filter off.
+# they are all there is). A stopped run's line ("hopdec train: stopped at iteration K ...") counts as hopdec's
+# line too: ranks that got SIGUSR1 from elsewhere (the launcher killed, a kill -USR1 to mpirun) exit 138
+# after it and prterun's box would follow. HOPDEC_DEBUG=1 turns the filter off.
 _HOPDEC_QUIET_AWK='
+function emit(text) {                      # (the empty lines held back before it first)
+    for (; held > 0; held--) print ""
+    printf "%s", text; fflush()
+}
 function box_done() {
     if (!(said && box ~ /MPI_ABORT was invoked|has exited due to process rank|exited with non-zero status/))
-        printf "%s", box
-    box = ""; inbox = 0; fflush()
+        emit(box)
+    box = ""; inbox = 0
 }
-/^hopdec( [a-z]+)?: (error|stopped): / {   # never held back or dropped, even inside a box
+/^hopdec( [a-z]+)?: (error: |stopped[: ])/ {     # never held back or dropped, even inside a box
     said = 1
-    if (inbox) { printf "%s", box; box = ""; inbox = 0 }
-    print; fflush(); next
+    if (inbox) { emit(box); box = ""; inbox = 0 }
+    emit($0 "\n"); next
 }
 /^--------------------*$/ { box = box $0 "\n"; if (inbox) box_done(); else inbox = 1; next }
 inbox { box = box $0 "\n"; next }
@@ -278,9 +284,21 @@ said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }
 nbc && /^Error in NBC_Start_round\(\) \(-1\)$/ { gap = 1; next }
 gap && $0 == "" { gap = 0; next }          # (libnbc follows each of its lines with an empty one)
-{ gap = 0; print; fflush() }
-END { if (inbox) printf "%s", box }
+$0 == "" { held++; next }                  # (passed on with the next line: mawk -W interactive reads
+                                           # that last NUL byte as an empty line, and none is kept at the end)
+{ gap = 0; emit($0 "\n") }
+END { if (inbox) emit(box) }
 '
+
+# quiet_filter: the filter above, from stdin to stdout, each line passed on as it comes. mawk (Debian's and
+# Ubuntu's awk) reads a pipe in blocks unless told -W interactive, so the ranks' progress lines reached the
+# terminal only when the job ended, all at once; gawk and busybox awk read lines as they come.
+quiet_filter() {
+    if awk -W version 2>/dev/null | head -n 1 | grep -q '^mawk'; then
+        exec awk -W interactive "$_HOPDEC_QUIET_AWK"
+    fi
+    exec awk "$_HOPDEC_QUIET_AWK"
+}
 
 # check_stop_grace: HOPDEC_STOP_GRACE (start_tied's watchdog reads it) is unset or seconds >= 0, else one
 # line and exit 2.
@@ -304,7 +322,7 @@ run_job() {
     check_stop_grace    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
     if [[ -z "${HOPDEC_DEBUG:-}" ]] && command -v awk >/dev/null 2>&1; then
         # (the filter ignores the stop signals: it must outlive the launcher to pass its last lines on)
-        exec {errfd}> >(trap '' INT TERM HUP USR1; exec awk "$_HOPDEC_QUIET_AWK" >&2)
+        exec {errfd}> >(trap '' INT TERM HUP USR1; quiet_filter >&2)
         fpid=$!
         start_tied "$@" 2>&"$errfd"
         pid=$!

@@ -506,8 +506,26 @@ def test_a_failure_hopdec_did_not_report_keeps_open_mpis_box():
 
 
 def _quiet(text):
-    script = f"source {os.path.join(ROOT, 'launch', '_common.sh')} >/dev/null; exec awk \"$_HOPDEC_QUIET_AWK\""
-    return subprocess.run(["bash", "-c", script], input=text, capture_output=True, text=True, timeout=30).stdout
+    return subprocess.run(["bash", "-c", QUIET], input=text, capture_output=True, text=True, timeout=30).stdout
+
+
+QUIET = f"source {os.path.join(ROOT, 'launch', '_common.sh')} >/dev/null; quiet_filter"
+
+
+def test_the_launchers_filter_passes_each_line_on_as_it_comes():
+    """Under mawk (Debian's awk) the filter read the ranks' stderr in blocks: a run's progress lines reached
+    the terminal only when it ended, all at once. Each line must come out while the next is not yet written."""
+    import select
+    p = subprocess.Popen(["bash", "-c", QUIET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for k in range(3):
+            p.stdin.write(f"progress {k}\n")
+            p.stdin.flush()
+            assert select.select([p.stdout], [], [], 30)[0], f"line {k} held back by the filter"
+            assert p.stdout.readline() == f"progress {k}\n"
+    finally:
+        p.stdin.close()
+        p.wait(30)
 
 
 def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
@@ -526,6 +544,11 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
                   + line + f"Exit code: 2\n{dash}\n") == \
         f"{dash}\nprterun detected that one or more processes exited with non-zero status\n" + line + \
         f"Exit code: 2\n{dash}\n"
+    # a stop by SIGUSR1 from elsewhere (the launcher killed, kill -USR1 to mpirun): ranks exit 138 after it
+    stop = "hopdec train: stopped at iteration 31 (SIGUSR1); no checkpoint to resume from\n"
+    nonzero = f"{dash}\nprterun detected that one or more processes exited with non-zero status\nExit code: 138\n{dash}\n"
+    assert _quiet(stop + nonzero + "after\n") == stop + "after\n"
+    assert _quiet("hopdec train: stoppedx\n" + nonzero) == "hopdec train: stoppedx\n" + nonzero
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"
     # libnbc's lines on a collective that a peer's death aborted (--fault-tolerance heals and says so)

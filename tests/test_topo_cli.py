@@ -354,6 +354,31 @@ def test_plot_refuses_large_graphs(tmp_path, monkeypatch):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_plot_writes_the_format_its_name_says_and_refuses_what_it_cannot(tmp_path, capsys):
+    """``--plot out.pdf`` wrote PNG bytes into out.pdf, ``--plot ''`` drew nothing without a word, and a name
+    matplotlib cannot write was found after the analysis; now they are as ``hopdec plot -o``: the suffix's
+    format, ``.png`` added to a bare name, one line before any work otherwise."""
+    from hopdec.cli.topo import main
+    from hopdec.errors import ConfigError
+    path = tmp_path / "r8.json"
+    T.save(T.ring(8), path)
+    for name, magic in (("g.pdf", b"%PDF"), ("g.svg", b"<?xml"), ("g.png", b"\x89PNG")):
+        assert main(["analyze", str(path), "--plot", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_bytes().startswith(magic), name
+    assert main(["analyze", str(path), "--plot", str(tmp_path / "bare")]) == 0
+    assert (tmp_path / "bare.png").read_bytes().startswith(b"\x89PNG")
+    capsys.readouterr()
+    for out, says in (("", "analyze --plot '': an empty output path"),
+                      (str(tmp_path / "g.txt"), f"analyze --plot {tmp_path / 'g.txt'}: matplotlib cannot write .txt "
+                                                "files (png, pdf, svg, ... can)"),
+                      (str(tmp_path / "no" / "g.png"), f"analyze --plot {tmp_path / 'no' / 'g.png'}: folder "
+                                                       f"{tmp_path / 'no'} does not exist")):
+        with pytest.raises(ConfigError) as err:
+            main(["analyze", str(path), "--plot", out])
+        assert str(err.value) == says
+        assert capsys.readouterr().out == ""        # (refused before the analysis printed anything)
+
+
 def test_analyze_warns_when_averaging_never_converges(tmp_path):
     """A directed ring whose workers give themselves weight 0 is strongly connected and doubly stochastic,
     and was analysed without a word: W is a permutation (spectral gap 0), the models only travel round the

@@ -44,25 +44,40 @@ def _load(paths, labels, prog):
     return runs
 
 
-def output_path(path, default_suffix=None):
+def output_path(path, default_suffix=None, option="-o"):
     """Where a command writes its output: ``path`` (plus ``default_suffix`` when it has no suffix), checked
     before any work -- its folder exists, and it is not a directory, FIFO or device (writing to those
-    fails late or blocks). ConfigError naming the path otherwise."""
+    fails late or blocks). ConfigError naming the path (given as ``option``) otherwise."""
     if path == "":
-        raise ConfigError("-o '': an empty output path")
+        raise ConfigError(f"{option} '': an empty output path")
     if default_suffix and not os.path.splitext(os.path.basename(path))[1]:
         path += default_suffix
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
-        raise ConfigError(f"-o {shown(path)}: folder {shown(folder)} does not exist")
+        raise ConfigError(f"{option} {shown(path)}: folder {shown(folder)} does not exist")
     if os.path.lexists(path):
         st = os.stat(path) if os.path.exists(path) else os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"-o {shown(path)}: is a directory; give a file name")
+            raise ConfigError(f"{option} {shown(path)}: is a directory; give a file name")
         if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
-            raise ConfigError(f"-o {shown(path)}: not a regular file (a FIFO or device would block or "
+            raise ConfigError(f"{option} {shown(path)}: not a regular file (a FIFO or device would block or "
                               f"swallow the output)")
     return path
+
+
+def figure_path(path, option="-o"):
+    """:func:`output_path` for a matplotlib figure: ``.png`` added to a name without a suffix, and a suffix
+    matplotlib cannot write (``.txt``) refused before any work; the figure is written in the suffix's format."""
+    out = output_path(path, ".png", option)
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    fmt = os.path.splitext(out)[1][1:].lower()
+    try:
+        if fmt not in plt.gcf().canvas.get_supported_filetypes():
+            raise ConfigError(f"{option} {shown(out)}: matplotlib cannot write .{fmt} files (png, pdf, svg, ... can)")
+    finally:
+        plt.close("all")
+    return out
 
 
 def _written(path, write):
@@ -124,13 +139,9 @@ def plot_parser():
 def _plot(args):
     if args.smooth < 1:
         raise ConfigError(f"--smooth {args.smooth}: must be >= 1")
-    out = output_path(args.output, ".png")
+    out = figure_path(args.output)
     from hopdec.report import plots
     plt = plots.matplotlib()
-    fmt = os.path.splitext(out)[1][1:].lower()
-    if fmt not in plt.gcf().canvas.get_supported_filetypes():
-        raise ConfigError(f"-o {shown(out)}: matplotlib cannot write .{fmt} files (png, pdf, svg, ... can)")
-    plt.close("all")
     runs = _load(args.runs, args.labels, "hopdec plot")
     if args.what == "loss":
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -258,6 +258,9 @@ def _row(label, value, note):
 
 
 def _analyze(args):
+    if args.plot is not None:                       # checked before the analysis, as hopdec plot's -o
+        from hopdec.cli.report import figure_path
+        args.plot = figure_path(args.plot, "analyze --plot")
     G = T.load(args.file, connected=False)
     if args.plot and G.number_of_nodes() > PLOT_MAX_N:
         raise ConfigError(f"analyze --plot: draws graphs of up to {PLOT_MAX_N} nodes, "
@@ -392,7 +395,8 @@ def _compare(args):
 
 
 def plot(G, out):
-    """Write a PNG: the graph coloured by ``machine`` and the sorted eigenvalue moduli of W."""
+    """Draw the graph coloured by ``machine`` and the sorted eigenvalue moduli of W into ``out`` (PNG, PDF, SVG:
+    as its suffix says)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -424,7 +428,7 @@ def plot(G, out):
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     try:
-        fig.savefig(out, format="png")
+        fig.savefig(out)                            # in the format its suffix names (figure_path)
         print(f"wrote {out}", file=sys.stderr)         # as hopdec plot and report say; stdout may be --json
     except OSError as err:
         raise ConfigError(f"analyze --plot: cannot write {out}: {err.strerror or err}") \

@@ -710,6 +710,23 @@ def test_slurm_sbatch_without_the_checkout_still_refuses_srun_with_fault_toleran
     assert not (tmp_path / "argv").exists()
 
 
+def test_slurm_sbatch_outside_slurm_is_one_line(tmp_path):
+    """Run with bash outside a job: without srun the launcher's helper died in a Python traceback
+    (FileNotFoundError from its exec), and the mpirun path in bash's "SLURM_NTASKS: unbound variable"."""
+    script, env = _fake_slurm(tmp_path)
+    bare = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if not os.path.exists(os.path.join(d, "srun")))
+    r = _sbatch(script, {**env, "PATH": bare}, "--iterations", "3")
+    assert r.returncode == 2 and r.stderr == ("slurm.sbatch: error: 'srun' not found: submit this script with sbatch on "
+                                              "a Slurm cluster (launch/local.sh or hostfile.sh elsewhere)\n"), r.stderr
+    env.pop("SLURM_NTASKS")
+    for launcher in ("srun", "mpirun"):
+        r = _sbatch(script, env, "--iterations", "3", HOPDEC_LAUNCHER=launcher)
+        assert r.returncode == 2 and r.stderr == ("slurm.sbatch: error: not inside a Slurm allocation (SLURM_NTASKS "
+                                                  "is unset): submit this script with sbatch\n"), r.stderr
+        assert not (tmp_path / "argv").exists()
+
+
 def test_slurm_sbatch_with_mpirun_gets_the_flags_hostfile_sh_gives(tmp_path):
     """``HOPDEC_LAUNCHER=mpirun`` built its own short line: --fault-tolerance got no ULFM (every rank then
     refused to start), HOPDEC_MPIRUN_ARGS was ignored, no stop file. Now it has launch/_common.sh's flags."""

@@ -316,7 +316,8 @@ check_stop_grace() {
 # own session, tied to this script (start_tied), the first INT/TERM/HUP/USR1 becomes SIGUSR1 to mpirun, a
 # second INT/TERM/HUP is passed on as it is (the hard kill). Exit status: mpirun's, or 128 + the signal
 # after a stop (the ranks that read the signal's name from HOPDEC_STOP_FILE exit 0, others 128 + SIGUSR1
-# = 138; either becomes the signal this script got: a stopped run never exits 0).
+# = 138; either becomes the signal this script got, as does any status after a second signal: a stopped run
+# never exits 0).
 run_job() {
     local pid rc sig="" stops=0 fpid="" errfd
     check_stop_grace    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
@@ -371,7 +372,8 @@ run_job() {
             rc="$code"                          # an abort or a stop mpirun did not pass on (see ft_flags)
         fi
     fi
-    if [[ -n "$sig" && ( "$rc" == 0 || "$rc" == $((128 + $(kill -l USR1))) ) ]]; then
+    # (after a second signal, the hard kill, mpirun exits 1 or the like: the status is still the signal's)
+    if [[ -n "$sig" ]] && { [[ "$rc" == 0 || "$rc" == $((128 + $(kill -l USR1))) ]] || (( stops > 1 )); }; then
         rc=$((128 + $(kill -l "$sig")))
     fi
     return "$rc"

@@ -224,6 +224,38 @@ def test_a_killed_launcher_takes_its_job_along(tmp_path):
     assert _stopped_cleanly(ck, 2)
 
 
+def test_a_second_ctrl_c_exits_with_the_signals_status(tmp_path):
+    """The second Ctrl-C is passed on as it is (the hard kill); mpirun then exits 1, and so did the launcher,
+    where the README promises 128 + the signal after a stop. The fake mpirun takes SIGUSR1 (the clean stop)
+    without stopping, and exits 1 on SIGINT as prterun does after killing its ranks."""
+    fake, started = tmp_path / "mpirun", tmp_path / "started"
+    fake.write_text(f"""#!{sys.executable}
+import signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: open({str(tmp_path / 'usr1')!r}, "w").close())
+signal.signal(signal.SIGINT, lambda *_: sys.exit(1))
+open({str(started)!r}, "w").close()
+time.sleep(60)
+""")
+    fake.chmod(0o755)
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
+                            "TMPDIR": str(tmp_path)}, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while not started.exists():
+            assert time.time() < deadline and proc.poll() is None, "the fake mpirun did not start"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        while not (tmp_path / "usr1").exists():
+            assert time.time() < deadline, "the first Ctrl-C did not reach mpirun as SIGUSR1"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 128 + signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_a_killed_launchers_job_that_ignores_the_clean_stop_is_killed_after_the_grace(tmp_path):
     """SIGKILL to the launcher sends mpirun SIGUSR1, the clean stop; an mpirun that never acts on it (Open
     MPI's prterun hung with its ranks gone -- seen across the network testbed's hosts -- or a program that

@@ -38,10 +38,46 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ -n "$hostfile" ]] || { echo "hostfile.sh: error: -f HOSTFILE is required (see -h)" >&2; exit 2; }
-[[ -r "$hostfile" ]] || { echo "hostfile.sh: error: hostfile $hostfile: not found or not readable" >&2; exit 2; }
+[[ -f "$hostfile" && -r "$hostfile" ]] || { echo "hostfile.sh: error: hostfile $hostfile: not found or not readable" >&2; exit 2; }
 [[ -n "$n" ]] || { echo "hostfile.sh: error: -n N is required (see -h)" >&2; exit 2; }
 is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
 [[ "$map" == slot || "$map" == node ]] || { echo "hostfile.sh: error: -m $map: expected slot or node" >&2; exit 2; }
+
+# check_hostfile: the hostfile's mistakes in one line each, before mpirun (whose boxes for them said "No nodes
+# are available", "already filled", "slots=-1" for slots=abc, or only "input in flex scanner failed").
+# Each line: a host, then key=value words (slots=K and max_slots=K positive); '#' starts a comment.
+# With every host's slots given, -n must fit in them unless HOPDEC_MPIRUN_ARGS has --oversubscribe.
+check_hostfile() {
+    local line no=0 hosts=0 total=0 counted=1 word key value words
+    while IFS= read -r line || [[ -n "$line" ]]; do
+        no=$((no + 1))
+        line="${line%%#*}"
+        read -r -a words <<< "$line" || true
+        [[ ${#words[@]} -gt 0 ]] || continue
+        hosts=$((hosts + 1))
+        [[ "${words[0]}" != *=* ]] || { echo "hostfile.sh: error: hostfile $hostfile line $no: starts with ${words[0]}, expected a host name" >&2; exit 2; }
+        local slots=""
+        for word in "${words[@]:1}"; do
+            if [[ "$word" != *=* ]]; then
+                echo "hostfile.sh: error: hostfile $hostfile line $no: '$word' is not key=value (expected e.g. '${words[0]} slots=4')" >&2
+                exit 2
+            fi
+            key="${word%%=*}" value="${word#*=}"
+            case "$key" in
+                slots|max_slots|max-slots|count)
+                    is_count "$value" || { echo "hostfile.sh: error: hostfile $hostfile line $no: $word: need a positive number" >&2; exit 2; }
+                    [[ "$key" == max_slots || "$key" == max-slots ]] || slots="$value" ;;
+            esac
+        done
+        if [[ -n "$slots" ]]; then total=$((total + slots)); else counted=0; fi
+    done < "$hostfile"
+    (( hosts > 0 )) || { echo "hostfile.sh: error: hostfile $hostfile: no hosts (one 'host slots=K' a line)" >&2; exit 2; }
+    if (( counted && n > total )) && [[ " ${HOPDEC_MPIRUN_ARGS:-} " != *" --oversubscribe "* ]]; then
+        echo "hostfile.sh: error: -n $n: hostfile $hostfile has $total slot(s); give its hosts more slots, or run more ranks than slots with HOPDEC_MPIRUN_ARGS=--oversubscribe" >&2
+        exit 2
+    fi
+}
+check_hostfile
 
 worker_cmd
 mpirun_base

@@ -42,6 +42,40 @@ def test_hostfile_on_localhost(tmp_path):
     assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("rank")) == ["0", "1"]
 
 
+@pytest.mark.parametrize("text, n, says", [
+    ("", 2, "hostfile {f}: no hosts (one 'host slots=K' a line)"),
+    ("# a comment\n\n", 2, "hostfile {f}: no hosts (one 'host slots=K' a line)"),
+    ("localhost slots=0\n", 2, "hostfile {f} line 1: slots=0: need a positive number"),
+    ("a slots=1\nlocalhost slots=abc\n", 2, "hostfile {f} line 2: slots=abc: need a positive number"),
+    ("garbage line !!\n", 2, "hostfile {f} line 1: 'line' is not key=value (expected e.g. 'garbage slots=4')"),
+    ("slots=2\n", 2, "hostfile {f} line 1: starts with slots=2, expected a host name"),
+    ("localhost slots=2 # two\n", 3, "-n 3: hostfile {f} has 2 slot(s); give its hosts more slots, or run more ranks "
+                                      "than slots with HOPDEC_MPIRUN_ARGS=--oversubscribe"),
+    (None, 2, "hostfile {f}: not found or not readable")])
+def test_a_hostfile_mpirun_cannot_use_is_one_line_before_mpirun(tmp_path, text, n, says):
+    """Only a missing hostfile was the launcher's line; an empty one, slots=0 or slots=abc, a line that is not
+    a host, too few slots, or a directory reached mpirun, whose boxes said "No nodes are available", "already
+    filled", "slots=-1" (for abc) or only "input in flex scanner failed"."""
+    hf = tmp_path / "hosts"
+    if text is None:
+        hf.mkdir()
+    else:
+        hf.write_text(text)
+    r = _run([HOSTFILE, "-f", str(hf), "-n", str(n)], HOPDEC_MPIRUN="echo")
+    assert r.returncode == 2 and r.stderr == f"hostfile.sh: error: {says.format(f=hf)}\n", r.stderr
+    assert r.stdout == ""
+
+
+def test_a_hostfile_with_enough_slots_or_oversubscribed_reaches_mpirun(tmp_path):
+    hf = tmp_path / "hosts"
+    hf.write_text("localhost slots=2 max_slots=4   # comment\n\nuser@127.0.0.1\n")   # (no slots: any -n)
+    r = _run([HOSTFILE, "-f", str(hf), "-n", "9"], HOPDEC_MPIRUN="echo")
+    assert r.returncode == 0 and f"--hostfile {hf} -n 9" in r.stdout, r.stderr
+    hf.write_text("localhost slots=2\n")
+    r = _run([HOSTFILE, "-f", str(hf), "-n", "3"], HOPDEC_MPIRUN="echo", HOPDEC_MPIRUN_ARGS="--oversubscribe")
+    assert r.returncode == 0 and f"--hostfile {hf} -n 3" in r.stdout, r.stderr
+
+
 @pytest.mark.mpi
 def test_hostfile_keeps_ranks_and_daemons_on_the_interface_given(tmp_path):
     """HOPDEC_INTERFACE (a name or a CIDR, as the network testbed gives it) restricts both the ranks' TCP

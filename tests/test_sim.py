@@ -174,6 +174,9 @@ def test_slowdowns_are_the_real_emulators():
     ("uniform:low=2,high=1", "low 2 > high 1"), ("uniform:low=1,hi=2", "unknown key"),
     ("9@0.1", "rank 9 is not a worker"), ("a@0.1", "not a rank"), ("3-1@0.1", "empty range"),
     ("normal:mean=1,std=1,std=2", "given twice"), ("nan", ">= 0"),
+    # (std 10 on mean 0.1 ran at a mean of 4.5 s under the label "mean 0.1": the draws below 0 were clipped)
+    ("normal:mean=0.1,std=10", "std 10 is over mean/2.33: more than 1% of the draws would fall below 0"),
+    ("normal:mean=0,std=0.01", "std 0.01 is over mean/2.33"),
 ])
 def test_bad_compute_time_is_one_line_naming_the_option(spec, words):
     with pytest.raises(ConfigError) as info:

@@ -79,6 +79,11 @@ class Dist:
 
 _DIST_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high")}
 
+NORMAL_Z = 2.33
+"""A normal compute time's draws below 0 are clipped to 0, which raises their mean: a ``std`` over
+``mean / NORMAL_Z`` (more than 1% of the draws below 0; std = mean raised it by 8%) is refused, so the mean
+the summary states is the mean the run had."""
+
 
 def parse_dist(text, option="--compute-time", spec=None):
     """``0.25`` | ``normal:mean=M,std=S`` | ``uniform:low=A,high=B`` -> :class:`Dist` (seconds).
@@ -126,6 +131,9 @@ def parse_dist(text, option="--compute-time", spec=None):
             fail(f"missing {k}=")
     if kind == "uniform" and vals["low"] > vals["high"]:
         fail(f"low {vals['low']:g} > high {vals['high']:g}")
+    if kind == "normal" and vals["std"] * NORMAL_Z > vals["mean"]:
+        fail(f"std {vals['std']:g} is over mean/{NORMAL_Z:g}: more than 1% of the draws would fall below 0 and be "
+             f"clipped to 0, raising the mean above {vals['mean']:g} (uniform:low=A,high=B gives a wide spread)")
     return Dist(kind, **vals)
 
 

@@ -203,6 +203,13 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["--topology", "one-peer-exponential", "-n", 8, "--fault-tolerance", "--deaths", "3@1"], "time-varying"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "0@1"], "the parameter server (rank 0) cannot die"),
     (["--mode", "ps", "-n", 4, "--fault-tolerance", "--deaths", "1@1", "--heal-stall", "1"], "--heal-stall is not used in --mode ps"),
+    # they time the deaths the simulator injects: without any they were accepted and changed nothing
+    *[(["-n", 8, *ft, opt, "1", *mode], f"{opt} is not used in --mode {mode[1] if mode else 'decentralized'}: it "
+       "times simulated deaths, and none are asked for (--deaths, --death-trace or --churn-mttf) (drop it)")
+      for opt in ("--heal-stall", "--failure-detection") for ft in ([], ["--fault-tolerance"])
+      for mode in ([], ["--mode", "allreduce"]) if not (ft and mode)],     # (all-reduce refuses --fault-tolerance)
+    (["--mode", "ps", "-n", 4, "--failure-detection", "1"], "--failure-detection is not used in --mode ps --sync bsp: "
+                                                            "it times simulated deaths"),
     (["--mode", "ps", "-n", 2, "--fault-tolerance", "--deaths", "1@0.5,2@0.7", "--iterations", 50],
      "simulated death at virtual second 0.7: worker 2 was the last one"),
     (["-n", 2, "--fault-tolerance", "--deaths", "1@0.5", "--iterations", 50],

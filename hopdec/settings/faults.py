@@ -97,14 +97,18 @@ class Faults(Group):
         return "--deaths" if self.deaths else "--death-trace" if self.death_trace is not None else "--churn-mttf"
 
     def ignores(self, run):
+        out = {}
+        if run.simulated and not self.simulates_deaths:     # (they time the deaths hopdec sim injects)
+            why = "it times simulated deaths, and none are asked for (--deaths, --death-trace or --churn-mttf)"
+            out = {"--heal-stall": why, "--failure-detection": why}
         if run.mode == "ps":                # (typed at its default value too: churn.check_ps sees only values)
-            return {"--heal-stall": "a parameter server has no recovery to stall: it drops a dead worker when it "
-                                    "finds it (--failure-detection)"}
+            return {**out, "--heal-stall": "a parameter server has no recovery to stall: it drops a dead worker "
+                                           "when it finds it (--failure-detection)"}
         if run.mode != "allreduce":
-            return {}
-        return {"--fault-tolerance": "a synchronous all-reduce needs every worker at every step and cannot go "
-                                     "on without one (PyTorch DDP neither: torchrun restarts the job); "
-                                     "use --checkpoint-dir and --resume"}
+            return out
+        return {**out, "--fault-tolerance": "a synchronous all-reduce needs every worker at every step and cannot go "
+                                            "on without one (PyTorch DDP neither: torchrun restarts the job); "
+                                            "use --checkpoint-dir and --resume"}
 
     @property
     def timeout(self):

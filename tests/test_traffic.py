@@ -2,6 +2,7 @@
 counts per host, the least transfer time per iteration, and the simulator never beating it."""
 
 import io
+import os
 import json
 import random
 
@@ -17,6 +18,7 @@ from hopdec.sim.run import link_model, simulate
 from hopdec.topology.traffic import MIB, traffic
 from test_topo_cli import topo
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 1e9 / 8        # bytes/s of 1 Gb/s
 
 
@@ -28,6 +30,27 @@ def test_a_ring_sends_two_updates_per_worker_and_needs_two_messages_per_nic():
     assert t["seconds_per_iteration"] == pytest.approx(2 * 2 * MIB / GB)
     assert t["max_iterations_per_s"] == pytest.approx(GB / (4 * MIB))
     assert t["bottleneck"] == "worker 0's NIC sending 2 updates at 1 Gb/s"
+
+
+def test_infinite_bandwidth_is_no_time_but_still_traffic():
+    """``--bandwidth inf`` said "transfer time none (nothing crosses a NIC)" beside "16 between hosts"; only a
+    run whose updates stay on one machine crosses no NIC."""
+    t = traffic(T.ring(8), LinkModel(bandwidth=float("inf")))
+    assert t["updates_between_hosts"] == 16 and t["seconds_per_iteration"] == 0
+    assert t["bottleneck"] == "every NIC and link the updates cross has infinite bandwidth"
+    assert traffic(T.ring(8), LinkModel(bandwidth=GB), machines=(8,))["bottleneck"] == "nothing crosses a NIC"
+
+
+def test_a_message_size_the_simulator_refuses_is_refused_here_too():
+    """``--message-mb 1e307`` gave an infinite transfer time, printed by --json as a bare Infinity (not JSON)."""
+    for cmd in (["analyze", "topologies/ring_8.json"], ["compare", "topologies/ring_8.json", "topologies/ring_16.json"]):
+        r = topo(*cmd, "--message-mb", "1e307", "--json", cwd=ROOT)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+        assert rc == 2 and out == "" and "--message-mb: at most 1.04858e+06 MiB (as hopdec sim), got '1e307'" in err
+        assert len(err.strip().splitlines()) == 1, err
+    r = topo("analyze", "topologies/ring_8.json", "--message-mb", str(2 ** 20), "--bandwidth", "1e-6", "--json",
+             cwd=ROOT)
+    assert r.returncode == 0 and json.loads(r.stdout)["traffic"]["seconds_per_iteration"] < float("inf")
 
 
 def test_machines_share_a_nic_and_talk_through_shared_memory():

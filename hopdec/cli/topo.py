@@ -60,10 +60,20 @@ def _positive_float(text):
     return v
 
 
+def _message_mb(text):
+    """``--message-mb``: positive and at most hopdec sim's largest (1e307 made the transfer time infinite,
+    and --json printed a bare Infinity that JSON readers refuse)."""
+    from hopdec.settings.cost import MAX_MESSAGE_MB
+    v = _positive_float(text)
+    if v > MAX_MESSAGE_MB:
+        raise argparse.ArgumentTypeError(f"at most {MAX_MESSAGE_MB:g} MiB (as hopdec sim), got {text!r}")
+    return v
+
+
 def _network_options(p):
     """The network of the traffic figures: the options ``hopdec sim`` takes for it, read the same way."""
     n = p.add_argument_group("network (the least transfer time per iteration, hopdec.topology.traffic)")
-    n.add_argument("--message-mb", type=_positive_float, default=1.0, metavar="MB",
+    n.add_argument("--message-mb", type=_message_mb, default=1.0, metavar="MB",
                    help="MiB per update (default 1; the transfer time scales with it)")
     add_network_arguments(n)
     n.add_argument("--machines", type=_sizes, metavar="SIZES",

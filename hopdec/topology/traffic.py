@@ -69,6 +69,8 @@ def _bottleneck(edges: list, host: dict, nic: dict, link: Any) -> tuple[float, s
     for (u, v), (bw, _lat) in link.links.items():
         if bw is not None and (u, v) in used and 1 / bw > worst:
             worst, what = 1 / bw, f"link {u}->{v} at {_gbps(bw)}"
+    if not worst and sends:                 # (updates cross, at infinite bandwidth: --bandwidth inf)
+        what = "every NIC and link the updates cross has infinite bandwidth"
     return worst, what, sends, receives
 
 

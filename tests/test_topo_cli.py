@@ -12,6 +12,7 @@ import pytest
 
 from hopdec import topology as T
 from hopdec.errors import TopologyError
+from conftest import ROOT
 # every bad file of the library tests, each checked again through the CLI (one line, exit 2)
 from bad_topologies import BAD_FILES, UNTRAINABLE  # noqa: E402
 
@@ -377,6 +378,28 @@ def test_plot_writes_the_format_its_name_says_and_refuses_what_it_cannot(tmp_pat
             main(["analyze", str(path), "--plot", out])
         assert str(err.value) == says
         assert capsys.readouterr().out == ""        # (refused before the analysis printed anything)
+
+
+def test_a_misspelt_attribute_is_named_not_silently_ignored(tmp_path):
+    """A node-link file whose edges say "wieght" and nodes "machin" was analysed (and trained on) as an
+    unweighted graph on no machines, without a word. Attributes spelt like hopdec's get a warning naming the
+    one meant; a file's own attributes (a label, a position) pass silently."""
+    data = json.loads(open(os.path.join(ROOT, "topologies", "hierarchical_a_8.json")).read())
+    for n in data["nodes"]:
+        n["machin"], n["label"] = n.pop("machine"), "x"
+    for e in data["edges"]:
+        e["wieght"], e["latnecy"], e["pos"] = e.pop("weight"), 0.001, [0, 1]
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(data))
+    r = topo("analyze", path)
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "is not one hopdec reads" in ln]
+    assert said == [f"hopdec topo: warning: {path}: {what} attribute {k!r} is not one hopdec reads, so it is "
+                    f"ignored; did you mean {meant}?" for what, k, meant in
+                    (("node", "machin", "machine"), ("edge", "latnecy", "latency"), ("edge", "wieght", "weight"))]
+    assert "label" not in r.stderr and "'pos'" not in r.stderr
+    r = topo("analyze", os.path.join(ROOT, "topologies", "hierarchical_a_8.json"))
+    assert "is not one hopdec reads" not in r.stderr
 
 
 def test_analyze_warns_when_averaging_never_converges(tmp_path):

@@ -2,7 +2,6 @@
 counts per host, the least transfer time per iteration, and the simulator never beating it."""
 
 import io
-import os
 import json
 import random
 
@@ -16,9 +15,9 @@ from hopdec.settings.cost import Cost
 from hopdec.sim.network import LinkModel
 from hopdec.sim.run import link_model, simulate
 from hopdec.topology.traffic import MIB, traffic
+from conftest import ROOT
 from test_topo_cli import topo
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 1e9 / 8        # bytes/s of 1 Gb/s
 
 

@@ -210,6 +210,26 @@ def load(path, connected=True):
     return effective_graph(G, src, connected, rule)
 
 
+NODE_ATTRIBUTES = ("machine", "backup_workers", "bandwidth")
+EDGE_ATTRIBUTES = ("weight", "bandwidth", "latency")
+"""The attributes hopdec reads from a topology file's nodes and edges; others are the file's own."""
+
+
+def misspelt_attributes(source, node_keys, edge_keys):
+    """One note per attribute that is not hopdec's but is spelt like one (``wieght``, ``machin``): it would be
+    ignored, and the run would go unweighted or machine-less without a word. Other attributes (a label, a
+    position) are the file's own and pass silently."""
+    from hopdec.errors import closest
+    notes = []
+    for what, keys, known in (("node", node_keys, NODE_ATTRIBUTES), ("edge", edge_keys, EDGE_ATTRIBUTES)):
+        for k in sorted(str(k) for k in keys if k not in known):
+            near = closest(k, known)
+            if near:
+                notes.append(f"{source}: {what} attribute {k!r} is not one hopdec reads, so it is ignored; "
+                             f"did you mean {near}?")
+    return notes
+
+
 def effective_graph(G, source="<graph>", connected=True, rule=None):
     """Validate ``G`` and apply the weight rule: the graph training uses (a copy, ids as ints).
 
@@ -224,9 +244,13 @@ def effective_graph(G, source="<graph>", connected=True, rule=None):
         G = G.copy()
     else:
         G = nx.relabel_nodes(G, {v: int(v) for v in G.nodes})
+    edge_keys = set()
     for _, _, d in G.edges(data=True):
         d["weight"] = float(d["weight"])
+        if len(d) > 1:
+            edge_keys.update(d)
     G, notes = effective_weights(G, source, copy=False)
+    notes += misspelt_attributes(source, {k for _, d in G.nodes(data=True) for k in d}, edge_keys)
     if connected:
         pattern = _positive_matrix(G)           # (one pass over the edges for both checks)
         check_strongly_connected(G, source, pattern)

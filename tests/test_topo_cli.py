@@ -380,6 +380,16 @@ def test_plot_writes_the_format_its_name_says_and_refuses_what_it_cannot(tmp_pat
         assert capsys.readouterr().out == ""        # (refused before the analysis printed anything)
 
 
+def test_generate_checks_its_output_before_any_work(tmp_path):
+    """``-o ''`` said "generate: cannot write : No such file or directory" after building the graph; the output
+    is checked first, as report's and plot's -o are."""
+    for out, says in (("", "generate -o '': an empty output path"),
+                      (str(tmp_path / "no" / "g.json"), f"generate -o {tmp_path / 'no' / 'g.json'}: folder "
+                                                        f"{tmp_path / 'no'} does not exist")):
+        r = topo("generate", "ring", "-n", 8, "-o", out)
+        assert r.returncode == 2 and r.stderr == f"hopdec topo: error: {says}\n" and r.stdout == "", r.stderr
+
+
 def test_a_misspelt_attribute_is_named_not_silently_ignored(tmp_path):
     """A node-link file whose edges say "wieght" and nodes "machin" was analysed (and trained on) as an
     unweighted graph on no machines, without a word. Attributes spelt like hopdec's get a warning naming the

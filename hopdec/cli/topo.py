@@ -195,6 +195,8 @@ def main(argv):
 # ----------------------------------------------------------------------------------------------
 
 def _generate(args):
+    from hopdec.cli.report import output_path
+    output_path(args.output, option="generate -o")   # (before any work: an empty name, a missing folder)
     if args.n is None and not (args.kind.startswith("hierarchical") and args.machines):
         raise ConfigError(f"generate: -n is required for kind {args.kind}")
     try:

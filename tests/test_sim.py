@@ -187,7 +187,9 @@ def test_bad_compute_time_is_one_line_naming_the_option(spec, words):
 
 @pytest.mark.parametrize("argv, words", [
     (["-n", "4", "--bandwidth", "0"], "--bandwidth"),
-    (["-n", "4", "--bandwidth", "7@10"], "rank 7 is not a worker"),
+    (["-n", "4", "--bandwidth", "7@10"], "--bandwidth '7@10': no rank 7 in ring-based(4) [default] (ranks 0..3)"),
+    # a PS server's NIC is rank 0's: "rank 5 is not a worker (the workers are ranks 0..4)" named the server a worker
+    (["--mode", "ps", "-n", "4", "--bandwidth", "5@10"], "--bandwidth '5@10': no rank 5 in this run (ranks 0..4)"),
     (["-n", "4", "--latency", "-1"], "--latency"),
     (["-n", "4", "--message-mb", "-2"], "--message-mb"),
     (["--topology", "ring"], "-n"),

@@ -52,6 +52,13 @@ def test_a_message_size_the_simulator_refuses_is_refused_here_too():
     assert r.returncode == 0 and json.loads(r.stdout)["traffic"]["seconds_per_iteration"] < float("inf")
 
 
+def test_a_rank_one_of_the_compared_files_lacks_is_named_with_that_file():
+    """``topo compare a8.json b16.json --bandwidth 12@5`` said "the workers are ranks 0..7" without the file."""
+    r = topo("compare", "topologies/ring_8.json", "topologies/ring_16.json", "--bandwidth", "12@5", cwd=ROOT)
+    assert r.returncode == 2 and r.stderr == ("hopdec topo: error: --bandwidth '12@5': no rank 12 in "
+                                              "topologies/ring_8.json (ranks 0..7)\n"), r.stderr
+
+
 def test_machines_share_a_nic_and_talk_through_shared_memory():
     """Hop Fig. 21: on machines of 4, 2, 2 workers ring-based sends 6 updates a step out of m0, the
     hierarchical graphs 2 (what experiments/README.md measured on emulated links)."""

@@ -137,8 +137,9 @@ def parse_dist(text, option="--compute-time", spec=None):
     return Dist(kind, **vals)
 
 
-def parse_who(who, ranks, option, spec):
-    """``3`` | ``0-7`` | ``1,4,9-12`` -> the ranks named (each must be one of ``ranks``)."""
+def parse_who(who, ranks, option, spec, members="workers"):
+    """``3`` | ``0-7`` | ``1,4,9-12`` -> the ranks named (each must be one of ``ranks``: the run's workers, or
+    else every rank of ``members`` -- a topology, "this run" -- where a PS server's NIC counts too)."""
     out, known = [], set(ranks)
     for item in who.split(","):
         item = item.strip()
@@ -153,21 +154,25 @@ def parse_who(who, ranks, option, spec):
         for r in range(a, b + 1):
             if r not in known:
                 lo_r, hi_r = min(ranks), max(ranks)
-                which = f"the only worker is rank {lo_r}" if lo_r == hi_r else f"the workers are ranks {lo_r}..{hi_r}"
-                raise ConfigError(f"{option} {spec!r}: rank {r} is not a worker ({which})")
+                if members == "workers":
+                    which = (f"the only worker is rank {lo_r}" if lo_r == hi_r
+                             else f"the workers are ranks {lo_r}..{hi_r}")
+                    raise ConfigError(f"{option} {spec!r}: rank {r} is not a worker ({which})")
+                raise ConfigError(f"{option} {spec!r}: no rank {r} in {members} (ranks {lo_r}..{hi_r})")
             out.append(r)
     return out
 
 
-def per_rank(option, specs, ranks, parse_value, default):
-    """``{rank: value}`` from repeatable ``[WHO@]VALUE`` specs; ranks not named get ``default``."""
+def per_rank(option, specs, ranks, parse_value, default, members="workers"):
+    """``{rank: value}`` from repeatable ``[WHO@]VALUE`` specs; ranks not named get ``default``; ``members``:
+    what ``ranks`` are, for the error line (:func:`parse_who`)."""
     ranks = tuple(ranks)
     out = dict.fromkeys(ranks, default)
     for spec in specs or []:
         text = str(spec).strip()
         who, at, value = text.rpartition("@")
         value = parse_value(value, option, text)
-        for r in (parse_who(who, ranks, option, text) if at else ranks):
+        for r in (parse_who(who, ranks, option, text, members) if at else ranks):
             out[r] = value
     return out
 

@@ -89,7 +89,8 @@ def link_model(cost, nodes, graph=None):
         for v, d in graph.nodes(data=True):
             if "bandwidth" in d:
                 node_bw[int(v)] = _number_attr(d["bandwidth"], f"{src}: node {v} bandwidth") * 1e9 / 8
-    per = per_rank("--bandwidth", [s for s in specs if "@" in str(s)], range(nodes), parse_bandwidth, None)
+    per = per_rank("--bandwidth", [s for s in specs if "@" in str(s)], range(nodes), parse_bandwidth, None,
+                   members=src if graph is not None else "this run")    # (a PS server's NIC: rank 0)
     node_bw.update({r: v for r, v in per.items() if v is not None})
     node_bw = {r: v for r, v in node_bw.items() if v != base}
     links = {}

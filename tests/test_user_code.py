@@ -57,6 +57,28 @@ USER_CODE = textwrap.dedent('''
 
     def make_bare():
         return Bare()
+
+    class TupleOut(Net):                            # trained with its own loss, then failed at evaluation
+        def forward(self, x):
+            return self.body(x), 0.0
+
+        def loss(self, out, y):
+            return nn.functional.cross_entropy(out[0], y)
+
+    def tuple_out(shape, classes):
+        return TupleOut(shape, classes)
+
+    def one_logit(shape, classes):                  # a regression (or single-logit) head: scored 0% accurate
+        return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(shape)), 1), nn.Flatten(0))
+
+    def too_few(shape, classes):                    # cross-entropy's IndexError, naming no option
+        return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(shape)), 1))
+
+    def wrong_input(shape, classes):
+        return nn.Linear(7, classes)
+
+    def tensor_maths(shape, classes):               # int(tensor) fails on the meta device of the layout
+        return nn.Linear(int(torch.tensor(shape).prod()), classes)
 ''')
 
 
@@ -93,6 +115,14 @@ def test_a_model_factory_without_arguments_is_called_bare(user_file, factory):
     assert res["avg_acc"] > 0.85, text
 
 
+def test_a_factory_that_cannot_build_on_the_meta_device_is_built_for_real(user_file):
+    """The parameters' layout is counted on torch's meta device; a factory doing arithmetic on a tensor
+    (``int(torch.tensor(shape).prod())``) failed there, and the run was refused as "the factory raised"."""
+    res, text = run_sim(["-n", 2, "--model", "mine:tensor_maths", "--dataset", "mine:make_data", "--math",
+                         "--iterations", 40, "--lr", 0.2, "--threads", 1])
+    assert res["avg_acc"] > 0.85, text
+
+
 def test_a_users_model_is_trained_with_its_own_loss(user_file):
     from hopdec.modes.work import resolve
     from hopdec.settings import Work
@@ -111,6 +141,16 @@ def test_a_users_model_is_trained_with_its_own_loss(user_file):
     (["--model", "mlp", "--dataset", "mine:bad_labels"], "train_y and test_y must hold class indices"),
     (["--model", "cnn2"], "--model 'cnn2': expected one of cnn, vgg11"),
     (["--model", "mine.py:"], "--model 'mine.py:': expected one of"),
+    # the output checked on two samples before any training
+    (["--model", "mine:tuple_out", "--dataset", "mine:make_data"], "--model mine:tuple_out: the model's output is a "
+                                                                   "tuple, not a tensor of class scores"),
+    (["--model", "mine:one_logit", "--dataset", "mine:make_data"], "--model mine:one_logit: output of shape (2,) for "
+                                                                   "targets of shape (2,): expected class scores over "
+                                                                   "the last dimension, (2, 2)"),
+    (["--model", "mine:too_few", "--dataset", "mine:make_data"], "--model mine:too_few: 1 score(s) per sample for the "
+                                                                 "dataset's 2 classes"),
+    (["--model", "mine:wrong_input", "--dataset", "mine:make_data"], "--model mine:wrong_input: the model raised "
+                                                                     "RuntimeError: mat1 and mat2 shapes"),
 ])
 def test_a_broken_factory_is_one_line_naming_the_option(user_file, argv, says):
     with pytest.raises(ConfigError) as err:

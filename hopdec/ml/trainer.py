@@ -20,6 +20,7 @@ import torch
 from hopdec.ml import transfers
 from hopdec.ml.data import batches
 from hopdec.ml.models import build_model, loss_fn, predict
+from hopdec.ml.registry import is_entry_point
 from hopdec.ml.stores import StoreOrder
 
 
@@ -675,6 +676,9 @@ class LocalTrainer(FlatSGD):
         preset = PRESETS.get(model_name, {})
         model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
         model.to(torch.device(device))
+        if is_entry_point(model_name):              # (yours: its output, checked before any training)
+            from hopdec.ml.user import check_output
+            check_output(model_name, model, dataset, device)
         super().__init__(model, lr=lr, momentum=momentum, weight_decay=weight_decay, torch_optimizer=False,
                          optimizer=preset.get("optimizer", "sgd"), betas=(momentum, preset.get("beta2", 0.999)))
         self.base_lr = lr

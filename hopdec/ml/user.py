@@ -98,6 +98,41 @@ def build(spec, input_shape, num_classes):
     return model
 
 
+def check_output(spec, model, dataset, device="cpu"):
+    """The contract on the model's output, on two test samples before any training: a tensor of class scores
+    over the last dimension, one per target (``target.shape + (classes,)``), at least ``num_classes`` of
+    them. A tuple or dict output trained (its own ``loss`` read it) and then failed at the first evaluation,
+    after the whole run; a 1-D output (regression) was scored 0% accurate; too few scores failed in
+    cross-entropy as an IndexError naming no option. ConfigError naming ``--model`` otherwise."""
+    from hopdec.ml.trainer import _down
+    x, y = dataset.test_x[:2], dataset.test_y[:2]
+    if len(y) == 0:
+        return
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(_down(x, torch.device(device), "the output check"))
+    except Exception as err:
+        raise ConfigError(f"--model {spec}: the model raised {_one_line(err)} on two samples of the dataset "
+                          f"(inputs of shape {tuple(x.shape)})") from None
+    finally:
+        model.train(was)
+    if not isinstance(out, torch.Tensor):
+        raise ConfigError(f"--model {spec}: the model's output is a {type(out).__name__}, not a tensor of class "
+                          f"scores; hopdec takes the loss and the accuracy from the scores over its last dimension, "
+                          f"so forward must return them")
+    want = tuple(y.shape) + (int(dataset.num_classes),)
+    if out.dim() != len(want) or tuple(out.shape[:-1]) != want[:-1]:
+        raise ConfigError(f"--model {spec}: output of shape {tuple(out.shape)} for targets of shape "
+                          f"{tuple(y.shape)}: expected class scores over the last dimension, {want} (targets are "
+                          f"class indices: a binary classifier gives 2 scores, not 1 logit; regression is not "
+                          f"supported)")
+    if out.shape[-1] < want[-1]:
+        raise ConfigError(f"--model {spec}: {out.shape[-1]} score(s) per sample for the dataset's "
+                          f"{want[-1]} classes (targets up to {want[-1] - 1})")
+
+
 class UserLoss(torch.nn.Module):
     """The model's own ``loss(output, target)``, else cross-entropy over the last dimension."""
 

@@ -4,6 +4,7 @@ breaks its contract is one line naming the option."""
 
 import io
 import json
+import re
 import textwrap
 
 import numpy as np
@@ -77,6 +78,13 @@ USER_CODE = textwrap.dedent('''
     def wrong_input(shape, classes):
         return nn.Linear(7, classes)
 
+    class Diverges(Net):
+        def loss(self, out, y):
+            return nn.functional.cross_entropy(out, y) * float("nan")
+
+    def diverges(shape, classes):
+        return Diverges(shape, classes)
+
     def tensor_maths(shape, classes):               # int(tensor) fails on the meta device of the layout
         return nn.Linear(int(torch.tensor(shape).prod()), classes)
 ''')
@@ -121,6 +129,19 @@ def test_a_factory_that_cannot_build_on_the_meta_device_is_built_for_real(user_f
     res, text = run_sim(["-n", 2, "--model", "mine:tensor_maths", "--dataset", "mine:make_data", "--math",
                          "--iterations", 40, "--lr", 0.2, "--threads", 1])
     assert res["avg_acc"] > 0.85, text
+
+
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "--sync", "asp"], ["--mode", "allreduce"],
+                                  ["--local-steps", "2"]])
+def test_a_diverging_run_stops_in_the_simulator_as_under_mpi(user_file, mode):
+    """``hopdec train`` stops when the loss becomes NaN (training diverged); ``hopdec sim --math`` trained on
+    and reported "train loss nan" and a test accuracy, exit 0, and logged bare NaNs."""
+    from hopdec.errors import RunError
+    with pytest.raises(RunError) as err:
+        run_sim(["-n", 2, "--model", "mine:diverges", "--dataset", "mine:make_data", "--math", "--iterations", 6,
+                 "--threads", 1, *mode])
+    assert re.fullmatch(r"rank \d: the training loss became nan at iteration 0: training diverged \(a smaller "
+                        r"--lr may help\)", str(err.value)), str(err.value)
 
 
 def test_a_users_model_is_trained_with_its_own_loss(user_file):

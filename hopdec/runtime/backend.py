@@ -14,6 +14,14 @@ from hopdec.ml import transfers
 from hopdec.transport.waiting import count_resumes, resumes
 
 
+def check_loss(loss, iteration, who=""):
+    """RunError when the training loss is NaN or infinite (training diverged); ``who``: a prefix naming the
+    worker where the error line does not (the simulator's; under MPI the line names the rank)."""
+    if not math.isfinite(loss):
+        raise RunError(f"{who}the training loss became {loss} at iteration {iteration}: training diverged "
+                       f"(a smaller --lr may help)")
+
+
 class TorchBackend:
     """Adapts a :class:`LocalTrainer` and an :class:`Emulator` to the worker loops' backend interface."""
 
@@ -52,9 +60,7 @@ class TorchBackend:
         return {"loss": loss, "compute_s": total, "measured_compute_s": measured, "slowdown": factor}
 
     def _check(self, loss, iteration):
-        if not math.isfinite(loss):
-            raise RunError(f"the training loss became {loss} at iteration {iteration}: training diverged "
-                           f"(a smaller --lr may help)")
+        check_loss(loss, iteration)
         if self.t.device.type == "cuda":
             import torch                        # here, not at the top: the simulator's timing-only runs
             torch.cuda.synchronize(self.t.device)   # import this module (hopdec.sim.backends) without torch

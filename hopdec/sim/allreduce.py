@@ -25,6 +25,7 @@ import numpy as np
 from hopdec.allreduce.worker import Worker
 from hopdec.core import ComputeGradient, Deadlock, Wait
 from hopdec.runtime.allreduce_loop import worker_loop
+from hopdec.runtime.backend import check_loss
 from hopdec.sim.backends import compute_record, step_of
 from hopdec.sim.events import EventQueue
 from hopdec.sim.gap import GapMeter
@@ -95,6 +96,7 @@ class MathBackend(TimingBackend):
 
     def compute(self, iteration):
         loss = self.t.compute()
+        check_loss(loss, iteration, f"rank {self.rank}: ")     # (as hopdec train's ranks stop)
         self.duration, factor = step_of(self.compute_time, self.rank, iteration)
         return compute_record(self.duration, factor, loss)
 

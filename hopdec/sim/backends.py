@@ -10,7 +10,7 @@ measured time (so a run is deterministic for its seed and does not depend on thi
 :class:`hopdec.runtime.backend.WorkerBackend`, which loads weights and forms ESync's model differences).
 """
 
-from hopdec.runtime.backend import WorkerBackend
+from hopdec.runtime.backend import WorkerBackend, check_loss
 
 
 def step_of(compute_time, rank, iteration):
@@ -42,6 +42,7 @@ class MathBackend:
             loss = sum(losses) / len(losses)
         else:
             loss = self.t.compute()
+        check_loss(loss, iteration, f"rank {self.rank}: ")     # (as hopdec train's ranks stop)
         self.duration, factor = step_of(self.compute_time, self.rank, iteration)
         return compute_record(self.duration, factor, loss)
 

@@ -690,6 +690,7 @@ class LocalTrainer(FlatSGD):
         self.stream = batches(dataset.train_x, dataset.train_y, indices, batch_size,
                               seed=seed if data_seed is None else data_seed)
         self.loss = None
+        self.norm_stats_from_training = False       # a PS server's model (evaluate: recompute_norm_stats)
         self.local = None                           # LocalRounds: rounds of local steps (use_local_steps)
         self._last_step = None
 
@@ -781,13 +782,34 @@ class LocalTrainer(FlatSGD):
         with torch.no_grad():
             self.flat.copy_(_down(torch.from_numpy(np.asarray(arr)), self.device, what))
 
+    NORM_STATS_SAMPLES = 2048
+    """Training samples a model whose BatchNorm statistics nobody trains (a parameter server's) runs in
+    training mode before it is evaluated (:meth:`recompute_norm_stats`)."""
+
+    def recompute_norm_stats(self, batch_size=256):
+        """BatchNorm running statistics recomputed for the current weights from the first
+        :attr:`NORM_STATS_SAMPLES` training samples (``torch.optim.swa_utils.update_bn``, as SWA does for
+        averaged weights). A parameter server applies gradients but never runs a forward pass in training
+        mode, so its model kept the initial statistics (mean 0, variance 1) and its test accuracy was that of
+        a model with the wrong normalisation (9% where the workers' reached 86%). No-op without BatchNorm."""
+        from torch.nn.modules.batchnorm import _BatchNorm
+        from torch.optim.swa_utils import update_bn
+        if not any(isinstance(m, _BatchNorm) and m.track_running_stats for m in self.model.modules()):
+            return
+        x = self.dataset.train_x[:self.NORM_STATS_SAMPLES]
+        update_bn([_down(x[s:s + batch_size], self.device, "evaluation") for s in range(0, len(x), batch_size)],
+                  self.model)
+
     @torch.no_grad()
     def evaluate(self, flat=None, batch_size=1024):
-        """(loss, accuracy) on the held-out split, for the current or the given flat parameters."""
+        """(loss, accuracy) on the held-out split, for the current or the given flat parameters (a
+        parameter server's model first recomputes its BatchNorm statistics: ``norm_stats_from_training``)."""
         saved = None
         if flat is not None:
             saved = self.flat.detach().clone()
             self.load_params(flat, "evaluation")
+        if self.norm_stats_from_training:
+            self.recompute_norm_stats()
         self.model.eval()
         total, correct, loss_sum = 0, 0, 0.0
         x, y = self.dataset.test_x, self.dataset.test_y

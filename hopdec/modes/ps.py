@@ -72,7 +72,9 @@ class PSRun:
         """The server's model (rank 0: shard 0, the same initial model) or worker ``rank``'s trainer (its
         shard: its position among the workers)."""
         part = 0 if rank == SERVER else self.workers.index(rank)
-        return self.work.trainer(part, self.n, device)
+        t = self.work.trainer(part, self.n, device)
+        t.norm_stats_from_training = rank == SERVER     # (it applies gradients, never trains BatchNorm's)
+        return t
 
     # ---- what is reported ----
     def bound(self):

@@ -782,6 +782,25 @@ class LocalTrainer(FlatSGD):
         with torch.no_grad():
             self.flat.copy_(_down(torch.from_numpy(np.asarray(arr)), self.device, what))
 
+    def _replica_tensors(self):
+        return [p for p in self.model.parameters()] + [b for b in self.model.buffers() if b.is_floating_point()]
+
+    def replica_state(self):
+        """The model's parameters and floating-point buffers (BatchNorm statistics) in one float64 array:
+        what an all-reduce run copies from rank 0 to every replica at the start (PyTorch DDP broadcasts
+        them so too), so a factory that seeds by rank still starts every replica from the same model."""
+        return torch.cat([t.detach().reshape(-1).to("cpu", torch.float64)
+                          for t in self._replica_tensors()]).numpy()
+
+    @torch.no_grad()
+    def load_replica_state(self, arr):
+        """Copy :meth:`replica_state`'s array into the model's parameters and buffers (in place: the flat
+        views stay)."""
+        src, at = torch.from_numpy(np.asarray(arr)), 0
+        for t in self._replica_tensors():
+            t.copy_(src[at:at + t.numel()].reshape(t.shape))
+            at += t.numel()
+
     NORM_STATS_SAMPLES = 2048
     """Training samples a model whose BatchNorm statistics nobody trains (a parameter server's) runs in
     training mode before it is evaluated (:meth:`recompute_norm_stats`)."""

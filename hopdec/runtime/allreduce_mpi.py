@@ -138,12 +138,15 @@ def run(ctx):
     from hopdec.runtime.metrics import RankLogger, log_path
     from hopdec.runtime.resume import HopRank, open_log
     from hopdec.runtime.summary import gather_summary
-    from hopdec.transport.collectives import barrier
+    from hopdec.transport.collectives import barrier, broadcast
 
     s, ar, rank = ctx.settings, ctx.run, ctx.rank
     comm = ctx.comm
     ctx.worker = rank
     trainer = ar.trainer(rank, ctx.device)
+    # every replica starts from rank 0's parameters and buffers, as PyTorch DDP's constructor broadcasts them
+    # (a factory that seeds by rank trained different replicas to the end, reported as "every worker's")
+    trainer.load_replica_state(broadcast(comm, trainer.replica_state(), ctx.timeout, "the initial model"))
     emulator = ctx.make_emulator(rank, ctx.size)
     core = ar.core(rank)
     io = AllReduceIO(comm, ctx.timeout)

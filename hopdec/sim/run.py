@@ -533,6 +533,9 @@ def _run_allreduce(S, entries=False):
     factory = trainers = None
     if cost.math:
         trainers = S.trainers(workers)
+        start = trainers[0].replica_state()          # rank 0's model on every replica, as under MPI (DDP)
+        for r in workers[1:]:
+            trainers[r].load_replica_state(start)
         factory = lambda r: MathBackend(trainers[r], r, S.compute.step)  # noqa: E731
     sim = AllReduceSim(n, ar.work.iterations, S.compute.step, network=S.link, message_bytes=S.message_bytes,
                        backend_factory=factory, on_record=logs.log)

@@ -32,6 +32,12 @@ def allreduce_sum(comm, values, timeout, what="allreduce"):
     return out
 
 
+def broadcast(comm, values, timeout, what="broadcast", root=0):
+    """``values`` (a numpy array, the same size on every rank) overwritten with ``root``'s."""
+    _wait(comm, comm.Ibcast(values, root=root), timeout, what)
+    return values
+
+
 def first_difference(values):
     """``(rank, key)`` of the lowest rank whose value (one per rank, as :func:`allgather_json` returns them)
     differs from rank 0's, ``key`` the first key (sorted) where two dicts differ (None for other values);

@@ -79,11 +79,20 @@ def test_files_and_factories_that_differ_between_ranks_are_refused_at_setup(mpir
                 return x[:-50], y[:-50], x[-50:], y[-50:]
         '''))
         (d / "mine.py").write_text(USER)
+        (d / "seeded.py").write_text(textwrap.dedent(f'''
+            import numpy as np
+            def make(seed):                 # the same sizes everywhere, other values on rank 2
+                rng = np.random.default_rng(seed + {7 if r == 2 else 0})
+                x = rng.normal(size=(200, 3)).astype(np.float32)
+                y = (x[:, 0] > 0).astype(np.int64)
+                return x[:-50], y[:-50], x[-50:], y[-50:]
+        '''))
     common = ["--no-progress", "--threads", 1, "--iterations", 4]
     runs = [common + ["--topology", "topo.json"],
             common + ["--dataset", "data.py:make", "--model", "mlp"],
             common + ["--model", "mine.py:by_rank"],
             common + ["--model", "mine.py:transposed"],
+            common + ["--dataset", "seeded.py:make", "--model", "mlp"],
             common + ["--dataset", f"{tmp_path}/host0/data.py:make", "--model", "mlp"]]   # one file for all
     prelude = f"import os\nfrom mpi4py import MPI\nos.chdir({str(tmp_path)!r} + f'/host{{MPI.COMM_WORLD.rank}}')\n"
     outs = mpirun.batch(4, runs, timeout=300, prelude=prelude)
@@ -92,7 +101,9 @@ def test_files_and_factories_that_differ_between_ranks_are_refused_at_setup(mpir
             "the ranks' models differ: rank 0 averages 650 numbers in 2 tensors, rank 1 715 in 2; every rank must "
             "build the same model (the messages are the whole parameter buffer)",
             "the ranks' models differ: rank 0's and rank 1's tensors have the same sizes in all but different "
-            "shapes"]
+            "shapes",
+            # (the same sizes and shapes: it trained on other data without a word)
+            "rank 2 and rank 0 would run different settings: the dataset's contents (a sha256 of its samples) is "]
     for out, text in zip(outs, says):
         lines = [x for x in out.stderr.splitlines() if x.startswith("hopdec train: error:")]
         assert out.returncode == 2 and len(lines) == 1 and text in lines[0], out.stdout + out.stderr

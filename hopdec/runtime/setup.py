@@ -97,8 +97,11 @@ def _load(settings, comm, run):
 def shared_by_every_rank(ctx):
     """What every rank must agree on before a training message is sent (JSON-ready): its model's trainable
     parameters (:func:`~hopdec.ml.models.tensor_layout`) and what the run computes (its fingerprint: the
-    topology's hash, the dataset's size and shape, the settings), read by each rank from its own files."""
-    return {**ctx.fingerprint, "parameters": ctx.run.work.layout(), "iterations": ctx.run.work.iterations}
+    topology's hash, the dataset's size and shape, the settings) and the data itself
+    (:func:`~hopdec.modes.fingerprint.samples_digest`), read by each rank from its own files."""
+    from hopdec.modes.fingerprint import samples_digest
+    return {**ctx.fingerprint, "parameters": ctx.run.work.layout(), "iterations": ctx.run.work.iterations,
+            "samples_sha256": samples_digest(ctx.run.work.dataset)}
 
 
 def first_disagreement(shared):
@@ -115,7 +118,8 @@ def first_disagreement(shared):
     mine, ref = shared[r], shared[0]
     if mine.get("parameters") != ref.get("parameters"):
         return r, layout_difference(r, mine["parameters"], ref["parameters"])
-    name = "the topology (its graph's sha256)" if key == "topology" else key
+    name = {"topology": "the topology (its graph's sha256)",
+            "samples_sha256": "the dataset's contents (a sha256 of its samples)"}.get(key, key)
     return r, (f"rank {r} and rank 0 would run different settings: {name} is {mine.get(key)!r} on rank {r}, "
                f"{ref.get(key)!r} on rank 0; every rank must read the same files (a topology or data file "
                f"that differs between hosts?)")

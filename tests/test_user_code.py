@@ -182,6 +182,17 @@ def test_all_reduce_replicas_start_from_rank_0s_model_in_the_simulator(user_file
     assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
 
 
+def test_all_reduce_says_whose_batchnorm_statistics_it_evaluated(user_file):
+    """BatchNorm's running statistics are no gradient: each replica keeps its own, so "the model (every
+    worker's)" was true of the parameters only; the summary now says the model is rank 0's."""
+    common = ["-n", 2, "--mode", "allreduce", "--dataset", "mine:make_data", "--math", "--iterations", 5,
+              "--threads", 1]
+    _, text = run_sim(common + ["--model", "mine:with_bn"])
+    assert "rank 0's model (its parameters every worker's, its BatchNorm statistics its own): test loss" in text
+    _, text = run_sim(common + ["--model", "mine:make_model"])
+    assert "the model (every worker's): test loss" in text
+
+
 def test_a_users_model_is_trained_with_its_own_loss(user_file):
     from hopdec.modes.work import resolve
     from hopdec.settings import Work

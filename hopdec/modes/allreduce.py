@@ -52,7 +52,15 @@ class AllReduceRun:
 
     def trainer(self, rank, device="cpu"):
         """Worker ``rank``'s trainer: shard ``rank`` of n, the same initial model everywhere."""
-        return self.work.trainer(rank, self._n, device)
+        t = self.work.trainer(rank, self._n, device)
+        if any(b.is_floating_point() for b in t.model.buffers()):
+            # BatchNorm's running statistics are no gradient: each replica computes its own on its shard
+            # (PyTorch DDP would broadcast rank 0's before every forward), so only the parameters are every
+            # worker's, and the model evaluated is rank 0's
+            self.model_label = "rank 0's model (its parameters every worker's, its BatchNorm statistics its own)"
+            self.eval_model = ("rank 0's model (parameters identical on every worker; BatchNorm statistics "
+                               "rank 0's own)")
+        return t
 
     # ---- what is reported ----
     def bound(self):

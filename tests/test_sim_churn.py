@@ -193,6 +193,7 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["-n", 8, "--churn-mttf", "100"], "--churn-mttf: simulated deaths need --fault-tolerance"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@x"], "expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3"], "expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", ""], "--deaths '': empty value (expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "9@1"], "no worker 9 in this run"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@-1"],     # (the time as typed, not 3@-1.0)
      "--deaths 3@-1: expected a worker id >= 0 and a finite time >= 0"),

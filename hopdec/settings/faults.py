@@ -40,6 +40,8 @@ def deaths(values, option_name="--deaths"):
     ``((12.5, 3), (40.0, 7))``, in time order; None -> ()."""
     out = []
     for value in values or ():
+        if not str(value).strip():      # (an empty shell variable: no deaths asked for, without a word)
+            raise ConfigError(f"{option_name} {str(value)!r}: empty value (expected WORKER@SECONDS, e.g. 3@12.5)")
         for part in str(value).split(","):
             if not part.strip():
                 continue

@@ -120,8 +120,8 @@ def header(graph, cfg, skip, numel, device, message_floats, bound, ft, extra):
     """The first line of ``rank{r}.jsonl``: what ``hopdec report/plot/trace`` read about the run."""
     from hopdec.hop.config import setting_name
     from hopdec.transport.codec import message_bytes as coded_bytes
-    return dict(mode="decentralized", workers=graph.number_of_nodes(), topology=graph.graph.get("source"), protocol=cfg.protocol,
-                setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,
+    return dict(mode="decentralized", workers=graph.number_of_nodes(), topology=graph.graph.get("source"),
+                protocol=cfg.protocol, setting=setting_name(cfg, graph), max_ig=cfg.max_ig, staleness=cfg.staleness,
                 backup_workers=cfg.backup_workers,
                 skip=(f"max-jump={cfg.skip_max_jump},trigger={cfg.skip_trigger}" if cfg.skip_max_jump else None),
                 compute_graph=cfg.compute_graph, params=numel, device=str(device), mpi_buffers="host",

@@ -162,6 +162,24 @@ def test_a_trace_rebuilt_from_logs_shows_the_deaths(tmp_path):
     assert all(e["s"] == "g" and "died" in e["name"] for e in deaths)
 
 
+@pytest.mark.parametrize("mode", [[], ["--mode", "allreduce"], ["--local-steps", "2"]])
+def test_a_traces_last_iteration_lasts_what_its_record_says(tmp_path, mode):
+    """Each worker's last iteration lasted 1 µs (no next record to end it), so the timeline ended before the
+    run: 20.0 s against the report's 20.4 s. It now ends at its start plus the record's compute, wait and
+    reduce times, as the report's duration does."""
+    from hopdec.report.trace import build_trace
+    simulate(tmp_path, "-n", 4, "--iterations", 10, "--slowdown", "rank=3,factor=4", *mode)
+    run = Run.load(str(tmp_path))
+    its = [e for e in build_trace(run)["traceEvents"] if e.get("cat") == "iteration"]
+    t0 = run.t0
+    for w, recs in run.records.items():
+        last = [e for e in its if e["pid"] == w + 1 and e["name"] == f"iteration {recs[-1]['iter']}"]
+        want = (recs[-1]["compute_s"] + (recs[-1].get("wait_s") or 0) + (recs[-1].get("reduce_s") or 0)) * 1e6
+        assert len(last) == 1 and last[0]["dur"] == pytest.approx(want, abs=0.01) and want > 1000, (w, last, want)
+    end = max(e["ts"] + e["dur"] for e in its) / 1e6
+    assert end == pytest.approx(run.final()["duration"], rel=1e-6) and run.t0 == t0
+
+
 def test_a_live_trace_does_not_draw_a_death_twice(tmp_path):
     from hopdec.report.trace import build_trace
     heal = dict(time=5.0, failed=[1], survivors=[0, 2])

@@ -253,6 +253,12 @@ def join_resumed(records, events, evals, cuts):
     return paused
 
 
+def record_end(rec):
+    """When the iteration a record starts ends, from the record alone (a worker's last has no next record):
+    its start plus its compute, wait and reduce times."""
+    return rec["time"] + sum((rec.get(k) or 0.0) for k in ("compute_s", "wait_s", "reduce_s"))
+
+
 def expected_ranks(headers):
     """The ranks the run had, as its headers say (``headers[rank]``): a parameter server's ``worker_ranks``
     and the server, rank 0; else ``workers`` ranks 0..n-1 (a PS run's ``workers`` counts the workers, the
@@ -702,8 +708,7 @@ class Run:
             acc, loss = summary[-1].get("test_acc"), summary[-1].get("test_loss")
         elif self.evals:
             acc, loss = self.evals[-1].get("test_acc"), self.evals[-1].get("test_loss")
-        ends = [recs[-1]["time"] + sum((recs[-1].get(k) or 0.0) for k in ("compute_s", "wait_s", "reduce_s"))
-                for recs in self.records.values() if recs]
+        ends = [record_end(recs[-1]) for recs in self.records.values() if recs]
         duration = (max(ends) - self.t0) if ends else None
         if summary and summary[-1].get("elapsed") is not None:
             duration = summary[-1]["elapsed"]

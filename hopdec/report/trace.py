@@ -19,6 +19,8 @@ failures are global instants. A simulated run's times are virtual seconds, and t
 import json
 import math
 
+from hopdec.report.data import record_end
+
 
 def _us(t, t0):
     return round((t - t0) * 1e6, 3)
@@ -100,7 +102,7 @@ def _hop_workers(run, ev, t0):
             start = rec["time"]
             spans = rec.get("spans") or []
             end = recs[i + 1]["time"] if i + 1 < len(recs) else \
-                max([start + s[1] + s[2] for s in spans] + [start + 1e-6])
+                max([start + s[1] + s[2] for s in spans] + [record_end(rec), start + 1e-6])   # (the last)
             ev.append(dict(ph="X", name=f"iteration {rec['iter']}", cat="iteration", pid=pid, tid=1,
                            ts=_us(start, t0), dur=max(round((end - start) * 1e6, 3), 0.001),
                            args=dict(iteration=rec["iter"], loss=rec.get("loss"))))

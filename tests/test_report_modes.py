@@ -180,6 +180,26 @@ def test_a_traces_last_iteration_lasts_what_its_record_says(tmp_path, mode):
     assert end == pytest.approx(run.final()["duration"], rel=1e-6) and run.t0 == t0
 
 
+def test_esyncs_staleness_comes_from_the_servers_applies(tmp_path):
+    """ESync's workers push a round's model delta and their records carry no staleness: the report's staleness
+    panel was empty axes and every counter "–", though the server's apply events list each update's
+    staleness. The panel and counters now read those."""
+    from hopdec.report import plots
+    simulate(tmp_path, "--mode", "ps", "--sync", "esync", "-n", 4, "--iterations", 20, "--slowdown",
+             "rank=3,factor=4")
+    run = Run.load(str(tmp_path))
+    applies = [e for e in run.events_of("apply", 0) if e.get("staleness")]
+    assert applies and all(not any("staleness" in r for r in recs) for recs in run.records.values())
+    want = {w: [x for e in applies for v, x in zip(e["workers"], e["staleness"]) if v == w] for w in run.records}
+    assert run.staleness_of() == want and all(want.values())
+    c = run.counters()
+    for w in run.records:
+        assert c[w]["staleness_max"] == max(want[w]) and c[w]["push_interval_s"] > 0
+    fig, ax = plots.matplotlib().subplots()
+    plots.staleness(ax, run)
+    assert sum(p.get_height() for p in ax.patches) == sum(map(len, want.values()))
+
+
 def test_a_live_trace_does_not_draw_a_death_twice(tmp_path):
     from hopdec.report.trace import build_trace
     heal = dict(time=5.0, failed=[1], survivors=[0, 2])

@@ -653,21 +653,45 @@ class Run:
                 out[e["worker"]] = out.get(e["worker"], 0) + 1
         return out
 
+    def staleness_of(self):
+        """{worker: [staleness of each gradient it pushed, -1 for a dropped one]} (PS): from its records, or
+        where they have none -- ESync's workers push a round's model delta -- from the server's ``apply``
+        events, which list each applied update's worker and staleness (the panel and counters were blank)."""
+        out = {w: [r["staleness"] for r in recs if _int(r.get("staleness"))] for w, recs in self.records.items()}
+        if any(out.values()):
+            return out
+        for e in self.events_of("apply", 0):
+            ws, st = e.get("workers"), e.get("staleness")
+            if isinstance(ws, list) and isinstance(st, list) and len(ws) == len(st):
+                for w, x in zip(ws, st):
+                    if _int(w) and _int(x) and w in out:
+                        out[w].append(x)
+        return out
+
+    def push_times(self, w):
+        """Worker ``w``'s push times (PS): its records' ``t_push``, else the server's applies of its updates."""
+        pushes = [r["t_push"] for r in self.records.get(w, []) if r.get("t_push") is not None]
+        if pushes:
+            return pushes
+        return [e["time"] for e in self.events_of("apply", 0) if isinstance(e.get("workers"), list)
+                and w in e["workers"] and _num(e.get("time"))]
+
     def counters(self):
         """Mechanism counters summed or taken over the run, per worker and in total."""
         rows = {}
         mb = self.message_bytes
         drops = self.server_drops() if self.mode == "ps" else None
+        stale = self.staleness_of() if self.mode == "ps" else None
         for w, recs in self.records.items():
             last = recs[-1] if recs else {}
             c = dict(iterations=len(recs), jumps=sum(1 for r in recs if "jumped_from" in r))
             if self.mode == "ps":
-                st = [r["staleness"] for r in recs if isinstance(r.get("staleness"), int)]
+                st = stale[w]
                 applied = [s for s in st if s >= 0]
                 c["staleness_mean"] = float(np.mean(applied)) if applied else None
                 c["staleness_max"] = max(applied) if applied else None
                 c["dropped"] = drops.get(w, 0) if drops is not None else sum(1 for s in st if s == -1)
-                pushes = [r["t_push"] for r in recs if r.get("t_push") is not None]
+                pushes = self.push_times(w)
                 c["push_interval_s"] = float(np.mean(np.diff(pushes))) if len(pushes) > 1 else None
             elif self.mode == "allreduce":
                 c["wait_s"] = sum((r.get("wait_s") or 0.0) for r in recs)

@@ -201,7 +201,7 @@ def consensus(ax, runs, single=False):
 
 
 def staleness(ax, run):
-    st = [r["staleness"] for recs in run.records.values() for r in recs if isinstance(r.get("staleness"), int)]
+    st = [x for xs in run.staleness_of().values() for x in xs]
     applied = [s for s in st if s >= 0]
     if applied:
         ax.hist(applied, bins=np.arange(-0.5, max(applied) + 1.5), color="#4c72b0")

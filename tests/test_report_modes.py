@@ -333,6 +333,12 @@ def test_loss_against_iterations_puts_local_steps_rounds_on_the_mini_batch_axis(
     fig, (a, b) = plt.subplots(1, 2)
     plots.loss_curves(a, b, [plain])
     assert b.get_xlabel() == "iteration (PS: mini-batches of each worker)"
+    # the curves are trailing means, which lag the logged values: the titles say so (they did not)
+    assert a.get_title() == "loss against time (trailing mean of 10 iterations; hopdec plot --smooth 1: raw)"
+    plt.close(fig)
+    fig, (a, b) = plt.subplots(1, 2)
+    plots.loss_curves(a, b, [plain], smooth_k=1)
+    assert (a.get_title(), b.get_title()) == ("loss against time", "loss against iterations")
     plt.close(fig)
 
 

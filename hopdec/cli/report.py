@@ -145,7 +145,7 @@ def _plot(args):
     runs = _load(args.runs, args.labels, "hopdec plot")
     if args.what == "loss":
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-        plots.loss_curves(a, b, runs, smooth_k=args.smooth)
+        plots.loss_curves(a, b, runs, smooth_k=args.smooth, raw_hint="; --smooth 1: raw")
     elif args.what == "consensus":
         fig, ax = plt.subplots(figsize=(7, 4.5))
         if not plots.consensus(ax, runs):

@@ -55,7 +55,7 @@ def time_label(runs):
     return "time (s; simulated runs: virtual s)"
 
 
-def loss_curves(ax_t, ax_k, runs, smooth_k=10):
+def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 1: raw"):
     for run, color in zip(runs, run_colors(runs)):
         n = max(len(run.records), 1)
         t, y = run.loss_vs_time()
@@ -74,8 +74,10 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10):
         else:                       # timing-only simulations log no loss: say so, not an empty legend
             ax.text(0.5, 0.5, "no training loss in these logs\n(a timing-only simulation)", ha="center",
                     va="center", transform=ax.transAxes, color="0.4")
-    ax_t.set_title("loss against time")
-    ax_k.set_title("loss against iterations")
+    # (the curves are trailing means: said, so a reader does not take the lag for the logged values)
+    how = f" (trailing mean of {smooth_k} iterations{raw_hint})" if smooth_k > 1 else ""
+    ax_t.set_title("loss against time" + how, fontsize=10)
+    ax_k.set_title("loss against iterations" + how, fontsize=10)
 
 
 def accuracy_curves(ax, runs):

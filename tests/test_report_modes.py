@@ -200,6 +200,18 @@ def test_esyncs_staleness_comes_from_the_servers_applies(tmp_path):
     assert sum(p.get_height() for p in ax.patches) == sum(map(len, want.values()))
 
 
+def test_the_rate_of_a_run_with_deaths_is_its_survivors(tmp_path):
+    """The report's iter/s per worker counted a worker that died (8 iterations at its own pace) with the
+    survivors, where the run's summary lists only the survivors."""
+    simulate(tmp_path, "--topology", "ring", "-n", 6, "--iterations", 40, "--slowdown", "rank=3,factor=4",
+             "--fault-tolerance", "--deaths", "5@1.0")
+    run = Run.load(str(tmp_path))
+    rate = lambda recs: (recs[-1]["iter"] - recs[0]["iter"]) / (recs[-1]["time"] - recs[0]["time"])  # noqa: E731
+    alive = [rate(recs) for w, recs in run.records.items() if w != 5]
+    assert run.final()["rate"] == pytest.approx(sum(alive) / len(alive))
+    assert run.final()["rate"] != pytest.approx(sum(map(rate, run.records.values())) / 6)
+
+
 def test_a_live_trace_does_not_draw_a_death_twice(tmp_path):
     from hopdec.report.trace import build_trace
     heal = dict(time=5.0, failed=[1], survivors=[0, 2])

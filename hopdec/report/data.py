@@ -737,7 +737,10 @@ class Run:
         if summary and summary[-1].get("elapsed") is not None:
             duration = summary[-1]["elapsed"]
         rates = []
-        for recs in self.records.values():
+        dead = {w for _, ws in self._deaths() for w in ws}     # (the survivors' rate, as the summary's rows)
+        for w, recs in self.records.items():
+            if w in dead and len(dead) < len(self.records):
+                continue
             if len(recs) > 1 and recs[-1]["time"] > recs[0]["time"]:
                 rates.append((recs[-1]["iter"] - recs[0]["iter"]) / (recs[-1]["time"] - recs[0]["time"]))
         return dict(train_loss=float(np.mean(last_losses)) if last_losses else None, test_acc=acc,

@@ -302,7 +302,8 @@ def render(runs, title="hopdec report"):
     body.append("<h2>At a glance</h2>")
     body.append(_table(GLANCE, glance_rows(runs), "num glance"))
     body.append('<p class="cap">Duration: from the first worker\'s start to the last iteration (PS: the '
-                'server\'s time). Largest gap: max over time of the slowest-to-fastest iteration spread, '
+                'server\'s time). Iter/s per worker: the mean over the workers (the survivors, where some '
+                'died). Largest gap: max over time of the slowest-to-fastest iteration spread, '
                 'against Hop Table 1\'s bound (PS: the sync model\'s). Time waiting: the share of the '
                 'workers\' time spent waiting for updates, tokens, ACKs, the server or the all-reduce.'
                 + (' Under a run\'s name: what its times were taken under (simulated, or emulated slowdowns, '

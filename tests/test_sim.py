@@ -330,7 +330,7 @@ def test_every_sync_mode_runs_through_the_server_nic(sync):
     res, text = sim(["--sync", sync, "-n", "6", "--iterations", "30", "--message-mb", "4",
                      "--compute-time", "0.05", "--slowdown", "rank=2,factor=3"])
     assert text.startswith(f"== SIMULATED (timing only): parameter server --sync {sync}")
-    assert "server:" in text and "messages of 4 MB" in text
+    assert "server:" in text and "messages of 4 MiB" in text
     s = res["sim"]
     assert all(s.done.values()) and s.server.work >= 30 * 6
     assert s.net.bytes >= 4 * 2 ** 20 * 30 * 6                   # every push went through the network
@@ -374,12 +374,12 @@ def test_logs_are_a_real_runs_with_virtual_times(tmp_path):
     assert {"rank", "iter", "time", "loss", "compute_s", "wait_s", "tokens", "reduced", "slowdown"} <= set(recs[0])
     assert recs[0]["time"] == 0.0 and recs[-1]["time"] < res["virtual_s"]
     # 528 MB to 3 neighbours over 10 Gb/s: ~1.3 s per iteration, far more than the compute
-    assert res["virtual_s"] / 30 > 1.2 and "messages of 528 MB" in text
+    assert res["virtual_s"] / 30 > 1.2 and "messages of 528 MiB" in text
 
 
 def test_message_size_defaults_to_the_models_real_size():
     res, text = sim(["-n", "4", "--iterations", "5", "--model", "mlp"])
-    assert "messages of 0.03666 MB (mlp: 9610 parameters x 4 bytes)" in text
+    assert "messages of 0.03666 MiB (mlp: 9610 parameters x 4 bytes)" in text
 
 
 def test_math_trains_and_equals_synchronous_averaging_on_a_complete_graph(tmp_path):

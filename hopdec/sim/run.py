@@ -274,8 +274,8 @@ class Simulation:
         mb = self.message_bytes / MIB
         coded = self.cost_model.get("message_mb_coded")
         return (f"{self.cost.fidelity} -- virtual seconds; {self.compute.describe()}; messages of "
-                f"{mb:.4g} MB ({self.cost_model['message_size']})"
-                + (f" coded to {coded:.4g} MB by --compress {self.cost_model['compress']}" if coded else "")
+                f"{mb:.4g} MiB ({self.cost_model['message_size']})"
+                + (f" coded to {coded:.4g} MiB by --compress {self.cost_model['compress']}" if coded else "")
                 + f"; {self.link.describe()}"
                 + (f"; {self.sends.describe(self.message_bytes)}" if "sends" in self.cost_model else "")
                 + "; sends, Reduce and Apply take no time")

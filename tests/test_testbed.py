@@ -95,6 +95,14 @@ def test_conditions_label_and_a_hostile_environment():
     assert conditions({"HOPDEC_NETWORK": "x" * 100_000})["unparsed"] == "x" * 200
 
 
+def test_a_link_measurement_waits_as_long_as_the_links_delay_needs():
+    """20 round trips at a one-way delay of 3 s (10 s is allowed) outlasted the fixed 61.5 s limit."""
+    from hopdec.testbed.netns import probe_limit
+    for rtt_s in (0.0, 6.0, 20.0):
+        assert probe_limit("rtt", 20, 1.5, rtt_s) >= 60 + 22 * rtt_s
+        assert probe_limit("bulk", 20, 1.5, rtt_s) >= 60 + 1.5 + 8 * rtt_s
+
+
 def test_command_line_refuses_bad_input_in_one_line(tmp_path):
     fifo = tmp_path / "spec.fifo"
     os.mkfifo(fifo)                         # opened as a plain file, it waited for a writer forever
@@ -104,7 +112,16 @@ def test_command_line_refuses_bad_input_in_one_line(tmp_path):
                        (["run", "--spec", str(fifo)], "not a regular file"),
                        (["run", "--place", "machine", "--topology", "ring", "-n", "4"], "`machine` attribute"),
                        (["run", "-n", "3", "--host-nic", "zz=5"], "no host 'zz'"),
-                       (["run", "--spec", str(spec), "--nic", "20"], "--nic is not used with --spec")):
+                       (["run", "--spec", str(spec), "--nic", "20"], "--nic is not used with --spec"),
+                       # each was accepted and ignored, or failed late in tc, or in a traceback
+                       (["run", "-n", "2", "--link", "r0:r1"], "--link r0:r1 '': no bandwidth"),
+                       (["run", "-n", "2", "--host-nic", "r0"], "--host-nic r0 '': no bandwidth"),
+                       (["run", "-n", "2", "--host-nic", "r0=10/5"], "a NIC has a bandwidth, not a delay"),
+                       (["run", "-n", "2", "--nic", "1e12"], "host r0: NIC bandwidth must be 0.01..1e+06 Mbit/s"),
+                       (["run", "-n", "2", "--cross", "1e-9"], "link bandwidth must be 0.01..1e+06 Mbit/s"),
+                       (["run", "-n", "0", "--topology", "ring"], "argument -n: expected a positive number of ranks"),
+                       (["run", "-n", "2", "--save-spec", str(tmp_path / "no" / "x.json")],
+                        f"--save-spec {tmp_path / 'no' / 'x.json'}: cannot write (No such file or directory)")):
         p = subprocess.run([sys.executable, "-m", "hopdec.testbed"] + args, capture_output=True, text=True,
                            cwd=ROOT, timeout=60)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
@@ -294,8 +311,8 @@ def test_the_launch_line_up_prints_runs_across_the_hosts_with_the_conditions_and
         show = ("python3 -c 'import json, os, socket; "
                 "print(\"@@\", socket.gethostname(), json.loads(os.environ[\"HOPDEC_NETWORK\"])[\"testbed\"])'")
         env = dict(os.environ, HOPDEC_CMD=show)
-        got = subprocess.run(["bash", "-c", launch], env=env, capture_output=True, text=True, cwd=ROOT,
-                             timeout=120)
+        got = subprocess.run(["bash", "-c", launch], env=env, capture_output=True, text=True, cwd="/",
+                             timeout=120)       # (pasted anywhere: it named launch/hostfile.sh relative)
         assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
         ranks = sorted(x.split()[1:] for x in got.stdout.splitlines() if x.startswith("@@"))
         assert ranks == [[f"{prefix}-r0", prefix], [f"{prefix}-r1", prefix]], got.stdout

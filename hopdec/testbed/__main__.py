@@ -31,11 +31,24 @@ from hopdec.errors import ConfigError, TopologyError
 from hopdec.testbed.spec import Host, Link, Testbed, by_machine, by_rank, from_json
 
 
+def _ranks(text):
+    """``-n``: a positive number of ranks (0 was taken for "not given": the topology's 8 ran)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of ranks, got {text!r}")
+    return n
+
+
 def parse_link(text, what):
     """``MBIT[/MS]`` (``inf`` or ``-``: unshaped) -> :class:`Link`."""
     bw, _, ms = str(text).partition("/")
+    if not bw.strip():          # (--link r0:r1 with no =MBIT left the link unshaped without a word)
+        raise ConfigError(f"{what} {text!r}: no bandwidth; expected MBIT[/MS], e.g. 100/5 (inf: unshaped)")
     try:
-        mbit = None if bw.strip() in ("inf", "-", "") else float(bw)
+        mbit = None if bw.strip() in ("inf", "-") else float(bw)
         delay = float(ms) if ms else 0.0
     except ValueError:
         raise ConfigError(f"{what} {text!r}: expected MBIT[/MS], e.g. 100/5 (100 Mbit/s, 5 ms one way)") from None
@@ -98,7 +111,11 @@ def build_spec(args, train_args=()):
         if name not in names:
             raise ConfigError(f"--host-nic {item}: no host {name!r} (hosts: {', '.join(names)})")
         i = names.index(name)
-        hosts[i] = Host(name, hosts[i].slots, parse_link(mbit, "--host-nic").mbit)
+        nic = parse_link(mbit, f"--host-nic {name}")
+        if nic.delay_ms:            # (r0=10/5 dropped the /5 without a word)
+            raise ConfigError(f"--host-nic {item}: a NIC has a bandwidth, not a delay (give delays with --cross, "
+                              f"--local or --link)")
+        hosts[i] = Host(name, hosts[i].slots, nic.mbit)
     links = dict(spec.links)
     for item in args.link or []:
         pair, _, value = item.partition("=")
@@ -157,19 +174,23 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         argv, train_args = argv[:i], argv[i + 1:]
-    ap = argparse.ArgumentParser(prog="python -m hopdec.testbed",
-                                 description=__doc__.split("\n\n")[0].replace("``", ""))
+    from hopdec.cli.helpfmt import Parser       # (one line for a bad option, as every hopdec command)
+    ap = Parser(prog="python -m hopdec.testbed", description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="can this machine build a testbed?")
     sub.add_parser("cleanup", help="remove testbeds whose process is gone")
     run = sub.add_parser("run", help="build, measure, run hopdec train (args after --) across it, tear down",
                          usage="python -m hopdec.testbed run [NETWORK OPTIONS] [-n N] -- [hopdec train options]")
-    run.add_argument("-n", type=int, help="MPI ranks (default: the testbed's slots)")
+    run.add_argument("-n", type=_ranks, help="MPI ranks (default: the testbed's slots)")
     add_network_options(run)
     up = sub.add_parser("up", help="build it and keep it until Ctrl-C")
-    up.add_argument("-n", type=int, help="ranks (with --place rank and no topology)")
+    up.add_argument("-n", type=_ranks, help="ranks (with --place rank and no topology)")
     add_network_options(up)
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except ConfigError as err:
+        print(f"hopdec testbed: error: {err}", file=sys.stderr)
+        return 2
 
     from hopdec.testbed import netns
     if args.cmd == "check":
@@ -192,13 +213,18 @@ def main(argv=None):
     except ConfigError as err:
         print(f"hopdec testbed: error: {err}", file=sys.stderr)
         return 2
+    if args.save_spec:
+        try:
+            with open(args.save_spec, "w") as f:
+                f.write(spec.to_json() + "\n")
+        except OSError as err:      # (a missing folder or a directory was a traceback)
+            print(f"hopdec testbed: error: --save-spec {args.save_spec}: cannot write ({err.strerror or err})",
+                  file=sys.stderr)
+            return 2
     why = netns.support()
     if why is not None:
         print(f"hopdec testbed: error: {why}", file=sys.stderr)
         return 2
-    if args.save_spec:
-        with open(args.save_spec, "w") as f:
-            f.write(spec.to_json() + "\n")
 
     stops = _Stops()
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -216,7 +242,8 @@ def main(argv=None):
                   f"run a command on host i: ip netns exec {tb.ns(0)} COMMAND\n"
                   f"launch across it: HOPDEC_NETWORK=\"$(cat {tb.conditions_file})\" HOPDEC_INTERFACE={tb.interface} "
                   f"HOPDEC_MPIRUN_ARGS='{tb.mpirun_args()}' "
-                  f"ip netns exec {tb.ns(0)} launch/hostfile.sh -f {tb.hostfile} -n {spec.ranks} ...\n"
+                  f"ip netns exec {tb.ns(0)} {os.path.join(netns.ROOT, 'launch', 'hostfile.sh')} -f {tb.hostfile} "
+                  f"-n {spec.ranks} ...\n"
                   f"Ctrl-C tears it down.", flush=True)
             while True:
                 time.sleep(3600)

@@ -108,6 +108,14 @@ UNSHAPED_MBIT = 100_000.0
 """The rate of an "unshaped" NIC under which some links are shaped (faster than anything here)."""
 
 
+def probe_limit(what, rtt_count, bulk_s, rtt_s):
+    """Seconds a link measurement may take: a minute, plus the round trips it makes at the link's round-trip
+    time ``rtt_s`` (``rtt``: ``rtt_count`` and the connection's; ``bulk``: the connection's and TCP's slow
+    start). A fixed 61.5 s ran out at a one-way delay over 1.5 s, which a link may have (up to 10 s): a
+    traceback, and no run."""
+    return 60 + bulk_s + (rtt_count + 2 if what == "rtt" else 8) * rtt_s
+
+
 class NetnsTestbed:
     """A testbed on this machine. ``with NetnsTestbed(spec) as tb: tb.launch(...)``; or ``up()``/``down()``.
 
@@ -364,9 +372,15 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
                 if srv.stdout.readline().strip() != "ready":
                     raise TestbedError(f"probe server on {spec.hosts[j].name} did not start: {srv.stderr.read()}")
                 res = {"src": spec.hosts[i].name, "dst": spec.hosts[j].name}
+                rtt_s = (spec.link(i, j).delay_ms + spec.link(j, i).delay_ms) / 1e3
                 for what, extra in (("rtt", str(rtt_count)), ("bulk", str(bulk_s))):
-                    p = _run(self.exec_argv(i, [sys.executable, "-m", "hopdec.testbed.probe", what,
-                                                self.address(j), str(port), extra]), timeout=60 + bulk_s)
+                    limit = probe_limit(what, rtt_count, bulk_s, rtt_s)
+                    try:
+                        p = _run(self.exec_argv(i, [sys.executable, "-m", "hopdec.testbed.probe", what,
+                                                    self.address(j), str(port), extra]), timeout=limit)
+                    except subprocess.TimeoutExpired:
+                        raise TestbedError(f"measuring {res['src']}->{res['dst']} ({what}) took over {limit:.0f} "
+                                           f"s; --no-measure skips it") from None
                     res.update(json.loads(p.stdout))
                 lk = spec.link(i, j)
                 caps = [x for x in (lk.mbit, spec.hosts[i].nic_mbit, spec.hosts[j].nic_mbit) if x is not None]
@@ -374,7 +388,11 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
                                      "rtt_ms": lk.delay_ms + spec.link(j, i).delay_ms}
                 out.append(res)
             finally:
-                srv.wait(timeout=30)
+                try:
+                    srv.wait(timeout=30 + 4 * (spec.link(i, j).delay_ms + spec.link(j, i).delay_ms) / 1e3)
+                except subprocess.TimeoutExpired:
+                    srv.kill()
+                    srv.wait()
         self.measured = out
         self._write_conditions()
         return out

@@ -24,6 +24,18 @@ MAX_HOSTS = 200
 """Hosts get the subnets 10.213.0.0/24 .. 10.213.199.0/24 inside their namespaces."""
 
 
+MIN_MBIT, MAX_MBIT = 0.01, 1e6
+"""The bandwidths ``tc`` shapes (10 kbit/s .. 1 Tbit/s): 1e12 Mbit/s overflowed its burst ("Illegal
+burst", after the namespaces were built) and 1e-9 rounded to "rate 0bit"."""
+
+
+def check_mbit(mbit, what):
+    """ConfigError unless ``mbit`` is None (unshaped) or a bandwidth ``tc`` shapes."""
+    if mbit is not None and not (isinstance(mbit, (int, float)) and not isinstance(mbit, bool)
+                                 and MIN_MBIT <= mbit <= MAX_MBIT):
+        raise ConfigError(f"{what} must be {MIN_MBIT:g}..{MAX_MBIT:g} Mbit/s (inf: unshaped), got {mbit!r}")
+
+
 @dataclass(frozen=True)
 class Link:
     """One direction between two hosts: capacity in Mbit/s (``None``: only the NICs limit it) and one-way
@@ -33,9 +45,7 @@ class Link:
     delay_ms: float = 0.0
 
     def __post_init__(self):
-        if self.mbit is not None and not (isinstance(self.mbit, (int, float)) and math.isfinite(self.mbit)
-                                          and self.mbit > 0):
-            raise ConfigError(f"link bandwidth must be a positive number of Mbit/s, got {self.mbit!r}")
+        check_mbit(self.mbit, "link bandwidth")
         if not (isinstance(self.delay_ms, (int, float)) and math.isfinite(self.delay_ms)
                 and 0 <= self.delay_ms <= 10_000):
             raise ConfigError(f"link delay must be 0..10000 ms, got {self.delay_ms!r}")
@@ -61,7 +71,7 @@ class Host:
             raise ConfigError(f"host name {self.name!r}: use 1-6 lowercase letters and digits, a letter first")
         if not (isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= 256):
             raise ConfigError(f"host {self.name}: slots must be 1..256, got {self.slots!r}")
-        Link(self.nic_mbit)                       # the same check as a link's bandwidth
+        check_mbit(self.nic_mbit, f"host {self.name}: NIC bandwidth")
 
 
 @dataclass(frozen=True)

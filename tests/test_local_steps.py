@@ -192,7 +192,7 @@ def test_math_with_message_mb_charges_coded_messages_of_that_size(tmp_path):
             "int8", "--message-mb", 8, "--no-progress"]
     _, text = sim(argv + ["--math"])
     per_worker = lambda t: float(t.split("traffic: ")[1].split()[0].replace(",", ""))  # noqa: E731
-    assert "coded to 2.031 MB by --compress int8" in text
+    assert "coded to 2.031 MiB by --compress int8" in text
     assert per_worker(text) == pytest.approx(per_worker(sim(argv)[1]), rel=0.01)
 
 

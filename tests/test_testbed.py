@@ -296,6 +296,33 @@ def test_ctrl_c_tears_it_down():
 
 @needs_netns
 @pytest.mark.mpi
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_run_stopped_by_a_signal_exits_with_that_signal_and_tears_down(sig):
+    """The tool passes the first signal on to the launcher as SIGINT (its clean stop), and the launcher's
+    exit status, 130, was the tool's whatever the signal: SIGTERM exited 130, not 143."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopdec.testbed", "run", "-n", "2", "--no-measure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, HOPDEC_CMD="sleep 60"))
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("network conditions"):
+                break
+        prefix = _prefix(lines)
+        time.sleep(3)                               # (the ranks started)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-2000:])
+    assert f"testbed {prefix} torn down" in out
+    assert _leftovers(prefix) == dict(namespaces=[], processes=[], state=False)
+
+
+@needs_netns
+@pytest.mark.mpi
 def test_the_launch_line_up_prints_runs_across_the_hosts_with_the_conditions_and_no_warning():
     """The line ``up`` prints, pasted into a shell as it is: the ranks run on the testbed's hosts with its
     conditions in ``HOPDEC_NETWORK``; without that variable (a user who drops it) Open MPI prints no box.

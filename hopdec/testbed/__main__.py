@@ -257,7 +257,8 @@ def main(argv=None):
             except subprocess.TimeoutExpired:
                 pass
         rc = proc.returncode
-        if stops.count and rc == 0:
+        # (the launcher got SIGINT, its clean stop, whatever this tool got: SIGTERM exited 130, not 143)
+        if stops.count and rc in (0, 128 + signal.SIGINT):
             rc = 128 + stops.signal
     except KeyboardInterrupt:
         rc = 128 + (stops.signal or signal.SIGINT)
@@ -274,4 +275,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:       # Ctrl-C before the handlers are set (nothing built yet): no traceback
+        sys.exit(128 + signal.SIGINT)

@@ -253,10 +253,14 @@ def join_resumed(records, events, evals, cuts):
     return paused
 
 
+ITERATION_PARTS = ("compute", "wait", "wait_sends", "reduce", "send", "apply", "poll")
+"""The parts of an iteration's time a record splits it into (``{part}_s``; ``hopdec.runtime.hop_loop``)."""
+
+
 def record_end(rec):
     """When the iteration a record starts ends, from the record alone (a worker's last has no next record):
-    its start plus its compute, wait and reduce times."""
-    return rec["time"] + sum((rec.get(k) or 0.0) for k in ("compute_s", "wait_s", "reduce_s"))
+    its start plus every part of its time (:data:`ITERATION_PARTS`)."""
+    return rec["time"] + sum((rec.get(f"{k}_s") or 0.0) for k in ITERATION_PARTS)
 
 
 def expected_ranks(headers):
@@ -537,10 +541,7 @@ class Run:
                 if w in self.records:
                     out[w] = min(out.get(w, t), t)
         for w in (out if self.mode != "ps" else ()):
-            last = self.records[w][-1]
-            end = last["time"] + sum((last.get(f"{k}_s") or 0.0) for k in
-                                     ("compute", "wait", "wait_sends", "reduce", "send", "apply"))
-            out[w] = min(out[w], end)
+            out[w] = min(out[w], record_end(self.records[w][-1]))
         return out
 
     def _deaths(self):
@@ -621,10 +622,7 @@ class Run:
                         parts[key] = parts.get(key, 0.0) + v
             if len(recs) > 1 and self.mode != "ps":
                 span = recs[-1]["time"] - recs[0]["time"]
-                last = recs[-1]
-                inside = sum(parts.values()) - sum((last.get(f"{k}_s") or 0.0) for k in
-                                                   ("compute", "wait", "wait_sends", "reduce", "send", "apply",
-                                                    "poll"))
+                inside = sum(parts.values()) - (record_end(recs[-1]) - recs[-1]["time"])   # (the last one's)
                 parts["other"] = max(0.0, span - inside)
             out[w] = parts
         return out

@@ -128,7 +128,8 @@ mca() {
     user_sets "$2" || MPIRUN+=("--$1" "$2" "$3")
 }
 
-# user_sets NAME: true when HOPDEC_MPIRUN_ARGS sets the MCA parameter NAME.
+# user_sets NAME: true when HOPDEC_MPIRUN_ARGS has the word NAME (an MCA parameter it sets, a flag such as
+# --oversubscribe).
 user_sets() { [[ " ${HOPDEC_MPIRUN_ARGS:-} " == *[[:space:]]"$1"[[:space:]]* ]]; }
 
 # ULFM flags for `hopdec train --fault-tolerance` (appended to MPIRUN when an argument asks for it).

@@ -72,7 +72,7 @@ check_hostfile() {
         if [[ -n "$slots" ]]; then total=$((total + slots)); else counted=0; fi
     done < "$hostfile"
     (( hosts > 0 )) || { echo "hostfile.sh: error: hostfile $hostfile: no hosts (one 'host slots=K' a line)" >&2; exit 2; }
-    if (( counted && n > total )) && [[ " ${HOPDEC_MPIRUN_ARGS:-} " != *" --oversubscribe "* ]]; then
+    if (( counted && n > total )) && ! user_sets --oversubscribe; then
         echo "hostfile.sh: error: -n $n: hostfile $hostfile has $total slot(s); give its hosts more slots, or run more ranks than slots with HOPDEC_MPIRUN_ARGS=--oversubscribe" >&2
         exit 2
     fi

@@ -3,6 +3,7 @@ what the pages and timelines say must match what the run did and what its own su
 
 import io
 import json
+import re
 
 import pytest
 
@@ -38,6 +39,30 @@ def test_bytes_sent_are_what_the_records_say_they_sent(tmp_path, compress):
         assert c[w]["bytes_sent"] > 0
 
 
+def _counters_table(html):
+    counters = html[html.index("Mechanism counters"):]
+    table = counters[:counters.index("</table>")]
+    rows = [re.findall(r"<t[hd]>(.*?)</t[hd]>", row) for row in table.split("<tr>")[1:]]
+    return rows[0], rows[1:], counters
+
+
+def test_bytes_are_mib_and_say_so(tmp_path):
+    """The counters said "MB sent" in 10^6 bytes while hopdec sim's times line and --message-mb count MiB:
+    a simulated run's 180 messages of 0.5772 MiB read as 108.9 "MB" (103.9 MiB), 4.9% apart without a
+    word. Every byte figure a report prints is MiB (2^20 bytes), labelled so."""
+    run = _real_run(tmp_path / "a")
+    for r in run.records:
+        for rec in run.records[r]:
+            rec["sent_bytes"] = 3 * 2 ** 20                       # three iterations of 3 MiB each
+    head, rows, rest = _counters_table(page([run]))
+    col = head.index("MiB sent")
+    assert [row[col] for row in rows] == ["9", "9"]
+    assert "MiB = 2^20 bytes" in rest[:rest.index("Settings of this run")]
+    simulate(tmp_path / "b", "--mode", "allreduce", "-n", 2, "--iterations", 4, "--message-mb", 1.5)
+    head, rows, _ = _counters_table(page([Run.load(str(tmp_path / "b"))]))
+    assert [row[head.index("MiB all-reduced (gradient)")] for row in rows] == ["6", "6"]
+
+
 def test_compressed_runs_send_fewer_bytes_in_the_report(tmp_path):
     simulate(tmp_path / "a", "--topology", "ring", "-n", 4, "--iterations", 30)
     simulate(tmp_path / "b", "--topology", "ring", "-n", 4, "--iterations", 30, "--compress", "int8")
@@ -58,7 +83,7 @@ def test_an_all_reduce_runs_counters_are_its_own(tmp_path):
     html = page([run])
     counters = html[html.index("Mechanism counters"):]
     counters = counters[:counters.index("</table>")]
-    assert "MB all-reduced" in counters
+    assert "MiB all-reduced" in counters
     assert not any(k in counters for k in ("updates used", "fewest tokens", "messages sent"))
 
 

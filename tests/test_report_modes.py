@@ -148,9 +148,11 @@ def test_an_emulated_run_is_labelled_emulated(tmp_path):
 
 
 def test_an_emulated_network_is_labelled(tmp_path):
-    net = {"hosts": [{"nic_mbit": 100}, {"nic_mbit": 100}], "links": [{"mbit": 10, "delay_ms": 5}]}
+    from hopdec.testbed.spec import Host, Link, Testbed
+    net = Testbed((Host("a", 1, 100.0), Host("b", 1, 100.0)), {("a", "b"): Link(10.0, 5.0)}).conditions()
     run = _real_run(tmp_path, emulation="no emulation", network=net)
     assert run.conditions().startswith("network EMULATED: 2 hosts")
+    assert "10 Mbit/s +5 ms on a-&gt;b" in page([run])          # which link has which setting
     hostile = _real_run(tmp_path / "h", network={"hosts": [1, None, "x"], "links": 3})
     assert "network EMULATED" in hostile.conditions()           # a label, never a traceback
 

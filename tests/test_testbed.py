@@ -89,10 +89,45 @@ def test_conditions_label_and_a_hostile_environment():
     env = {"HOPDEC_NETWORK": json.dumps(cond)}
     assert conditions(env) == json.loads(json.dumps(cond))
     line = label(conditions(env))
-    assert line.startswith("network EMULATED: 2 hosts") and "20 Mbit/s" in line and "5 Mbit/s +10 ms" in line
+    assert line == ("network EMULATED: 2 hosts in network namespaces: a rank 0, b rank 1; NIC per direction: "
+                    "20 Mbit/s on a, unshaped on b; links (bandwidth, one-way delay): 5 Mbit/s +10 ms on a->b; "
+                    "unshaped on b->a")
+    assert cond["described"] == line[len("network EMULATED: "):]      # the header says it too
     assert conditions({}) is None
     assert conditions({"HOPDEC_NETWORK": "__import__('os')"}) == {"unparsed": "__import__('os')"}
     assert conditions({"HOPDEC_NETWORK": "x" * 100_000})["unparsed"] == "x" * 200
+
+
+def test_the_label_says_which_host_and_which_link_has_which_setting():
+    """The summary's times line listed the settings without their hosts ('NICs 20 Mbit/s, 100 Mbit/s; links
+    10 Mbit/s +5 ms, unshaped +1 ms': which host has the thin NIC?) and left out a --spec's default link.
+    Identical settings are grouped: hosts in runs (r1-r7), links as the pairs between or within groups."""
+    G = graph_io.load(os.path.join(ROOT, "topologies", "hierarchical_a_8.json"))       # machines 4, 2, 2
+    tb = by_rank(G, nic_mbit=100.0, cross=Link(10.0, 5.0), local=Link(None, 1.0), server_mbit=20.0)
+    assert label(dict(tb.conditions(), testbed="hdtb1")) == (
+        "network EMULATED: 8 hosts in network namespaces (hdtb1): r0-r7 (host rK runs rank K); NIC per "
+        "direction: 20 Mbit/s on r0, 100 Mbit/s on r1-r7; links (bandwidth, one-way delay): unshaped +1 ms "
+        "within {r0-r3}, {r4-r5}, {r6-r7}; 10 Mbit/s +5 ms between {r0-r3}, {r4-r5}, {r6-r7}")
+    tm = by_machine(G, nic_mbit=100.0, cross=Link(20.0, 2.0))
+    tm = S.Testbed((Host("m0", 4, 50.0),) + tm.hosts[1:], tm.links)
+    assert tm.conditions()["described"] == (
+        "3 hosts in network namespaces: m0 ranks 0-3, m1 ranks 4-5, m2 ranks 6-7; NIC per direction: 50 Mbit/s "
+        "on m0, 100 Mbit/s on m1-m2; links (bandwidth, one-way delay): 20 Mbit/s +2 ms between every two hosts")
+    assert tm.describe().splitlines()[1:] == [
+        "  hosts: m0 ranks 0-3, m1 ranks 4-5, m2 ranks 6-7", "  NIC per direction: 50 Mbit/s on m0, 100 Mbit/s on m1-m2",
+        "  links (bandwidth, one-way delay): 20 Mbit/s +2 ms between every two hosts", "  MTU 9000"]
+    # a spec's default link (every pair not listed) and links of one direction
+    ts = S.Testbed((Host("a", 2), Host("b"), Host("c"), Host("d")),
+                   {("a", "b"): Link(10.0, 5.0), ("b", "a"): Link(10.0, 5.0), ("c", "d"): Link(10.0, 5.0),
+                    ("d", "c"): Link(10.0, 5.0), ("a", "d"): Link(1.0)}, Link(None, 3.0))
+    assert ts.conditions()["described"].split("; links (bandwidth, one-way delay): ")[1] == (
+        "10 Mbit/s +5 ms on a<->b, c<->d; unshaped +3 ms on a->c, b->{c, d}, {c, d}->{a, b}; 1 Mbit/s on a->d")
+    # a hostile header's conditions: a label, never a traceback
+    for bad in ({"hosts": "zz"}, {"hosts": [{"name": "a", "nic_mbit": "fast"}]}, {"hosts": [1, 2]},
+                {"hosts": [{"name": "a"}, {"name": "b"}], "links": [{"src": "a", "dst": "x"}]}):
+        assert label(bad) == "network EMULATED (conditions not readable)"
+    big = S.Testbed(tuple(Host(f"r{r}", 1, 10.0 + r % 2) for r in range(200)))
+    assert len(label(big.conditions())) <= 1300              # 200 hosts of alternating NICs: one bounded line
 
 
 def test_a_link_measurement_waits_as_long_as_the_links_delay_needs():
@@ -199,11 +234,15 @@ def two_machines(tmp_path_factory):
 def test_train_across_namespaces_through_the_hostfile_launcher(two_machines):
     p, prefix = two_machines["proc"], two_machines["prefix"]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "network EMULATED: 2 hosts in network namespaces" in p.stdout
+    # the summary and every header say which host runs which ranks and which link has which setting
+    said = (f"2 hosts in network namespaces ({prefix}): m0 ranks 0-1, m1 rank 2; NIC per direction: unshaped on "
+            f"every host; links (bandwidth, one-way delay): 2 Mbit/s +10 ms between every two hosts")
+    assert f"; network EMULATED: {said}\n" in p.stdout, p.stdout[-3000:]
     headers = []
     for r in range(3):
         with open(two_machines["logs"] / f"rank{r}.jsonl") as f:
             headers.append(json.loads(f.readline())["run"])
+    assert [h["network"]["described"] for h in headers] == [said] * 3
     # the ranks ran where the hostfile put them: in the namespaces (each with its own host name)
     assert [h["host"] for h in headers] == [f"{prefix}-m0", f"{prefix}-m0", f"{prefix}-m1"]
     net = headers[2]["network"]

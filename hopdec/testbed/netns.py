@@ -317,9 +317,11 @@ exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$1" && exec /bin/
 
     def conditions(self):
         """The spec's conditions plus this instance's names and what was measured."""
+        from hopdec.launcher import network_text
         c = dict(self.spec.conditions(), testbed=self.prefix)
         if self.measured is not None:
             c["measured"] = self.measured
+        c["described"] = network_text(c)            # (with the testbed's name)
         return c
 
     def launch_env(self, env=None):

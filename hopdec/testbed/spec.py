@@ -126,9 +126,11 @@ class Testbed:
 
     # ---- the record ----
     def conditions(self):
-        """The emulated network as JSON-able data: what every run's log header records."""
+        """The emulated network as JSON-able data: what every run's log header records; ``described``:
+        which host and link has which bandwidth and delay in one line (:func:`hopdec.launcher.network_text`)."""
+        from hopdec.launcher import network_text
         n = len(self.hosts)
-        return {
+        c = {
             "emulated": "network namespaces on one machine: a host per namespace, veth links to a router "
                         "namespace; bandwidth by htb (a NIC shared fairly between destinations, packets of "
                         "one MTU), delay by a userspace TUN forwarder; all hosts share this machine's CPUs",
@@ -139,19 +141,19 @@ class Testbed:
             "default_link": self.default.as_dict(),
             "mtu": self.mtu,
         }
+        c["described"] = network_text(c)
+        return c
 
     def describe(self):
-        """A few lines for a human: hosts, NICs, links."""
-        lines = ["EMULATED network (namespaces on one machine; hosts share its CPUs):"]
-        for h in self.hosts:
-            nic = "unshaped" if h.nic_mbit is None else f"{h.nic_mbit:g} Mbit/s"
-            lines.append(f"  host {h.name}: {h.slots} rank(s), NIC {nic} per direction")
-        groups = {}
-        for (a, b), lk in sorted(self.links.items()):
-            groups.setdefault(lk.describe(), []).append(f"{a}->{b}")
-        for what, pairs in groups.items():
-            lines.append(f"  links {', '.join(pairs)}: {what}")
-        lines.append(f"  other host pairs: {self.default.describe()}; MTU {self.mtu}")
+        """A few lines for a human: which host runs which ranks, and which host and link has which bandwidth
+        and delay, identical settings grouped (:func:`hopdec.launcher.network_parts`)."""
+        from hopdec.launcher import network_parts
+        placed, nic, links = network_parts(self.conditions())
+        lines = ["EMULATED network (namespaces on one machine; hosts share its CPUs):",
+                 f"  hosts: {placed}", f"  NIC per direction: {nic}"]
+        if links:
+            lines.append(f"  links (bandwidth, one-way delay): {links}")
+        lines.append(f"  MTU {self.mtu}")
         return "\n".join(lines)
 
     def to_json(self):

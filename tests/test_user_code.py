@@ -103,6 +103,16 @@ USER_CODE = textwrap.dedent('''
 
     def tensor_maths(shape, classes):               # int(tensor) fails on the meta device of the layout
         return nn.Linear(int(torch.tensor(shape).prod()), classes)
+
+    def dropped(shape, classes):                    # dropout: its masks drawn from torch's random state
+        return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(shape)), 64), nn.Dropout(0.5), nn.ReLU(),
+                             nn.Linear(64, classes))
+
+    def counted(shape, classes):                    # a slow factory (downloads, loads weights, prints): its calls
+        import os                                   # counted, one line each, naming the rank
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.txt"), "a") as f:
+            f.write(os.environ.get("OMPI_COMM_WORLD_RANK", "-") + "\\n")
+        return Net(shape, classes)
 ''')
 
 
@@ -140,10 +150,13 @@ def test_a_model_factory_without_arguments_is_called_bare(user_file, factory):
 
 
 def test_a_factory_that_cannot_build_on_the_meta_device_is_built_for_real(user_file):
-    """The parameters' layout is counted on torch's meta device; a factory doing arithmetic on a tensor
-    (``int(torch.tensor(shape).prod())``) failed there, and the run was refused as "the factory raised"."""
-    res, text = run_sim(["-n", 2, "--model", "mine:tensor_maths", "--dataset", "mine:make_data", "--math",
-                         "--iterations", 40, "--lr", 0.2, "--threads", 1])
+    """A run that trains nothing counts the parameters on torch's meta device; a factory doing arithmetic on
+    a tensor (``int(torch.tensor(shape).prod())``) failed there, and the run was refused as "the factory
+    raised". A run that trains counts the model it builds."""
+    common = ["-n", 2, "--model", "mine:tensor_maths", "--dataset", "mine:make_data", "--threads", 1]
+    _, text = run_sim(common + ["--iterations", 4])
+    assert "(mine:tensor_maths: 8 parameters x 4 bytes)" in text, text
+    res, text = run_sim(common + ["--math", "--iterations", 40, "--lr", 0.2])
     assert res["avg_acc"] > 0.85, text
 
 
@@ -250,3 +263,59 @@ def test_a_users_model_in_every_mode_on_mpi_with_logs_report_and_resume(mpirun, 
     for d, its in (("hop", 6), ("ar", 4)):
         run = Run.load(str(tmp_path / d))
         assert sorted({r["iter"] for r in run.records[0]}) == list(range(its))
+
+
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "--sync", "asp"], ["--mode", "allreduce"]])
+@pytest.mark.parametrize("math", [True, False])
+def test_a_model_factory_is_called_once_in_the_simulator(user_file, mode, math):
+    """The factory was called on torch's meta device to count the parameters, then once per simulated worker
+    (and for the parameter server's model): 4 or 5 calls here, a slow factory's cost paid as often. The
+    workers now start from copies of one model; a timing-only run builds none and counts on meta."""
+    res, text = run_sim(["-n", 3, "--model", f"{user_file}:counted", "--dataset", "mine:make_data", "--iterations", 3,
+                         "--threads", 1, *mode] + ["--math"] * math)
+    assert (user_file.parent / "calls.txt").read_text().splitlines() == ["-"], text
+
+
+def test_workers_given_one_built_model_train_as_if_each_built_its_own(user_file):
+    """Building leaves torch's random state where dropout then draws from: a trainer given the model built
+    once (a rank's, or a copy in a simulation) restores that state, so its losses are those of a trainer that
+    seeded and built the model itself (as every trainer did when each called the factory)."""
+    from hopdec.ml.data import partition
+    from hopdec.ml.trainer import LocalTrainer
+    from hopdec.modes.work import resolve
+    from hopdec.settings import Work
+    work = Work(model="mine:dropped", dataset="mine:make_data", seed=3)
+    alone = []
+    for part in range(2):
+        w = resolve(work, 2)
+        hp = w.hparams
+        t = LocalTrainer(w.model, w.dataset, partition(w.dataset.train_y, 2, part, seed=3), lr=hp["lr"],
+                         batch_size=hp["batch_size"], seed=3, data_seed=3 * 7919 + part)
+        alone.append([t.compute() for _ in range(3)])
+    for copies in (False, True):
+        w = resolve(work, 2, trains=True, copies=copies)
+        w.layout()                                  # (built here, as the ranks' agreement does)
+        given = []
+        for part in range(2):
+            t = w.trainer(part, 2)
+            given.append([t.compute() for _ in range(3)])
+        assert given == alone, copies
+
+
+def test_a_model_factory_is_called_once_per_rank_on_mpi(mpirun, tmp_path):
+    """Every mode on real ranks, with rank 0's evaluator of the average model (--eval-interval) and a resumed
+    run: each rank called the factory twice (on the meta device for the layout, then for real), rank 0 three
+    times with the evaluator."""
+    path = tmp_path / "mine.py"
+    path.write_text(USER_CODE)
+    user = ["--model", f"{path}:counted", "--dataset", f"{path}:make_data", "--no-progress", "--threads", "1"]
+    ck = tmp_path / "ck"
+    runs = [user + ["--iterations", "4", "--consensus-every", "2", "--eval-interval", "0.001",
+                    "--checkpoint-dir", ck, "--log-dir", tmp_path / "hop"],
+            user + ["--iterations", "6", "--resume", ck, "--log-dir", tmp_path / "hop"],
+            user + ["--mode", "ps", "--sync", "asp", "--iterations", "3"],
+            user + ["--mode", "allreduce", "--iterations", "3"]]
+    outs = mpirun.batch(2, runs, timeout=180)
+    assert [o.returncode for o in outs] == [0] * len(runs), [(o.stdout[-1500:], o.stderr[-1500:]) for o in outs]
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert sorted(calls) == ["0"] * len(runs) + ["1"] * len(runs), calls

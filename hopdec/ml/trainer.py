@@ -669,12 +669,15 @@ class LocalTrainer(FlatSGD):
     """
 
     def __init__(self, model_name, dataset, indices, lr, momentum=0.9, weight_decay=0.0, batch_size=32,
-                 device="cpu", seed=0, data_seed=None, norm="batch", iterations=None):
+                 device="cpu", seed=0, data_seed=None, norm="batch", iterations=None, model=None):
+        """``model``: the module ``model_name`` names, built already (by
+        :meth:`hopdec.modes.work.Workload.initial_model`, once per process); None: seeded and built here."""
         from hopdec.ml.models import PRESETS
-        torch.manual_seed(seed)                     # same seed on every rank: identical initial model
         self.model_name = model_name
         preset = PRESETS.get(model_name, {})
-        model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
+        if model is None:
+            torch.manual_seed(seed)                 # same seed on every rank: identical initial model
+            model = build_model(model_name, dataset.input_shape, dataset.num_classes, norm=norm)
         model.to(torch.device(device))
         if is_entry_point(model_name):              # (yours: its output, checked before any training)
             from hopdec.ml.user import check_output

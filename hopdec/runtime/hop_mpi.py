@@ -82,7 +82,7 @@ def run(ctx):
     logger = RankLogger(ctx.log_dir, rank, header=header, append=continues)
     obs = RunObserver(s.observe, comm, ctx.timeout, logger.event, "worker", range(ctx.size), hop.cfg.iterations,
                       header, bound=bound, write_params=trainer.write_params, numel=trainer.numel,
-                      evaluate=lambda: hop.trainer(rank, ctx.device).evaluate)
+                      evaluate=lambda: hop.work.evaluator(trainer, rank, hop.n, ctx.device))
     keep.watched_by(obs, continues)
     if rank == 0:
         for note in hop.notes:

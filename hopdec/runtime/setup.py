@@ -77,7 +77,7 @@ def _load(settings, comm, run):
     from hopdec.launcher import local_rank_and_size
     from hopdec.runtime.context import RunContext, pick_device, use_device
 
-    run = run.with_work(resolve(settings.work, len(run.workers)))
+    run = run.with_work(resolve(settings.work, len(run.workers), trains=True))
     if settings.observe.log_dir:
         from hopdec.runtime.metrics import check_log_dir
         ob = settings.observe

@@ -228,7 +228,7 @@ class Simulation:
                                     slowdowns=list(settings.emulation.slowdown))
         self.link = link_model(cost, nodes, getattr(run, "graph", None))
         load = cost.math or (cost.message_mb is None and settings.work.dataset not in INPUTS)
-        self.run = run = run.with_work(resolve(settings.work, n, load_data=load))
+        self.run = run = run.with_work(resolve(settings.work, n, load_data=load, trains=cost.math, copies=True))
         self.numel = run.work.numel() if (cost.math or cost.message_mb is None) else None
         self.message_bytes = cost.message_mb * MIB if cost.message_mb is not None else 4 * self.numel
         self.check = cost.check_invariants(n)

@@ -161,8 +161,24 @@ def test_a_simulated_run_shows_its_conditions_beside_the_virtual_label(tmp_path)
     simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 5, "--compute-time", 0.1,
              "--slowdown", "rank=1,factor=3")
     run = Run.load(str(tmp_path))
-    assert run.conditions() == "compute 0.1 s per iteration; rank 1 3x slower"
+    assert run.conditions().startswith("compute 0.1 s per iteration; rank 1 3x slower; ")
     assert "EMULATED:" not in page([run])
+
+
+def test_a_simulated_runs_conditions_include_its_messages_and_network(tmp_path):
+    """The report named a simulated run's compute only: its virtual times came as much from the network
+    (NICs, latency) and the message size, which its summary's times line gives and the page did not."""
+    simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 5, "--compute-time", 0.1,
+             "--bandwidth", 0.5, "--latency", 0.002, "--compress", "int8")
+    run = Run.load(str(tmp_path))
+    assert run.conditions() == ("compute 0.1 s per iteration; messages of 0.5772 MiB coded to 0.1466 MiB; NICs "
+                                "0.5 Gb/s per direction (full duplex), latency 0.002 s")
+    section = page([run])
+    section = section[section.index('id="run0"'):]
+    assert "NICs 0.5 Gb/s per direction" in section[:section.index("<img")]
+    hostile = Run.from_parts(dict(simulated="SIMULATED", cost_model={"network": "fast", "message_mb": "x"}),
+                             {0: [dict(iter=0, time=0.0)]}, {})
+    assert hostile.conditions() is None
 
 
 def test_the_mechanisms_of_a_run_are_in_its_description(tmp_path):
@@ -448,7 +464,7 @@ def test_a_parameter_server_run_is_labelled_by_its_workers_emulation(tmp_path):
     assert "EMULATED: rank 2 4x slower" in glance[glance.index("At a glance"):glance.index("Training")]
     res, _ = simulate(tmp_path / "sim", "--mode", "ps", "--sync", "bsp", "-n", 2, "--iterations", 3,
                       "--compute-time", 0.1, "--slowdown", "rank=2,factor=3")
-    assert Run.load(str(tmp_path / "sim")).conditions() == "compute 0.1 s per iteration; rank 2 3x slower"
+    assert Run.load(str(tmp_path / "sim")).conditions().startswith("compute 0.1 s per iteration; rank 2 3x slower; ")
 
 
 def _rank_log(path, rank, segments):

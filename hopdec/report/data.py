@@ -402,8 +402,8 @@ class Run:
             emu = next((h["emulation"] for r, h in sorted(self.headers.items())
                         if r != 0 and isinstance(h, dict) and isinstance(h.get("emulation"), str)), None)
         emu = emu if emu and not emu.startswith("no emulation") else None
-        if self.simulated:
-            return emu
+        if self.simulated:      # its compute, messages and network: what its virtual times came from
+            return "; ".join(x for x in (emu, self._simulated_network()) if x) or None
         parts = [f"EMULATED: {emu}"] if emu else []
         net = self.header.get("network")
         if net:
@@ -411,6 +411,34 @@ class Run:
                 parts.append(network_label(net))
             except (AttributeError, TypeError, ValueError):     # a hostile log's conditions: a label only
                 parts.append("network EMULATED (conditions not readable)")
+        return "; ".join(parts) or None
+
+    def _simulated_network(self):
+        """The simulator's messages and network from the header's cost model, as its summary's times line says
+        them (``messages of 0.5772 MiB; NICs 10 Gb/s per direction (full duplex), latency 5e-05 s``); None
+        where the header has no readable one. (The report said only the compute, so a simulated run's times
+        read as if the network were nothing.)"""
+        cm = self.header.get("cost_model")
+        if not isinstance(cm, dict):
+            return None
+        parts = []
+        mb, coded = cm.get("message_mb"), cm.get("message_mb_coded")
+        if _num(mb):
+            parts.append(f"messages of {mb:.4g} MiB" + (f" coded to {coded:.4g} MiB" if _num(coded) else ""))
+        net = cm.get("network")
+        if isinstance(net, dict):
+            bw, lat = net.get("bandwidth_gbps"), net.get("latency_s")
+            nic = "NICs " + (f"{bw:g} Gb/s" if _num(bw) else "of infinite bandwidth") + " per direction"
+            if isinstance(net.get("duplex"), str):
+                nic += f" ({net['duplex']} duplex)"
+            if _num(lat):
+                nic += f", latency {lat:g} s"
+            for key, what in (("node_bandwidth_gbps", "node(s) with a NIC of their own"),
+                              ("links", "link(s) with a bandwidth or latency of their own"),
+                              ("machines", "machine(s) sharing a NIC")):
+                if isinstance(net.get(key), dict) and net[key]:
+                    nic += f", {len(net[key])} {what}"
+            parts.append(nic)
         return "; ".join(parts) or None
 
     def resumed(self):

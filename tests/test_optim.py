@@ -533,3 +533,72 @@ def test_skipping_that_never_skips_is_refused_and_the_notes_train_prints_are_war
     with pytest.warns(UserWarning, match=r"^HopOptimizer: skip max-jump=4 > max_ig 2: a jump never passes"):
         opt = HopOptimizer(net(), torch.optim.SGD, lr=0.1, staleness=1, skip="max-jump=4")
     finish_all.append(opt)
+
+
+def frozen_backbone(seed=0, sparse=False):
+    """A fine-tuning model: a frozen embedding (``sparse`` for SparseAdam) and a trainable head."""
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Embedding(20, 6, sparse=sparse), torch.nn.Flatten(), torch.nn.Linear(18, 2))
+    return m
+
+
+def train_zero_grad_after(model, opt, steps, set_to_none=True):
+    """The other common loop: backward, step, then zero_grad (pytorch/examples' ImageNet loop zeroes first;
+    many scripts zero after, or with set_to_none=False)."""
+    for k in range(steps):
+        g = torch.Generator().manual_seed(k)
+        x = torch.randint(0, 20, (8, 3), generator=g)
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_parameters_without_a_gradient_are_left_alone_as_torch_leaves_them(finish_all, set_to_none):
+    """A frozen layer given to the optimizer (``AdamW(model.parameters())`` with ``requires_grad=False``
+    layers, the torch idiom) has no gradient: torch skips it. The flat buffer gave every parameter a zero
+    ``.grad`` view, so a loop that zeroes after the step stepped it with a zero gradient: AdamW's weight
+    decay shrank the frozen layer at the first step (at every step with ``set_to_none=False``)."""
+    a, b = frozen_backbone(), frozen_backbone()
+    for m in (a, b):
+        m[0].weight.requires_grad_(False)
+    frozen = a[0].weight.detach().clone()
+    opt = HopOptimizer(a.parameters(), torch.optim.AdamW, model=a, lr=0.01, weight_decay=0.1)
+    finish_all.append(opt)
+    ref = torch.optim.AdamW(b.parameters(), lr=0.01, weight_decay=0.1)
+    assert all(p.grad is None for p in a.parameters())
+    train_zero_grad_after(a, opt, 3, set_to_none)
+    train_zero_grad_after(b, ref, 3, set_to_none)
+    assert torch.equal(a[0].weight, frozen) and a[0].weight.grad is None
+    assert a[0].weight not in opt.state                       # never stepped, as in torch
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_sparse_gradients_reach_sparse_adam_in_a_loop_that_zeroes_after_the_step(finish_all):
+    """``nn.Embedding(sparse=True)`` with SparseAdam: the first backward added its sparse gradient to the
+    zero dense ``.grad`` the buffer had given the weight, and SparseAdam refused the dense sum ("SparseAdam
+    does not support dense gradients")."""
+    a, b = frozen_backbone(sparse=True), frozen_backbone(sparse=True)
+    opt = HopOptimizer(list(a[0].parameters()), torch.optim.SparseAdam, model=a, lr=0.01)
+    finish_all.append(opt)
+    ref = torch.optim.SparseAdam(list(b[0].parameters()), lr=0.01)
+    train_zero_grad_after(a, opt, 3)
+    train_zero_grad_after(b, ref, 3)
+    assert torch.equal(a[0].weight, b[0].weight)
+
+
+def test_gradients_the_parameters_had_before_the_optimizer_was_built_are_kept(finish_all):
+    """A gradient computed before the optimizer is built (a first backward to size things, or gradient
+    accumulation started before it) is kept, as a torch optimizer built then would see it: the buffer
+    replaced it by zeros."""
+    a, b = net(), net()
+    for m in (a, b):
+        m(torch.ones(4, 4)).sum().backward()
+    opt = HopOptimizer(a, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    ref = torch.optim.SGD(b.parameters(), lr=0.1)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+    opt.step()
+    ref.step()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

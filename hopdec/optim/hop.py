@@ -112,7 +112,14 @@ class HopOptimizer(torch.optim.Optimizer):
             buffers = [b for _, b in model.named_buffers() if b.is_floating_point()]
         life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"))
         from hopdec.ml.trainer import FlatModel
+        grads = [p.grad for p in tracked]
         self.flat = FlatModel(tracked, buffers, module=model)
+        # the gradients stay the user's, as a torch optimizer finds them: FlatModel gives every parameter a
+        # zero .grad view (hopdec train's trainer fills it), and a parameter with a gradient is stepped -- a
+        # frozen layer in the groups was decayed by AdamW, a sparse embedding's gradient became dense
+        for p, g in zip(tracked, grads):
+            p.grad = g
+        self.flat.flat.grad = None
         self._tracked = tracked + buffers
         self._names = names + _names(model, buffers, "buffer")
         self._owners = life.owners(model, self._tracked) if model is not None else []

@@ -63,6 +63,27 @@ def test_bytes_are_mib_and_say_so(tmp_path):
     assert [row[head.index("MiB all-reduced (gradient)")] for row in rows] == ["6", "6"]
 
 
+def test_messages_sent_are_what_the_transport_counted(tmp_path):
+    """A HopOptimizer loop sends its next iteration's parameters before finish() ends the run: 183 updates
+    left each rank of a 60-step loop on a ring-based(4), its records listed 180, and the report said 180 (and
+    their bytes) with no word of the rest. The counters take the rank's ``messages`` event (the transport's
+    count, what hopdec train's traffic line prints) and say where it differs from the records; a resumed log
+    (whose first session's event may be cut) and the simulator (no event) keep the records' sums."""
+    run = _real_run(tmp_path / "a", driver="hopdec.optim.HopOptimizer")
+    for r in run.records:
+        for rec in run.records[r]:
+            rec["sent_bytes"] = 2 ** 20
+        run.events[r] = [dict(event="messages", updates=4, bytes=4 * 2 ** 20)]
+    head, rows, rest = _counters_table(page([run]))
+    assert [(row[head.index("messages sent")], row[head.index("MiB sent")]) for row in rows] == [("4", "4")] * 2
+    assert "not the sum of its iteration records (rank 0 +1, rank 1 +1 messages)" in rest
+    assert "finish()" in rest
+    run.resumed_ranks = {0}
+    assert [run.counters()[r]["messages_sent"] for r in (0, 1)] == [3, 4]
+    run.events[1] = [dict(event="messages", updates="many", bytes=-1)]          # a hostile event: the records
+    assert run.counters()[1]["messages_sent"] == 3
+
+
 def test_compressed_runs_send_fewer_bytes_in_the_report(tmp_path):
     simulate(tmp_path / "a", "--topology", "ring", "-n", 4, "--iterations", 30)
     simulate(tmp_path / "b", "--topology", "ring", "-n", 4, "--iterations", 30, "--compress", "int8")

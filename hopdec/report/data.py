@@ -317,6 +317,7 @@ class Run:
         self.notes = []
         self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
         self.missing = None         # the note on ranks of the run without a log (missing_text), or None
+        self.resumed_ranks = set()  # ranks whose log continues after a resume (a later header)
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
         self.evals.sort(key=lambda e: e.get("time", 0.0))
@@ -374,6 +375,7 @@ class Run:
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
         run.notes, run.paused, run.missing = notes, paused, missing
+        run.resumed_ranks = {r for r, c in cuts.items() if c}
         return run
 
     @classmethod
@@ -731,12 +733,30 @@ class Run:
                     c["bytes_sent"] = float(sum(r.get("sent_bytes") or 0 for r in recs))
                 else:
                     c["bytes_sent"] = c["messages_sent"] * mb if mb else None
+                wire = self.transport_counts(w)
+                if wire is not None:    # the transport's own count: also what went out after the last record
+                    c["messages_logged"] = c["messages_sent"]
+                    c["messages_sent"], c["bytes_sent"] = wire
                 toks = [r["tokens"] for r in recs if r.get("tokens") is not None]
                 c["tokens_min"] = min(toks) if toks else None
                 held = [r["held"] for r in recs if r.get("held") is not None]
                 c["held_max"] = max(held) if held else None
             rows[w] = c
         return rows
+
+    def transport_counts(self, w):
+        """``(updates, bytes)`` rank ``w``'s transport counted over the run (its ``messages`` event: what
+        ``hopdec train``'s traffic line prints), or None: no such event (the simulator, a killed rank), more
+        than one, or a log resumed (an event of the first session may be cut). A loop of your own sends its
+        next iteration's parameters before ``finish()`` ends the run: sent, never a record (183 updates on
+        the wire where the records listed 180)."""
+        if w in self.resumed_ranks:
+            return None
+        ev = self.events_of("messages", w)
+        if len(ev) != 1:
+            return None
+        n, b = ev[0].get("updates"), ev[0].get("bytes")
+        return (n, float(b)) if _nat(n) and _num(b) and b >= 0 else None
 
     def edges(self):
         """{(sender, receiver): messages} from the records' ``sent_to`` lists (decentralized runs)."""

@@ -246,8 +246,16 @@ def _counters_html(run):
                 f'per iteration on their own path (measured in the run; polls made while a rank waited '
                 f'anyway are not counted).</p>')
     units = ""
+    more = {w: c["messages_sent"] - c["messages_logged"] for w, c in rows_by.items()
+            if c.get("messages_logged") is not None and c["messages_sent"] != c["messages_logged"]}
+    if more:
+        listed = ", ".join(f"rank {w} {d:+d}" for w, d in sorted(more.items())[:12]) + (" ..." if len(more) > 12 else "")
+        why = (" -- a loop of your own sends its next iteration's parameters before <code>finish()</code> ends "
+               "the run" if run.header.get("driver") == "hopdec.optim.HopOptimizer" else "")
+        units += (f'<p class="cap">Messages and MiB sent are what each rank\'s transport counted, not the sum of its '
+                  f'iteration records ({html.escape(listed)} messages): sent outside a logged iteration{why}.</p>')
     if any(key in BYTE_COLS for key, _ in cols):
-        units = ('<p class="cap">MiB = 2^20 bytes (1,048,576), as <code>hopdec sim --message-mb</code> and its '
+        units += ('<p class="cap">MiB = 2^20 bytes (1,048,576), as <code>hopdec sim --message-mb</code> and its '
                  'times line count them; ' + ('what each worker put on the wire (coded, with '
                                               '<code>--compress</code>).' if run.mode != "allreduce" else
                                               'the gradient each worker all-reduced, not the ring\'s traffic.')

@@ -319,3 +319,38 @@ def test_a_model_factory_is_called_once_per_rank_on_mpi(mpirun, tmp_path):
     assert [o.returncode for o in outs] == [0] * len(runs), [(o.stdout[-1500:], o.stderr[-1500:]) for o in outs]
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert sorted(calls) == ["0"] * len(runs) + ["1"] * len(runs), calls
+
+
+SMALL_SHARDS = ("note: the smallest shard holds 62 training samples (500 over 8 workers), fewer than --batch-size "
+                "128: its batches are the whole shard, 62 samples, not 128 (a --batch-size of at most 62, or fewer "
+                "workers, gives the batches asked for)")
+
+
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "--sync", "asp"], ["--mode", "allreduce"]])
+def test_shards_smaller_than_the_batch_are_one_note(user_file, capsys, mode):
+    """500 samples over 8 workers with --batch-size 128 trained on batches of 62 without a word; one note now
+    names the smallest shard, its size and the batch size. Shards that fill a batch get none."""
+    common = ["-n", 8, "--model", "mine:make_model", "--dataset", "mine:make_data", "--math", "--iterations", 2,
+              "--threads", 1, *mode]
+    run_sim(common + ["--batch-size", 128])
+    err = capsys.readouterr().err
+    assert [x for x in err.splitlines() if "shard" in x] == ["hopdec sim: " + SMALL_SHARDS], err
+    run_sim(common + ["--batch-size", 62])
+    assert "shard" not in capsys.readouterr().err
+    run_sim(common[:1] + [1] + common[2:] + ["--batch-size", 501])
+    assert ("hopdec sim: note: the training set holds 500 samples, fewer than --batch-size 501: every batch is the "
+            "whole set, 500 samples, not 501") in capsys.readouterr().err.splitlines()
+
+
+def test_shards_smaller_than_the_batch_are_one_note_on_mpi(mpirun, tmp_path):
+    """Printed once (by rank 0), from the workers' shards: a parameter server's one worker holds all 500."""
+    path = tmp_path / "mine.py"
+    path.write_text(USER_CODE)
+    user = ["--model", f"{path}:make_model", "--dataset", f"{path}:make_data", "--no-progress", "--threads", "1",
+            "--iterations", "2", "--batch-size", "300"]
+    outs = mpirun.batch(2, [user, user + ["--mode", "ps", "--sync", "asp"]], timeout=120)
+    assert [o.returncode for o in outs] == [0, 0], [(o.stdout[-1500:], o.stderr[-1500:]) for o in outs]
+    notes = [[x for x in o.stderr.splitlines() if "shard" in x] for o in outs]
+    assert notes == [["hopdec train: note: the smallest shard holds 250 training samples (500 over 2 workers), "
+                      "fewer than --batch-size 300: its batches are the whole shard, 250 samples, not 300 (a "
+                      "--batch-size of at most 250, or fewer workers, gives the batches asked for)"], []], notes

@@ -32,6 +32,8 @@ class Workload:
     trains: bool = False
     """This process trains (a rank of ``hopdec train``, ``hopdec sim --math``): :meth:`layout` and
     :meth:`numel` read the model built for it; else they build one on torch's meta device."""
+    notes: tuple = ()
+    """Lines to print once before training (:func:`small_shard_note`)."""
     copies: bool = False
     """This process makes several trainers (a simulation's workers): each gets a copy of the one model
     built, which is kept; else the first trainer takes it (a rank's: no second copy in memory)."""
@@ -148,8 +150,23 @@ def resolve(work, n_workers, load_data=True, trains=False, copies=False):
         iterations = max(1, int(round(work.epochs * steps_per_epoch(shard, hparams["batch_size"]))))
     else:
         iterations = work.iterations or DEFAULT_ITERATIONS
+    note = dataset is not None and small_shard_note(len(dataset.train_y), n_workers, hparams["batch_size"])
     return Workload(work, model, hparams, iterations, dataset, trains=trains and dataset is not None,
-                    copies=copies)
+                    copies=copies, notes=(note,) if note else ())
+
+
+def small_shard_note(samples, workers, batch_size):
+    """The note on shards smaller than a batch, or None: a worker's batches are then its whole shard, and a
+    user who asked for 128 trained on 62 without a word. (Every shard holds a sample: :func:`resolve`.)"""
+    smallest = samples // workers                   # shards differ by at most one (hopdec.ml.data.partition)
+    if smallest >= batch_size:
+        return None
+    if workers == 1:
+        return (f"the training set holds {samples} samples, fewer than --batch-size {batch_size}: every batch "
+                f"is the whole set, {samples} samples, not {batch_size}")
+    return (f"the smallest shard holds {smallest} training samples ({samples} over {workers} workers), fewer "
+            f"than --batch-size {batch_size}: its batches are the whole shard, {smallest} samples, not "
+            f"{batch_size} (a --batch-size of at most {smallest}, or fewer workers, gives the batches asked for)")
 
 
 def _copy(model):

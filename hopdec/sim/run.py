@@ -306,6 +306,8 @@ def simulate(settings, out=None, entries=False):
         print(f"hopdec sim: warning: {note}", file=sys.stderr, flush=True)
     for note in getattr(sim.run, "notes", ()):
         print(f"note: {note}", file=sys.stderr, flush=True)
+    for note in sim.run.work.notes:                     # (the data's: shards smaller than a batch)
+        print(f"hopdec sim: note: {note}", file=sys.stderr, flush=True)
     if sim.run.mode == "ps":
         return _run_ps(sim)
     if sim.run.mode == "allreduce":

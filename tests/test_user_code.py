@@ -329,13 +329,16 @@ SMALL_SHARDS = ("note: the smallest shard holds 62 training samples (500 over 8 
 @pytest.mark.parametrize("mode", [[], ["--mode", "ps", "--sync", "asp"], ["--mode", "allreduce"]])
 def test_shards_smaller_than_the_batch_are_one_note(user_file, capsys, mode):
     """500 samples over 8 workers with --batch-size 128 trained on batches of 62 without a word; one note now
-    names the smallest shard, its size and the batch size. Shards that fill a batch get none."""
+    names the smallest shard, its size and the batch size. Shards that fill a batch get none, and so does a
+    run that draws no batch."""
     common = ["-n", 8, "--model", "mine:make_model", "--dataset", "mine:make_data", "--math", "--iterations", 2,
               "--threads", 1, *mode]
     run_sim(common + ["--batch-size", 128])
     err = capsys.readouterr().err
     assert [x for x in err.splitlines() if "shard" in x] == ["hopdec sim: " + SMALL_SHARDS], err
     run_sim(common + ["--batch-size", 62])
+    assert "shard" not in capsys.readouterr().err
+    run_sim([a for a in common if a != "--math"] + ["--batch-size", 128])     # timing only: no batch is drawn
     assert "shard" not in capsys.readouterr().err
     run_sim(common[:1] + [1] + common[2:] + ["--batch-size", 501])
     assert ("hopdec sim: note: the training set holds 500 samples, fewer than --batch-size 501: every batch is the "

@@ -150,9 +150,10 @@ def resolve(work, n_workers, load_data=True, trains=False, copies=False):
         iterations = max(1, int(round(work.epochs * steps_per_epoch(shard, hparams["batch_size"]))))
     else:
         iterations = work.iterations or DEFAULT_ITERATIONS
-    note = dataset is not None and small_shard_note(len(dataset.train_y), n_workers, hparams["batch_size"])
-    return Workload(work, model, hparams, iterations, dataset, trains=trains and dataset is not None,
-                    copies=copies, notes=(note,) if note else ())
+    trains = trains and dataset is not None
+    note = trains and small_shard_note(len(dataset.train_y), n_workers, hparams["batch_size"])
+    return Workload(work, model, hparams, iterations, dataset, trains=trains, copies=copies,
+                    notes=(note,) if note else ())
 
 
 def small_shard_note(samples, workers, batch_size):

@@ -5,8 +5,9 @@ datasets known without reading them, and the models' parameter counts on those d
 A timing-only ``hopdec sim`` needs no more than this (the message size is 4 bytes per parameter), so it
 starts without torch (importing it took about 1.4 s). The counts are a table, not a formula: ``tests/test_catalog.py``
 builds every combination with :func:`hopdec.ml.models.parameter_count` and compares, so the table cannot
-drift from the models; anything not in it (a model of your own, a dataset read from files) is counted by
-building the model on torch's meta device (:meth:`hopdec.modes.work.Workload.numel`).
+drift from the models; anything not in it (a model of your own, a dataset read from files) is counted on
+the model built to train, or where nothing trains on one built on torch's meta device
+(:meth:`hopdec.modes.work.Workload.numel`).
 """
 
 from typing import Dict

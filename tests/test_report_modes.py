@@ -320,6 +320,30 @@ def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
     plt.close(fig)
 
 
+def test_a_run_without_a_loss_is_named_with_the_reason(tmp_path):
+    """The loss panels of a HopOptimizer loop that passed no loss to step() said "no training loss in these
+    logs (a timing-only simulation)"; beside a run with a loss such a run was left out without a word."""
+    from hopdec.report import plots
+    loop = _real_run(tmp_path / "loop", driver="hopdec.optim.HopOptimizer")
+    simulate(tmp_path / "sim", "--topology", "ring", "-n", 4, "--iterations", 5)
+    sim = Run.load(str(tmp_path / "sim"))
+    simulate(tmp_path / "math", "--topology", "ring", "-n", 4, "--iterations", 5, "--math")
+    math = Run.load(str(tmp_path / "math"))
+    plt = plots.matplotlib()
+
+    def texts(runs):
+        fig, (a, b) = plt.subplots(1, 2)
+        plots.loss_curves(a, b, runs)
+        out = [" ".join(t.get_text() for t in ax.texts) for ax in (a, b)]
+        plt.close(fig)
+        return out
+    for text in texts([loop]):
+        assert "loop: a loop of your own: step(loss=...) logs it" in text and "simulation" not in text
+    for text in texts([math, sim, loop]):
+        assert text == ("no training loss logged:\nsim (SIMULATED): a timing-only simulation: --math computes it\n"
+                        "loop: a loop of your own: step(loss=...) logs it")
+
+
 # ---- deaths in a real run ----------------------------------------------------------------------------------
 def _real_death(tmp_path, t0=1.795e9):
     """A real --fault-tolerance run of 3 workers (bound 2): worker 2 is killed in iteration 40, before it

@@ -55,7 +55,17 @@ def time_label(runs):
     return "time (s; simulated runs: virtual s)"
 
 
+def no_loss_reason(run):
+    """Why a run logged no training loss, in a few words."""
+    if run.simulated:
+        return "a timing-only simulation: --math computes it"
+    if run.header.get("driver") == "hopdec.optim.HopOptimizer":
+        return "a loop of your own: step(loss=...) logs it"
+    return "no loss in its records"
+
+
 def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 1: raw"):
+    lossless = []
     for run, color in zip(runs, run_colors(runs)):
         n = max(len(run.records), 1)
         t, y = run.loss_vs_time()
@@ -64,15 +74,24 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 
         k, yk = run.loss_vs_iter()
         if len(k):
             ax_k.plot(k, smooth(yk, smooth_k), color=color, label=named(run))
+        if not len(t):
+            lossless.append(run)
     ax_t.set_xlabel(time_label(runs))
     ax_k.set_xlabel("iteration (PS: mini-batches of each worker)" if not any(r.local_steps for r in runs) else
                     "mini-batches of each worker (--local-steps: a round's mean loss at its middle step)")
+    # runs without a loss are named with the reason (it said "a timing-only simulation" of a loop of your
+    # own that passed no loss to step(), and left such a run out of a mixed legend without a word)
+    why = "\n".join(f"{named(r)}: {no_loss_reason(r)}" for r in lossless[:6]) \
+        + (f"\n... {len(lossless) - 6} more" if len(lossless) > 6 else "")
     for ax in (ax_t, ax_k):
         ax.set_ylabel("training loss (mean over workers)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-        else:                       # timing-only simulations log no loss: say so, not an empty legend
-            ax.text(0.5, 0.5, "no training loss in these logs\n(a timing-only simulation)", ha="center",
+            if lossless:
+                ax.text(0.01, 0.01, "no training loss logged:\n" + why, ha="left", va="bottom",
+                        transform=ax.transAxes, color="0.4", fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no training loss in these logs\n" + why, ha="center",
                     va="center", transform=ax.transAxes, color="0.4")
     # (the curves are trailing means: said, so a reader does not take the lag for the logged values)
     how = f" (trailing mean of {smooth_k} iterations{raw_hint})" if smooth_k > 1 else ""

@@ -322,7 +322,8 @@ def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
 
 def test_a_run_without_a_loss_is_named_with_the_reason(tmp_path):
     """The loss panels of a HopOptimizer loop that passed no loss to step() said "no training loss in these
-    logs (a timing-only simulation)"; beside a run with a loss such a run was left out without a word."""
+    logs (a timing-only simulation)"; beside a run with a loss such a run was left out without a word. (And
+    its time breakdown called the loop's own time between steps "compute".)"""
     from hopdec.report import plots
     loop = _real_run(tmp_path / "loop", driver="hopdec.optim.HopOptimizer")
     simulate(tmp_path / "sim", "--topology", "ring", "-n", 4, "--iterations", 5)
@@ -339,6 +340,10 @@ def test_a_run_without_a_loss_is_named_with_the_reason(tmp_path):
         return out
     for text in texts([loop]):
         assert "loop: a loop of your own: step(loss=...) logs it" in text and "simulation" not in text
+    fig, ax = plt.subplots()                  # what a loop's records call compute is its own time between steps
+    plots.breakdown(ax, loop)
+    assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "your loop (between steps)"
+    plt.close(fig)
     for text in texts([math, sim, loop]):
         assert text == ("no training loss logged:\nsim (SIMULATED): a timing-only simulation: --math computes it\n"
                         "loop: a loop of your own: step(loss=...) logs it")

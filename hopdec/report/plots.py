@@ -185,9 +185,13 @@ def breakdown(ax, run):
     size = -(-len(ws) // BREAKDOWN_ROWS)                # ranks per bar (1 up to BREAKDOWN_ROWS workers)
     groups = [ws[i:i + size] for i in range(0, len(ws), size)]
     left = np.zeros(len(groups))
+    # a loop of your own: what hopdec logs as compute is the loop's time between two steps (forward,
+    # backward, data, anything else it does), not a gradient hopdec timed -- the legend says so
+    loop = run.header.get("driver") == "hopdec.optim.HopOptimizer"
     for p in parts:
         vals = np.array([np.mean([b[w].get(p, 0.0) for w in g]) for g in groups])
-        ax.barh(range(len(groups)), vals, left=left, color=PART_COLORS.get(p, None), label=p, height=0.7)
+        ax.barh(range(len(groups)), vals, left=left, color=PART_COLORS.get(p, None), height=0.7,
+                label="your loop (between steps)" if loop and p == "compute" else p)
         left += vals
     ax.set_yticks(range(len(groups)))
     ax.set_yticklabels([f"rank {g[0]}" if len(g) == 1 else f"ranks {g[0]}-{g[-1]}" for g in groups],

@@ -602,3 +602,33 @@ def test_gradients_the_parameters_had_before_the_optimizer_was_built_are_kept(fi
     opt.step()
     ref.step()
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("local_steps", [1, 2])
+def test_an_exception_in_the_closure_is_raised_by_step_and_the_loop_can_go_on(finish_all, local_steps):
+    """A closure that raises (an out-of-memory a loop catches to skip the batch, as many scripts do): torch
+    raises it from step() and has not stepped; the loop goes on. The exception ended the worker loop's
+    generator inside its ApplyGradient, so the next step() raised a bare StopIteration (one line ending
+    the job under mpirun, naming nothing). Now step() raises the closure's exception, the iteration goes
+    through without a gradient step, and training continues as torch's does."""
+    a, b = net(), net()
+    opt = HopOptimizer(a, torch.optim.Adam, lr=0.01, local_steps=local_steps, outer_optimizer="sgd")
+    finish_all.append(opt)                                  # (the plain outer step: torch's steps on one rank)
+    ref = torch.optim.Adam(b.parameters(), lr=0.01)
+    for k in range(6):
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(k))
+        for m, o in ((a, opt), (b, ref)):
+            def closure():
+                o.zero_grad()
+                loss = (m(x) ** 2).mean()
+                if k == 3:
+                    raise RuntimeError("out of memory: skip this batch")
+                loss.backward()
+                return loss
+            try:
+                assert float(o.step(closure).detach()) > 0
+            except RuntimeError as err:
+                assert k == 3 and str(err) == "out of memory: skip this batch"
+    for p, q in zip(a.parameters(), b.parameters()):       # (a round's end adds w - a to x_bar: rounding)
+        torch.testing.assert_close(p, q, rtol=0, atol=0 if local_steps == 1 else 1e-6)
+    assert opt.state[a[0].weight]["step"] == ref.state[b[0].weight]["step"] == 5

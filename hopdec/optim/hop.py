@@ -222,6 +222,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
         self._served = set()                   # iterations mixed without a gradient
         self._closure_loss = None
+        self._step_error = None                # what the wrapped step raised inside the loop (_applied_step)
         self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
@@ -265,9 +266,14 @@ class HopOptimizer(torch.optim.Optimizer):
             self._advance()
         self._check_stop()
         self._paused_at = time.time()
+        failed, self._step_error = self._step_error, None
         if self._stop.due(self.core.iteration) and (r is None or r.taken == 0 or r.begun is None):
             self._stopped = True                # every rank is here: its state dict resumes with theirs
+            if failed is not None:
+                raise failed
             raise KeyboardInterrupt(f"every rank stops at iteration {self._stop.stop_at}")
+        if failed is not None:                  # (see _applied_step)
+            raise failed
         return self._closure_loss
 
     def _check_stop(self):
@@ -279,6 +285,18 @@ class HopOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer's step (given the step's closure)."""
         closure, self._closure = self._closure, None
         self._closure_loss = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+    def _applied_step(self, iteration):
+        """:meth:`_inner_step` inside the worker loop (its ApplyGradient). An exception there -- the closure's
+        (an out-of-memory a loop catches to skip the batch), the wrapped optimizer's -- ended the loop's
+        generator mid-iteration: every later step() raised a bare StopIteration and finish() could not serve.
+        It is kept instead: the iteration goes through without a gradient step (mixed, sent; logged as
+        serving) and step() raises it once the rank is between steps again."""
+        try:
+            self._inner_step()
+        except Exception as err:
+            self._step_error = err
+            self._served.add(iteration)
 
     def zero_grad(self, set_to_none=True):
         """The wrapped optimizer's ``zero_grad`` (gradients are the user's tensors; nothing else to reset)."""
@@ -741,11 +759,11 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def apply(self, iteration):
         if self.rounds is not None:                    # the round's last inner step and its outer step
-            self.rounds.end(iteration, None if self._serving else self._inner_step)
+            self.rounds.end(iteration, None if self._serving else lambda: self._applied_step(iteration))
             return
         if self._serving:                              # mixing without a gradient: no optimizer step
             return
-        self._inner_step()
+        self._applied_step(iteration)
 
     def _on_record(self, rec):
         """A finished iteration's record: the user's compute time (between steps, outside hopdec) and loss

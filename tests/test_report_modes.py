@@ -410,6 +410,9 @@ def test_a_local_steps_runs_figures_count_rounds(tmp_path):
     plots.gap(b, run)
     assert a.get_ylabel() == "round (4 local steps each)" and "rounds" in b.get_ylabel()
     plt.close(fig)
+    # the glance table's rate: rounds, and the mini-batches beside (it read "2.5" as if iterations)
+    from hopdec.report.html import glance_rows
+    assert glance_rows([run])[0][3:6] == ["5 rounds of 4", "2 virtual s", "2.5 rounds/s (10 mini-batches/s)"]
 
 
 def test_loss_against_iterations_puts_local_steps_rounds_on_the_mini_batch_axis(tmp_path):

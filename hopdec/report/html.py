@@ -79,7 +79,7 @@ def glance_rows(runs):
                                      if run.missing else ""),
             _iterations(run),
             (_fmt(f["duration"]) + f" {unit}") if f["duration"] is not None else "–",
-            _fmt(f["rate"]),
+            _rate(run, f["rate"]),
             _fmt(f["train_loss"]),
             _fmt(f["test_acc"]),
             gap_txt,
@@ -89,7 +89,28 @@ def glance_rows(runs):
     return rows
 
 
+def _rate(run, rate):
+    """Iterations per second per worker; a ``--local-steps H`` run's are rounds, and it says so, with the
+    mini-batches per second beside (H per round: the rate runs from a first to a last round's start, so
+    every round between was whole). It read "4.717" beside a plain run's "25.95" iter/s, a run computing
+    18.9 gradients a second against one computing 26."""
+    if rate is None or not run.local_steps:
+        return _fmt(rate)
+    return f"{_fmt(rate)} rounds/s ({_fmt(rate * run.local_steps)} mini-batches/s)"
+
+
 def _iterations(run):
+    """The iterations a run was asked for (a ``--local-steps`` run's are rounds, and it says so), and how far
+    it got when it stopped before (Ctrl-C, a failure)."""
+    text = _planned(run)
+    if not run.local_steps or text == "–":
+        return text
+    unit = f" rounds of {run.local_steps}"
+    return text.replace(" (stopped early)", unit + " (stopped early)") if text.endswith("(stopped early)") \
+        else text + unit
+
+
+def _planned(run):
     """The iterations a run was asked for, and how far it got when it stopped before (Ctrl-C, a failure);
     PS runs count mini-batches against a shared budget, so theirs is the planned figure; a loop of your own
     plans none: how far it got."""

@@ -178,6 +178,22 @@ def test_an_emulated_network_is_labelled(tmp_path):
     assert "network EMULATED" in hostile.conditions()           # a label, never a traceback
 
 
+def test_an_emulated_networks_measured_links_are_beside_its_times(tmp_path):
+    """A testbed measures its links before the run (and every header keeps it), but the report showed only
+    what they were configured for: a link that gave 12 of its 20 Mbit/s read as 20."""
+    from hopdec.testbed.spec import Host, Link, Testbed
+    net = Testbed((Host("a"), Host("b")), {("a", "b"): Link(20.0, 2.0)}).conditions()
+    net["measured"] = [dict(src="a", dst="b", mbit=12.04, rtt_ms_min=4.2, rtt_ms_median=4.35, rtt_ms_max=9.0,
+                            configured=dict(mbit=20.0, delay_ms=2.0, rtt_ms=4.0)),
+                       dict(src="b", dst="a", mbit="fast")]                     # (unreadable: left out)
+    run = _real_run(tmp_path, network=net)
+    assert run.measured_links() == "a->b 12 Mbit/s (configured 20), RTT median 4.35 ms (configured 4)"
+    section = page([run])
+    section = section[section.index('id="run0"'):]
+    assert "measured before the run (TCP, one pair per distinct setting): a-&gt;b 12 Mbit/s" in \
+        section[:section.index("<img")]
+
+
 def test_a_simulated_run_shows_its_conditions_beside_the_virtual_label(tmp_path):
     simulate(tmp_path, "--topology", "ring", "-n", 4, "--iterations", 5, "--compute-time", 0.1,
              "--slowdown", "rank=1,factor=3")

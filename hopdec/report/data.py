@@ -443,6 +443,22 @@ class Run:
             parts.append(nic)
         return "; ".join(parts) or None
 
+    def measured_links(self):
+        """What ``hopdec.testbed`` measured of its links before the run, beside what they were configured
+        for: ``m0->m1 19.8 Mbit/s (configured 20), RTT median 4.35 ms (configured 4)``; None without."""
+        net = self.header.get("network")
+        out = []
+        for m in (net.get("measured") if isinstance(net, dict) else None) or []:
+            if not isinstance(m, dict) or not all(isinstance(m.get(k), str) for k in ("src", "dst")) \
+                    or not _num(m.get("mbit")) or not _num(m.get("rtt_ms_median")):
+                continue
+            c = m.get("configured") if isinstance(m.get("configured"), dict) else {}
+            bw = c.get("mbit")
+            out.append(f"{m['src']}->{m['dst']} {m['mbit']:.3g} Mbit/s ("
+                       + (f"configured {bw:g}" if _num(bw) else "unshaped") + f"), RTT median "
+                       f"{m['rtt_ms_median']:.3g} ms" + (f" (configured {c['rtt_ms']:g})" if _num(c.get("rtt_ms")) else ""))
+        return "; ".join(out[:20]) + (f"; ... {len(out) - 20} more" if len(out) > 20 else "") if out else None
+
     def resumed(self):
         """What the times leave out (a resumed run's pauses, :func:`join_resumed`), or None."""
         return "; ".join(pause_text(where, gap) for where, gap in self.paused) or None

@@ -136,6 +136,10 @@ def run_section(run, idx):
     if cond and not run.simulated:
         parts.append(f'<p class="sim">{html.escape(cond)}: this run\'s times were measured under these '
                      f'emulated conditions.</p>')
+        measured = run.measured_links()
+        if measured:
+            parts.append(f'<p class="cap">The emulated links as measured before the run (TCP, one pair per '
+                         f'distinct setting): {html.escape(measured)}.</p>')
     elif cond:
         parts.append(f'<p class="sub">Simulated conditions: {html.escape(cond)}.</p>')
     if run.resumed():

@@ -336,6 +336,22 @@ def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
     plt.close(fig)
 
 
+def test_what_watching_cost_is_a_part_of_the_breakdown_not_other(tmp_path):
+    """Rank 0 of a run with --consensus-every 10 --eval-interval 1 spent 1.8 s of its 10 s in consensus rounds
+    and evaluations between iterations (its observer event measured it: hook_s); the breakdown drew it as
+    "other" -- 2.3 s of unexplained time on rank 0 alone."""
+    run = _real_run(tmp_path)
+    for r in run.records:
+        for k, rec in enumerate(run.records[r]):
+            rec["time"] = 100.0 + 2 * k                     # 1 s of each 2 s step is in no part of its record
+    run.events[0] = [dict(event="observer", hook_s=0.3, records=3, per_record_ms=100.0)]
+    run.events[1] = [dict(event="observer", hook_s=5.0, records=3, per_record_ms=1666.0)]   # (more than other)
+    b = run.breakdown()
+    assert b[0]["watching"] == pytest.approx(0.3) and b[0]["other"] == pytest.approx(1.7)
+    assert b[1]["watching"] == pytest.approx(2.0) and b[1]["other"] == 0.0
+    assert '"watching": live progress, consensus rounds' in page([run])
+
+
 def test_a_run_without_a_loss_is_named_with_the_reason(tmp_path):
     """The loss panels of a HopOptimizer loop that passed no loss to step() said "no training loss in these
     logs (a timing-only simulation)"; beside a run with a loss such a run was left out without a word. (And

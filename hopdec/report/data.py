@@ -670,6 +670,14 @@ class Run:
                 span = recs[-1]["time"] - recs[0]["time"]
                 inside = sum(parts.values()) - (record_end(recs[-1]) - recs[-1]["time"])   # (the last one's)
                 parts["other"] = max(0.0, span - inside)
+                # what watching the run cost on this rank's own path between iterations (progress, consensus
+                # rounds, rank 0's evaluations: the observer measures it, hook_s) was in "other", so rank 0's
+                # evaluations read as unexplained time
+                hooks = [e.get("hook_s") for e in self.events_of("observer", w)]
+                watched = min(sum(h for h in hooks if _num(h) and h > 0), parts["other"])
+                if watched > 0:
+                    parts["watching"] = watched
+                    parts["other"] -= watched
             out[w] = parts
         return out
 

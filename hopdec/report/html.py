@@ -168,7 +168,8 @@ def run_section(run, idx):
                  'what the protocol waited for; "wait sends": a Reduce waiting for the last sends of its parameters '
                  'to complete, i.e. for a slow receiver; "poll": handing over the messages that arrived between '
                  'actions -- with more ranks than cores MPI yields the core to another rank there, so it is '
-                 'large on an oversubscribed host; "other": logging, the loop, scheduling). '
+                 'large on an oversubscribed host; "watching": live progress, consensus rounds and rank 0\'s evaluations on '
+                 'the rank\'s own path, as the observer measured them; "other": logging, the loop, scheduling). '
                  + ('Bottom right: how stale the gradients the server applied were.' if run.mode == "ps" else
                     'Bottom right: how far the workers\' models are from their average (lower is better '
                     'agreement).' if run.consensus() else 'Bottom right: the largest gap seen per pair.')

@@ -108,6 +108,29 @@ def test_an_all_reduce_runs_counters_are_its_own(tmp_path):
     assert not any(k in counters for k in ("updates used", "fewest tokens", "messages sent"))
 
 
+def test_an_evaluation_before_the_first_iteration_is_in_the_run(tmp_path):
+    """An all-reduce run with --eval-interval evaluates before its first iteration (every worker waits for it),
+    but the run started at its first record: the evaluation was drawn at -0.37 s and the duration left out
+    the time every worker waited for it."""
+    header = dict(mode="allreduce", workers=2, iterations=3, gap_bound=1, message_bytes=1000)
+    for r in range(2):
+        with open(tmp_path / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"rank": r, "run": header}) + "\n")
+            for k in range(3):
+                f.write(json.dumps(dict(rank=r, iter=k, time=100.0 + k, compute_s=0.5, wait_s=0.5)) + "\n")
+    with open(tmp_path / "eval.jsonl", "w") as f:
+        for t, k in ((99.6, 0), (103.2, 3)):
+            f.write(json.dumps(dict(time=t, test_acc=0.5, test_loss=1.0, iter_min=k, eval_s=0.4)) + "\n")
+    run = Run.load(str(tmp_path))
+    assert run.t0 == 99.6 and run.final()["duration"] == pytest.approx(3.4)
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    fig, ax = plt.subplots()
+    plots.accuracy_curves(ax, [run])
+    assert list(ax.get_lines()[0].get_xdata()) == pytest.approx([0.0, 3.6])
+    plt.close(fig)
+
+
 def test_a_real_all_reduce_runs_bytes_come_from_its_header(tmp_path):
     header = dict(mode="allreduce", workers=2, iterations=3, gap_bound=1, message_bytes=1000)
     for r in range(2):

@@ -502,9 +502,12 @@ class Run:
 
     @property
     def t0(self):
-        """The start: the earliest record (or server event) time."""
+        """The start: the earliest record, server event or evaluation time (an all-reduce run evaluates
+        before its first iteration, every worker waiting for it: that evaluation sat at -0.37 s, before the
+        run's start, and the duration left it out)."""
         ts = [v[0]["time"] for v in self.records.values() if v and "time" in v[0]]
         ts += [e["time"] for e in self.events.get(0, []) if isinstance(e.get("time"), (int, float))]
+        ts += [e["time"] for e in self.evals if _num(e.get("time"))]
         return min(ts) if ts else 0.0
 
     def events_of(self, name, rank=None):

@@ -190,8 +190,17 @@ def network_parts(cond):
     for m, _ in setting:
         if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))):
             raise TypeError(f"mbit {m!r}")
-    links = "; ".join(_mbit(m) + (f" +{d:g} ms" if d else "") + " " + _pairs_text(pairs, names)
-                      for (m, d), pairs in sorted(setting.items(), key=lambda kv: min(kv[1])))
+    usual = (default.get("mbit"), float(default.get("delay_ms") or 0.0))
+
+    def where(key, pairs):
+        text = _pairs_text(pairs, names)
+        # the pairs no link was given for, when they form no group of their own: "every other host pair"
+        # (a --link r1:r2=5/3 listed the other 11 pairs of 4 hosts one by one)
+        return "on every other host pair" if key == usual and len(setting) > 1 and len(pairs) > 2 \
+            and text.startswith("on ") else text
+    links = "; ".join(_mbit(m) + (f" +{d:g} ms" if d else "") + " " + where((m, d), pairs)
+                      for (m, d), pairs in sorted(setting.items(), key=lambda kv: (
+                          kv[0] == usual and where(*kv).startswith("on every other"), min(kv[1]))))
     return placed, nic, links
 
 

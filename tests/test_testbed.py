@@ -121,7 +121,11 @@ def test_the_label_says_which_host_and_which_link_has_which_setting():
                    {("a", "b"): Link(10.0, 5.0), ("b", "a"): Link(10.0, 5.0), ("c", "d"): Link(10.0, 5.0),
                     ("d", "c"): Link(10.0, 5.0), ("a", "d"): Link(1.0)}, Link(None, 3.0))
     assert ts.conditions()["described"].split("; links (bandwidth, one-way delay): ")[1] == (
-        "10 Mbit/s +5 ms on a<->b, c<->d; unshaped +3 ms on a->c, b->{c, d}, {c, d}->{a, b}; 1 Mbit/s on a->d")
+        "10 Mbit/s +5 ms on a<->b, c<->d; 1 Mbit/s on a->d; unshaped +3 ms on every other host pair")
+    one = S.Testbed(tuple(Host(f"r{r}", 1, 10.0 if r == 0 else 50.0) for r in range(4)), {("r1", "r2"): Link(5.0, 3.0)})
+    assert one.conditions()["described"] == (     # (--link r1:r2=5/3 listed the 11 other pairs one by one)
+        "4 hosts in network namespaces: r0-r3 (host rK runs rank K); NIC per direction: 10 Mbit/s on r0, 50 Mbit/s "
+        "on r1-r3; links (bandwidth, one-way delay): 5 Mbit/s +3 ms on r1->r2; unshaped on every other host pair")
     # a hostile header's conditions: a label, never a traceback
     for bad in ({"hosts": "zz"}, {"hosts": [{"name": "a", "nic_mbit": "fast"}]}, {"hosts": [1, 2]},
                 {"hosts": [{"name": "a"}, {"name": "b"}], "links": [{"src": "a", "dst": "x"}]}):

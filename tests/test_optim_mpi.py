@@ -464,3 +464,41 @@ def test_a_stop_signal_in_a_users_loop_stops_every_rank_at_the_same_iteration(mp
     assert sorted(r for r, _, _ in resumed) == [0, 1, 2] and all(s == at for _, s, _ in resumed), resumed
     iters = [json.loads(x)["iter"] for x in open(tmp_path / "logs" / "rank2.jsonl") if '"iter"' in x]
     assert iters == sorted(set(iters)) and iters[0] == 0, iters     # its log continues, each iteration once
+
+
+IN_PLACE_SCRIPT = """
+import json, sys, time, torch
+from mpi4py import MPI
+from hopdec.optim import HopOptimizer
+rank = MPI.COMM_WORLD.Get_rank()
+torch.set_num_threads(1)
+for n in (10, 1 << 20):                         # 40 bytes (an eager send), 4 MB (read by the receiver)
+    model = torch.nn.Linear(n, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.0, topology="ring")
+    for k in range(6):
+        opt.zero_grad()
+        model(torch.ones(1, n)).sum().backward()
+        opt.step()
+        with torch.no_grad():
+            model.weight.add_(1.0)              # in place between steps (weight clipping, SAM's perturbation)
+        time.sleep(0.05)                        # (the neighbour computes: a large send is still in flight)
+    opt.finish()
+    print("@@edit", json.dumps([n, rank, model.weight.min().item(), model.weight.max().item(), opt.flat.stores]),
+          flush=True)
+"""
+
+
+def test_in_place_changes_between_steps_reach_the_neighbours_with_the_next_send_whatever_the_size(mpirun):
+    """Two ranks add 1 to their parameters after every step (lr 0): each Reduce then averages this rank's
+    edited values with the neighbour's as sent, so every step adds 0.5 -- 3.5 after six steps and the
+    last edit. The values' store is the send buffer (zero-copy): a small model's send was copied at once,
+    but a 4 MB one was read by the receiver later, after the edit, so the same loop ended at 6.0 -- and
+    BatchNorm statistics averaged with ``average_buffers`` differed between ranks with their timing. The
+    store the loop writes is now never one a send is reading (one copy, only then)."""
+    out = mpirun.python(2, ["-c", IN_PLACE_SCRIPT], timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    got = [json.loads(m) for m in re.findall(r"^@@edit (.*)$", out.stdout, re.M)]
+    assert sorted((n, r, lo, hi) for n, r, lo, hi, _ in got) == [
+        (10, 0, 3.5, 3.5), (10, 1, 3.5, 3.5), (1 << 20, 0, 3.5, 3.5), (1 << 20, 1, 3.5, 3.5)], got
+    assert all(stores <= 5 for *_, stores in got), got           # the cap (max_ig 2 + 2) and the loop's own

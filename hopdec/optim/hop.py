@@ -267,6 +267,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._check_stop()
         self._paused_at = time.time()
         failed, self._step_error = self._step_error, None
+        self._hand_back()
         if self._stop.due(self.core.iteration) and (r is None or r.taken == 0 or r.begun is None):
             self._stopped = True                # every rank is here: its state dict resumes with theirs
             if failed is not None:
@@ -492,6 +493,7 @@ class HopOptimizer(torch.optim.Optimizer):
             self._wait_collective(req, "consensus_model()", abandon)
             return total
         total = self._among_survivors(reduce, lambda: self._ccomm)
+        self._hand_back()                   # (a rank that waited here may have served and sent)
         if total is None:
             return None
         total /= self.size
@@ -800,16 +802,33 @@ class HopOptimizer(torch.optim.Optimizer):
     def _off_the_wire(self):
         """Make sure the values' store has no send in flight before it is written outside a Reduce: copy
         the values into a free (or new) store of the pool and point at it, as a Reduce would
-        (:func:`hopdec.runtime.hop_loop.writable_store`); only at the pool's cap wait for the sends."""
+        (:func:`hopdec.runtime.hop_loop.writable_store`). The pool may hold one store more than the worker
+        loop's cap (:func:`hopdec.runtime.hop_loop.store_cap`): the one the user's loop holds, never sent
+        from, beside the ``slots`` in flight and the one a Reduce writes -- so neither this copy nor the
+        next Reduce waits for a send (at that limit, which the protocol does not reach, it waits for the
+        oldest store's sends, as a Reduce at its cap does)."""
         from hopdec.runtime.hop_loop import store_cap, writable_store
         store = self.flat.send_storage()
         if store is None or self.flat._views is not None or self.io.sends_done(store):
             return                                     # (local steps training a copy: it is written)
-        into, _ = writable_store(self.flat.spare_stores(), self.flat, self.io, store_cap(self.core))
+        spares = self.flat.spare_stores()
+        into, _ = writable_store(spares, self.flat, self.io, store_cap(self.core) + 1)
         if into is None:
-            self.io.wait_sent(store)
-        else:
-            self.flat.reduce([(None, 1.0)], into=into)
+            into = spares[0]
+            self.io.wait_sent(into)
+        self.flat.reduce([(None, 1.0)], into=into)
+
+    def _hand_back(self):
+        """The model goes back to the user's loop (step() returns, a consensus call ends): its store must
+        not be one a send is still reading. With zero-copy sends the values' store was just sent from, and
+        a send above the eager limit is read when the receiver gets to it -- so whatever the loop wrote in
+        place meanwhile (BatchNorm statistics in the forward with average_buffers, spectral_norm's vectors,
+        weight clipping, SAM's perturbation, load_state_dict) reached the neighbours in this send for a
+        large model and in the next one for a small one, or torn (an MPI send buffer must not change
+        before its send completes). Moved off the wire (one copy, only while a send is in flight), every
+        in-place change reaches the neighbours with the next send, whatever the size."""
+        if self._loop is not None and not self.finished:
+            self._off_the_wire()
 
     def _adopt(self, change):
         """Follow a tensor the model now holds instead of a tracked one (same shape, dtype, device): its

@@ -191,6 +191,22 @@ def test_an_emulated_run_is_labelled_emulated(tmp_path):
     assert plain.conditions() is None and "EMULATED:" not in page([plain])
 
 
+def test_an_emulated_run_whose_compute_outran_the_pad_says_so(tmp_path):
+    """A run with --compute-time 0.03 on a loaded machine: its summary said "measured compute exceeded the
+    pad in 307 iterations on 4 rank(s), up to 0.163 s", its report only "compute padded to 0.03 s/iter" --
+    figures read as taken at 0.03 s of compute were taken at up to 0.163."""
+    run = _real_run(tmp_path, emulation="compute padded to 0.01 s/iter; rank 1 3x slower")
+    for k, rec in enumerate(run.records[1]):
+        rec["measured_compute_s"] = 0.02 if k else 0.005
+    run.records[0][2]["measured_compute_s"] = 0.0125
+    assert run.conditions() == ("EMULATED: compute padded to 0.01 s/iter; rank 1 3x slower; measured compute "
+                                "exceeded the pad in 3 iterations on 2 rank(s), up to 0.02 s (there the "
+                                "slowdowns multiplied the measured time)")
+    for rec in run.records[1] + run.records[0]:
+        rec.pop("measured_compute_s", None)
+    assert run.conditions() == "EMULATED: compute padded to 0.01 s/iter; rank 1 3x slower"
+
+
 def test_an_emulated_network_is_labelled(tmp_path):
     from hopdec.testbed.spec import Host, Link, Testbed
     net = Testbed((Host("a", 1, 100.0), Host("b", 1, 100.0)), {("a", "b"): Link(10.0, 5.0)}).conditions()

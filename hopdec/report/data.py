@@ -407,6 +407,11 @@ class Run:
         if self.simulated:      # its compute, messages and network: what its virtual times came from
             return "; ".join(x for x in (emu, self._simulated_network()) if x) or None
         parts = [f"EMULATED: {emu}"] if emu else []
+        over = self.overruns(emu)
+        if over:                                   # the summary's words: the pad did not hold everywhere
+            n, ranks, top = over
+            parts.append(f"measured compute exceeded the pad in {n} iterations on {ranks} rank(s), up to "
+                         f"{top:.3g} s (there the slowdowns multiplied the measured time)")
         net = self.header.get("network")
         if net:
             try:
@@ -414,6 +419,29 @@ class Run:
             except (AttributeError, TypeError, ValueError):     # a hostile log's conditions: a label only
                 parts.append("network EMULATED (conditions not readable)")
         return "; ".join(parts) or None
+
+    def overruns(self, emulation):
+        """``(iterations, ranks, largest measured compute)`` of the records whose measured compute exceeded
+        the ``--compute-time`` pad ``emulation`` names (``compute padded to 0.03 s/iter``), or None. The
+        summary says it ("measured compute exceeded the pad in 307 iterations on 4 rank(s), up to 0.163 s"),
+        the report said only "compute padded to 0.03 s/iter" of a run whose compute took 0.097 s. A round of
+        ``--local-steps`` counts when its measured compute exceeded the pad of its inner steps."""
+        m = re.search(r"compute padded to ([0-9.eE+-]+) s/iter", emulation or "")
+        try:
+            pad = float(m.group(1)) if m else None
+        except ValueError:
+            pad = None
+        if pad is None or not math.isfinite(pad):
+            return None
+        count, ranks, top = 0, set(), 0.0
+        for w, recs in self.records.items():
+            for r in recs:
+                mc, n = r.get("measured_compute_s"), r.get("inner_steps")
+                if _num(mc) and mc > pad * (n if _int(n) and n > 0 else 1) * (1 + 1e-9):
+                    count += 1
+                    ranks.add(w)
+                    top = max(top, mc / (n if _int(n) and n > 0 else 1))
+        return (count, len(ranks), top) if count else None
 
     def _simulated_network(self):
         """The simulator's messages and network from the header's cost model, as its summary's times line says

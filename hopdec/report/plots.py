@@ -6,7 +6,7 @@ PART_COLORS = {"compute": "#4c72b0", "wait updates": "#dd8452", "wait tokens": "
                "wait acks": "#8172b3", "wait sends": "#da8bc3", "wait (other)": "#937860", "wait for server": "#dd8452",
                "wait all-reduce": "#dd8452",
                "reduce": "#55a868", "send": "#64b5cd", "apply": "#8c8c8c", "push": "#64b5cd",
-               "poll": "#ccb974", "watching": "#9edae5", "other": "#dddddd"}
+               "poll": "#ccb974", "watching": "#ff9896", "other": "#dddddd"}
 
 
 def matplotlib():

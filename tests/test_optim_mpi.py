@@ -502,3 +502,52 @@ def test_in_place_changes_between_steps_reach_the_neighbours_with_the_next_send_
     assert sorted((n, r, lo, hi) for n, r, lo, hi, _ in got) == [
         (10, 0, 3.5, 3.5), (10, 1, 3.5, 3.5), (1 << 20, 0, 3.5, 3.5), (1 << 20, 1, 3.5, 3.5)], got
     assert all(stores <= 5 for *_, stores in got), got           # the cap (max_ig 2 + 2) and the loop's own
+
+
+BUFFERS_SCRIPT = """
+import json, torch
+import torch.nn.functional as F
+from mpi4py import MPI
+from hopdec.optim import HopOptimizer
+rank = MPI.COMM_WORLD.Get_rank()
+torch.set_num_threads(1)
+
+def build():
+    torch.manual_seed(0)                # (no bias before BatchNorm: its gradient is rounding noise, which AdamW scales up)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 32, bias=False), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                            torch.nn.Linear(32, 3))
+    torch.nn.utils.parametrizations.spectral_norm(m[3])        # its power iteration's vectors are buffers
+    return m
+
+def train(m, opt):
+    for k in range(8):
+        g = torch.Generator().manual_seed(k)                   # the same batches on every rank
+        x, y = torch.randn(16, 6, generator=g) * 3 + 1, torch.randint(0, 3, (16,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+
+ref = build()
+train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01))
+m = build()
+opt = HopOptimizer(m, torch.optim.AdamW, lr=0.01, topology="ring", average_buffers=True)
+train(m, opt)
+opt.finish()
+diff = {k: float((v - ref.state_dict()[k]).abs().max()) for k, v in m.state_dict().items() if v.is_floating_point()}
+print("@@buffers", json.dumps([rank, diff]), flush=True)
+"""
+
+
+def test_averaged_buffers_of_identical_workers_track_as_torchs(mpirun):
+    """Three identical workers (the same batches) with ``average_buffers``: their BatchNorm statistics and
+    spectral_norm vectors must move as one process's do. The update is sent before the forward moves them,
+    so each Reduce averaged this rank's moved buffers with the neighbours' unmoved ones: the forward's
+    change was scaled by the rank's own weight (a third of BatchNorm's momentum; running means off by ~0.1
+    after 8 steps). The change now goes on top of the average, as a gradient step does."""
+    out = mpirun.python(3, ["-c", BUFFERS_SCRIPT], timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    got = dict(json.loads(m) for m in re.findall(r"^@@buffers (.*)$", out.stdout, re.M))
+    assert sorted(got) == [0, 1, 2], out.stdout[-2000:]
+    for diff in got.values():
+        assert "1.running_mean" in diff and "3.parametrizations.weight.0._u" in diff, sorted(diff)
+        assert max(diff.values()) < 2e-5, diff                   # (rounding: thirds)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from hopdec.core import ComputeGradient, Wait
+from hopdec.hop.actions import SendParams
 from hopdec.errors import ConfigError
 from hopdec.optim import assembly, ending, failing, life, stopping
 
@@ -223,6 +224,10 @@ class HopOptimizer(torch.optim.Optimizer):
         self._served = set()                   # iterations mixed without a gradient
         self._closure_loss = None
         self._step_error = None                # what the wrapped step raised inside the loop (_applied_step)
+        # averaged buffers as sent (see reduce): the forward changes them after the parallel graph's send
+        self._sent_buffers = (torch.empty(self.flat.numel - self.flat.numel_params, dtype=torch.float32,
+                                          device=self.device) if buffers and self.rounds is None else None)
+        self._sent_valid = False
         self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
@@ -648,6 +653,8 @@ class HopOptimizer(torch.optim.Optimizer):
             if not isinstance(a, Wait):
                 if isinstance(a, ComputeGradient) and self._serving:
                     self._served.add(a.iteration)
+                elif isinstance(a, SendParams):
+                    self._sent()
                 continue
             if wake is not None and wake():
                 return None
@@ -717,7 +724,8 @@ class HopOptimizer(torch.optim.Optimizer):
         for _ in range(3):
             if self._loop is None or not self.core.catching_up:
                 break
-            next(self._loop)
+            if isinstance(next(self._loop), SendParams):
+                self._sent()
 
     def _heal(self):
         """A peer died (``fault_tolerance=True``): the survivors heal the graph and go on; the consensus and
@@ -756,8 +764,34 @@ class HopOptimizer(torch.optim.Optimizer):
             self.rounds.begin(iteration)
         return {"loss": None, "compute_s": 0.0}
 
+    def _sent(self):
+        """An update was just sent: keep its averaged buffers (see :meth:`reduce`)."""
+        if self._sent_buffers is not None:
+            with torch.no_grad():
+                self._sent_buffers.copy_(self.flat.values()[self.flat.numel_params:])
+            self._sent_valid = True
+
     def reduce(self, pairs, into=None):
-        self.flat.reduce(pairs, into=into)
+        """Reduce; with averaged buffers, the forward's change to them since this rank's send goes on top.
+
+        With the parallel graph the update of iteration k is sent before the loop's forward, which moves
+        the BatchNorm statistics (spectral_norm's vectors) in place: the neighbours' buffers arrive as
+        they were sent, this rank's as the forward left them. Averaged as they stand, the forward's change
+        was scaled by this rank's own weight -- running statistics tracked with a third of their momentum
+        on a ring, spectral_norm's power iteration slowed -- and identical workers did not track as torch
+        does. Like a gradient step, the change is local: ``x <- sum_j w_j b_j(sent) + (b_now - b_sent)``,
+        which is the Reduce plus ``(1 - w_self) * (b_now - b_sent)``. (The serial graph sends after the
+        forward: no change then. Local steps add the round's changes, buffers included, already.)"""
+        f = self.flat
+        if not self._sent_valid:
+            f.reduce(pairs, into=into)
+            return
+        self._sent_valid = False
+        with torch.no_grad():
+            minus = self._sent_buffers.sub_(f.values()[f.numel_params:])       # b_sent - b_now
+            f.reduce(pairs, into=into)
+            own = sum(w for arr, w in pairs if arr is None)
+            f.values()[f.numel_params:].sub_(minus, alpha=1.0 - own)
 
     def apply(self, iteration):
         if self.rounds is not None:                    # the round's last inner step and its outer step

@@ -632,3 +632,30 @@ def test_an_exception_in_the_closure_is_raised_by_step_and_the_loop_can_go_on(fi
     for p, q in zip(a.parameters(), b.parameters()):       # (a round's end adds w - a to x_bar: rounding)
         torch.testing.assert_close(p, q, rtol=0, atol=0 if local_steps == 1 else 1e-6)
     assert opt.state[a[0].weight]["step"] == ref.state[b[0].weight]["step"] == 5
+
+
+def test_a_state_dict_refused_leaves_the_optimizer_as_it_was_and_a_plain_one_starts_at_zero(finish_all):
+    """``load_state_dict`` of another rank's state dict (the DDP habit: rank 0 saves, every rank loads) is
+    refused -- but the wrapped optimizer had loaded it first, so a loop that caught the error and went on
+    trained with rank 0's moments. And a plain torch state dict loaded after a Hop one (starting over
+    from a single-process run) kept the earlier position, though a plain one means position 0."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.Adam, lr=0.01)
+    train(m, opt, 3)
+    saved = opt.state_dict()
+    opt.finish()
+    other = dict(saved, hop=dict(saved["hop"], rank=1, ranks=2))
+    m2 = net()
+    opt2 = HopOptimizer(m2, torch.optim.Adam, lr=0.01)
+    finish_all.append(opt2)
+    with pytest.raises(ConfigError, match="saved by rank 1 of 2; this is rank 0 of 1"):
+        opt2.load_state_dict(other)
+    assert opt2.optimizer.state_dict()["state"] == {} and opt2.iteration == 0
+    opt2.load_state_dict(saved)
+    assert opt2.iteration == 3
+    plain = torch.optim.Adam(net().parameters(), lr=0.01)
+    train(net(), plain, 0)
+    opt2.load_state_dict(plain.state_dict())
+    assert opt2.iteration == 0 and opt2.optimizer.state_dict()["state"] == {}
+    train(m2, opt2, 2)
+    assert opt2.iteration == 2

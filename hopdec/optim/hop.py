@@ -340,22 +340,24 @@ class HopOptimizer(torch.optim.Optimizer):
                                "running; load checkpoints right after building the optimizer")
         state_dict = dict(state_dict)
         hop = state_dict.pop("hop", None)
-        self.optimizer.load_state_dict(state_dict)
+        # (checked before anything is loaded: a refused state dict left the wrapped optimizer holding it)
         if hop is not None:
             if int(hop.get("ranks", self.size)) != self.size or int(hop.get("rank", self.rank)) != self.rank:
                 raise ConfigError(f"HopOptimizer: this state dict was saved by rank {hop.get('rank')} of "
                                   f"{hop.get('ranks')}; this is rank {self.rank} of {self.size} (each rank "
                                   f"loads its own checkpoint)")
-            self._resume_at = int(hop["position"])
-            if hop.get("log") is not None:
-                self._log_resume = (str(hop["log"]), hop.get("log_offset"), hop.get("observed"))
-            if self.rounds is not None:
-                if int(hop.get("local_steps", 1)) != self.rounds.steps:
-                    raise ConfigError(f"HopOptimizer: this state dict was saved with local_steps="
-                                      f"{hop.get('local_steps', 1)}; this optimizer has local_steps="
-                                      f"{self.rounds.steps}")
-                self.rounds.outer.buf = hop.get("outer_momentum")
-                self._resume_round = (int(hop.get("round_step", 0)), hop.get("anchor"))
+            if self.rounds is not None and int(hop.get("local_steps", 1)) != self.rounds.steps:
+                raise ConfigError(f"HopOptimizer: this state dict was saved with local_steps="
+                                  f"{hop.get('local_steps', 1)}; this optimizer has local_steps="
+                                  f"{self.rounds.steps}")
+        self.optimizer.load_state_dict(state_dict)
+        hop = hop or {}                 # a plain torch optimizer's: position 0 (whatever was loaded before)
+        self._resume_at = int(hop.get("position", 0))
+        self._log_resume = ((str(hop["log"]), hop.get("log_offset"), hop.get("observed"))
+                            if hop.get("log") is not None else None)
+        if self.rounds is not None:
+            self.rounds.outer.buf = hop.get("outer_momentum")
+            self._resume_round = (int(hop.get("round_step", 0)), hop.get("anchor")) if hop else None
 
     def _inner_attr(name):
         """``param_groups``, ``state``, ``defaults``: the wrapped optimizer's (torch's ``__init__`` sets

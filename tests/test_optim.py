@@ -659,3 +659,29 @@ def test_a_state_dict_refused_leaves_the_optimizer_as_it_was_and_a_plain_one_sta
     assert opt2.iteration == 0 and opt2.optimizer.state_dict()["state"] == {}
     train(m2, opt2, 2)
     assert opt2.iteration == 2
+
+
+def test_a_layer_unfrozen_after_the_optimizer_was_built_from_the_model_is_one_line(finish_all):
+    """Gradual unfreezing: ``HopOptimizer(model, ...)`` (the README's port of ``AdamW(model.parameters())``)
+    took the parameters that required a gradient then; a layer unfrozen later got gradients that nothing
+    stepped -- torch's optimizer trains it, this one silently did not. Now the step names it and the way;
+    built from every parameter (frozen ones have no gradient: not stepped), unfreezing trains it."""
+    m = net()
+    m[0].weight.requires_grad_(False)
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    train(m, opt, 2)
+    m[0].weight.requires_grad_(True)
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: 0\.weight has a gradient but is not trained: it had "
+                                          r"requires_grad=False when HopOptimizer\(model, \.\.\.\) was built"):
+        train(m, opt, 1, start=2)
+    m2 = net()
+    m2[0].weight.requires_grad_(False)
+    opt2 = HopOptimizer(m2.parameters(), torch.optim.SGD, model=m2, lr=0.1)
+    finish_all.append(opt2)
+    frozen = m2[0].weight.detach().clone()
+    train(m2, opt2, 2)
+    assert torch.equal(m2[0].weight, frozen)
+    m2[0].weight.requires_grad_(True)
+    train(m2, opt2, 1, start=2)
+    assert not torch.equal(m2[0].weight, frozen)

@@ -94,6 +94,10 @@ class HopOptimizer(torch.optim.Optimizer):
         # first: what the checks below refuse (on every rank at once, or on one) is one line, printed once,
         # and ends the job (exit code 2), not a traceback per rank or ranks left in a collective
         failing.install(comm)
+        # HopOptimizer(model, ...) trains what requires a gradient now; a frozen parameter unfrozen later
+        # would train in torch's AdamW(model.parameters()) but has no place in the buffer (see _check_model)
+        self._left_out = ([(n, p) for n, p in params.named_parameters() if not p.requires_grad]
+                          if isinstance(params, torch.nn.Module) else [])
         inner, model = _inner_optimizer(params, optimizer_class, model, defaults)
         self.model = model
         # torch's Optimizer machinery (step hooks, the step patch schedulers rely on); param_groups, state
@@ -823,6 +827,13 @@ class HopOptimizer(torch.optim.Optimizer):
 
     # ---- the model's life (hopdec.optim.life) ----
     def _check_model(self):
+        for name, p in self._left_out:
+            if p.grad is not None:
+                raise ConfigError(f"HopOptimizer: {name} has a gradient but is not trained: it had requires_grad="
+                                  f"False when HopOptimizer(model, ...) was built, which lays out the trainable "
+                                  f"parameters in one buffer; to unfreeze it later, give it to the optimizer from "
+                                  f"the start: HopOptimizer(model.parameters(), ..., model=model) (a parameter "
+                                  f"without a gradient is not stepped)")
         found = life.changes(self._tracked, [p for _, p in self.flat.expected_pointers()], self._names,
                              self.device, self._owners)
         if not found:

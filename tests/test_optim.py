@@ -685,3 +685,27 @@ def test_a_layer_unfrozen_after_the_optimizer_was_built_from_the_model_is_one_li
     m2[0].weight.requires_grad_(True)
     train(m2, opt2, 1, start=2)
     assert not torch.equal(m2[0].weight, frozen)
+
+
+def test_a_compiled_function_that_steps_runs_the_step_eagerly(finish_all):
+    """PyTorch's "compiling the optimizer" recipe -- ``torch.compile`` around a function that calls
+    ``opt.step()`` -- and a whole compiled train step: Dynamo traced into hopdec and failed on the
+    buffer's host arrays ("'ndarray' object has no attribute 'data_ptr'"). The step now runs eagerly
+    inside the compiled function, as torch's own zero_grad does, and trains as torch.optim.Adam."""
+    a, b = net(), net()
+    opt = HopOptimizer(a, torch.optim.Adam, lr=0.01)
+    finish_all.append(opt)
+    ref = torch.optim.Adam(b.parameters(), lr=0.01)
+
+    def train_step(m, o, x):
+        o.zero_grad()
+        (m(x) ** 2).mean().backward()
+        o.step()
+    compiled = torch.compile(train_step, backend="eager")
+    for k in range(3):
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(k))
+        compiled(a, opt, x)
+        train_step(b, ref, x)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+    assert opt.iteration == 3

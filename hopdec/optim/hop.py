@@ -242,11 +242,16 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
+    @torch.compiler.disable
     def step(self, closure=None, *, loss=None):
         """Reduce(k) with the neighbours' iteration-k parameters, the wrapped optimizer's step with the
         gradient of iteration k (``closure``, if given, is passed to it), take tokens, enter k + 1 and send
         its parameters. ``loss``: this step's loss (a float or a tensor), for the logs and live progress.
-        Returns the closure's loss, as torch optimizers do."""
+        Returns the closure's loss, as torch optimizers do.
+
+        Never traced by ``torch.compile``: a compiled function that calls it (PyTorch's "compiling the
+        optimizer" recipe, a whole compiled train step) runs it eagerly -- protocol, MPI and the wrapped
+        step -- where Dynamo failed inside hopdec on the buffer's host arrays."""
         if self.finished:
             raise RuntimeError("HopOptimizer: step() after finish(): this rank's training is over")
         if self._stopped:

@@ -115,6 +115,31 @@ def scenario_resume(out):
                           adam_steps=float(opt2.state[next(model2.parameters())]["step"])))
 
 
+def scenario_resume_buffers(out):
+    """The same round trip with ``average_buffers``: the BatchNorm statistics too come out as in an
+    uninterrupted run (the resumed rank's first update carries them as the uninterrupted run sent them,
+    before its forward moved them)."""
+    def build():
+        model = model_with_batchnorm()
+        return model, HopOptimizer(model, torch.optim.AdamW, lr=0.01, topology="ring", average_buffers=True)
+
+    def state(model):
+        return torch.cat([v.detach().reshape(-1).float() for v in model.state_dict().values()])
+    model, opt = build()
+    train_steps(model, opt, 0, 6)
+    path = os.path.join(out, f"ckb{rank}.pt")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
+    train_steps(model, opt, 6, 12)
+    opt.finish()
+    model2, opt2 = build()
+    ck = torch.load(path, weights_only=True)
+    model2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["opt"])
+    train_steps(model2, opt2, 6, 12)
+    opt2.finish()
+    report("resume_buffers", dict(max_diff=float((state(model) - state(model2)).abs().max())))
+
+
 def scenario_skip(out):
     """A persistently slow rank (3x its compute) with backup workers and iteration skipping: it jumps, takes
     fewer steps than the others, and the run ends cleanly (the loop stops on the iteration)."""
@@ -515,7 +540,7 @@ def scenario_random(out, seeds=(*range(11), 51)):
         report(f"random{seed}", dict(steps=steps[rank], end=opt.iteration, jumps=len(opt.jumps), **kw))
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),

@@ -232,6 +232,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._sent_buffers = (torch.empty(self.flat.numel - self.flat.numel_params, dtype=torch.float32,
                                           device=self.device) if buffers and self.rounds is None else None)
         self._sent_valid = False
+        self._resume_sent = None               # ... as the loaded state dict's rank had sent them (_start)
         self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
@@ -333,6 +334,8 @@ class HopOptimizer(torch.optim.Optimizer):
         if self.logger.path is not None:        # where the log stood: a resume continues it from there
             out["hop"].update(log=os.path.abspath(self.logger.path), log_offset=self.logger.tell(),
                               observed=self.observer.saved())
+        if self._sent_valid:            # averaged buffers as sent: a resume sends them so again (_start)
+            out["hop"]["sent_buffers"] = self._sent_buffers.detach().cpu().clone()
         r = self.rounds
         if r is not None:               # local steps: where in the round, what it started from, the outer state
             out["hop"].update(local_steps=r.steps, round_step=r.taken if r.begun is not None else 0,
@@ -364,6 +367,9 @@ class HopOptimizer(torch.optim.Optimizer):
         self._resume_at = int(hop.get("position", 0))
         self._log_resume = ((str(hop["log"]), hop.get("log_offset"), hop.get("observed"))
                             if hop.get("log") is not None else None)
+        sent = hop.get("sent_buffers")
+        self._resume_sent = sent if self._sent_buffers is not None and torch.is_tensor(sent) and \
+            sent.numel() == self._sent_buffers.numel() else None
         if self.rounds is not None:
             self.rounds.outer.buf = hop.get("outer_momentum")
             self._resume_round = (int(hop.get("round_step", 0)), hop.get("anchor")) if hop else None
@@ -630,7 +636,21 @@ class HopOptimizer(torch.optim.Optimizer):
         add_idle_hook(self._check_stop)
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
+        sent, self._resume_sent = self._resume_sent, None
+        if sent is not None:
+            # a resume with averaged buffers: the loop's first forward has moved them already, but the
+            # uninterrupted run sent iteration k's update before that forward -- so it goes out with the
+            # buffers as they were sent then (saved in the state dict), and this rank keeps what its
+            # forward made of them (reduce() adds that change), as the uninterrupted run did
+            bufs = self.flat.values()[self.flat.numel_params:]
+            moved = bufs.detach().clone()
+            with torch.no_grad():
+                bufs.copy_(sent.to(self.device))
         self._advance()                               # Enter(k), Send(k): stop where the gradient is due
+        if sent is not None:
+            self._off_the_wire()                      # (the store was just sent from)
+            with torch.no_grad():
+                self.flat.values()[self.flat.numel_params:].copy_(moved)
 
     def _log_start(self):
         """``(continues, refusal)`` of this rank's log, at the first step (as ``hopdec train --resume``): a

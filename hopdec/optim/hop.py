@@ -40,6 +40,20 @@ from hopdec.errors import ConfigError
 from hopdec.optim import assembly, ending, failing, life, stopping
 
 
+def _step_never_compiled():
+    """Make :meth:`HopOptimizer.step` one ``torch.compile`` never traces: a compiled function calling it
+    (PyTorch's "compiling the optimizer" recipe, a whole compiled train step) runs it eagerly -- protocol,
+    MPI and the wrapped step -- where Dynamo failed inside hopdec on the buffer's host arrays. Done at the
+    first construction, before torch's ``Optimizer.__init__`` wraps the class's step with its hooks (as a
+    decorator, ``torch.compiler.disable`` loaded ``torch._dynamo`` at import: a second or more per rank)."""
+    if HopOptimizer.__dict__.get("_step_eager"):
+        return
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)        # (torch >= 2.1)
+    if disable is not None:
+        HopOptimizer.step = disable(HopOptimizer.__dict__["step"])
+    HopOptimizer._step_eager = True
+
+
 class _Woken(Exception):
     """Raised out of a wait (an idle hook) when what the caller waits for happened meanwhile."""
 
@@ -100,6 +114,7 @@ class HopOptimizer(torch.optim.Optimizer):
                           if isinstance(params, torch.nn.Module) else [])
         inner, model = _inner_optimizer(params, optimizer_class, model, defaults)
         self.model = model
+        _step_never_compiled()
         # torch's Optimizer machinery (step hooks, the step patch schedulers rely on); param_groups, state
         # and defaults are the inner optimizer's own (properties: a scheduler's lr reaches it, and they
         # follow it through load_state_dict, which replaces them)
@@ -243,16 +258,13 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
-    @torch.compiler.disable
     def step(self, closure=None, *, loss=None):
         """Reduce(k) with the neighbours' iteration-k parameters, the wrapped optimizer's step with the
         gradient of iteration k (``closure``, if given, is passed to it), take tokens, enter k + 1 and send
         its parameters. ``loss``: this step's loss (a float or a tensor), for the logs and live progress.
         Returns the closure's loss, as torch optimizers do.
 
-        Never traced by ``torch.compile``: a compiled function that calls it (PyTorch's "compiling the
-        optimizer" recipe, a whole compiled train step) runs it eagerly -- protocol, MPI and the wrapped
-        step -- where Dynamo failed inside hopdec on the buffer's host arrays."""
+        Never traced by ``torch.compile`` (:func:`_step_never_compiled`)."""
         if self.finished:
             raise RuntimeError("HopOptimizer: step() after finish(): this rank's training is over")
         if self._stopped:
@@ -280,9 +292,9 @@ class HopOptimizer(torch.optim.Optimizer):
         else:
             self._advance()
         self._check_stop()
+        self._hand_back()
         self._paused_at = time.time()
         failed, self._step_error = self._step_error, None
-        self._hand_back()
         if self._stop.due(self.core.iteration) and (r is None or r.taken == 0 or r.begun is None):
             self._stopped = True                # every rank is here: its state dict resumes with theirs
             if failed is not None:

@@ -215,7 +215,7 @@ def _generate(args):
         raise ConfigError(f"generate: cannot write {args.output}: "
                           f"{err.strerror or err}") from None
     n = G.number_of_nodes()
-    m = sum(1 for u, v in G.edges if u != v)
+    m = G.number_of_edges() - T.nx.number_of_selfloops(G)
     if schedule_of(G) is not None:                  # a time-varying topology (gossip)
         print(f"wrote {args.output}: {args.kind} schedule, {n} nodes, period {schedule_of(G).period} steps, "
               f"{m} union edges, Hop eq. (1) weights per step")

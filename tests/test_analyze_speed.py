@@ -221,3 +221,80 @@ def test_a_gap_does_not_depend_on_what_was_solved_before():
         M = sp.random(300, 300, density=0.05, random_state=seed, format="csr") + sp.eye(300)
         sla.eigs(M, k=2, return_eigenvectors=False)
         assert S.spectral_gap(G) == first
+
+
+def _one_peer_step(n, shift):
+    """W = (I + P)/2, P the shift i -> i + shift (mod n): a one-peer step, gcd(n, shift) separate cycles."""
+    P = sp.csr_matrix((np.ones(n), (np.arange(n), (np.arange(n) + shift) % n)), shape=(n, n))
+    return sp.csr_matrix((sp.eye(n) + P) / 2)
+
+
+@pytest.mark.parametrize("n,shift", [(600, 1), (640, 1), (1000, 3), (20_000, 1)])
+def test_a_one_peer_step_of_one_cycle_has_its_closed_form_gap(n, shift, monkeypatch):
+    """The step's moduli are |cos(pi k / n)|: the gap is 1 - cos(pi/n) (5e-10 at 100,000 workers), where
+    Arnoldi on the non-symmetric W ran out of its budget (a minute per step at 10,000) for no answer. W is
+    normal, so its moduli are the singular values, found by the symmetric solvers on W^T W."""
+    import scipy.sparse.linalg as sla                 # (spectral imports it inside its functions)
+
+    def refuse(*a, **kw):
+        raise AssertionError("Arnoldi was used")
+    monkeypatch.setattr(sla, "eigs", refuse)
+    W = _one_peer_step(n, shift)
+    assert S._symmetric_twin(W) is None
+    want = 1 - np.cos(np.pi / n)
+    assert S.spectral_gap(W) == pytest.approx(want, rel=1e-6, abs=1e-14)
+    if n <= 1000:
+        m = S.eigenvalue_moduli(W.toarray())
+        assert S.spectral_gap(W) == pytest.approx(m[0] - m[1], abs=2e-12)
+
+
+@pytest.mark.parametrize("n,shift", [(600, 2), (1000, 8), (100_000, 32)])
+def test_a_step_of_several_cycles_has_gap_zero(n, shift):
+    """gcd(n, shift) > 1 cycles that never hear from each other: eigenvalue 1 once per cycle, gap exactly 0
+    (dense eigenvalues agree to rounding), read off the pattern without an eigen-solve."""
+    W = _one_peer_step(n, shift)
+    assert S._second_of_modulus_one(W)
+    assert S.spectral_gap(W) == 0.0
+    if n <= 1000:
+        m = S.eigenvalue_moduli(W.toarray())
+        assert m[0] - m[1] < 1e-12
+
+
+def test_a_second_modulus_of_one_is_read_off_the_pattern():
+    n = S.DENSE_MAX_N + 100
+
+    def cycle(nodes, self_weight):
+        k = len(nodes)
+        rows = list(nodes) + ([] if not self_weight else list(nodes))
+        cols = [nodes[(i + 1) % k] for i in range(k)] + ([] if not self_weight else list(nodes))
+        vals = [1.0 - self_weight] * k + ([] if not self_weight else [self_weight] * k)
+        return rows, cols, vals
+
+    def matrix(*parts):
+        r, c, v = (sum((p[i] for p in parts), []) for i in range(3))
+        return sp.csr_matrix((v, (r, c)), shape=(n, n))
+    nodes = list(range(n))
+    assert S._second_of_modulus_one(matrix(cycle(nodes, 0.0)))          # one cycle, no self weights: periodic
+    assert not S._second_of_modulus_one(matrix(cycle(nodes, 0.5)))      # ... with them: aperiodic
+    # two closed cycles joined by nothing: two averages; a transient tail feeding one of them changes nothing
+    half = n // 2
+    assert S._second_of_modulus_one(matrix(cycle(nodes[:half], 0.5), cycle(nodes[half:], 0.5)))
+    listener = ([0, n - 2], [n - 1, n - 1], [0.5, 0.5])       # node n-1 listens to both cycles: transient
+    assert S._second_of_modulus_one(matrix(cycle(nodes[:half], 0.5), cycle(nodes[half:-1], 0.5), listener))
+    joined = ([0, half], [half, 0], [0.1, 0.1])               # the cycles listen to each other: one class
+    parts = [cycle(nodes[:half], 0.5), cycle(nodes[half:], 0.5)]
+    W = matrix(*parts, joined)
+    W = sp.csr_matrix(W / np.asarray(W.sum(axis=0)).ravel())   # (columns summing to 1 again)
+    assert not S._second_of_modulus_one(W)
+    W = Wt.sparse_mixing_matrix(_random_digraph(n, 4, seed=1))
+    assert not S._second_of_modulus_one(W)
+
+
+def test_a_circulant_graph_takes_the_symmetric_solvers_and_agrees_with_the_dense_moduli():
+    """Any circulant W is normal (the directed exponential graph, a one-peer schedule's union)."""
+    G = T.GENERATORS["exponential"](700)
+    W = Wt.sparse_mixing_matrix(G)
+    assert S._symmetric_twin(W) is None and S._normal_top_two(W) is not None
+    m = S.eigenvalue_moduli(W.toarray())
+    assert S.spectral_gap(W) == pytest.approx(m[0] - m[1], abs=2e-12)
+    assert S._normal_top_two(Wt.sparse_mixing_matrix(_random_digraph(700, 4, seed=2))) is None   # not normal

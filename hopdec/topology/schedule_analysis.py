@@ -43,6 +43,8 @@ def product_moduli(schedule, k=2):
             M = M @ W.toarray()
         return np.sort(np.abs(np.linalg.eigvals(M)))[::-1][:k]
     from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
+
+    from hopdec.topology.spectral import _start
     rev = [W.tocsr() for W in reversed(mats)]
 
     def apply(x):                    # M @ x = W_0 (W_1 (... (W_{P-1} x)))
@@ -51,7 +53,8 @@ def product_moduli(schedule, k=2):
         return x
     op = LinearOperator((n, n), matvec=apply, dtype=float)
     try:
-        vals = eigs(op, k=k, which="LM", return_eigenvectors=False, maxiter=20 * n, tol=1e-10)
+        vals = eigs(op, k=k, which="LM", return_eigenvectors=False, maxiter=20 * n, tol=1e-10,
+                    v0=_start(rev[0]))          # (a fixed start: the figure must not depend on what was solved before)
     except ArpackNoConvergence:
         return None
     return np.sort(np.abs(vals))[::-1]

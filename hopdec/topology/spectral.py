@@ -4,8 +4,11 @@ Up to :data:`DENSE_MAX_N` nodes every eigenvalue is computed (dense). Beyond, on
 matter, with sparse ARPACK solvers: when W is similar to a symmetric matrix (symmetric W, and Hop
 eq. (1) weights on a symmetric graph) by shift-invert around 1, which converges even when the gap is
 tiny (a ring of 100,000), on graphs narrow enough for its factorisation to stay sparse, and by Lanczos
-iteration on the others (:func:`_top_two`); otherwise by plain Arnoldi iteration, which may not
-converge (then None).
+iteration on the others (:func:`_top_two`). A column-stochastic W without such a twin first has its
+pattern read (two closed classes or a periodic one: a second modulus of 1, gap 0,
+:func:`_second_of_modulus_one`); a normal one (any circulant graph, a one-peer step) has its moduli as
+singular values, from the symmetric solvers on W^T W (:func:`_normal_top_two`); otherwise plain Arnoldi
+iteration, which may not converge (then None).
 
 >>> from hopdec.topology.generators import ring
 >>> round(spectral_gap(ring(8)), 4)
@@ -15,7 +18,7 @@ converge (then None).
 import networkx as nx
 import numpy as np
 
-from hopdec.topology.weights import _matrix, sparse_mixing_matrix
+from hopdec.topology.weights import _matrix, is_column_stochastic, sparse_mixing_matrix
 
 DENSE_MAX_N = 500
 """Largest n whose eigenvalues are all computed with a dense solver (about 0.2 s at 500)."""
@@ -141,6 +144,12 @@ def _top_moduli(W):
     S = _symmetric_twin(W)
     try:
         if S is None:
+            if is_column_stochastic(W):
+                if _second_of_modulus_one(W):
+                    return np.array([1.0, 1.0])
+                top = _normal_top_two(W)
+                if top is not None:
+                    return top
             vals = sla.eigs(W, k=2, which="LM", v0=_start(W), return_eigenvectors=False,
                             maxiter=_arnoldi_restarts(W))
             return np.sort(np.abs(vals))[::-1]
@@ -152,6 +161,68 @@ def _top_moduli(W):
         return np.array([abs(top[0]), max(abs(top[1]), abs(low))])
     except (sla.ArpackNoConvergence, sla.ArpackError, RuntimeError):
         return None
+
+
+def _second_of_modulus_one(W):
+    """Whether column-stochastic sparse W has a second eigenvalue of modulus 1 (gap 0), read off its pattern.
+
+    Averaging with W (``x' = W^T x``) is a Markov chain in which j listens to i where ``W[i, j] > 0``. Its
+    eigenvalue 1 comes once per *closed* class -- workers that listen only to each other (a strong component
+    that no edge enters), each keeping an average of its own -- and a closed class that is periodic (its cycle
+    lengths share a factor d > 1: no self-weights on it) adds the d-th roots of unity. Every other eigenvalue
+    has modulus < 1. So two closed classes, or a periodic one, is a gap of exactly 0 -- where Arnoldi, facing a
+    repeated eigenvalue, can miss the second copy or not converge at all (a one-peer step i -> i + 2^m splits
+    n = 10,000 into 2^m separate cycles: a minute of restarts per step, for no answer)."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import breadth_first_order, connected_components
+    A = sp.csr_matrix(W, copy=True)
+    A.data = (A.data > 0).astype(np.int8)
+    A.eliminate_zeros()
+    k, label = connected_components(A, directed=True, connection="strong")
+    coo = A.tocoo()
+    cross = label[coo.row] != label[coo.col]
+    entered = np.zeros(k, bool)
+    entered[label[coo.col[cross]]] = True
+    closed = np.flatnonzero(~entered)
+    if len(closed) != 1:
+        return len(closed) > 1
+    nodes = np.flatnonzero(label == closed[0])
+    C = A[nodes][:, nodes].tocsr()
+    order, pred = breadth_first_order(C, 0, directed=True, return_predecessors=True)
+    depth = np.zeros(len(nodes), dtype=np.int64)
+    for v in order[1:]:                     # breadth-first: a node's predecessor comes before it
+        depth[v] = depth[pred[v]] + 1
+    c = C.tocoo()
+    return int(np.gcd.reduce(np.abs(depth[c.row] + 1 - depth[c.col]))) > 1
+
+
+def _normal_top_two(W):
+    """The two largest eigenvalue moduli of column-stochastic sparse W when W is normal (``W W^T = W^T W``,
+    tested on random vectors), else None. A normal W's moduli are its singular values, the square roots of
+    the eigenvalues of the symmetric ``W^T W`` (here at most 1, the largest 1: a normal column-stochastic W is
+    doubly stochastic), which the symmetric solvers of :func:`_top_two` find where Arnoldi on W would crawl:
+    a one-peer step ``(I + P)/2`` (P a cyclic shift of 100,000 nodes, second modulus cos(pi/n), 1 - 5e-10
+    away from the first) or any circulant graph (the exponential graph). Called once
+    :func:`_second_of_modulus_one` has ruled out a repeated top modulus, so the second is below 1."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as sla
+    W = sp.csr_matrix(W)
+    X = np.random.default_rng(0).standard_normal((W.shape[0], 2))
+    a, b = W @ (W.T @ X), W.T @ (W @ X)
+    if np.abs(a - b).max() > 1e-12 * max(1.0, np.abs(a).max()):
+        return None
+    pattern = abs(W) + abs(W.T)
+    if _narrow(pattern):                    # W^T W is as narrow (twice the band): factorise it
+        N = sp.csr_matrix(W.T @ W)
+        vals = _shift_invert_top_two((N + N.T) / 2)
+    else:
+        N = sla.LinearOperator(W.shape, matvec=lambda x: W.T @ (W @ x), dtype=float)
+        try:
+            vals = sla.eigsh(N, k=2, which="LA", v0=_start(W), maxiter=LANCZOS_RESTARTS,
+                             return_eigenvectors=False)
+        except sla.ArpackNoConvergence:
+            return None
+    return np.sqrt(np.clip(np.sort(vals)[::-1], 0.0, None))
 
 
 def _start(M):

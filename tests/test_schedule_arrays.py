@@ -224,3 +224,58 @@ def test_an_error_names_the_step_and_the_edge():
         new.from_steps(3, [[(0, 1), (1, 2), (2, 0)], [(0, 1), (0, 1)]], source="f.json")
     with pytest.raises(TopologyError, match=r"step 0: edge 0->5 refers to a node outside 0..2"):
         new.from_steps(3, [[(0, 5)]])
+
+
+def _old_table_one(U, max_ig, staleness):
+    """Table 1 of a schedule as summarize computed it before: the dense gap_bounds matrices, once per row."""
+    from hopdec.topology import schedule_analysis as SA
+    s = new.schedule_of(U)
+    b = {"standard": SA.gap_bounds(U).max(), "standard+tokens": SA.gap_bounds(U, max_ig=max_ig).max(),
+         "backup": math.inf if s.n > 1 else 0.0,
+         "backup+tokens": SA.gap_bounds(U, "backup", max_ig=max_ig).max(),
+         "skip+tokens": SA.gap_bounds(U, max_ig=max_ig, skipping=True).max(), "notify-ack": None}
+    if staleness is not None:
+        b["staleness"] = SA.gap_bounds(U, "staleness", staleness=staleness).max()
+        b["staleness+tokens"] = SA.gap_bounds(U, "staleness", max_ig=max_ig, staleness=staleness).max()
+    D = SA._ahead_distances(U)
+    from hopdec.topology.analysis import _num
+    return dict(gap_bounds={k: _num(v) for k, v in b.items()},
+                update_queue_capacity_no_tokens=_num(max(1 + sum(D[i, j] + 1 for j in U.predecessors(i) if j != i)
+                                                         for i in range(s.n))),
+                activation_gap_max=max(s.gaps().values(), default=1),
+                ahead=_outcome(lambda: {i: int(max((D[i, j] for j in U.predecessors(i) if j != i), default=1.0))
+                                        for i in U.nodes}))
+
+
+def _outcome(f):
+    try:
+        return f()
+    except OverflowError as err:            # (int(inf): a worker unreachable from an in-neighbour)
+        return type(err).__name__
+
+
+@pytest.mark.parametrize("block", [None, 3])
+def test_table_one_from_the_union_searches_as_from_the_dense_matrices(block, monkeypatch):
+    """``topo analyze`` takes a schedule's Table 1 from the union's breadth-first searches, block by block
+    (g times the hop distance where every edge has the same activation gap g, Dijkstra on the gaps
+    otherwise), where it solved all-pairs shortest paths into n x n arrays four to six times (100 s at
+    10,000 nodes): the same figures, on schedules with equal and unequal gaps, split ones and staleness."""
+    from hopdec.topology import bounds, schedule_analysis as SA
+    from hopdec.topology.generators import one_peer_exponential
+    if block:
+        monkeypatch.setattr(bounds, "BLOCK_ENTRIES", block)     # a few rows per block: blocks of every size
+    rng = random.Random(5)
+    cases = [one_peer_exponential(n) for n in (2, 5, 8, 13)]
+    for _ in range(25):
+        n = rng.randint(1, 14)
+        steps = [[(u, (u + rng.choice((1, 2, 3, 5))) % n) for u in range(n) if rng.random() < 0.7]
+                 for _ in range(rng.randint(1, 5))]
+        cases.append(new.from_steps(n, steps, connected=False))
+    for U in cases:
+        for max_ig, staleness in ((1, None), (2, 0), (3, 2)):
+            want = _old_table_one(U, max_ig, staleness)
+            got = SA.summarize(U, max_ig, staleness)
+            for key in ("gap_bounds", "update_queue_capacity_no_tokens", "activation_gap_max"):
+                assert got[key] == want[key], (key, got[key], want[key])
+            assert list(got["gap_bounds"]) == list(want["gap_bounds"])
+        assert _outcome(lambda: SA.ahead_bounds(U)) == want["ahead"]

@@ -61,8 +61,9 @@ def metropolis_gap(G):
     return None if gap is None else round(gap, 12)
 
 
-def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None):
-    """The figures ``analyze`` and ``compare`` report, as a JSON-ready dict."""
+def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None, visit=None):
+    """The figures ``analyze`` and ``compare`` report, as a JSON-ready dict (``visit``: handed to
+    :func:`~hopdec.topology.bounds.pair_summary`, which shows it the all-pairs path lengths block by block)."""
     n = G.number_of_nodes()
     W = Wt.sparse_mixing_matrix(G)
     pattern = (W - sp.diags(W.diagonal())).tocsr()
@@ -103,7 +104,7 @@ def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None):
         "skipped": None,
     }
     if n <= ALL_PAIRS_MAX_N:
-        p = B.pair_summary(G, max_ig, staleness)
+        p = B.pair_summary(G, max_ig, staleness, visit)
         out.update(diameter=_num(p["diameter"]),
                    gap_bounds={k: _num(v) for k, v in p["bounds"].items()},
                    update_queue_capacity_no_tokens=_num(p["update_queue_no_tokens"]),

@@ -80,7 +80,7 @@ def _bfs_distances(A, source):
     return depth
 
 
-def pair_summary(G, max_ig, staleness=None):
+def pair_summary(G, max_ig, staleness=None, visit=None):
     """Every all-pairs figure of ``hopdec topo analyze``, from one pass of breadth-first searches.
 
     Returns a dict: ``diameter``; ``bounds`` (the largest Table 1 bound per setting, as
@@ -89,7 +89,10 @@ def pair_summary(G, max_ig, staleness=None):
     ``hybrid+tokens``, ``notify-ack``); ``update_queue_no_tokens`` and ``token_queue`` (the largest
     :func:`update_queue_capacity_no_tokens` and :func:`token_queue_capacity`). Distances are
     computed block by block (``L[i, :]`` forward, ``L[:, i]`` on the reversed graph unless the
-    graph is symmetric), so memory stays O(n) per block and each distance is computed once.
+    graph is symmetric), so memory stays O(n) per block and each distance is computed once. ``visit(rows,
+    fwd, back)``, if given, sees every block too (``fwd[r, j] = L[i, j]``, ``back[r, j] = L[j, i]`` for the
+    r-th node i of ``rows``): a time-varying graph's Table 1 comes from the same searches
+    (:mod:`hopdec.topology.schedule_analysis`).
 
     >>> pair_summary(ring(8), 2)["bounds"]["standard+tokens"], pair_summary(ring(8), 2)["diameter"]
     (4.0, 4.0)
@@ -107,6 +110,8 @@ def pair_summary(G, max_ig, staleness=None):
         rows = range(start, min(n, start + step))
         fwd = np.array([_bfs_distances(A, i) for i in rows])           # fwd[r, j] = L[i, j]
         back = fwd if symmetric else np.array([_bfs_distances(back_graph, i) for i in rows])
+        if visit is not None:
+            visit(rows, fwd, back)
         best["diameter"] = max(best["diameter"], fwd.max())
         best["standard+tokens"] = max(best["standard+tokens"], np.minimum(back, ig * fwd).max())
         best["notify-ack"] = max(best["notify-ack"], np.minimum(back, 2 * fwd).max())

@@ -146,9 +146,83 @@ def _ahead_distances(U):
 
 def ahead_bounds(U):
     """``{i: how far an in-neighbour of i may be ahead of it}`` without token queues: the longest
-    ``dist_g(i -> j)`` over i's union in-neighbours j (sizes queue-only update queues)."""
-    D = _ahead_distances(U)
-    return {i: int(max((D[i, j] for j in U.predecessors(i) if j != i), default=1.0)) for i in U.nodes}
+    ``dist_g(i -> j)`` over i's union in-neighbours j (sizes queue-only update queues). Searches from a block
+    of nodes at a time (O(n) memory per block, not the n x n distances)."""
+    from scipy.sparse.csgraph import dijkstra
+
+    from hopdec.topology.bounds import BLOCK_ENTRIES
+    s = schedule_of(U)
+    A = s.gap_matrix()
+    senders = A.T.tocsr()                                   # row i: i's union in-neighbours
+    out, step = {}, max(1, BLOCK_ENTRIES // max(s.n, 1))
+    for start in range(0, s.n, step):
+        rows = np.arange(start, min(s.n, start + step))
+        D = dijkstra(A, directed=True, indices=rows)        # D[r, j] = dist_g(i -> j)
+        for r, i in enumerate(rows.tolist()):
+            ins = senders.indices[senders.indptr[i]:senders.indptr[i + 1]]
+            out[i] = int(D[r, ins].max(initial=1.0) if len(ins) else 1.0)
+    return out
+
+
+class _TableOne:
+    """The Table 1 figures of :func:`summarize`, gathered block by block from the union's hop distances as
+    :func:`hopdec.topology.bounds.pair_summary` computes them (its ``visit``): the same numbers as
+    :func:`gap_bounds` and :func:`_ahead_distances` give, without their n x n arrays, each computed once.
+    Where every union edge has the same activation gap g (a one-peer graph: every edge once a period)
+    ``dist_g`` is g times the hop distance; otherwise each block's sources are searched again by Dijkstra
+    on the edges' gaps."""
+
+    def __init__(self, schedule, max_ig, staleness):
+        self.n, self.ig, self.staleness = schedule.n, float(max_ig), staleness
+        self.A = schedule.gap_matrix()
+        self.senders = self.A.T.tocsr()                     # row i: i's union in-neighbours
+        gaps = np.unique(self.A.data)
+        self.g = float(gaps[0]) if len(gaps) == 1 else None
+        self.best = dict.fromkeys(["standard", "standard+tokens", "diameter", "staleness", "staleness+tokens",
+                                   "update_queue_no_tokens"], 0.0)
+        self.seen = False
+
+    @staticmethod
+    def _search(rows, lengths):
+        """Shortest distances from each of ``rows`` over the edges of ``lengths`` (a CSR of edge lengths)."""
+        from scipy.sparse.csgraph import dijkstra
+        return dijkstra(lengths, directed=True, indices=np.asarray(list(rows)))
+
+    def visit(self, rows, fwd, back):
+        """One block: ``fwd[r, j]`` = len_U(i -> j), ``back[r, j]`` = len_U(j -> i), for the r-th node i."""
+        self.seen = True
+        b, ig = self.best, self.ig
+        if self.g is not None:
+            ahead, behind = self.g * fwd, self.g * back         # dist_g(i -> j), dist_g(j -> i)
+        else:
+            ahead = self._search(rows, self.A)
+            behind = self._search(rows, self.senders)
+        b["standard"] = max(b["standard"], behind.max())
+        b["standard+tokens"] = max(b["standard+tokens"], np.minimum(behind, ig * fwd).max())
+        b["diameter"] = max(b["diameter"], fwd.max())
+        if self.staleness is not None:
+            s = float(self.staleness)
+            if self.g is not None:
+                stale = (self.g + s) * back
+            else:
+                T = self.senders.copy()
+                T.data = T.data + s
+                stale = self._search(rows, T)
+            b["staleness"] = max(b["staleness"], stale.max())
+            b["staleness+tokens"] = max(b["staleness+tokens"], np.minimum(stale, ig * fwd).max())
+        for r, i in enumerate(rows):
+            ins = self.senders.indices[self.senders.indptr[i]:self.senders.indptr[i + 1]]
+            b["update_queue_no_tokens"] = max(b["update_queue_no_tokens"], 1 + float((ahead[r, ins] + 1).sum()))
+
+    def bounds(self):
+        """The figures, in the order :func:`summarize` reports them."""
+        b, ig = self.best, self.ig
+        out = {"standard": b["standard"], "standard+tokens": b["standard+tokens"],
+               "backup": math.inf if self.n > 1 else 0.0, "backup+tokens": ig * b["diameter"],
+               "skip+tokens": ig * b["diameter"], "notify-ack": None}
+        if self.staleness is not None:
+            out["staleness"], out["staleness+tokens"] = b["staleness"], b["staleness+tokens"]
+        return out
 
 
 def summarize(U, max_ig=2, staleness=None):
@@ -158,35 +232,28 @@ def summarize(U, max_ig=2, staleness=None):
     from hopdec.topology.analysis import _num
     from hopdec.topology.analysis import summarize as static_summary
     s = schedule_of(U)
-    base = static_summary(U, max_ig, staleness)             # the union graph's figures
-    mix = mixing(s)
-    outdeg = [max(len(s.out_at(m, i)) for i in range(s.n)) for m in range(s.period)]
-    indeg = [max(len(s.in_weights_at(m, i)) - (i in s.in_weights_at(m, i)) for i in range(s.n))
-             for m in range(s.period)]
+    table = _TableOne(s, max_ig, staleness)
+    base = static_summary(U, max_ig, staleness, table.visit)        # the union graph's figures (and Table 1's
+    mix = mixing(s)                                                 # path lengths, block by block)
+    degrees = [s.degrees(m) for m in range(s.period)]
     out = dict(base)
     out.update(
         schedule=s.name or "schedule", period=s.period,
-        step_max_in_degree=indeg, step_max_out_degree=outdeg,
-        messages_per_iteration=round(sum(len(g.edges) - g.number_of_nodes() for g in s.steps) / s.period, 6),
+        step_max_in_degree=[int(i.max(initial=0)) for i, _ in degrees],
+        step_max_out_degree=[int(o.max(initial=0)) for _, o in degrees],
+        messages_per_iteration=round(sum(s.messages(m) for m in range(s.period)) / s.period, 6),
         union_spectral_gap=base["spectral_gap"], union_normalized_laplacian_gap=base["normalized_laplacian_gap"],
         spectral_gap=mix["per_step_gap"], period_spectral_gap=mix["period_gap"], step_spectral_gaps=mix["step_gaps"],
         doubly_stochastic=mix["steps_doubly_stochastic"], column_stochastic=mix["steps_column_stochastic"],
         normalized_laplacian_gap=None, metropolis_spectral_gap=None,
     )
     if s.n <= ALL_PAIRS_MAX_N:          # unbounded pairs are inf, as for a static graph that is not connected
-        b = {"standard": gap_bounds(U).max(), "standard+tokens": gap_bounds(U, max_ig=max_ig).max(),
-             "backup": math.inf if s.n > 1 else 0.0,
-             "backup+tokens": gap_bounds(U, "backup", max_ig=max_ig).max(),
-             "skip+tokens": gap_bounds(U, max_ig=max_ig, skipping=True).max(),
-             "notify-ack": None}
-        if staleness is not None:
-            b["staleness"] = gap_bounds(U, "staleness", staleness=staleness).max()
-            b["staleness+tokens"] = gap_bounds(U, "staleness", max_ig=max_ig, staleness=staleness).max()
-        out["gap_bounds"] = {k: _num(v) for k, v in b.items()}
-        D = _ahead_distances(U)
-        out["update_queue_capacity_no_tokens"] = _num(max(1 + sum(D[i, j] + 1 for j in U.predecessors(i) if j != i)
-                                                          for i in range(s.n)))
-        out["activation_gap_max"] = max(s.gaps().values(), default=1)
+        if not table.seen:                  # (the union's figures did not search: search here)
+            from hopdec.topology.bounds import pair_summary
+            pair_summary(U, max_ig, staleness, table.visit)
+        out["gap_bounds"] = {k: _num(v) for k, v in table.bounds().items()}
+        out["update_queue_capacity_no_tokens"] = _num(table.best["update_queue_no_tokens"])
+        out["activation_gap_max"] = int(table.A.data.max(initial=1))
     return out
 
 

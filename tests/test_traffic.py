@@ -224,3 +224,96 @@ def test_a_hostile_network_attribute_is_one_line_for_analyze_as_for_sim(tmp_path
     out = io.StringIO()
     with pytest.raises(HopdecError, match=problem):
         simulate(parse(["--topology", str(path), "--iterations", "2"]), out=out)
+
+
+def _per_edge_traffic(G, link, message_mb=1.0, machines=None):
+    """``traffic`` as it was, edge by edge in Python (before the counts moved to arrays: 10 s of a 100,000-worker
+    one-peer schedule's analyze and sim start): the reference the array version must equal, float for float."""
+    from hopdec.topology.schedule import schedule_of
+    from hopdec.topology.traffic import _gbps, _mean, _updates, host_name, hosts_of
+    host = hosts_of(G, machines)
+    on = {}
+    for v, h in host.items():
+        on.setdefault(h, []).append(v)
+    nic = {h: link.shared_nic(vs) for h, vs in on.items()}
+    sched = schedule_of(G)
+    steps = ([[(u, v) for u, v in G.edges if u != v]] if sched is None else
+             [[(u, v) for u in G.nodes for v in sched.out_at(m, u) if v != u] for m in range(sched.period)])
+
+    def bottleneck(edges):
+        sends, receives = {}, {}
+        for u, v in edges:
+            if host[u] != host[v]:
+                sends[host[u]] = sends.get(host[u], 0) + 1
+                receives[host[v]] = receives.get(host[v], 0) + 1
+        worst, what = 0.0, "nothing crosses a NIC"
+        for h in dict.fromkeys(host[v] for v in sorted(host)):
+            out, into = sends.get(h, 0), receives.get(h, 0)
+            loads = [(out + into, f"sending {_updates(out)} and receiving {_updates(into)}")] \
+                if link.duplex == "half" else [(out, f"sending {_updates(out)}"), (into, f"receiving {_updates(into)}")]
+            for count, doing in loads:
+                if count and count / nic[h] > worst:
+                    worst, what = count / nic[h], f"{host_name(h)}'s NIC {doing} at {_gbps(nic[h])}"
+        used = {(u, v) for u, v in edges if host[u] != host[v]}
+        for (u, v), (bw, _lat) in link.links.items():
+            if bw is not None and (u, v) in used and 1 / bw > worst:
+                worst, what = 1 / bw, f"link {u}->{v} at {_gbps(bw)}"
+        if not worst and sends:
+            what = "every NIC and link the updates cross has infinite bandwidth"
+        return worst, what, sends, receives
+    per = [bottleneck(edges) for edges in steps]
+    worst = max(range(len(per)), key=lambda k: per[k][0])
+    spb = sum(p[0] for p in per) / len(per)
+    sends, receives = per[worst][2], per[worst][3]
+    busiest = None
+    for h in dict.fromkeys(host[v] for v in sorted(G.nodes)):
+        load = max(sends.get(h, 0), receives.get(h, 0))
+        if load and (busiest is None or load > max(busiest["sends"], busiest["receives"])):
+            busiest = {"host": h, "sends": sends.get(h, 0), "receives": receives.get(h, 0)}
+    lat = [link.links.get((u, v), (None, None))[1] for edges in steps for u, v in edges if host[u] != host[v]]
+    seconds = spb * message_mb * MIB
+    return {
+        "hosts": len(set(host.values())),
+        "hosts_are": "machines" if machines or any("machine" in G.nodes[v] for v in G.nodes) else "workers",
+        "updates_per_iteration": _mean([len(e) for e in steps]),
+        "updates_between_hosts": _mean([sum(p[2].values()) for p in per]),
+        "busiest": busiest,
+        "per_host": {h: [sends.get(h, 0), receives.get(h, 0)] for h in dict.fromkeys(host.values())},
+        "message_mb": message_mb,
+        "seconds_per_iteration": seconds,
+        "max_iterations_per_s": None if seconds == 0 else 1 / seconds,
+        "bottleneck": per[worst][1],
+        "largest_latency_s": max((link.latency if x is None else x for x in lat), default=None),
+    }
+
+
+def test_the_counts_on_arrays_are_the_per_edge_ones():
+    """Random graphs and schedules, machines (attributes or --machines), NICs per node, links with their own
+    bandwidth and latency, full and half duplex, infinite bandwidth: the same dict, to the last bit and key."""
+    from hopdec.topology.schedule import from_steps
+    rng = random.Random(2)
+    for case in range(400):
+        n = rng.randint(1, 12)
+        if rng.random() < 0.4:
+            steps = [[(u, v) for u in range(n) for v in range(n) if rng.random() < 0.3] for _ in range(rng.randint(1, 4))]
+            G = from_steps(n, steps, connected=False)
+        else:
+            G = nx.DiGraph()
+            G.add_nodes_from(range(n))
+            G.add_edges_from((u, v) for u in range(n) for v in range(n) if rng.random() < 0.35)
+        if rng.random() < 0.4:
+            for v in range(n):
+                if rng.random() < 0.7:
+                    G.nodes[v]["machine"] = f"m{rng.randint(0, 3)}"
+        machines = None
+        if rng.random() < 0.2 and n >= 2:
+            a = rng.randint(1, n - 1)
+            machines = (a, n - a)
+        bw = rng.choice([GB, 1e8, float("inf"), 5e7])
+        links = {(u, v): (rng.choice([None, 1e6, 1e10, 2e7]), rng.choice([None, 0.001, 0.5]))
+                 for u, v in list(G.edges)[:rng.randint(0, 4)] if u != v}
+        link = LinkModel(bandwidth=bw, latency=rng.choice([0.0, 0.01]), links=links, duplex=rng.choice(["full", "half"]),
+                         node_bandwidth={v: rng.choice([1e7, 1e9, float("inf"), bw]) for v in range(n) if rng.random() < 0.3})
+        mb = rng.choice([1.0, 0.5, 3.0])
+        want, got = _per_edge_traffic(G, link, mb, machines), traffic(G, link, mb, machines)
+        assert repr(got) == repr(want), (case, got, want)

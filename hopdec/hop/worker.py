@@ -385,13 +385,14 @@ def node_views(graph: Any, backup_attr: str = "backup_workers", ahead: bool = Tr
     else:
         ahead_of = _ahead_bounds(graph)
     views = []
+    per_node = sched.node_steps() if sched is not None else None    # (nodes 0..n-1, as sorted(graph.nodes))
     for i in sorted(graph.nodes):
         in_w = {int(j): float(d["weight"]) for j, _, d in graph.in_edges(i, data=True)}
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
         b = graph.nodes[i].get(backup_attr)
         ahead, steps = ahead_of[i], None
         if sched is not None:
-            steps = tuple((dict(sched.in_weights_at(m, i)), sched.out_at(m, i)) for m in range(sched.period))
+            steps = per_node[i]
         views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead, steps))
     return views
 

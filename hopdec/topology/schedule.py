@@ -166,10 +166,14 @@ class Schedule:
         st = self._steps[m]
         return int(np.count_nonzero(st.src != st.dst))
 
+    def arcs(self, m):
+        """Step m's edges, self-loops left out, as arrays ``(senders, receivers)``, by sender then receiver."""
+        ptr, dst = self._steps[m].outs()
+        return np.repeat(np.arange(self.n), np.diff(ptr)), dst
+
     def pairs(self, m):
         """Step m's edges ``(u, v)``, self-loops left out, by sender then receiver."""
-        ptr, dst = self._steps[m].outs()
-        src = np.repeat(np.arange(self.n), np.diff(ptr))
+        src, dst = self.arcs(m)
         return list(zip(src.tolist(), dst.tolist()))
 
     def activation_gap(self, u, v):

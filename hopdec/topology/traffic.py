@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 MIB = 2 ** 20
 """``--message-mb`` counts MiB, as ``hopdec sim``'s."""
 
@@ -39,39 +41,51 @@ def hosts_of(G: Any, machines: Optional[tuple] = None) -> dict:
 
 
 def _steps(G: Any) -> list:
-    """The directed edges (self-loops left out) each iteration uses: one list on a static graph, one per
-    step of a schedule (:mod:`hopdec.topology.schedule`)."""
+    """The directed edges (self-loops left out) each iteration uses, as two arrays ``(senders, receivers)``:
+    one pair on a static graph, one per step of a schedule (:mod:`hopdec.topology.schedule`)."""
     from hopdec.topology.schedule import schedule_of
     sched = schedule_of(G)
     if sched is None:
-        return [[(u, v) for u, v in G.edges if u != v]]
-    return [[(u, v) for u in G.nodes for v in sched.out_at(m, u) if v != u] for m in range(sched.period)]
+        pairs = [(u, v) for u, v in G.edges if u != v]
+        return [tuple(np.array([p[i] for p in pairs], dtype=np.int64) for i in (0, 1))]
+    return [sched.arcs(m) for m in range(sched.period)]
 
 
-def _bottleneck(edges: list, host: dict, nic: dict, link: Any) -> tuple[float, str, dict, dict]:
-    """(seconds per byte of update, what needs them, sends per host, receives per host) for one step;
-    ``nic``: host -> its NIC's bytes/s."""
-    sends: dict = {}
-    receives: dict = {}
-    for u, v in edges:
-        if host[u] != host[v]:
-            sends[host[u]] = sends.get(host[u], 0) + 1
-            receives[host[v]] = receives.get(host[v], 0) + 1
+def _bottleneck(u: Any, v: Any, hosts: list, nic: dict, link: Any) -> tuple[float, str, Any, Any]:
+    """(seconds per byte of update, what needs them, sends per host, receives per host) for one step whose
+    edges join hosts ``u[k] -> v[k]`` (indices into ``hosts``, in node order); ``nic``: host -> its NIC's
+    bytes/s. Counted on arrays; the first of equals (in node order, sending before receiving) is named."""
+    cross = u != v
+    sends = np.bincount(u[cross], minlength=len(hosts))
+    receives = np.bincount(v[cross], minlength=len(hosts))
+    bw = np.array([nic[h] for h in hosts], dtype=float)
     worst, what = 0.0, "nothing crosses a NIC"
-    for h in dict.fromkeys(host[v] for v in sorted(host)):      # in node order: the first of equals named
-        out, into = sends.get(h, 0), receives.get(h, 0)
-        loads = [(out + into, f"sending {_updates(out)} and receiving {_updates(into)}")] \
-            if link.duplex == "half" else [(out, f"sending {_updates(out)}"), (into, f"receiving {_updates(into)}")]
-        for count, doing in loads:
-            if count and count / nic[h] > worst:
-                worst, what = count / nic[h], f"{host_name(h)}'s NIC {doing} at {_gbps(nic[h])}"
-    used = {(u, v) for u, v in edges if host[u] != host[v]}       # (inside a machine: shared memory)
-    for (u, v), (bw, _lat) in link.links.items():
-        if bw is not None and (u, v) in used and 1 / bw > worst:
-            worst, what = 1 / bw, f"link {u}->{v} at {_gbps(bw)}"
-    if not worst and sends:                 # (updates cross, at infinite bandwidth: --bandwidth inf)
-        what = "every NIC and link the updates cross has infinite bandwidth"
+    if link.duplex == "half":
+        loads = (sends + receives)[:, None]
+    else:
+        loads = np.stack([sends, receives], axis=1)             # per host: sending, then receiving
+    ratio = (loads / bw[:, None]).ravel()
+    k = int(np.argmax(ratio)) if len(ratio) else 0
+    if len(ratio) and ratio[k] > 0:
+        h, side = divmod(k, loads.shape[1])
+        out, into = int(sends[h]), int(receives[h])
+        doing = (f"sending {_updates(out)} and receiving {_updates(into)}" if link.duplex == "half" else
+                 f"sending {_updates(out)}" if side == 0 else f"receiving {_updates(into)}")
+        worst, what = float(ratio[k]), f"{host_name(hosts[h])}'s NIC {doing} at {_gbps(nic[hosts[h]])}"
     return worst, what, sends, receives
+
+
+def _links(worst: float, what: str, edges: Any, cross: Any, link: Any) -> tuple[float, str]:
+    """A link's own bandwidth, where it is slower than the NICs (``link.links``: the file's edge attributes;
+    inside a machine updates go through shared memory)."""
+    if not link.links:
+        return worst, what
+    u, v = edges
+    used = set(zip(u[cross].tolist(), v[cross].tolist()))
+    for (a, b), (bw, _lat) in link.links.items():
+        if bw is not None and (a, b) in used and 1 / bw > worst:
+            worst, what = 1 / bw, f"link {a}->{b} at {_gbps(bw)}"
+    return worst, what
 
 
 def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple] = None) -> dict:
@@ -81,29 +95,51 @@ def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple
     :class:`hopdec.sim.network.LinkModel`: the NICs' bandwidth in bytes/s, per node, per edge, duplex);
     ``machines``: place the workers on machines of these sizes (:func:`hosts_of`)."""
     host = hosts_of(G, machines)
-    on: dict = {}                               # host -> its workers
+    on: dict = {}                               # host -> its workers, hosts in node order
     for v, h in host.items():
         on.setdefault(h, []).append(v)
     nic = {h: link.shared_nic(vs) for h, vs in on.items()}
+    hosts = list(on)
+    index = {h: k for k, h in enumerate(hosts)}
+    nodes = list(host)
+    of_node = np.array([index[host[v]] for v in nodes], dtype=np.int64)
+    if nodes != list(range(len(nodes))):        # (ranks are 0..n-1; any other ids through a lookup)
+        at = {v: k for k, v in enumerate(nodes)}
+        position = np.vectorize(at.__getitem__, otypes=[np.int64])
+    else:
+        position = None
     steps = _steps(G)
-    per = [_bottleneck(edges, host, nic, link) for edges in steps]
+    per, crosses = [], []
+    for u, v in steps:
+        hu, hv = (of_node[position(x)] if position and len(x) else of_node[x] for x in (u, v))
+        worst, what, sends, receives = _bottleneck(hu, hv, hosts, nic, link)
+        cross = hu != hv
+        worst, what = _links(worst, what, (u, v), cross, link)
+        if not worst and sends.any():           # (updates cross, at infinite bandwidth: --bandwidth inf)
+            what = "every NIC and link the updates cross has infinite bandwidth"
+        per.append((worst, what, sends, receives))
+        crosses.append(cross)
     worst = max(range(len(per)), key=lambda k: per[k][0])
     spb = sum(p[0] for p in per) / len(per)             # a schedule runs its steps in turn
     sends, receives = per[worst][2], per[worst][3]
     busiest: Optional[dict] = None
-    for h in dict.fromkeys(host[v] for v in sorted(G.nodes)):       # the first of the busiest, in node order
-        load = max(sends.get(h, 0), receives.get(h, 0))
-        if load and (busiest is None or load > max(busiest["sends"], busiest["receives"])):
-            busiest = {"host": h, "sends": sends.get(h, 0), "receives": receives.get(h, 0)}
-    lat = [link.links.get((u, v), (None, None))[1] for edges in steps for u, v in edges if host[u] != host[v]]
+    load = np.maximum(sends, receives)                  # the first of the busiest, in node order
+    if len(load) and load.max() > 0:
+        h = int(np.argmax(load))
+        busiest = {"host": hosts[h], "sends": int(sends[h]), "receives": int(receives[h])}
+    if link.links:
+        lat = [link.links.get((a, b), (None, None))[1] for (u, v), cross in zip(steps, crosses)
+               for a, b in zip(u[cross].tolist(), v[cross].tolist())]
+    else:
+        lat = [None] if any(c.any() for c in crosses) else []
     seconds = spb * message_mb * MIB
     return {
         "hosts": len(set(host.values())),
         "hosts_are": "machines" if machines or any("machine" in G.nodes[v] for v in G.nodes) else "workers",
-        "updates_per_iteration": _mean([len(e) for e in steps]),
-        "updates_between_hosts": _mean([sum(p[2].values()) for p in per]),
+        "updates_per_iteration": _mean([len(u) for u, _ in steps]),
+        "updates_between_hosts": _mean([int(p[2].sum()) for p in per]),
         "busiest": busiest,
-        "per_host": {h: [sends.get(h, 0), receives.get(h, 0)] for h in dict.fromkeys(host.values())},
+        "per_host": dict(zip(hosts, ([a, b] for a, b in zip(sends.tolist(), receives.tolist())))),
         "message_mb": message_mb,
         "seconds_per_iteration": seconds,
         "max_iterations_per_s": None if seconds == 0 else 1 / seconds,

@@ -38,10 +38,11 @@ def _num(x):
     return int(x) if x == int(x) else x
 
 
-def strong_components(G):
-    """Strongly connected components over edges of positive weight, each sorted, by smallest node."""
+def strong_components(G, W=None):
+    """Strongly connected components over edges of positive weight, each sorted, by smallest node (``W``:
+    :func:`~hopdec.topology.weights.sparse_mixing_matrix` of ``G``, where the caller has it)."""
     from scipy.sparse.csgraph import connected_components
-    A = Wt.sparse_mixing_matrix(G)
+    A = Wt.sparse_mixing_matrix(G) if W is None else W.copy()
     A.data[A.data <= 0] = 0
     A.eliminate_zeros()
     k, label = connected_components(A, directed=True, connection="strong")
@@ -70,7 +71,7 @@ def summarize(G, max_ig=DEFAULT_MAX_IG, staleness=None, visit=None):
     pattern.eliminate_zeros()
     indeg = np.diff(pattern.tocsc().indptr)
     outdeg = np.diff(pattern.tocsr().indptr)
-    comps = strong_components(G)
+    comps = strong_components(G, W)
     machines = {}
     for v in range(n):
         if "machine" in G.nodes[v]:

@@ -188,3 +188,93 @@ def test_ring_3_in_full(tmp_path):
 def test_generated_file_is_unchanged(tmp_path, kind, n, extra, digest):
     data = generate(tmp_path, kind, n, extra.split())
     assert hashlib.sha256(data).hexdigest()[:32] == digest
+
+
+def _facts(G):
+    """Everything code can see of a DiGraph: nodes, edges with data, each node's successors and predecessors
+    in order, the graph's attributes in order."""
+    return ([(v, d) for v, d in G.nodes(data=True)], [(u, v, d) for u, v, d in G.edges(data=True)],
+            [list(G.successors(v)) for v in G.nodes], [list(G.predecessors(v)) for v in G.nodes],
+            list(G.graph.items()))
+
+
+def _edge_by_edge(n, edges, name, bidirectional=False):
+    """The generators' graphs as they were built: add_edge per edge, then with_default_weights's copy."""
+    import networkx as nx
+    from hopdec.topology.weights import with_default_weights
+    G = nx.DiGraph(name=name)
+    G.add_nodes_from(range(n))
+    for u, v in edges:
+        u, v = u % n, v % n
+        if u != v:
+            G.add_edge(u, v)
+            if bidirectional:
+                G.add_edge(v, u)
+    return with_default_weights(G)
+
+
+@pytest.mark.parametrize("kind,n", [("ring", 1), ("ring", 2), ("ring", 9), ("ring-based", 10), ("double-ring", 12),
+                                    ("exponential", 1), ("exponential", 13), ("torus", 12), ("complete", 5),
+                                    ("hierarchical-a", 9), ("hierarchical-b", 11)])
+def test_the_generators_build_the_graphs_they_built_edge_by_edge(kind, n, monkeypatch):
+    """Not only the file: each node's successors and predecessors come in the same order (the in-weights a
+    worker's Reduce sums, in that order), with the same weights and attributes."""
+    from hopdec.topology import generators
+    real, seen = generators._from_edges, []
+
+    def both(n, edges, name, bidirectional=False):
+        edges = list(edges)
+        G = real(n, edges, name, bidirectional)
+        assert _facts(G) == _facts(_edge_by_edge(n, edges, name, bidirectional))
+        seen.append(name)
+        return G
+    monkeypatch.setattr(generators, "_from_edges", both)
+    generators.GENERATORS[kind](n)
+    assert seen
+
+
+def _node_link_save(G, path):
+    """``topology.save`` as it was: a sorted copy through nx.node_link_data, json.dumps per node and edge."""
+    import json
+    import networkx as nx
+    H = nx.DiGraph()
+    H.graph.update({k: v for k, v in G.graph.items() if k != "source"})
+    H.add_nodes_from((int(v), dict(d)) for v, d in sorted(G.nodes(data=True)))
+    H.add_edges_from(sorted((int(u), int(v), {**d, "weight": float(d["weight"])})
+                            if "weight" in d else (int(u), int(v), dict(d))
+                            for u, v, d in G.edges(data=True)))
+    data = nx.node_link_data(H, edges="edges")
+    head = {k: v for k, v in data.items() if k not in ("nodes", "edges")}
+    parts = ["{" + json.dumps(head)[1:-1] + ","]
+    for key in ("nodes", "edges"):
+        items = [f"  {json.dumps(x)}" for x in data[key]]
+        tail = "," if key == "nodes" else ""
+        parts.append(f' "{key}": [\n' + ",\n".join(items) + "\n ]" + tail)
+    parts.append("}\n")
+    with open(path, "w") as fh:
+        fh.write("\n".join(parts))
+
+
+def test_save_writes_what_node_link_data_wrote(tmp_path):
+    """Random graphs with node attributes (machine, backup_workers, others), edges with other attributes
+    (bandwidth, latency, a label, no weight), weights of every kind (0.0, -0.0, 1/3, 1e-300, integers), nodes
+    added out of order: the same bytes as the writer through nx.node_link_data."""
+    import random
+
+    import networkx as nx
+    from hopdec.topology.graph_io import save
+    rng = random.Random(4)
+    for case in range(200):
+        n = rng.randint(1, 9)
+        G = nx.DiGraph(name=f"g{case}", **({"weights": "file", "source": "x.json"} if case % 2 else {}))
+        for v in rng.sample(range(n), n):
+            G.add_node(v, **rng.choice([{}, {"machine": f"m{v % 2}"}, {"backup_workers": 1, "label": "x"}]))
+        for u in range(n):
+            for v in range(n):
+                if rng.random() < 0.4:
+                    d = rng.choice([{"weight": rng.choice([0.5, 0.0, -0.0, 1 / 3, 1e-300, 2, 1.0])},
+                                    {"weight": 0.25, "bandwidth": 10}, {"latency": 0.001}, {"label": "e", "weight": 1}])
+                    G.add_edge(u, v, **d)
+        save(G, tmp_path / "new.json")
+        _node_link_save(G, tmp_path / "old.json")
+        assert (tmp_path / "new.json").read_bytes() == (tmp_path / "old.json").read_bytes(), case

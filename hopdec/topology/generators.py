@@ -12,7 +12,6 @@ import math
 
 import networkx as nx
 
-from hopdec.topology.weights import with_default_weights
 
 
 def _need(cond, message):
@@ -26,15 +25,28 @@ def _int(n, what="n"):
 
 
 def _from_edges(n, edges, name, bidirectional=False):
-    G = nx.DiGraph(name=name)
-    G.add_nodes_from(range(n))
+    """The graph of ``edges`` (mod n, self-loops dropped; ``bidirectional``: each both ways) with a self-loop at
+    every node and Hop eq. (1) weights: what :func:`~hopdec.topology.weights.with_default_weights` makes of the
+    DiGraph built edge by edge -- each node's successors in the order they came, its predecessors in node
+    order, the self-loop last -- in one pass (a 100,000-node exponential graph: 1.7 million add_edge calls, a
+    copy and 1.8 million weight assignments before)."""
+    seq = []
     for u, v in edges:
         u, v = u % n, v % n
         if u != v:
-            G.add_edge(u, v)
+            seq.append((u, v))
             if bidirectional:
-                G.add_edge(v, u)
-    return with_default_weights(G)
+                seq.append((v, u))
+    seq = sorted(dict.fromkeys(seq), key=lambda e: e[0])      # (stable: each sender's receivers as they came)
+    count = [1] * n                                            # 1/|N_in(j)|, the self-loop counted
+    for _, v in seq:
+        count[v] += 1
+    G = nx.DiGraph(name=name)
+    G.graph["weights"] = "eq1"          # how to recompute them after a failure (hopdec.topology.heal)
+    G.add_nodes_from(range(n))
+    G.add_edges_from((u, v, {"weight": 1.0 / count[v]}) for u, v in seq)
+    G.add_edges_from((v, v, {"weight": 1.0 / count[v]}) for v in range(n))
+    return G
 
 
 def ring(n):

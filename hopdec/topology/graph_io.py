@@ -437,20 +437,28 @@ def save(G, path):
     """
     if schedule_of(G) is not None:
         return save_schedule(G, path)
-    H = nx.DiGraph()
-    H.graph.update({k: v for k, v in G.graph.items() if k != "source"})
-    H.add_nodes_from((int(v), dict(d)) for v, d in sorted(G.nodes(data=True)))
-    H.add_edges_from(sorted((int(u), int(v), {**d, "weight": float(d["weight"])})
-                            if "weight" in d else (int(u), int(v), dict(d))
-                            for u, v, d in G.edges(data=True)))
-    data = nx.node_link_data(H, edges="edges")
+    # what nx.node_link_data writes of a copy with the nodes and the edges sorted ({**attributes, "id": v},
+    # {**data, "source": u, "target": v}), each written as json.dumps writes it -- an edge that carries its
+    # weight alone straight from the numbers (2 million json.dumps calls at 100,000 nodes before)
+    head = {"directed": True, "multigraph": False, "graph": {k: v for k, v in G.graph.items() if k != "source"}}
+    nodes = [f'{{"id": {int(v)}}}' if not d else json.dumps({**d, "id": int(v)})
+             for v, d in sorted(G.nodes(data=True))]
+    shown = {}
+
+    def edge(u, v, d):
+        if len(d) == 1 and "weight" in d:
+            w = float(d["weight"])
+            if w not in shown or not w:     # (0.0 and -0.0 are one key: not cached)
+                shown[w] = json.dumps(w)
+            return f'{{"weight": {shown[w] if w else json.dumps(w)}, "source": {u}, "target": {v}}}'
+        d = {**d, "weight": float(d["weight"])} if "weight" in d else dict(d)
+        return json.dumps({**d, "source": u, "target": v})
+    edges = [edge(u, v, d) for u, v, d in sorted((int(u), int(v), d) for u, v, d in G.edges(data=True))]
     # one node / edge per line: valid node-link JSON that is also easy to read and diff
-    head = {k: v for k, v in data.items() if k not in ("nodes", "edges")}
     parts = ["{" + json.dumps(head)[1:-1] + ","]
-    for key in ("nodes", "edges"):
-        items = [f"  {json.dumps(x)}" for x in data[key]]
+    for key, items in (("nodes", nodes), ("edges", edges)):
         tail = "," if key == "nodes" else ""
-        parts.append(f' "{key}": [\n' + ",\n".join(items) + "\n ]" + tail)
+        parts.append(f' "{key}": [\n' + ",\n".join(f"  {x}" for x in items) + "\n ]" + tail)
     parts.append("}\n")
     with open(path, "w") as fh:
         fh.write("\n".join(parts))

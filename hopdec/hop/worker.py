@@ -391,7 +391,7 @@ def node_views(graph: Any, backup_attr: str = "backup_workers", ahead: bool = Tr
         outs = tuple(sorted(int(j) for j in graph.successors(i) if j != i))
         b = graph.nodes[i].get(backup_attr)
         ahead, steps = ahead_of[i], None
-        if sched is not None:
+        if per_node is not None:
             steps = per_node[i]
         views.append(NodeView(int(i), in_w, outs, None if b is None else int(b), ahead, steps))
     return views

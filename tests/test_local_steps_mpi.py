@@ -61,3 +61,21 @@ def test_a_run_with_local_steps_resumed_from_a_checkpoint_ends_as_the_uninterrup
     with open(tmp_path / "resumed" / "rank0.jsonl") as f:
         header = json.loads(f.readline())["run"]
     assert header["local_steps"] == 4 and header.get("resumed_from") == 3      # rounds, not inner steps
+
+
+def test_a_checkpoint_ending_a_short_last_round_is_not_resumed_in_whole_rounds(mpirun, tmp_path):
+    """10 inner steps in rounds of 4 end with a round of 2; resumed to 24, round 3 would start at inner step 12
+    and the run train 22 mini-batches while saying 24. Refused with one line; a run of whole rounds (12 steps,
+    checkpointed at every round) resumes from its checkpoint as before."""
+    common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
+              "--topology", "complete"]
+    short, whole = tmp_path / "short", tmp_path / "whole"
+    outs = mpirun.batch(2, [common + ["--iterations", "10", "--checkpoint-dir", short],
+                            common + ["--iterations", "24", "--resume", short],
+                            common + ["--iterations", "12", "--checkpoint-dir", whole],
+                            common + ["--iterations", "16", "--resume", whole]], timeout=180)
+    assert [o.returncode for o in outs] == [0, 2, 0, 0], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
+    assert len(lines) == 1 and "ends a shortened last round (10 inner steps, not 3 rounds of --local-steps 4)" \
+        in lines[0] and "skip 2 inner steps" in lines[0], outs[1].stderr
+    assert "rounds: 4 rounds of 4 local steps (16 inner steps per worker" in outs[3].stdout

@@ -109,6 +109,9 @@ class HopRank:
         self.target = ctx.iterations
         rounds = getattr(getattr(ctx.run, "cfg", None), "rounds", False)    # (the all-reduce mode has none)
         self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if rounds else None)
+        # with local steps, each checkpoint records the inner steps taken by its round (a run's last round
+        # may be short: check_resume_target refuses to continue from one in whole rounds)
+        self.work_at = (lambda k: min(k * ctx.run.cfg.local_steps, ctx.run.work.iterations)) if rounds else None
         res = ctx.resume
         self.start = 0
         if res is not None:
@@ -186,6 +189,7 @@ class HopRank:
     def _save(self, k, logger, cause):
         seen = self.observer.saved() if self.observer is not None else {}
         self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger),
+                                                      **({"work": self.work_at(k)} if self.work_at else {}),
                                                       **({"observed": seen} if seen else {})))
         self.store.forget_before(oldest_needed(k, self.every, self.gap, self.store.keys))
 

@@ -177,6 +177,15 @@ def check_resume_target(ctx):
     else:
         left = res["key"] < ctx.iterations
         what = f"iteration {res['key']}"
+        cfg, done = getattr(run, "cfg", None), (res["info"].get("work") or {}).get(str(res["key"]))
+        if left and done is not None and getattr(cfg, "rounds", False) and done != res["key"] * cfg.local_steps:
+            # the checkpoint ends a short last round: round k's inner steps are k*H.., so rounds resumed
+            # from it would leave out the steps that round did not take (and say they took them)
+            h, key = cfg.local_steps, res["key"]
+            raise ConfigError(f"--resume {res['dir']}: its checkpoint at round {key} ends a shortened last round "
+                              f"({done} inner steps, not {key} rounds of --local-steps {h}); rounds resumed "
+                              f"from it would skip {key * h - done} inner steps. To train longer, give the run "
+                              f"checkpointed --iterations a multiple of --local-steps")
     if not left:
         raise ConfigError(f"--resume {res['dir']}: the checkpoint is at {what}, which is --iterations "
                           f"{ctx.iterations} already; raise --iterations to train longer")

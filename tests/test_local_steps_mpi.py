@@ -79,3 +79,17 @@ def test_a_checkpoint_ending_a_short_last_round_is_not_resumed_in_whole_rounds(m
     assert len(lines) == 1 and "ends a shortened last round (10 inner steps, not 3 rounds of --local-steps 4)" \
         in lines[0] and "skip 2 inner steps" in lines[0], outs[1].stderr
     assert "rounds: 4 rounds of 4 local steps (16 inner steps per worker" in outs[3].stdout
+
+
+def test_a_resume_with_nothing_left_names_the_iterations_the_user_gave(mpirun, tmp_path):
+    """--iterations 12 in rounds of 4, resumed with --iterations 12: the line said "the checkpoint is at
+    iteration 3, which is --iterations 3 already" -- rounds, where the user gave 12 mini-batches."""
+    common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
+              "--topology", "complete"]
+    ck = tmp_path / "ck"
+    outs = mpirun.batch(2, [common + ["--iterations", "12", "--checkpoint-dir", ck],
+                            common + ["--iterations", "12", "--resume", ck]], timeout=180)
+    assert [o.returncode for o in outs] == [0, 2], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
+    assert len(lines) == 1 and "the checkpoint is at round 3 (12 inner steps), which is --iterations 12 (3 rounds " \
+        "of --local-steps 4) already; raise --iterations" in lines[0], outs[1].stderr

@@ -3,6 +3,7 @@ exactly what ``hopdec train --local-steps 4`` computes (DiLoCo's Nesterov outer 
 the run's logs count rounds. One job for both."""
 
 import json
+import os
 
 import numpy as np
 
@@ -93,3 +94,32 @@ def test_a_resume_with_nothing_left_names_the_iterations_the_user_gave(mpirun, t
     lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
     assert len(lines) == 1 and "the checkpoint is at round 3 (12 inner steps), which is --iterations 12 (3 rounds " \
         "of --local-steps 4) already; raise --iterations" in lines[0], outs[1].stderr
+
+
+def test_a_run_of_local_steps_stopped_by_ctrl_c_says_where_in_rounds_and_inner_steps(mpirun, tmp_path):
+    """Ctrl-C to a run of --iterations 40 in rounds of 2 said "stopped at iteration 5 of 20": 20 read as the
+    iterations given (40). The line now says the round and the inner steps; the run resumes from it."""
+    import signal
+
+    from test_resume_mpi import LOCAL, finish, resume_args, start, stop_lines, wait_for_records
+    ck, logs = tmp_path / "ck", tmp_path / "logs"
+    args = ["--local-steps", "2", "--model", "mlp", "--no-progress", "--threads", "1", "--topology", "complete",
+            "--iterations", "40", "--compute-time", "0.1", "--log-dir", logs, "--checkpoint-dir", ck]
+    proc = start(["bash", LOCAL, "-n", 2, *args], mpirun.env())
+    wait_for_records(logs, 1, 3, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = finish(proc)
+    lines = stop_lines(err)
+    assert proc.returncode == 130 and len(lines) == 1, err
+    k = int(lines[0].split("stopped at round ")[1].split()[0])
+    assert f"stopped at round {k} of 20 ({2 * k} of 40 inner steps)" in lines[0] and 3 <= k < 20, lines[0]
+    n, resume = resume_args(lines[0])
+    assert n == 2 and "--resume" in resume
+    import shlex
+    import subprocess
+    out = subprocess.run(shlex.split(lines[0].split("resume with: ", 1)[1]), env=mpirun.env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "rounds: 20 rounds of 2 local steps (40 inner steps" in out.stdout, out.stderr
+    with open(logs / "rank0.jsonl") as f:
+        iters = [json.loads(x)["iter"] for x in f if '"iter"' in x]
+    assert iters == list(range(20))                      # the log continues where the stop left it

@@ -212,6 +212,9 @@ class HopRank:
         """After a stop: every rank has saved (io.close() passed its barriers); rank 0 says so."""
         if self.ctx.rank == 0:
             where = f"at iteration {self.core.budget} of {self.target}"
+            if self.work_at is not None:        # --local-steps: the core's iterations are rounds
+                where = (f"at round {self.core.budget} of {self.target} ({self.work_at(self.core.budget)} of "
+                         f"{self.ctx.run.work.iterations} inner steps)")
             saved = self.saved_final or (self.store is not None and self.start > 0)   # or the resumed one
             if self.core.budget == 0:
                 interrupt.announce(f"stopped before the first iteration "

@@ -74,8 +74,11 @@ def test_a_checkpoint_ending_a_short_last_round_is_not_resumed_in_whole_rounds(m
     outs = mpirun.batch(2, [common + ["--iterations", "10", "--checkpoint-dir", short],
                             common + ["--iterations", "24", "--resume", short],
                             common + ["--iterations", "12", "--checkpoint-dir", whole],
-                            common + ["--iterations", "16", "--resume", whole]], timeout=180)
-    assert [o.returncode for o in outs] == [0, 2, 0, 0], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+                            common + ["--iterations", "16", "--resume", whole],
+                            common + ["--iterations", "16", "--checkpoint-dir", whole]], timeout=180)
+    assert [o.returncode for o in outs] == [0, 2, 0, 0, 2], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    # a new run into that directory: refused, naming its last checkpoint in rounds (it said "iteration 4")
+    assert "holds the checkpoints of another run (up to round 4, 16 inner steps)" in outs[4].stderr
     lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
     assert len(lines) == 1 and "ends a shortened last round (10 inner steps, not 3 rounds of --local-steps 4)" \
         in lines[0] and "skip 2 inner steps" in lines[0], outs[1].stderr

@@ -818,3 +818,9 @@ def test_a_local_steps_runs_mini_batches_per_second_leave_out_the_rounds_a_jump_
     assert computed < 0.9 * 2 * rounds                    # the jumps' rounds are a sixth of the straggler's
     from hopdec.report.html import _fmt, glance_rows
     assert glance_rows([run])[0][5] == f"{_fmt(rounds)} rounds/s ({_fmt(computed)} mini-batches/s)"
+    # a loop of your own (HopOptimizer): a rank that finished its steps first serves rounds without a
+    # gradient (inner_steps 0, "serving"): 2 rounds of 2 in 4 s, not 4 rounds' worth
+    recs = [dict(iter=k, time=float(k), inner_steps=n, **({"serving": True} if s else {}))
+            for k, (n, s) in enumerate([(2, 0), (2, 0), (0, 0), (0, 1), (0, 1)])]
+    mine = Run.from_parts({"mode": "decentralized", "local_steps": 2, "iterations": None}, {0: recs}, {0: []})
+    assert glance_rows([mine])[0][5] == "1 rounds/s (1 mini-batches/s)"

@@ -853,6 +853,9 @@ class Run:
 
     @staticmethod
     def _inner_steps(rec, h):
-        """The inner steps a round's record computed: its ``inner_steps``, else H."""
+        """The inner steps a round's record computed: none when it mixed without a gradient (``serving``: a
+        loop of your own that finished first), else its ``inner_steps`` (0 too), else H."""
+        if rec.get("serving"):
+            return 0
         n = rec.get("inner_steps")
-        return n if _int(n) and n >= 1 else h
+        return n if _int(n) and n >= 0 else h

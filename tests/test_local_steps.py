@@ -224,3 +224,18 @@ def test_the_optimizer_names_its_own_keywords_in_refusals(local, ft, words):
     from hopdec.optim import assembly
     with pytest.raises(ConfigError, match=words):
         assembly.protocol_config("tokens", 2, "parallel", 0, None, "weighted", None, T.ring(4), ft, "none", local)
+
+
+def test_topo_analyze_of_a_schedule_says_its_bounds_count_rounds_too(tmp_path, capsys):
+    """``topo analyze one_peer_8.json --local-steps 8`` printed the schedule's Table 1 without a word on
+    rounds (the static graph's text had it; the JSON had both): --local-steps was silently ignored."""
+    from hopdec.cli.topo import main as topo
+    path = tmp_path / "one_peer_8.json"
+    assert topo(["generate", "one-peer-exponential", "-n", "8", "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert topo(["analyze", str(path), "--local-steps", "8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, x in enumerate(out) if x.startswith("Hop Table 1 on the time-varying graph"))
+    assert out[at + 1].startswith("  with --local-steps 8 an iteration is a round of 8 inner steps: every bound "
+                                  "below, the schedule's step and max_ig count rounds")
+    assert out[at + 2] == "  a bound of B rounds is B*8 inner steps between two workers' round starts"

@@ -3,6 +3,7 @@ exactly what ``hopdec train --local-steps 4`` computes (DiLoCo's Nesterov outer 
 the run's logs count rounds. One job for both."""
 
 import json
+import os
 
 import numpy as np
 
@@ -61,3 +62,67 @@ def test_a_run_with_local_steps_resumed_from_a_checkpoint_ends_as_the_uninterrup
     with open(tmp_path / "resumed" / "rank0.jsonl") as f:
         header = json.loads(f.readline())["run"]
     assert header["local_steps"] == 4 and header.get("resumed_from") == 3      # rounds, not inner steps
+
+
+def test_a_checkpoint_ending_a_short_last_round_is_not_resumed_in_whole_rounds(mpirun, tmp_path):
+    """10 inner steps in rounds of 4 end with a round of 2; resumed to 24, round 3 would start at inner step 12
+    and the run train 22 mini-batches while saying 24. Refused with one line; a run of whole rounds (12 steps,
+    checkpointed at every round) resumes from its checkpoint as before."""
+    common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
+              "--topology", "complete"]
+    short, whole = tmp_path / "short", tmp_path / "whole"
+    outs = mpirun.batch(2, [common + ["--iterations", "10", "--checkpoint-dir", short],
+                            common + ["--iterations", "24", "--resume", short],
+                            common + ["--iterations", "12", "--checkpoint-dir", whole],
+                            common + ["--iterations", "16", "--resume", whole],
+                            common + ["--iterations", "16", "--checkpoint-dir", whole]], timeout=180)
+    assert [o.returncode for o in outs] == [0, 2, 0, 0, 2], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    # a new run into that directory: refused, naming its last checkpoint in rounds (it said "iteration 4")
+    assert "holds the checkpoints of another run (up to round 4, 16 inner steps)" in outs[4].stderr
+    lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
+    assert len(lines) == 1 and "ends a shortened last round (10 inner steps, not 3 rounds of --local-steps 4)" \
+        in lines[0] and "skip 2 inner steps" in lines[0], outs[1].stderr
+    assert "rounds: 4 rounds of 4 local steps (16 inner steps per worker" in outs[3].stdout
+
+
+def test_a_resume_with_nothing_left_names_the_iterations_the_user_gave(mpirun, tmp_path):
+    """--iterations 12 in rounds of 4, resumed with --iterations 12: the line said "the checkpoint is at
+    iteration 3, which is --iterations 3 already" -- rounds, where the user gave 12 mini-batches."""
+    common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
+              "--topology", "complete"]
+    ck = tmp_path / "ck"
+    outs = mpirun.batch(2, [common + ["--iterations", "12", "--checkpoint-dir", ck],
+                            common + ["--iterations", "12", "--resume", ck]], timeout=180)
+    assert [o.returncode for o in outs] == [0, 2], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
+    assert len(lines) == 1 and "the checkpoint is at round 3 (12 inner steps), which is --iterations 12 (3 rounds " \
+        "of --local-steps 4) already; raise --iterations" in lines[0], outs[1].stderr
+
+
+def test_a_run_of_local_steps_stopped_by_ctrl_c_says_where_in_rounds_and_inner_steps(mpirun, tmp_path):
+    """Ctrl-C to a run of --iterations 40 in rounds of 2 said "stopped at iteration 5 of 20": 20 read as the
+    iterations given (40). The line now says the round and the inner steps; the run resumes from it."""
+    import signal
+
+    from test_resume_mpi import LOCAL, finish, resume_args, start, stop_lines, wait_for_records
+    ck, logs = tmp_path / "ck", tmp_path / "logs"
+    args = ["--local-steps", "2", "--model", "mlp", "--no-progress", "--threads", "1", "--topology", "complete",
+            "--iterations", "40", "--compute-time", "0.1", "--log-dir", logs, "--checkpoint-dir", ck]
+    proc = start(["bash", LOCAL, "-n", 2, *args], mpirun.env())
+    wait_for_records(logs, 1, 3, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = finish(proc)
+    lines = stop_lines(err)
+    assert proc.returncode == 130 and len(lines) == 1, err
+    k = int(lines[0].split("stopped at round ")[1].split()[0])
+    assert f"stopped at round {k} of 20 ({2 * k} of 40 inner steps)" in lines[0] and 3 <= k < 20, lines[0]
+    n, resume = resume_args(lines[0])
+    assert n == 2 and "--resume" in resume
+    import shlex
+    import subprocess
+    out = subprocess.run(shlex.split(lines[0].split("resume with: ", 1)[1]), env=mpirun.env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "rounds: 20 rounds of 2 local steps (40 inner steps" in out.stdout, out.stderr
+    with open(logs / "rank0.jsonl") as f:
+        iters = [json.loads(x)["iter"] for x in f if '"iter"' in x]
+    assert iters == list(range(20))                      # the log continues where the stop left it

@@ -351,3 +351,26 @@ def test_consensus_rounds_every_k_then_the_end_or_open_ended():
             assert rounds(every, iterations) == expected, (every, iterations)
     assert rounds(4, None, upto=21) == [4, 8, 12, 16, 20]
     assert rounds(None, None) == []
+
+
+@pytest.mark.parametrize("header, what, rate", [({"local_steps": 4}, "round 3 of 10", "rounds/s"),
+                                                ({}, "iter 3 of 10", "it/s")])
+def test_live_progress_of_a_local_steps_run_counts_rounds(header, what, rate):
+    """``hopdec train --iterations 60 --local-steps 4`` printed "iter 4 of 15 ... 4 it/s": 15 read as the
+    iterations asked for (60), and its rounds/s as iterations/s. The lines now say rounds (the header says
+    H), as the summary and the report do."""
+    from mpi4py import MPI
+
+    from hopdec.observe import RunObserver
+    from hopdec.optim.assembly import observe_settings
+    obs = RunObserver(observe_settings(None, True, 1.0, None), MPI.COMM_SELF, 10.0, lambda *a, **k: None,
+                      "worker", [0], 10, header)
+    obs.begin()
+    try:
+        board = obs.progress.board
+        board.add(0, 1, 1, 3, 4, 0.5)
+        line = board.lines(1)[0]
+        assert f"  {what} " in line and f" {rate}" in line and ("it/s" not in line) == bool(header), line
+    finally:
+        obs.finished(9)
+        obs.close()

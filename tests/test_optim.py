@@ -3,6 +3,7 @@ and the transformer workload's parts: the corpus, the model, AdamW on the flat b
 
 import json
 import os
+import re
 import time
 import sys
 
@@ -709,3 +710,33 @@ def test_a_compiled_function_that_steps_runs_the_step_eagerly(finish_all):
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
     assert opt.iteration == 3
+
+
+@pytest.mark.parametrize("saved_kw, loaded_kw, words", [
+    (dict(local_steps=3), dict(), "saved with local_steps=3; this optimizer has local_steps=1"),
+    (dict(local_steps=3), dict(local_steps=3, outer_optimizer="sgd"), "saved with outer_optimizer='nesterov', "
+     "outer_lr=0.7, outer_momentum=0.9; this optimizer has outer_optimizer='sgd', outer_lr=1.0"),
+    (dict(local_steps=3, outer_optimizer="sgd"), dict(local_steps=3, outer_lr=0.5), "outer_momentum=0.0; this "
+     "optimizer has outer_optimizer='nesterov', outer_lr=0.5"),
+    (dict(), dict(local_steps=1, outer_optimizer="nesterov"), "saved with outer_optimizer='sgd', outer_lr=1.0"),
+])
+def test_a_state_dict_of_other_rounds_is_refused_before_anything_is_loaded(finish_all, saved_kw, loaded_kw, words):
+    """A state dict saved mid-round of local_steps=3 (position 1 = one round, two inner steps taken, the
+    round's anchor) loaded into local_steps=1 was taken silently as iteration 1, the anchor dropped; a
+    different outer step dropped the saved outer momentum (or started it from zero). ``hopdec train
+    --resume`` refuses both; so does the optimizer, before loading anything."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, momentum=0.9, **saved_kw)
+    train(m, opt, 5)
+    saved = opt.state_dict()
+    opt.finish()
+    m2 = net()
+    opt2 = HopOptimizer(m2, torch.optim.SGD, lr=0.1, momentum=0.9, **loaded_kw)
+    finish_all.append(opt2)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        opt2.load_state_dict(saved)
+    assert opt2.iteration == 0 and opt2.optimizer.state_dict()["state"] == {}
+    same = HopOptimizer(net(), torch.optim.SGD, lr=0.1, momentum=0.9, **saved_kw)
+    finish_all.append(same)
+    same.load_state_dict(saved)                            # the same settings: loaded
+    assert same.iteration == (1 if saved_kw else 5)

@@ -5,6 +5,7 @@ import io
 import json
 import re
 
+import numpy as np
 import pytest
 
 from hopdec.report.data import Run
@@ -801,3 +802,25 @@ def test_a_hostile_rank_count_is_answered_at_once():
     assert missing_ranks(range(2 ** 52), {0, 1, 3}) == (2 ** 52 - 3, [2, 4, 5, 6, 7, 8, 9, 10])
     assert missing_ranks({0, 1, 2}, {0, 1, 2, 7}) == (0, [])
     assert missing_ranks(None, {0}) == (0, [])
+
+
+def test_a_local_steps_runs_mini_batches_per_second_leave_out_the_rounds_a_jump_passed(tmp_path):
+    """The glance table's mini-batches/s was H x the rounds/s, and a straggler's rounds/s counts the rounds
+    its jumps (--skip) passed without computing them: 4.08 mini-batches/s shown where the workers computed
+    3.48. Now each worker's rounds computed between its first and last round's start, at their inner steps."""
+    simulate(tmp_path, "--topology", "complete", "-n", 3, "--iterations", 40, "--local-steps", 2, "--staleness", 1,
+             "--skip", "max-jump=2,trigger=2", "--slowdown", "rank=2,factor=5")
+    run = Run.load(str(tmp_path))
+    recs = [records(tmp_path, w) for w in range(3)]
+    assert any("jumped_from" in r for r in recs[2])
+    computed = np.mean([sum(r["inner_steps"] for r in rs[:-1]) / (rs[-1]["time"] - rs[0]["time"]) for rs in recs])
+    rounds = np.mean([(rs[-1]["iter"] - rs[0]["iter"]) / (rs[-1]["time"] - rs[0]["time"]) for rs in recs])
+    assert computed < 0.9 * 2 * rounds                    # the jumps' rounds are a sixth of the straggler's
+    from hopdec.report.html import _fmt, glance_rows
+    assert glance_rows([run])[0][5] == f"{_fmt(rounds)} rounds/s ({_fmt(computed)} mini-batches/s)"
+    # a loop of your own (HopOptimizer): a rank that finished its steps first serves rounds without a
+    # gradient (inner_steps 0, "serving"): 2 rounds of 2 in 4 s, not 4 rounds' worth
+    recs = [dict(iter=k, time=float(k), inner_steps=n, **({"serving": True} if s else {}))
+            for k, (n, s) in enumerate([(2, 0), (2, 0), (0, 0), (0, 1), (0, 1)])]
+    mine = Run.from_parts({"mode": "decentralized", "local_steps": 2, "iterations": None}, {0: recs}, {0: []})
+    assert glance_rows([mine])[0][5] == "1 rounds/s (1 mini-batches/s)"

@@ -67,3 +67,19 @@ def test_hopdec_sim_prints_progress_unless_told_not_to(mode, capsys):
     assert lines and all(" virtual s  iter " in ln and " of 60" in ln for ln in lines)
     simulate(parse(argv + ["--progress-interval", "0.001", "--no-progress"]), out=io.StringIO())
     assert "progress" not in capsys.readouterr().err
+
+
+def test_a_local_steps_simulation_counts_rounds_in_its_progress_lines(monkeypatch):
+    """``hopdec sim --iterations 40 --local-steps 4`` said "iter 4 of 10 ... it/s" for rounds."""
+    import hopdec.sim.run as R
+    seen = []
+    monkeypatch.setattr(R, "progress", lambda sim, total, settings, **kw: seen.append((total, kw.get("what"))))
+    simulate(parse(["--topology", "ring", "-n", "3", "--iterations", "40", "--local-steps", "4"]),
+             out=io.StringIO())
+    simulate(parse(["--topology", "ring", "-n", "3", "--iterations", "4"]), out=io.StringIO())
+    assert seen == [(10, "round"), (4, "iter")]
+    clock, its, out = Clock(), {0: 0, 1: 0}, io.StringIO()
+    p = WallProgress(lambda: dict(its), 10, lambda: 1.0, interval=1.0, stream=out, clock=clock, what="round")
+    its.update({0: 4, 1: 4})
+    clock.t += 2.0
+    assert p().endswith("round 4 of 10 (every worker)  2 rounds/s  ETA 2 s")

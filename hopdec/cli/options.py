@@ -123,7 +123,7 @@ def add_run_arguments(p, mpi=True):
     if mpi:
         o.add_argument("--consensus-every", type=int, default=None, metavar="K",
                        help="decentralized: measure the consensus distance ||x_i - mean x|| every K iterations "
-                            "and at the end, without stalling training (nonblocking reductions); logged by "
+                            "(rounds with --local-steps) and at the end, without stalling training (nonblocking reductions); logged by "
                             "rank 0 (default: off)")
         o.add_argument("--tensorboard", default=None, metavar="DIR",
                        help="also write TensorBoard scalars, DIR/rank{r} per rank (needs the tensorboard "
@@ -145,7 +145,8 @@ def add_run_arguments(p, mpi=True):
                        help="write each rank's state to D/rank{r}/ (atomically) at the end, at a stop "
                             "(Ctrl-C), and every --checkpoint-every iterations")
         c.add_argument("--checkpoint-every", type=int, metavar="K", default=None,
-                       help="iterations per worker between checkpoints; without it, only at the end or a stop")
+                       help="iterations per worker between checkpoints (rounds with --local-steps); without it, "
+                            "only at the end or a stop")
         c.add_argument("--resume", metavar="D", default=None,
                        help="continue from the latest checkpoint in D that every rank has (same ranks and "
                             "settings; --iterations may be raised) and go on checkpointing there")

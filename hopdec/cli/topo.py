@@ -269,6 +269,13 @@ def _row(label, value, note):
     return f"  {label:<31}{_fmt(value):>4}   {note}"
 
 
+def _rounds_note(h, more=""):
+    """What ``--local-steps H`` changes in Table 1 (two lines)."""
+    return (f"  with --local-steps {h} an iteration is a round of {h} inner steps: every bound below{more} "
+            f"and max_ig count rounds;\n  a bound of B rounds is B*{h} inner steps between two workers' "
+            f"round starts")
+
+
 def _analyze(args):
     if args.plot is not None:                       # checked before the analysis, as hopdec plot's -o
         from hopdec.cli.report import figure_path
@@ -291,8 +298,11 @@ def _analyze(args):
         print(json.dumps(s, indent=1))
         return 0
     if schedule_of(G) is not None:                  # a time-varying topology (gossip)
-        print("\n".join(schedule_report_lines(s, args.max_ig, args.staleness, _fmt)
-                        + _traffic_lines(s["traffic"])))
+        lines = schedule_report_lines(s, args.max_ig, args.staleness, _fmt)
+        if h > 1:                                   # (after Table 1's title, as for a static graph)
+            at = next((i + 1 for i, x in enumerate(lines) if x.startswith("Hop Table 1")), len(lines))
+            lines[at:at] = _rounds_note(h, ", the schedule's step").split("\n")
+        print("\n".join(lines + _traffic_lines(s["traffic"])))
         return 0
     k, st = args.max_ig, args.staleness
     b = s["gap_bounds"] or {}
@@ -326,9 +336,7 @@ def _analyze(args):
         "",
         f"Hop Table 1: max over pairs of the bound on Iter(i)-Iter(j)  (max_ig={k}"
         + (f", s={st}" if st is not None else "") + ")" + (
-            f"\n  with --local-steps {h} an iteration is a round of {h} inner steps: every bound below and "
-            f"max_ig count rounds;\n  a bound of B rounds is B*{h} inner steps between two workers' round "
-            f"starts" if h > 1 else ""),
+            "\n" + _rounds_note(h) if h > 1 else ""),
         _row("standard (update queues)", b.get("standard"), "len(Path j->i)"),
         _row("standard + token queues", b.get("standard+tokens"), f"min(len j->i, {k}*len i->j)"),
     ]

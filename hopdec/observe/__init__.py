@@ -86,9 +86,16 @@ class RunObserver:
             self.progress = LiveProgress(self._pcomm, self.workers, self.n, self._interval, self.t0,
                                          bound=self.bound, board_extra=self._board_extra,
                                          timeout=self.timeout,
-                                         what="iter" if self.role == "worker" else "mini-batch")
+                                         what=self._counted())
         if self.progress is not None or self.consensus is not None:
             add_idle_hook(self._idle)
+
+    def _counted(self):
+        """What the progress lines count: a PS run's mini-batches, a --local-steps run's rounds (the header
+        says H; "iter 4 of 15" read as 4 of the 15 mini-batches asked for, where 60 were), else iterations."""
+        if self.role != "worker":
+            return "mini-batch"
+        return "round" if isinstance(self.header, dict) and self.header.get("local_steps") else "iter"
 
     def _common_start(self, t0):
         """Rank 0's start time on every rank (one Ibcast right after the start barrier), so that the

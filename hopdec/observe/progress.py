@@ -158,7 +158,7 @@ class ProgressBoard:
                  f"{self.what} {its[slow]}..{its[fast]}{of} (slowest rank {slow}, fastest rank {fast})"
                  if len(its) > 1 and gap else f"{self.what} {its[slow]}{of}" + (" (every worker)" if len(its) > 1
                                                                                  else ""),
-                 f"{rate:.3g} it/s" if not math.isnan(rate) else "",
+                 f"{rate:.3g} {'rounds' if self.what == 'round' else 'it'}/s" if not math.isnan(rate) else "",
                  f"loss {np.mean(losses):.4g}" if losses else "",
                  (f"gap {gap}" + (f" (bound {self.bound:g})" if self.bound is not None
                                   and math.isfinite(self.bound) else "")) if len(its) > 1 else "",

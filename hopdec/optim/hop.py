@@ -350,7 +350,9 @@ class HopOptimizer(torch.optim.Optimizer):
             out["hop"]["sent_buffers"] = self._sent_buffers.detach().cpu().clone()
         r = self.rounds
         if r is not None:               # local steps: where in the round, what it started from, the outer state
-            out["hop"].update(local_steps=r.steps, round_step=r.taken if r.begun is not None else 0,
+            out["hop"].update(local_steps=r.steps, outer=[self.cfg.outer_optimizer, float(self.cfg.outer_lr),
+                                                          float(self.cfg.outer_momentum)],
+                              round_step=r.taken if r.begun is not None else 0,
                               anchor=r.mid_round_anchor(), outer_momentum=None if r.outer.buf is None
                               else r.outer.buf.detach().clone())
         return out
@@ -370,10 +372,22 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise ConfigError(f"HopOptimizer: this state dict was saved by rank {hop.get('rank')} of "
                                   f"{hop.get('ranks')}; this is rank {self.rank} of {self.size} (each rank "
                                   f"loads its own checkpoint)")
-            if self.rounds is not None and int(hop.get("local_steps", 1)) != self.rounds.steps:
+            # (a state dict without local_steps was saved without rounds: H = 1 and the plain outer step; its
+            # position counts rounds of its H, and a mid-round one holds that round's anchor)
+            mine = self.cfg.local_steps if self.rounds is not None else 1
+            if int(hop.get("local_steps", 1)) != mine:
                 raise ConfigError(f"HopOptimizer: this state dict was saved with local_steps="
-                                  f"{hop.get('local_steps', 1)}; this optimizer has local_steps="
-                                  f"{self.rounds.steps}")
+                                  f"{hop.get('local_steps', 1)}; this optimizer has local_steps={mine}")
+            saved = hop.get("outer", None if "local_steps" in hop else ["sgd", 1.0, 0.0])
+            outer = ([self.cfg.outer_optimizer, float(self.cfg.outer_lr), float(self.cfg.outer_momentum)]
+                     if self.rounds is not None else ["sgd", 1.0, 0.0])
+            if saved is not None and list(saved) != outer:
+                said = ", ".join(f"{k}={v!r}" for k, v in zip(("outer_optimizer", "outer_lr", "outer_momentum"),
+                                                                saved))
+                have = ", ".join(f"{k}={v!r}" for k, v in zip(("outer_optimizer", "outer_lr", "outer_momentum"),
+                                                               outer))
+                raise ConfigError(f"HopOptimizer: this state dict was saved with {said}; this optimizer has "
+                                  f"{have}: resume with the outer step it was saved with")
         self.optimizer.load_state_dict(state_dict)
         hop = hop or {}                 # a plain torch optimizer's: position 0 (whatever was loaded before)
         self._resume_at = int(hop.get("position", 0))

@@ -837,12 +837,25 @@ class Run:
         duration = (max(ends) - self.t0) if ends else None
         if summary and summary[-1].get("elapsed") is not None:
             duration = summary[-1]["elapsed"]
-        rates = []
+        rates, batches, h = [], [], self.local_steps
         dead = {w for _, ws in self._deaths() for w in ws}     # (the survivors' rate, as the summary's rows)
         for w, recs in self.records.items():
             if w in dead and len(dead) < len(self.records):
                 continue
             if len(recs) > 1 and recs[-1]["time"] > recs[0]["time"]:
-                rates.append((recs[-1]["iter"] - recs[0]["iter"]) / (recs[-1]["time"] - recs[0]["time"]))
+                dt = recs[-1]["time"] - recs[0]["time"]
+                rates.append((recs[-1]["iter"] - recs[0]["iter"]) / dt)
+                if h:       # the mini-batches of the rounds computed in dt (a jump passes rounds computing none)
+                    batches.append(sum(self._inner_steps(r, h) for r in recs[:-1]) / dt)
         return dict(train_loss=float(np.mean(last_losses)) if last_losses else None, test_acc=acc,
-                    test_loss=loss, duration=duration, rate=float(np.mean(rates)) if rates else None)
+                    test_loss=loss, duration=duration, rate=float(np.mean(rates)) if rates else None,
+                    batch_rate=float(np.mean(batches)) if batches else None)
+
+    @staticmethod
+    def _inner_steps(rec, h):
+        """The inner steps a round's record computed: none when it mixed without a gradient (``serving``: a
+        loop of your own that finished first), else its ``inner_steps`` (0 too), else H."""
+        if rec.get("serving"):
+            return 0
+        n = rec.get("inner_steps")
+        return n if _int(n) and n >= 0 else h

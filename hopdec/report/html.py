@@ -79,7 +79,7 @@ def glance_rows(runs):
                                      if run.missing else ""),
             _iterations(run),
             (_fmt(f["duration"]) + f" {unit}") if f["duration"] is not None else "–",
-            _rate(run, f["rate"]),
+            _rate(run, f["rate"], f.get("batch_rate")),
             _fmt(f["train_loss"]),
             _fmt(f["test_acc"]),
             gap_txt,
@@ -89,14 +89,16 @@ def glance_rows(runs):
     return rows
 
 
-def _rate(run, rate):
+def _rate(run, rate, batch_rate=None):
     """Iterations per second per worker; a ``--local-steps H`` run's are rounds, and it says so, with the
-    mini-batches per second beside (H per round: the rate runs from a first to a last round's start, so
-    every round between was whole). It read "4.717" beside a plain run's "25.95" iter/s, a run computing
-    18.9 gradients a second against one computing 26."""
+    mini-batches per second beside (``batch_rate``: the inner steps of the rounds each worker computed
+    between its first and last round's start). It read "4.717" beside a plain run's "25.95" iter/s, a run
+    computing 18.9 gradients a second against one computing 26; and it was H x the rounds/s, which counts
+    the rounds a jump (--skip) passes without computing them: 4.08 mini-batches/s where 3.48 were computed."""
     if rate is None or not run.local_steps:
         return _fmt(rate)
-    return f"{_fmt(rate)} rounds/s ({_fmt(rate * run.local_steps)} mini-batches/s)"
+    return f"{_fmt(rate)} rounds/s ({_fmt(batch_rate if batch_rate is not None else rate * run.local_steps)} " \
+           f"mini-batches/s)"
 
 
 def _iterations(run):

@@ -210,6 +210,8 @@ def _describe_key(man, key):
     e = man["complete"].get(str(key), {})
     if man.get("mode") == "ps":
         return f"checkpoint {key}, {e.get('work', '?')} mini-batches"
+    if isinstance(e.get("work"), int):             # --local-steps: the iterations are rounds
+        return f"round {key}, {e['work']} inner steps"
     return f"iteration {key}"
 
 

@@ -109,6 +109,9 @@ class HopRank:
         self.target = ctx.iterations
         rounds = getattr(getattr(ctx.run, "cfg", None), "rounds", False)    # (the all-reduce mode has none)
         self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if rounds else None)
+        # with local steps, each checkpoint records the inner steps taken by its round (a run's last round
+        # may be short: check_resume_target refuses to continue from one in whole rounds)
+        self.work_at = (lambda k: min(k * ctx.run.cfg.local_steps, ctx.run.work.iterations)) if rounds else None
         res = ctx.resume
         self.start = 0
         if res is not None:
@@ -186,6 +189,7 @@ class HopRank:
     def _save(self, k, logger, cause):
         seen = self.observer.saved() if self.observer is not None else {}
         self.store.save(k, self.trainer.state(), dict(iteration=k, cause=cause, **_log_info(logger),
+                                                      **({"work": self.work_at(k)} if self.work_at else {}),
                                                       **({"observed": seen} if seen else {})))
         self.store.forget_before(oldest_needed(k, self.every, self.gap, self.store.keys))
 
@@ -208,6 +212,9 @@ class HopRank:
         """After a stop: every rank has saved (io.close() passed its barriers); rank 0 says so."""
         if self.ctx.rank == 0:
             where = f"at iteration {self.core.budget} of {self.target}"
+            if self.work_at is not None:        # --local-steps: the core's iterations are rounds
+                where = (f"at round {self.core.budget} of {self.target} ({self.work_at(self.core.budget)} of "
+                         f"{self.ctx.run.work.iterations} inner steps)")
             saved = self.saved_final or (self.store is not None and self.start > 0)   # or the resumed one
             if self.core.budget == 0:
                 interrupt.announce(f"stopped before the first iteration "

@@ -170,13 +170,26 @@ def check_resume_target(ctx):
     """A resumed run must have something left to do."""
     from hopdec.ps.server import work_budget
     res, run = ctx.resume, ctx.run
+    asked = ctx.iterations
     if run.mode == "ps":
         done = res["info"]["work"].get(str(res["key"]))
         left = done is None or done < work_budget(ctx.iterations, run.n)
         what = f"{done} mini-batches ({ctx.iterations} iterations per worker)"
     else:
-        left = res["key"] < ctx.iterations
-        what = f"iteration {res['key']}"
+        key, cfg = res["key"], getattr(run, "cfg", None)
+        left = key < ctx.iterations
+        what = f"iteration {key}"
+        if getattr(cfg, "rounds", False):       # --local-steps: the core's iterations are rounds
+            h, done = cfg.local_steps, (res["info"].get("work") or {}).get(str(key))
+            if left and done is not None and done != key * h:
+                # the checkpoint ends a short last round: round k's inner steps are k*H.., so rounds resumed
+                # from it would leave out the steps that round did not take (and say they took them)
+                raise ConfigError(f"--resume {res['dir']}: its checkpoint at round {key} ends a shortened last "
+                                  f"round ({done} inner steps, not {key} rounds of --local-steps {h}); rounds "
+                                  f"resumed from it would skip {key * h - done} inner steps. To train longer, give "
+                                  f"the run checkpointed --iterations a multiple of --local-steps")
+            what = f"round {key} ({key * h if done is None else done} inner steps)"
+            asked = f"{run.work.iterations} ({ctx.iterations} rounds of --local-steps {h})"
     if not left:
         raise ConfigError(f"--resume {res['dir']}: the checkpoint is at {what}, which is --iterations "
-                          f"{ctx.iterations} already; raise --iterations to train longer")
+                          f"{asked} already; raise --iterations to train longer")

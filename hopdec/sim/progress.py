@@ -20,10 +20,10 @@ import time
 class WallProgress:
     """``iterations()``: the current iteration of every worker still running, ``{rank: iteration}``
     (the simulator's cores; finished and dead workers left out); ``total``: the iterations of the run;
-    ``now()``: the virtual time."""
+    ``now()``: the virtual time; ``what``: what an iteration is (``round`` with --local-steps)."""
 
-    def __init__(self, iterations, total, now, interval=3.0, stream=None, clock=time.monotonic):
-        self.iterations, self.total, self.now = iterations, int(total), now
+    def __init__(self, iterations, total, now, interval=3.0, stream=None, clock=time.monotonic, what="iter"):
+        self.iterations, self.total, self.now, self.what = iterations, int(total), now, what
         self.interval, self.clock = float(interval), clock
         self.stream = stream or sys.stderr
         self.t0 = clock()
@@ -45,12 +45,12 @@ class WallProgress:
         low = its[slow]
         rate = (low - self._low0) / (t - self.t0) if low > self._low0 and t > self.t0 else None
         if its[fast] > low:
-            where = f"iter {low}..{its[fast]} of {self.total} (slowest rank {slow}, fastest rank {fast})"
+            where = f"{self.what} {low}..{its[fast]} of {self.total} (slowest rank {slow}, fastest rank {fast})"
         else:
-            where = f"iter {low} of {self.total}" + (" (every worker)" if len(its) > 1 else "")
+            where = f"{self.what} {low} of {self.total}" + (" (every worker)" if len(its) > 1 else "")
         parts = [f"progress  {t - self.t0:.0f} s  at {self.now():.6g} virtual s", where]
         if rate is not None:                # since the start: the slowest worker's pace
-            parts.append(f"{rate:.3g} it/s")
+            parts.append(f"{rate:.3g} {'rounds' if self.what == 'round' else 'it'}/s")
             parts.append(f"ETA {max(self.total - 1 - low, 0) / rate:.0f} s")
         line = "  ".join(parts)
         print(line, file=self.stream, flush=True)
@@ -70,13 +70,13 @@ def running(sim):
     return {w: c.iteration for w, c in cores if not done[w]}
 
 
-def attach(sim, total, settings, stream=None):
+def attach(sim, total, settings, stream=None, what="iter"):
     """Print progress lines while ``sim`` runs, unless ``--no-progress``: every ``--progress-interval``
-    seconds of wall time (default 3)."""
+    seconds of wall time (default 3); ``what``: what ``total`` counts (``round``: rounds of local steps)."""
     if not settings.observe.progress:
         return None
     q = sim.q
     p = WallProgress(lambda: running(sim), total, lambda: q.now, interval=settings.observe.every_s,
-                     stream=stream)
+                     stream=stream, what=what)
     q.watch(WATCH_EVENTS, p)
     return p

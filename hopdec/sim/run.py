@@ -367,7 +367,8 @@ def _run_hop(S, entries=False):
                               sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
-    progress(sim, hop.cfg.iterations, S.settings)            # a line every few wall seconds on a long run
+    progress(sim, hop.cfg.iterations, S.settings,            # a line every few wall seconds on a long run
+             what="round" if hop.cfg.rounds else "iter")
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0

@@ -48,9 +48,9 @@ def build_parser():
     c.add_argument("--math", action="store_true",
                    help="every worker holds a real replica of the model and really trains (time stays "
                         "virtual); default: timing only, no tensors")
-    c.add_argument("--message-mb", type=float, default=None, metavar="MB",
-                   help="size of a parameter (or gradient) message in MiB; default: the model's real size "
-                        "(parameters x 4 bytes)")
+    c.add_argument("--message-mb", type=float, default=None, metavar="MIB",
+                   help="size of a parameter (or gradient) message in MiB (2^20 bytes; 0.5 for 512 KiB); "
+                        "default: the model's real size (parameters x 4 bytes)")
     add_network_arguments(c)
     c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
                    help="decentralized mode: zero-copy (a real CPU run's): the parameters live in a pool of "

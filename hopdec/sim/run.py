@@ -22,7 +22,7 @@ from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
 from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_rank
 from hopdec.sim.events import collector_paused
 from hopdec.sim.network import LinkModel
-from hopdec.sim.progress import attach as progress
+from hopdec.sim.progress import attach as progress, running
 
 MIB = 2 ** 20
 """``--message-mb`` counts MiB (VGG-16's 138M float32 parameters are the papers' "528 MB")."""
@@ -193,6 +193,27 @@ def _condensed(rows, logged):
 
 
 # ---- the run -----------------------------------------------------------------------------------
+class Stopped(Exception):
+    """Ctrl-C (or SIGTERM, which ``hopdec sim`` turns into one) while the events ran: the records kept so far
+    were written; ``str``: where the run stopped and where its records are."""
+
+
+def _run_events(sim, total, log_dir, flush):
+    """``sim.run()``; a KeyboardInterrupt in it (Ctrl-C) writes the records kept so far (``flush()``: a
+    long run buffers up to :attr:`_Logs.FLUSH_LINES`, which an interrupt lost) and raises :class:`Stopped`."""
+    try:
+        sim.run()
+    except KeyboardInterrupt:
+        flush()
+        its = running(sim)
+        lo, hi = (min(its.values()), max(its.values())) if its else (None, None)
+        where = ("every worker had finished" if not its else f"the workers at iteration {lo} of {total}"
+                 if lo == hi else f"the workers at iterations {lo}..{hi} of {total}")
+        raise Stopped(f"at virtual second {sim.q.now:.6g} ({where}); "
+                      + (f"the records up to then are in {log_dir}/rank*.jsonl; " if log_dir else "")
+                      + "no summary") from None
+
+
 def run_id(settings):
     """A simulated run's id in its logs' headers: a hash of what it computes (its settings but where its
     output goes), so the same simulation writes the same logs, and two different ones never share an id."""
@@ -369,7 +390,7 @@ def _run_hop(S, entries=False):
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, hop.cfg.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
-    sim.run()
+    _run_events(sim, hop.cfg.iterations, log_dir, logs.flush)
     wall = time.perf_counter() - t0
     logs.flush()
     avg_loss = avg_acc = None
@@ -478,7 +499,11 @@ def _run_ps(S):
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, ps.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
-    sim.run()
+
+    def flush():
+        logs.flush()
+        events.close()
+    _run_events(sim, ps.work.iterations, log_dir, flush)
     wall = time.perf_counter() - t0
     logs.flush()
     if not all(sim.done.values()):
@@ -552,7 +577,7 @@ def _run_allreduce(S, entries=False):
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, ar.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
-    sim.run()
+    _run_events(sim, ar.work.iterations, log_dir, logs.flush)
     wall = time.perf_counter() - t0
     logs.flush()
     avg_loss = avg_acc = None

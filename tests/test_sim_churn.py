@@ -432,3 +432,21 @@ def test_a_bsp_death_with_weights_on_the_way_keeps_the_gap_at_the_bound(tmp_path
     assert res["stats"][3].entries[-1][1] == 18 and res["max_gap"] == 0
     run = Run.load(str(logs))
     assert run.gap_over_time()[1].max() == 0 and run.gap_matrix().max() == 0
+
+
+@pytest.mark.parametrize("argv", [["--topology", EXP8, "--deaths", ",".join(f"{w}@{0.1 * w:g}" for w in range(8))],
+                                  ["--mode", "ps", "-n", 3, "--deaths", "1@0.1,2@0.2,3@0.3"]])
+def test_a_run_the_deaths_end_keeps_its_records_and_heals_in_the_logs(argv, tmp_path):
+    """Deaths of every worker end the run with one line, as a real run's -- but the simulator had kept its
+    records in memory and lost them: the logs held their headers only, nothing of what died when. Now
+    they hold every record and heal up to the end, and the line says where they are."""
+    d = tmp_path / "run"
+    with pytest.raises(Exception) as err:
+        sim(argv + ["--iterations", 30, "--compute-time", 0.05, "--fault-tolerance", "--log-dir", d])
+    assert f"(the records up to then are in {d}/rank*.jsonl)" in str(err.value)
+    assert type(err.value).__name__ in ("CannotHeal", "HopdecError", "ConfigError"), err.value
+    records = {p.name: [json.loads(x) for x in p.read_text().splitlines()] for p in d.glob("rank*.jsonl")}
+    assert sum(1 for lines in records.values() for x in lines if "iter" in x) >= 6
+    if "--topology" in argv:
+        heals = [x for x in records["rank7.jsonl"] if x.get("event") == "heal"]
+        assert heals and heals[0]["failed"][0] == 0 and heals[0]["died_at"][0] == 0.0

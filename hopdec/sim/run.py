@@ -16,7 +16,7 @@ import sys
 import time
 from functools import partial
 
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, HopdecError
 from hopdec.files import writing
 from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
 from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_rank
@@ -200,9 +200,16 @@ class Stopped(Exception):
 
 def _run_events(sim, total, log_dir, flush):
     """``sim.run()``; a KeyboardInterrupt in it (Ctrl-C) writes the records kept so far (``flush()``: a
-    long run buffers up to :attr:`_Logs.FLUSH_LINES`, which an interrupt lost) and raises :class:`Stopped`."""
+    long run buffers up to :attr:`_Logs.FLUSH_LINES`, which an interrupt lost) and raises :class:`Stopped`.
+    A run that ends on an error (the deaths left too few workers) writes them too, as a real run's logs
+    keep what it did before its one line: the deaths and heals until then are in them."""
     try:
         sim.run()
+    except HopdecError as err:
+        flush()
+        if log_dir:
+            raise type(err)(f"{err} (the records up to then are in {log_dir}/rank*.jsonl)") from None
+        raise
     except KeyboardInterrupt:
         flush()
         its = running(sim)

@@ -130,6 +130,19 @@ def test_deaths_after_the_end_change_nothing():
     assert "0 worker(s) died" in out
 
 
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "-n", 4]])
+def test_the_summary_counts_the_planned_deaths_the_run_ended_before(mode, tmp_path):
+    """A death planned after the run's end never happens; the summary said only "1 worker(s) died" of three
+    planned, so a trace whose times were in the wrong unit (milliseconds) read as a run nobody died in."""
+    base = mode + BASE[2:] if mode else BASE                # (PS: no topology)
+    res, out = sim(base + ["--deaths", "3@1000,4@0.5,2@2000"])
+    line = next(x for x in out.splitlines() if x.startswith("deaths ("))
+    assert "1 worker(s) died" in line
+    assert line.endswith(f"; 2 planned death(s) came after the run had ended at virtual second {res['virtual_s']:.6g}")
+    _, out = sim(base + ["--deaths", "4@0.5"])
+    assert "came after the run" not in out
+
+
 def test_math_averages_the_survivors_models():
     """--math: the dead worker's replica leaves the average; the survivors train on and report accuracies."""
     res, out = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,

@@ -166,6 +166,7 @@ class Churn:
         self.detected_at = None
         self.round = 0                  # which heal the scheduled resumption belongs to
         self.heals, self.died, self.spared = [], [], []
+        self.planned = len(deaths)
         sim.net = _Gate(sim.net, self)
         sim.loops = [self._joining(r, loop) for r, loop in enumerate(sim.loops)]
         for t, w in deaths:
@@ -393,13 +394,22 @@ def ps_gap_entries(sim, stats):
     return entries, [found.get(w) for w in stats]
 
 
-def ps_summary_lines(sim, detect_s, fidelity):
-    """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim)."""
+def ps_summary_lines(sim, detect_s, fidelity, planned=None):
+    """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim;
+    ``planned``: how many deaths were planned)."""
     found = len(sim.server.failed)
+    never = 0 if planned is None else planned - len(sim.died) - len(sim.spared)
     return [f"deaths ({fidelity}): {len(sim.died)} worker(s) died, {found} found and dropped by the server "
             f"{detect_s:g} virtual s after each death (--failure-detection; until then its sync policy still "
             f"counted the dead worker; no recovery stall: a parameter-server run neither revokes nor shrinks)"
-            + (f"; {len(sim.spared)} planned death(s) came after the worker had finished" if sim.spared else "")]
+            + (f"; {len(sim.spared)} planned death(s) came after the worker had finished" if sim.spared else "")
+            + _never(never, sim.q.now if sim.end_time is None else sim.end_time)]
+
+
+def _never(k, end):
+    """The planned deaths a run never reached: the last worker finished before their time (they went
+    unmentioned, and a trace whose times were in the wrong unit read as a run nobody died in)."""
+    return f"; {k} planned death(s) came after the run had ended at virtual second {end:.6g}" if k > 0 else ""
 
 
 # ---- what the summary says ------------------------------------------------------------------------
@@ -409,7 +419,8 @@ def summary_lines(churn, hop, bound, fidelity):
     lines = [f"deaths ({fidelity}): {len(c.died)} worker(s) died, {len(c.heals)} heal(s); each found "
              f"{c.detect_s:g} virtual s after the death, the recovery {c.stall_s:g} virtual s once every "
              f"survivor joined it; {len(c.alive)} survivors finished"
-             + (f"; {len(c.spared)} planned death(s) came after the worker had finished" if c.spared else "")]
+             + (f"; {len(c.spared)} planned death(s) came after the worker had finished" if c.spared else "")
+             + _never(c.planned - len(c.died) - len(c.spared), c.sim.q.now)]
     if not c.heals:
         return lines
     heals = c.heals if len(c.heals) <= HEAL_LINES else c.heals[:HEAL_LINES - 2] + c.heals[-2:]

@@ -541,7 +541,8 @@ def _run_ps(S):
         text += "\n" + note
     if S.deaths is not None:
         from hopdec.sim.churn import ps_summary_lines
-        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity))
+        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity,
+                                                                      len(S.deaths)))
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")

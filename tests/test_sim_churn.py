@@ -153,6 +153,19 @@ def test_math_averages_the_survivors_models():
     assert sorted(int(r[0]) for r in rows) == [1, 2, 3, 4, 5] and all(float(r[-1]) > 0.5 for r in rows)
 
 
+def test_math_evaluations_count_the_living_workers_iterations():
+    """The eval records' iter_min/iter_mean counted the dead worker where it died: iter_min stayed at its
+    last iteration for the rest of the run, and the mean was dragged down by it."""
+    res, _ = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,
+                  "--compute-time", 0.05, "--fault-tolerance", "--deaths", "0@0.5", "--eval-interval", 1])
+    c = res["churn"]
+    died_at = c.died[0][2]
+    late = [e for e in res["evals"] if e["time"] > 1.5 and not e.get("final")]
+    assert late and died_at < 15
+    for e in late:                                  # the survivors are far past the dead worker's iteration
+        assert e["iter_min"] > died_at + 5 and e["iter_mean"] >= e["iter_min"], e
+
+
 # ---- deaths from a trace file ---------------------------------------------------------------------
 def test_a_trace_file_gives_the_same_run_as_the_same_deaths_on_the_command_line(tmp_path):
     trace = tmp_path / "deaths.trace"

@@ -389,9 +389,10 @@ def _run_hop(S, entries=False):
         def evaluate():
             avg = np.mean([t.write_params() for t in trainers.values()], axis=0)
             loss, acc = next(iter(trainers.values())).evaluate(avg)
-            its = [c.iteration for c in sim.cores]
+            # the living workers' iterations: a dead one's stays where it died (its model left the average)
+            its = [c.iteration for c in sim.cores if churn is None or c.rank in churn.alive]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
-                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity,
+                              iter_mean=sum(its) / len(its), model=hop.eval_model, simulated=cost.fidelity,
                               sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)

@@ -476,3 +476,15 @@ def test_a_run_the_deaths_end_keeps_its_records_and_heals_in_the_logs(argv, tmp_
     if "--topology" in argv:
         heals = [x for x in records["rank7.jsonl"] if x.get("event") == "heal"]
         assert heals and heals[0]["failed"][0] == 0 and heals[0]["died_at"][0] == 0.0
+
+
+def test_a_burst_of_deaths_is_one_short_failure_line(tmp_path):
+    """43 workers dying at once made one summary line of 43 rank numbers (90 among 2,000 workers: a screen);
+    the line names the first ones and counts them, the logs' heal event lists every one."""
+    failed = list(range(3, 300, 7))
+    res, out = sim(["--topology", "ring-based", "-n", 300, "--iterations", 10, "--fault-tolerance", "--invariants",
+                    "off", "--deaths", ",".join(f"{w}@0.5" for w in failed), "--log-dir", tmp_path / "run"])
+    line = next(x for x in out.splitlines() if "failure: rank(s) 3," in x)
+    assert "3, 10, 17, 24, 31, 38, 45, 52, 59, 66, ..., 297 (43 in all) died near iteration" in line, line
+    _, _, events = log_lines(tmp_path / "run", 1)
+    assert [e["failed"] for e in events if e["event"] == "heal"] == [failed]

@@ -427,7 +427,8 @@ def summary_lines(churn, hop, bound, fidelity):
     if bound is not None:
         notes = hop.heal_notes(heals, c.graph, bound)
     else:
-        notes = [f"failure: rank(s) {', '.join(map(str, h['failed']))} died near iteration {h['iteration']}; "
+        from hopdec.modes.decentralized import rank_list
+        notes = [f"failure: rank(s) {rank_list(h['failed'])} died near iteration {h['iteration']}; "
                  f"{len(h['survivors'])} survivors healed the graph in {h['stall_s']:.4g} virtual s" for h in heals]
         notes.append(f"after the failures: {c.graph.number_of_nodes()} workers (the healed graph's gap bound "
                      f"is not computed at this size)")

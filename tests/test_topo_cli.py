@@ -450,3 +450,24 @@ def test_message_mb_help_says_mib_as_the_values_are_read():
     import networkx as nx
     t = traffic(nx.DiGraph([(0, 1)]), LinkModel(bandwidth=2 ** 20, latency=0), message_mb=1.0)
     assert t["seconds_per_iteration"] == 1.0       # 1 MiB at 1 MiB/s: one second
+
+
+@pytest.mark.parametrize("cmd", ["topo", "report"])
+def test_ctrl_c_on_a_long_command_is_one_line(cmd, monkeypatch, capsys):
+    """Ctrl-C on ``hopdec topo generate`` of 100,000 workers (~20 s) or a long analyze printed a
+    KeyboardInterrupt traceback; every command now says it stopped, in one line, and exits 130."""
+    import importlib
+    from hopdec.cli.main import main
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    if cmd == "topo":
+        monkeypatch.setattr(importlib.import_module("hopdec.cli.topo"), "main", interrupted)
+    else:
+        monkeypatch.setattr(importlib.import_module("hopdec.cli.report"), "report_main", interrupted)
+    try:
+        rc = main([cmd, "whatever"])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped: a traceback")
+    assert rc == 130
+    assert capsys.readouterr().err == f"hopdec {cmd}: stopped by SIGINT\n"

@@ -112,3 +112,24 @@ def test_ctrl_c_or_sigterm_stops_a_long_simulation_with_one_line_and_its_records
     for path in log_dir.glob("rank*.jsonl"):
         records = [json.loads(x) for x in path.read_text().splitlines()]
         assert "run" in records[0] and len(records) > 2, path      # the header, then records
+
+
+def test_an_interrupted_simulate_is_still_a_keyboard_interrupt_with_its_records_written(tmp_path, monkeypatch):
+    """A script that calls ``simulate`` and catches KeyboardInterrupt still gets one (saying where the run
+    stopped), and the records up to the interrupt are in the logs."""
+    import json
+    from hopdec.sim.events import EventQueue
+    from hopdec.sim.run import Stopped
+    real = EventQueue.run
+
+    def interrupted(self, until=None, on_event=None):
+        real(self, until=2.0, on_event=on_event)           # two virtual seconds, then Ctrl-C
+        raise KeyboardInterrupt
+    monkeypatch.setattr(EventQueue, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt) as err:
+        simulate(parse(["-n", "8", "--iterations", "1000", "--compute-time", "0.1", "--no-progress",
+                        "--log-dir", str(tmp_path)]), out=io.StringIO())
+    assert isinstance(err.value, Stopped)
+    assert str(err.value).startswith("at virtual second 1.9") and "(the workers at iteration" in str(err.value)
+    lines = [json.loads(x) for x in (tmp_path / "rank3.jsonl").read_text().splitlines()]
+    assert [x["iter"] for x in lines[1:]] == list(range(len(lines) - 1)) and len(lines) > 15

@@ -193,9 +193,10 @@ def _condensed(rows, logged):
 
 
 # ---- the run -----------------------------------------------------------------------------------
-class Stopped(Exception):
+class Stopped(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, which ``hopdec sim`` turns into one) while the events ran: the records kept so far
-    were written; ``str``: where the run stopped and where its records are."""
+    were written; ``str``: where the run stopped and where its records are. Still a KeyboardInterrupt, so a
+    script that calls :func:`simulate` and catches one sees no difference."""
 
 
 def _run_events(sim, total, log_dir, flush):

@@ -204,6 +204,9 @@ def _big(tmp_path):
     (lambda p: (p / "t").write_text("-1 3\n") and p / "t", "finite number of seconds"),
     (lambda p: (p / "t").write_text("1 8\n") and p / "t", "no worker 8 in this run (workers 0..7)"),
     (lambda p: (p / "t").write_text("1 -1\n") and p / "t", "no worker -1"),
+    # Python's own number forms: 1_0 was read as 10 s, an Arabic-Indic digit as worker 3
+    (lambda p: (p / "t").write_text("1_0 3\n") and p / "t", "line 1: expected 'SECONDS WORKER' (a number"),
+    (lambda p: (p / "t").write_text("1 \u0663\n") and p / "t", "line 1: expected 'SECONDS WORKER' (a number"),
     (lambda p: "", "an empty path"),
 ])
 def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
@@ -219,6 +222,8 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["-n", 8, "--churn-mttf", "100"], "--churn-mttf: simulated deaths need --fault-tolerance"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@x"], "expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3"], "expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@1_0"], "--deaths '3@1_0': expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "\u0663@1"], "expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", ""], "--deaths '': empty value (expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "9@1"], "no worker 9 in this run"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@-1"],     # (the time as typed, not 3@-1.0)

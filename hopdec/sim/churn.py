@@ -38,6 +38,7 @@ from hopdec.core import Wait
 from hopdec.errors import ConfigError, HopdecError
 from hopdec.hop.heal import heal
 from hopdec.runtime.hop_loop import worker_loop
+from hopdec.settings.faults import plain_float, plain_int
 from hopdec.sim.hop import SendsPending
 
 MAX_TRACE_BYTES = 16 * 2 ** 20
@@ -77,7 +78,7 @@ def read_trace(path, workers, option="--death-trace"):
         if len(body) != 2:
             raise ConfigError(f"{where}: expected 'SECONDS WORKER', got {line.strip()[:60]!r}")
         try:
-            t, w = float(body[0]), int(body[1])
+            t, w = plain_float(body[0]), plain_int(body[1])
         except ValueError:
             raise ConfigError(f"{where}: expected 'SECONDS WORKER' (a number and a worker id), "
                               f"got {line.strip()[:60]!r}") from None

@@ -271,3 +271,73 @@ def test_skipping_with_a_checkpoint_at_every_iteration_is_refused():
     with pytest.raises(ConfigError, match="^--skip max-jump=2,trigger=1: never skips with --checkpoint-every 1: "):
         check_config(cfg, node_views(ring(4)))
     assert check_config(parsed.protocol.config(20, checkpoint_every=2), node_views(ring(4))) == []
+
+
+class _Comm:
+    """Just enough of a communicator for hopdec train's setup (no MPI): ``size`` ranks, this one rank 0."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def Get_size(self):
+        return self.size
+
+    def Get_rank(self):
+        return 0
+
+
+def _train_and_sim(argv, n):
+    """What ``hopdec train`` on n workers (PS: n + 1 ranks) and ``hopdec sim -n n`` say of ``argv``: "ok" or
+    the one line each refuses it with (the command's name left out)."""
+    import contextlib
+    from hopdec.errors import HopdecError
+    from hopdec.runtime.setup import setup
+    from hopdec.sim.run import Simulation
+
+    def said(fn):
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                fn()
+            return "ok"
+        except HopdecError as err:
+            return str(err)
+
+    def train():
+        s = train_parse(argv)
+        setup(s, _Comm(n + 1 if s.mode == "ps" else n))
+    return said(train), said(lambda: Simulation(sim_parse(argv + ["-n", str(n)]), io.StringIO()))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--backup-workers", "7", "--slowdown", "rank=99,factor=2"],
+    ["--topology", "torus", "--slowdown", "rank=99,factor=2"],
+    ["--staleness", "1", "--skip", "max-jump=9,trigger=1", "--slowdown", "rank=8,factor=2"],
+])
+def test_a_command_line_with_two_problems_gets_the_same_line_from_train_and_sim(argv):
+    """One settings object, one assembly (issue 19): train checked --slowdown before the topology and the
+    mechanisms, sim after them, so the same command line was refused for --slowdown by one and for
+    --backup-workers by the other."""
+    t, s = _train_and_sim(argv, 8 if "torus" not in argv else 7)
+    assert t == s != "ok", (t, s)
+
+
+def test_random_command_lines_are_accepted_or_refused_alike_by_train_and_sim():
+    """Seeded random option combinations (valid and invalid values, several at once) through both
+    commands' settings and assembly: the same verdict, the same line."""
+    import random
+    pool = {"--topology": ["ring", "exponential", "torus", "one-peer-exponential", "topologies/ring_8.json"],
+            "--protocol": ["tokens", "queue-only", "notify-ack"], "--max-ig": ["0", "1", "3"],
+            "--backup-workers": ["0", "1", "7"], "--staleness": ["0", "2"],
+            "--skip": ["max-jump=3,trigger=2", "max-jump=2"], "--compress": ["fp16", "topk:2"],
+            "--local-steps": ["0", "2"], "--slowdown": ["rank=3,factor=4", "rank=99,factor=2"],
+            "--iterations": ["0", "5"], "--batch-size": ["0", "100000"], "--sync": ["ssp", "dssp", "elastic"],
+            "--staleness-range": ["6,2"], "--mode": ["ps", "allreduce"], "--fault-tolerance": None,
+            "--model": ["mlp", "svm"], "--lr": ["-1"]}
+    rng = random.Random(19)
+    for _ in range(40):
+        argv = []
+        for opt in rng.sample(sorted(pool), rng.randint(1, 4)):
+            argv += [opt] if pool[opt] is None else [opt, rng.choice(pool[opt])]
+        n = 8 if "topologies/ring_8.json" in argv else rng.choice([3, 4, 9])
+        t, s = _train_and_sim(argv, n)
+        assert t == s, (argv, n, t, s)

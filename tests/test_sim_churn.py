@@ -130,6 +130,19 @@ def test_deaths_after_the_end_change_nothing():
     assert "0 worker(s) died" in out
 
 
+@pytest.mark.parametrize("mode", [[], ["--mode", "ps", "-n", 4]])
+def test_the_summary_counts_the_planned_deaths_the_run_ended_before(mode, tmp_path):
+    """A death planned after the run's end never happens; the summary said only "1 worker(s) died" of three
+    planned, so a trace whose times were in the wrong unit (milliseconds) read as a run nobody died in."""
+    base = mode + BASE[2:] if mode else BASE                # (PS: no topology)
+    res, out = sim(base + ["--deaths", "3@1000,4@0.5,2@2000"])
+    line = next(x for x in out.splitlines() if x.startswith("deaths ("))
+    assert "1 worker(s) died" in line
+    assert line.endswith(f"; 2 planned death(s) came after the run had ended at virtual second {res['virtual_s']:.6g}")
+    _, out = sim(base + ["--deaths", "4@0.5"])
+    assert "came after the run" not in out
+
+
 def test_math_averages_the_survivors_models():
     """--math: the dead worker's replica leaves the average; the survivors train on and report accuracies."""
     res, out = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,
@@ -138,6 +151,19 @@ def test_math_averages_the_survivors_models():
     assert len(res["evals"]) >= 3 and "averaged model: test loss" in out
     rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
     assert sorted(int(r[0]) for r in rows) == [1, 2, 3, 4, 5] and all(float(r[-1]) > 0.5 for r in rows)
+
+
+def test_math_evaluations_count_the_living_workers_iterations():
+    """The eval records' iter_min/iter_mean counted the dead worker where it died: iter_min stayed at its
+    last iteration for the rest of the run, and the mean was dragged down by it."""
+    res, _ = sim(["--topology", "ring-based", "-n", 6, "--math", "--model", "mlp", "--iterations", 60,
+                  "--compute-time", 0.05, "--fault-tolerance", "--deaths", "0@0.5", "--eval-interval", 1])
+    c = res["churn"]
+    died_at = c.died[0][2]
+    late = [e for e in res["evals"] if e["time"] > 1.5 and not e.get("final")]
+    assert late and died_at < 15
+    for e in late:                                  # the survivors are far past the dead worker's iteration
+        assert e["iter_min"] > died_at + 5 and e["iter_mean"] >= e["iter_min"], e
 
 
 # ---- deaths from a trace file ---------------------------------------------------------------------
@@ -178,6 +204,9 @@ def _big(tmp_path):
     (lambda p: (p / "t").write_text("-1 3\n") and p / "t", "finite number of seconds"),
     (lambda p: (p / "t").write_text("1 8\n") and p / "t", "no worker 8 in this run (workers 0..7)"),
     (lambda p: (p / "t").write_text("1 -1\n") and p / "t", "no worker -1"),
+    # Python's own number forms: 1_0 was read as 10 s, an Arabic-Indic digit as worker 3
+    (lambda p: (p / "t").write_text("1_0 3\n") and p / "t", "line 1: expected 'SECONDS WORKER' (a number"),
+    (lambda p: (p / "t").write_text("1 \u0663\n") and p / "t", "line 1: expected 'SECONDS WORKER' (a number"),
     (lambda p: "", "an empty path"),
 ])
 def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
@@ -193,6 +222,8 @@ def test_hostile_trace_files_are_one_line(tmp_path, capsys, make, words):
     (["-n", 8, "--churn-mttf", "100"], "--churn-mttf: simulated deaths need --fault-tolerance"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@x"], "expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3"], "expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "3@1_0"], "--deaths '3@1_0': expected WORKER@SECONDS"),
+    (["-n", 8, "--fault-tolerance", "--deaths", "\u0663@1"], "expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", ""], "--deaths '': empty value (expected WORKER@SECONDS"),
     (["-n", 8, "--fault-tolerance", "--deaths", "9@1"], "no worker 9 in this run"),
     (["-n", 8, "--fault-tolerance", "--deaths", "3@-1"],     # (the time as typed, not 3@-1.0)
@@ -432,3 +463,33 @@ def test_a_bsp_death_with_weights_on_the_way_keeps_the_gap_at_the_bound(tmp_path
     assert res["stats"][3].entries[-1][1] == 18 and res["max_gap"] == 0
     run = Run.load(str(logs))
     assert run.gap_over_time()[1].max() == 0 and run.gap_matrix().max() == 0
+
+
+@pytest.mark.parametrize("argv", [["--topology", EXP8, "--deaths", ",".join(f"{w}@{0.1 * w:g}" for w in range(8))],
+                                  ["--mode", "ps", "-n", 3, "--deaths", "1@0.1,2@0.2,3@0.3"]])
+def test_a_run_the_deaths_end_keeps_its_records_and_heals_in_the_logs(argv, tmp_path):
+    """Deaths of every worker end the run with one line, as a real run's -- but the simulator had kept its
+    records in memory and lost them: the logs held their headers only, nothing of what died when. Now
+    they hold every record and heal up to the end, and the line says where they are."""
+    d = tmp_path / "run"
+    with pytest.raises(Exception) as err:
+        sim(argv + ["--iterations", 30, "--compute-time", 0.05, "--fault-tolerance", "--log-dir", d])
+    assert f"(the records up to then are in {d}/rank*.jsonl)" in str(err.value)
+    assert type(err.value).__name__ in ("CannotHeal", "HopdecError", "ConfigError"), err.value
+    records = {p.name: [json.loads(x) for x in p.read_text().splitlines()] for p in d.glob("rank*.jsonl")}
+    assert sum(1 for lines in records.values() for x in lines if "iter" in x) >= 6
+    if "--topology" in argv:
+        heals = [x for x in records["rank7.jsonl"] if x.get("event") == "heal"]
+        assert heals and heals[0]["failed"][0] == 0 and heals[0]["died_at"][0] == 0.0
+
+
+def test_a_burst_of_deaths_is_one_short_failure_line(tmp_path):
+    """43 workers dying at once made one summary line of 43 rank numbers (90 among 2,000 workers: a screen);
+    the line names the first ones and counts them, the logs' heal event lists every one."""
+    failed = list(range(3, 300, 7))
+    res, out = sim(["--topology", "ring-based", "-n", 300, "--iterations", 10, "--fault-tolerance", "--invariants",
+                    "off", "--deaths", ",".join(f"{w}@0.5" for w in failed), "--log-dir", tmp_path / "run"])
+    line = next(x for x in out.splitlines() if "failure: rank(s) 3," in x)
+    assert "3, 10, 17, 24, 31, 38, 45, 52, 59, 66, ..., 297 (43 in all) died near iteration" in line, line
+    _, _, events = log_lines(tmp_path / "run", 1)
+    assert [e["failed"] for e in events if e["event"] == "heal"] == [failed]

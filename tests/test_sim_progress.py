@@ -83,3 +83,69 @@ def test_a_local_steps_simulation_counts_rounds_in_its_progress_lines(monkeypatc
     its.update({0: 4, 1: 4})
     clock.t += 2.0
     assert p().endswith("round 4 of 10 (every worker)  2 rounds/s  ETA 2 s")
+
+
+@pytest.mark.parametrize("sig,mode", [("SIGINT", ["--topology", "ring-based"]),
+                                      ("SIGTERM", ["--topology", "ring-based", "--fault-tolerance",
+                                                   "--churn-mttf", "2000"]),
+                                      ("SIGTERM", ["--mode", "ps", "--sync", "ssp"]),
+                                      ("SIGINT", ["--mode", "allreduce"])])
+def test_ctrl_c_or_sigterm_stops_a_long_simulation_with_one_line_and_its_records_written(sig, mode, tmp_path):
+    """Ctrl-C on a long ``hopdec sim`` printed a traceback and SIGTERM killed it without a word; either way
+    the records it buffered (up to 200,000 lines) were lost: after minutes of simulation the logs held
+    their headers only. Now: one line saying where it stopped, exit 128 + the signal, every record up to
+    then in the logs."""
+    import json
+    import selectors
+    import signal
+    import subprocess
+    import sys
+    import time
+    log_dir = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "hopdec.cli", "sim", "-n", "40", "--iterations", "1000000",
+                          "--log-dir", str(log_dir), "--progress-interval", "0.5", *mode],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (a background job's)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(p.stderr, selectors.EVENT_READ)
+        deadline, seen = time.monotonic() + 120, ""
+        while "progress" not in seen and time.monotonic() < deadline and p.poll() is None:
+            if sel.select(timeout=1):
+                seen += p.stderr.readline()
+        assert "progress" in seen, seen                 # the events are running
+        p.send_signal(getattr(signal, sig))
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    lines = [x for x in err.splitlines() if not x.startswith("progress")]
+    assert p.returncode == 128 + getattr(signal, sig), err
+    assert len(lines) == 1 and lines[0].startswith(f"hopdec sim: stopped by {sig} at virtual second "), err
+    assert f"the records up to then are in {log_dir}/rank*.jsonl; no summary" in lines[0]
+    assert out == ""                                    # no summary of a run that did not end
+    for path in log_dir.glob("rank*.jsonl"):
+        records = [json.loads(x) for x in path.read_text().splitlines()]
+        assert "run" in records[0] and len(records) > 2, path      # the header, then records
+
+
+def test_an_interrupted_simulate_is_still_a_keyboard_interrupt_with_its_records_written(tmp_path, monkeypatch):
+    """A script that calls ``simulate`` and catches KeyboardInterrupt still gets one (saying where the run
+    stopped), and the records up to the interrupt are in the logs."""
+    import json
+    from hopdec.sim.events import EventQueue
+    from hopdec.sim.run import Stopped
+    real = EventQueue.run
+
+    def interrupted(self, until=None, on_event=None):
+        real(self, until=2.0, on_event=on_event)           # two virtual seconds, then Ctrl-C
+        raise KeyboardInterrupt
+    monkeypatch.setattr(EventQueue, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt) as err:
+        simulate(parse(["-n", "8", "--iterations", "1000", "--compute-time", "0.1", "--no-progress",
+                        "--log-dir", str(tmp_path)]), out=io.StringIO())
+    assert isinstance(err.value, Stopped)
+    assert str(err.value).startswith("at virtual second 1.9") and "(the workers at iteration" in str(err.value)
+    lines = [json.loads(x) for x in (tmp_path / "rank3.jsonl").read_text().splitlines()]
+    assert [x["iter"] for x in lines[1:]] == list(range(len(lines) - 1)) and len(lines) > 15

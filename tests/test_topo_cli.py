@@ -429,3 +429,45 @@ def test_analyze_warns_when_averaging_never_converges(tmp_path):
     ring = tmp_path / "ring.json"
     ring.write_text(json.dumps(nx.node_link_data(T.ring(4), edges="edges")))
     assert topo("analyze", ring).stderr == ""
+
+
+def test_message_mb_help_says_mib_as_the_values_are_read():
+    """``--message-mb`` counts MiB (2^20 bytes) in hopdec sim and in topo analyze/compare, but their help
+    showed the metavar ``MB`` (10^6 bytes, 4.9% less): now ``MIB`` in every help, and 1 is 2^20 bytes."""
+    import argparse
+    from hopdec.cli import sim
+    from hopdec.cli.topo import build_parser
+    from hopdec.sim.network import LinkModel
+    from hopdec.topology.traffic import traffic
+    parsers = [sim.build_parser()]
+    top = build_parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    parsers += [sub.choices["analyze"], sub.choices["compare"]]
+    for p in parsers:
+        text = " ".join(p.format_help().split())
+        assert "--message-mb MIB" in text and "--message-mb MB" not in text, p.prog
+        assert "MiB" in text, p.prog
+    import networkx as nx
+    t = traffic(nx.DiGraph([(0, 1)]), LinkModel(bandwidth=2 ** 20, latency=0), message_mb=1.0)
+    assert t["seconds_per_iteration"] == 1.0       # 1 MiB at 1 MiB/s: one second
+
+
+@pytest.mark.parametrize("cmd", ["topo", "report"])
+def test_ctrl_c_on_a_long_command_is_one_line(cmd, monkeypatch, capsys):
+    """Ctrl-C on ``hopdec topo generate`` of 100,000 workers (~20 s) or a long analyze printed a
+    KeyboardInterrupt traceback; every command now says it stopped, in one line, and exits 130."""
+    import importlib
+    from hopdec.cli.main import main
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    if cmd == "topo":
+        monkeypatch.setattr(importlib.import_module("hopdec.cli.topo"), "main", interrupted)
+    else:
+        monkeypatch.setattr(importlib.import_module("hopdec.cli.report"), "report_main", interrupted)
+    try:
+        rc = main([cmd, "whatever"])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped: a traceback")
+    assert rc == 130
+    assert capsys.readouterr().err == f"hopdec {cmd}: stopped by SIGINT\n"

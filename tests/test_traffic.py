@@ -317,3 +317,43 @@ def test_the_counts_on_arrays_are_the_per_edge_ones():
         mb = rng.choice([1.0, 0.5, 3.0])
         want, got = _per_edge_traffic(G, link, mb, machines), traffic(G, link, mb, machines)
         assert repr(got) == repr(want), (case, got, want)
+
+
+def test_link_model_reads_every_edge_attribute_as_before():
+    """link_model reads the adjacency directly (4 s -> 0.7 s of CPU at 1.7 million edges): on random graphs
+    with bandwidth/latency on some edges (self-loops among them) it finds the links the old loop over
+    ``edges(data=True)`` found, in the same order, and names the same first bad edge."""
+    import random
+
+    import networkx as nx
+
+    from hopdec.errors import ConfigError
+    from hopdec.settings.cost import Cost
+    from hopdec.sim.run import link_model
+
+    def old_links(g):
+        out = {}
+        for u, v, d in g.edges(data=True):
+            if u == v or not ({"bandwidth", "latency"} & set(d)):
+                continue
+            out[(int(u), int(v))] = (None if d.get("bandwidth") is None else float(d["bandwidth"]) * 1e9 / 8,
+                                     None if d.get("latency") is None else float(d["latency"]))
+        return out
+    for seed in range(20):
+        rng = random.Random(seed)
+        n = rng.randint(2, 30)
+        g = nx.DiGraph()
+        g.add_nodes_from(range(n))
+        for _ in range(rng.randint(1, 4 * n)):
+            u, v = rng.randrange(n), rng.randrange(n)
+            d = {"weight": 0.5}
+            if rng.random() < 0.3:
+                d["bandwidth"] = rng.choice([1, 0.5, 40])
+            if rng.random() < 0.3:
+                d["latency"] = rng.choice([0, 1e-3])
+            g.add_edge(u, v, **d)
+        links = link_model(Cost(), n, g).links
+        assert links == old_links(g) and list(links) == list(old_links(g)), seed
+    g = nx.DiGraph([(0, 1, {"bandwidth": 1}), (1, 2, {"latency": -1}), (2, 0, {"bandwidth": 0})])
+    with pytest.raises(ConfigError, match=r"^topology: edge 1->2 latency"):
+        link_model(Cost(), 3, g)

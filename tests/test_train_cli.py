@@ -173,6 +173,8 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
     (["report", "x", "--outptu", "y"], "hopdec report: error: unrecognized arguments: --outptu y; did you mean "
                                        "--output? (see hopdec report --help)"),
     (["sim", "--zzz"], "hopdec sim: error: unrecognized arguments: --zzz (see hopdec sim --help)"),
+    # a hidden option (train's fault injection) is never suggested: --deaths (hopdec sim's) said --die-at
+    (["train", "--deaths", "1@1"], "hopdec train: error: unrecognized arguments: --deaths 1@1 (see hopdec train --help)"),
 ])
 def test_a_mistyped_option_names_the_option_meant(argv, says, capsys, monkeypatch):
     """Python 3.11's argparse says only "unrecognized arguments"; every hopdec command (one parser class)

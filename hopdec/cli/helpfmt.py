@@ -37,8 +37,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def _option_strings(parser):
-    """Every long option of ``parser`` and of its subcommands' parsers."""
-    found = {o for o in parser._option_string_actions if o.startswith("--")}
+    """Every long option of ``parser`` and of its subcommands' parsers that its help shows (a hidden one,
+    such as train's fault injection ``--die-at``, is never suggested: ``hopdec train --deaths`` pointed
+    there)."""
+    found = {o for o, a in parser._option_string_actions.items()
+             if o.startswith("--") and a.help != argparse.SUPPRESS}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():

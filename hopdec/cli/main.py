@@ -1,6 +1,7 @@
 """The ``hopdec`` command: ``hopdec topo``, ``train``, ``sim``, ``report``, ``plot``, ``trace``.
 
-Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on stderr and exit 2.
+Every subcommand turns a :class:`hopdec.errors.HopdecError` into one line on stderr and exit 2, and
+Ctrl-C into one line and exit 130.
 """
 
 import sys
@@ -53,6 +54,9 @@ def main(argv=None):
     except BrokenPipeError:                 # `hopdec topo analyze ... | head`: the reader has what it wanted
         _quiet_stdout()
         return 128 + 13                     # as a process SIGPIPE ended: 141
+    except KeyboardInterrupt:               # Ctrl-C on a long topo generate/analyze, report or plot: one
+        print(f"hopdec {cmd}: stopped by SIGINT", file=sys.stderr, flush=True)     # line, not a traceback
+        return 128 + 2                      # as a shell reports a process SIGINT ended: 130
 
 
 def _quiet_stdout():

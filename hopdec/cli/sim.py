@@ -8,7 +8,10 @@ summary are a real run's, with times in virtual seconds and labelled SIMULATED.
 """
 
 import argparse
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from hopdec.errors import HopdecError
 
@@ -48,9 +51,9 @@ def build_parser():
     c.add_argument("--math", action="store_true",
                    help="every worker holds a real replica of the model and really trains (time stays "
                         "virtual); default: timing only, no tensors")
-    c.add_argument("--message-mb", type=float, default=None, metavar="MB",
-                   help="size of a parameter (or gradient) message in MiB; default: the model's real size "
-                        "(parameters x 4 bytes)")
+    c.add_argument("--message-mb", type=float, default=None, metavar="MIB",
+                   help="size of a parameter (or gradient) message in MiB (2^20 bytes; 0.5 for 512 KiB); "
+                        "default: the model's real size (parameters x 4 bytes)")
     add_network_arguments(c)
     c.add_argument("--send-path", choices=["zero-copy", "copy"], default="zero-copy",
                    help="decentralized mode: zero-copy (a real CPU run's): the parameters live in a pool of "
@@ -95,11 +98,40 @@ def parse(argv):
     return settings_from(build_parser().parse_args(argv), argv, simulated=True)
 
 
-def main(argv):
-    from hopdec.sim.run import simulate
+@contextmanager
+def _stop_signals():
+    """Ctrl-C and SIGTERM (a batch system's stop, ``kill``) raise KeyboardInterrupt inside, so a long
+    simulation ends as Ctrl-C ends it, with its records written (SIGTERM killed it on the spot and lost
+    them); yields the signals received. A signal ignored when we started (a background job's SIGINT) stays
+    ignored; the handlers before are restored after."""
+    got = []
+
+    def stop(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL):
+                old[sig] = signal.signal(sig, stop)
     try:
-        simulate(parse(argv))
-    except HopdecError as err:
-        print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
-        return 2
+        yield got
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def main(argv):
+    from hopdec.sim.run import Stopped, simulate
+    with _stop_signals() as got:
+        try:
+            simulate(parse(argv))
+        except HopdecError as err:
+            print(f"hopdec sim: error: {err}", file=sys.stderr, flush=True)
+            return 2
+        except (Stopped, KeyboardInterrupt) as stop:      # one line, exit 128 + the signal, as a shell's
+            sig = got[0] if got else signal.SIGINT
+            print(f"hopdec sim: stopped by {signal.Signals(sig).name}"
+                  + (f" {stop}" if isinstance(stop, Stopped) else " (no summary)"), file=sys.stderr, flush=True)
+            return 128 + int(sig)
     return 0

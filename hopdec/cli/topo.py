@@ -73,8 +73,9 @@ def _message_mb(text):
 def _network_options(p):
     """The network of the traffic figures: the options ``hopdec sim`` takes for it, read the same way."""
     n = p.add_argument_group("network (the least transfer time per iteration, hopdec.topology.traffic)")
-    n.add_argument("--message-mb", type=_message_mb, default=1.0, metavar="MB",
-                   help="MiB per update (default 1; the transfer time scales with it)")
+    n.add_argument("--message-mb", type=_message_mb, default=1.0, metavar="MIB",
+                   help="MiB (2^20 bytes) per update, as hopdec sim's --message-mb (default 1; the transfer "
+                        "time scales with it)")
     add_network_arguments(n)
     n.add_argument("--machines", type=_sizes, metavar="SIZES",
                    help="place the workers on machines of these sizes, in node order (e.g. 4,2,2: nodes 0-3 "

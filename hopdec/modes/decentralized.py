@@ -184,7 +184,7 @@ class HopRun:
         what it cost, and the healed graph's bound."""
         if not heals:
             return []
-        lines = [f"failure: rank(s) {', '.join(map(str, e['failed']))} died near iteration {e['iteration']}; "
+        lines = [f"failure: rank(s) {rank_list(e['failed'])} died near iteration {e['iteration']}; "
                  f"{len(e['survivors'])} survivors healed the graph in {e['stall_s']:.4g} s "
                  f"(spectral gap now {e['spectral_gap']})" for e in heals]
         from hopdec.topology.heal import relabelled
@@ -192,3 +192,17 @@ class HopRun:
         lines.append(f"after the failures the gap bound is {healed_bound:g} on the healed graph "
                      f"({healed_graph.number_of_nodes()} workers; it was {bound:g})")
         return lines
+
+
+RANKS_SHOWN = 12
+"""A summary line names up to this many failed ranks; more are counted (every one is in the logs)."""
+
+
+def rank_list(ranks):
+    """``"3, 10, 17"``; beyond :data:`RANKS_SHOWN` the first ones and the count (a burst of 90 deaths among
+    2,000 simulated workers made one summary line of 90 numbers): ``"3, 10, ..., 297 (90 in all)"``; a
+    log's ``heal`` events list every one."""
+    ranks = list(ranks)
+    if len(ranks) <= RANKS_SHOWN:
+        return ", ".join(map(str, ranks))
+    return ", ".join(map(str, ranks[:RANKS_SHOWN - 2])) + f", ..., {ranks[-1]} ({len(ranks)} in all)"

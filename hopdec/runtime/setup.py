@@ -50,11 +50,6 @@ def _assemble(settings, rank, size):
                 raise ConfigError(f"--die-rank {die}: no such rank (0..{size - 1})")
         run = PSRun(settings, size - 1)
     else:
-        run = None
-    workers = run.workers if run is not None else range(size)
-    em = settings.emulation
-    Emulator(list(em.slowdown), workers[0], workers, compute_time=em.compute_time, seed=settings.work.seed)
-    if run is None:
         from hopdec.modes.decentralized import HopRun, resolve_topology
         graph = resolve_topology(settings.protocol.topology, size)
         n = graph.number_of_nodes()
@@ -62,9 +57,13 @@ def _assemble(settings, rank, size):
             raise ConfigError(f"{settings.protocol.topology or 'default topology'}: has {n} workers but the run "
                               f"has {size} ranks (mpirun -n {n})")
         run = HopRun(settings, graph)
-        if rank == 0:                               # the topology file's notes, as sim and topo analyze print them
-            for note in run.warnings:
-                print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
+    # the slowdowns after the run's own checks, as hopdec sim makes them: a command line with two problems
+    # got a different line from train and sim (train named --slowdown, sim --backup-workers)
+    em, workers = settings.emulation, run.workers
+    Emulator(list(em.slowdown), workers[0], workers, compute_time=em.compute_time, seed=settings.work.seed)
+    if run.mode == "decentralized" and rank == 0:   # the topology file's notes, as sim and topo analyze print them
+        for note in run.warnings:
+            print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
     return run
 
 

@@ -35,6 +35,22 @@ HEAL_STALL_S = 0.07
 iterations, heal, reconfigure): the stall measured on 8 workers (README "Surviving dead workers")."""
 
 
+def plain_float(text):
+    """``float(text)`` for a number as a file or a command line writes it: Python's own forms are refused
+    (ValueError): ``1_0`` read as 10 seconds, and digits of other scripts (``\u0663``, an Arabic-Indic 3) as
+    ASCII ones, without a word."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"not a plain number: {text!r}")
+    return float(text)
+
+
+def plain_int(text):
+    """``int(text)``, as :func:`plain_float` reads a number."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"not a plain integer: {text!r}")
+    return int(text)
+
+
 def deaths(values, option_name="--deaths"):
     """``["3@12.5,7@40"]`` (repeatable ``W@T`` lists: worker W dies at virtual second T) ->
     ``((12.5, 3), (40.0, 7))``, in time order; None -> ()."""
@@ -47,7 +63,7 @@ def deaths(values, option_name="--deaths"):
                 continue
             w, at, t = part.strip().partition("@")
             try:
-                pair = (float(t), int(w))
+                pair = (plain_float(t), plain_int(w))
             except ValueError:
                 raise ConfigError(f"{option_name} {part.strip()!r}: expected WORKER@SECONDS (e.g. 3@12.5), "
                                   f"several separated by commas") from None

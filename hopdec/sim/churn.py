@@ -38,6 +38,7 @@ from hopdec.core import Wait
 from hopdec.errors import ConfigError, HopdecError
 from hopdec.hop.heal import heal
 from hopdec.runtime.hop_loop import worker_loop
+from hopdec.settings.faults import plain_float, plain_int
 from hopdec.sim.hop import SendsPending
 
 MAX_TRACE_BYTES = 16 * 2 ** 20
@@ -77,7 +78,7 @@ def read_trace(path, workers, option="--death-trace"):
         if len(body) != 2:
             raise ConfigError(f"{where}: expected 'SECONDS WORKER', got {line.strip()[:60]!r}")
         try:
-            t, w = float(body[0]), int(body[1])
+            t, w = plain_float(body[0]), plain_int(body[1])
         except ValueError:
             raise ConfigError(f"{where}: expected 'SECONDS WORKER' (a number and a worker id), "
                               f"got {line.strip()[:60]!r}") from None
@@ -166,6 +167,7 @@ class Churn:
         self.detected_at = None
         self.round = 0                  # which heal the scheduled resumption belongs to
         self.heals, self.died, self.spared = [], [], []
+        self.planned = len(deaths)
         sim.net = _Gate(sim.net, self)
         sim.loops = [self._joining(r, loop) for r, loop in enumerate(sim.loops)]
         for t, w in deaths:
@@ -393,13 +395,22 @@ def ps_gap_entries(sim, stats):
     return entries, [found.get(w) for w in stats]
 
 
-def ps_summary_lines(sim, detect_s, fidelity):
-    """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim)."""
+def ps_summary_lines(sim, detect_s, fidelity, planned=None):
+    """The summary's first line on a parameter-server run's simulated deaths (``sim``: the PSSim;
+    ``planned``: how many deaths were planned)."""
     found = len(sim.server.failed)
+    never = 0 if planned is None else planned - len(sim.died) - len(sim.spared)
     return [f"deaths ({fidelity}): {len(sim.died)} worker(s) died, {found} found and dropped by the server "
             f"{detect_s:g} virtual s after each death (--failure-detection; until then its sync policy still "
             f"counted the dead worker; no recovery stall: a parameter-server run neither revokes nor shrinks)"
-            + (f"; {len(sim.spared)} planned death(s) came after the worker had finished" if sim.spared else "")]
+            + (f"; {len(sim.spared)} planned death(s) came after the worker had finished" if sim.spared else "")
+            + _never(never, sim.q.now if sim.end_time is None else sim.end_time)]
+
+
+def _never(k, end):
+    """The planned deaths a run never reached: the last worker finished before their time (they went
+    unmentioned, and a trace whose times were in the wrong unit read as a run nobody died in)."""
+    return f"; {k} planned death(s) came after the run had ended at virtual second {end:.6g}" if k > 0 else ""
 
 
 # ---- what the summary says ------------------------------------------------------------------------
@@ -409,14 +420,16 @@ def summary_lines(churn, hop, bound, fidelity):
     lines = [f"deaths ({fidelity}): {len(c.died)} worker(s) died, {len(c.heals)} heal(s); each found "
              f"{c.detect_s:g} virtual s after the death, the recovery {c.stall_s:g} virtual s once every "
              f"survivor joined it; {len(c.alive)} survivors finished"
-             + (f"; {len(c.spared)} planned death(s) came after the worker had finished" if c.spared else "")]
+             + (f"; {len(c.spared)} planned death(s) came after the worker had finished" if c.spared else "")
+             + _never(c.planned - len(c.died) - len(c.spared), c.sim.q.now)]
     if not c.heals:
         return lines
     heals = c.heals if len(c.heals) <= HEAL_LINES else c.heals[:HEAL_LINES - 2] + c.heals[-2:]
     if bound is not None:
         notes = hop.heal_notes(heals, c.graph, bound)
     else:
-        notes = [f"failure: rank(s) {', '.join(map(str, h['failed']))} died near iteration {h['iteration']}; "
+        from hopdec.modes.decentralized import rank_list
+        notes = [f"failure: rank(s) {rank_list(h['failed'])} died near iteration {h['iteration']}; "
                  f"{len(h['survivors'])} survivors healed the graph in {h['stall_s']:.4g} virtual s" for h in heals]
         notes.append(f"after the failures: {c.graph.number_of_nodes()} workers (the healed graph's gap bound "
                      f"is not computed at this size)")

@@ -16,13 +16,13 @@ import sys
 import time
 from functools import partial
 
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, HopdecError
 from hopdec.files import writing
 from hopdec.settings.cost import CHECK_UP_TO, DEFAULT_BANDWIDTH_GBPS
 from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_rank
 from hopdec.sim.events import collector_paused
 from hopdec.sim.network import LinkModel
-from hopdec.sim.progress import attach as progress
+from hopdec.sim.progress import attach as progress, running
 
 MIB = 2 ** 20
 """``--message-mb`` counts MiB (VGG-16's 138M float32 parameters are the papers' "528 MB")."""
@@ -95,9 +95,11 @@ def link_model(cost, nodes, graph=None):
     node_bw = {r: v for r, v in node_bw.items() if v != base}
     links = {}
     if graph is not None:
-        for u, v, d in graph.edges(data=True):
-            if u == v or not ({"bandwidth", "latency"} & set(d)):
-                continue
+        # the adjacency read directly and no set per edge: 4 s of CPU at a 100,000-worker one-peer schedule's
+        # 1.7 million union edges, none with an attribute (topo analyze's network section), now 0.7
+        tagged = ((u, v, d) for u, nbrs in graph.adjacency() for v, d in nbrs.items()
+                  if ("bandwidth" in d or "latency" in d) and u != v)
+        for u, v, d in tagged:
             bw = d.get("bandwidth")
             lat = d.get("latency")
             links[(int(u), int(v))] = (
@@ -193,6 +195,35 @@ def _condensed(rows, logged):
 
 
 # ---- the run -----------------------------------------------------------------------------------
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, which ``hopdec sim`` turns into one) while the events ran: the records kept so far
+    were written; ``str``: where the run stopped and where its records are. Still a KeyboardInterrupt, so a
+    script that calls :func:`simulate` and catches one sees no difference."""
+
+
+def _run_events(sim, total, log_dir, flush):
+    """``sim.run()``; a KeyboardInterrupt in it (Ctrl-C) writes the records kept so far (``flush()``: a
+    long run buffers up to :attr:`_Logs.FLUSH_LINES`, which an interrupt lost) and raises :class:`Stopped`.
+    A run that ends on an error (the deaths left too few workers) writes them too, as a real run's logs
+    keep what it did before its one line: the deaths and heals until then are in them."""
+    try:
+        sim.run()
+    except HopdecError as err:
+        flush()
+        if log_dir:
+            raise type(err)(f"{err} (the records up to then are in {log_dir}/rank*.jsonl)") from None
+        raise
+    except KeyboardInterrupt:
+        flush()
+        its = running(sim)
+        lo, hi = (min(its.values()), max(its.values())) if its else (None, None)
+        where = ("every worker had finished" if not its else f"the workers at iteration {lo} of {total}"
+                 if lo == hi else f"the workers at iterations {lo}..{hi} of {total}")
+        raise Stopped(f"at virtual second {sim.q.now:.6g} ({where}); "
+                      + (f"the records up to then are in {log_dir}/rank*.jsonl; " if log_dir else "")
+                      + "no summary") from None
+
+
 def run_id(settings):
     """A simulated run's id in its logs' headers: a hash of what it computes (its settings but where its
     output goes), so the same simulation writes the same logs, and two different ones never share an id."""
@@ -361,16 +392,17 @@ def _run_hop(S, entries=False):
         def evaluate():
             avg = np.mean([t.write_params() for t in trainers.values()], axis=0)
             loss, acc = next(iter(trainers.values())).evaluate(avg)
-            its = [c.iteration for c in sim.cores]
+            # the living workers' iterations: a dead one's stays where it died (its model left the average)
+            its = [c.iteration for c in sim.cores if churn is None or c.rank in churn.alive]
             evals.append(dict(time=sim.now, test_loss=loss, test_acc=acc, iter_min=min(its),
-                              iter_mean=sum(its) / n, model=hop.eval_model, simulated=cost.fidelity,
+                              iter_mean=sum(its) / len(its), model=hop.eval_model, simulated=cost.fidelity,
                               sent_bytes=sum(io.bytes_sent for io in sim.ios) / n))
         evaluate()
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, hop.cfg.iterations, S.settings,            # a line every few wall seconds on a long run
              what="round" if hop.cfg.rounds else "iter")
     t0 = time.perf_counter()
-    sim.run()
+    _run_events(sim, hop.cfg.iterations, log_dir, logs.flush)
     wall = time.perf_counter() - t0
     logs.flush()
     avg_loss = avg_acc = None
@@ -479,7 +511,11 @@ def _run_ps(S):
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, ps.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
-    sim.run()
+
+    def flush():
+        logs.flush()
+        events.close()
+    _run_events(sim, ps.work.iterations, log_dir, flush)
     wall = time.perf_counter() - t0
     logs.flush()
     if not all(sim.done.values()):
@@ -510,7 +546,8 @@ def _run_ps(S):
         text += "\n" + note
     if S.deaths is not None:
         from hopdec.sim.churn import ps_summary_lines
-        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity))
+        text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity,
+                                                                      len(S.deaths)))
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")
@@ -553,7 +590,7 @@ def _run_allreduce(S, entries=False):
         sim.q.every(ob.eval_interval, evaluate)
     progress(sim, ar.work.iterations, S.settings)            # a line every few wall seconds on a long run
     t0 = time.perf_counter()
-    sim.run()
+    _run_events(sim, ar.work.iterations, log_dir, logs.flush)
     wall = time.perf_counter() - t0
     logs.flush()
     avg_loss = avg_acc = None

@@ -23,6 +23,10 @@ the state it had at the cut, since a waiting worker does nothing until a message
 ESync rounds) every step end is such a cut, so nothing is held. When every worker has been stopped
 the final cut is emitted the same way. :meth:`Server.resume` continues from a cut's :meth:`Server.state`:
 it sends weights to the workers the policy had released (the others keep waiting, as they were).
+
+A worker that dies (``--fault-tolerance``) saves nothing more, so no later cut is complete on every rank:
+the last cut it is known to have saved is pinned (``pin`` in every message and cut from then on, kept
+besides ``keep_from`` and later ones), so ``--resume`` can restart all the ranks from before the death.
 """
 
 from collections import deque
@@ -97,6 +101,7 @@ class Server:
         self.held = set()                               # workers whose release is held for the cut
         self.told = dict.fromkeys(policy.workers, 0)    # cut carried by the last message to each worker
         self.saved = dict.fromkeys(policy.workers, 0)   # cut each worker is known to have saved
+        self.pin = 0                                    # a dead worker's last saved cut, kept (0: none)
 
     @property
     def workers(self):
@@ -154,7 +159,9 @@ class Server:
         self.stopped.add(worker)                    # never sent anything again
         self.pending_step.pop(worker, None)
         self.held.discard(worker)                   # a cut waits only for the living
-        self.saved.pop(worker, None)
+        last = self.saved.pop(worker, 0)            # the latest cut it has: keep it, the last one every rank has
+        if last:
+            self.pin = min(self.pin, last) if self.pin else last
         self.told.pop(worker, None)
         self.budget = max(1, int(round(self.budget - unfinished)))
         self.failures.append({"worker": worker, "work": self.work_by[worker], "budget": self.budget,
@@ -213,7 +220,8 @@ class Server:
             return
         self.cuts += 1
         self.next_cut = (self.work // self.checkpoint_every + 1) * self.checkpoint_every
-        self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, keep_from=self._keep_from()))
+        self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, keep_from=self._keep_from(),
+                                    pin=self.pin))
         go = tuple(w for w in self.workers if w in self.held)
         self.held, self.holding = set(), False
         if go:
@@ -222,7 +230,7 @@ class Server:
     def _send(self, a):
         a = replace(a, gaps=self.gaps_of(a.workers),
                     staleness=tuple(self.last_staleness[w] for w in a.workers),
-                    cut=self.cuts, keep_from=self._keep_from())
+                    cut=self.cuts, keep_from=self._keep_from(), pin=self.pin)
         for w in a.workers:
             self.told[w] = self.cuts
         self._out.append(a)
@@ -297,9 +305,10 @@ class Server:
             for w in new:
                 self.told[w] = self.cuts
             self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
+                                         pin=self.pin,
                                          discarded=new if discarded else (),
                                          staleness=tuple(DISCARDED if discarded else self.last_staleness[w]
                                                          for w in new)))
             if len(self.stopped) == len(self.work_by) and self.checkpoints:   # failed ones included
                 self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
-                                            keep_from=self._keep_from()))
+                                            keep_from=self._keep_from(), pin=self.pin))

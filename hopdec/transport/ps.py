@@ -113,7 +113,7 @@ class ServerIO:
                 self.on_worker_failed(w, len(self.workers) - len(self.dead))
 
     def _wait_any(self, wait_action):
-        what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (waiting for "
+        what = lambda: (f"rank 0: the server got no message from any worker for {self.timeout:.0f} s (waiting for "
                         f"rank(s) {', '.join(map(str, wait_action.on))}); a peer may have died or hung")
         if not self.fault_tolerant:
             return wait_any(self.reqs, self.timeout, what, on=wait_action.on)
@@ -176,7 +176,7 @@ class ServerIO:
                     self._failed(w, err)
                     return True
             poll_until(done, self.timeout,
-                       f"rank 0 (server): rank {w} did not receive a message for {self.timeout:.0f} s; "
+                       f"rank 0: the server's message to rank {w} was not received for {self.timeout:.0f} s; "
                        f"a peer may have died or hung")
             if w in self.dead:
                 return False

@@ -11,7 +11,8 @@ an ESync push counts its local steps; dropped gradients count too). Once it is r
 policy sends weights every worker it would send them to -- and every waiting worker -- is stopped instead,
 and every later push or query is answered with a stop; a push that comes before any such release, when
 no step is collecting pushes (the one that met the budget was applied and released no one: SSP held its
-pusher back), starts the stop itself, unused. BSP then runs exactly N steps. :meth:`Server.request_stop`
+pusher back), starts the stop itself, unused. A push answered with a stop is not work (its worker does not
+count it, and a resumed run computes it again). BSP then runs exactly N steps. :meth:`Server.request_stop`
 (Ctrl-C) lowers the budget to the work done, which stops the run the same way at the next release.
 
 Checkpoints (``checkpoint_every`` mini-batches, ``0``: none): a consistent cut needs every worker waiting
@@ -120,8 +121,6 @@ class Server:
         """``worker`` pushed a gradient computed on version ``step`` (ESync: a model difference after
         ``local_steps`` local steps, ``step`` = its round)."""
         past = self.budget_reached                      # the budget was met before this push came
-        self.work += max(1, int(local_steps))
-        self.work_by[worker] += max(1, int(local_steps))
         self.saved[worker] = self.told[worker]          # it saved that cut before computing this
         if past and not self.stopping and not self.pending_step:
             # the push that met the budget was applied and released no one (its pusher is held back, e.g.
@@ -132,8 +131,12 @@ class Server:
             self._stop(self.policy.waiting | self.held)
             self.held, self.holding = set(), False
         if self.stopping:
-            self._stop([worker], discarded=True)         # its gradient is not used
+            # its gradient is not used, nor counted as work: the worker does not count it either, and a
+            # resumed run computes it again (counted, the budget lost it: fewer gradients than asked)
+            self._stop([worker], discarded=True)
             return
+        self.work += max(1, int(local_steps))
+        self.work_by[worker] += max(1, int(local_steps))
         self.pending_step[worker] = int(step)
         self._carry(self.policy.on_push(worker, step, now, local_steps=local_steps))
 

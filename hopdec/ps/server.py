@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import replace
 
 from hopdec.core import Finished, RankView, Wait
+from hopdec.errors import RunError
 from hopdec.ps.actions import (ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, Note, SendWeights,
                                StopWorkers)
 
@@ -157,6 +158,9 @@ class Server:
             return
         if worker not in self.policy.pushes:
             raise RuntimeError(f"no worker {worker} (workers are {list(self.workers)})")
+        if self.policy.n == 1:                      # a failure as input: one line, not an internal error
+            raise RunError(f"the last worker (rank {worker}) died after {self.work_by[worker]} mini-batches; "
+                           f"the parameter server cannot train without workers")
         unfinished = max(0.0, self.share - self.work_by[worker])
         self.failed.append(worker)
         self.stopped.add(worker)                    # never sent anything again

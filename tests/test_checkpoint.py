@@ -158,6 +158,21 @@ def test_a_manifest_lists_complete_checkpoints_and_old_ones_are_deleted(tmp_path
     C.check_fresh(d, 2)                                              # an empty rank directory is fine
 
 
+def test_a_run_resumed_from_an_earlier_cut_drops_the_later_ones(tmp_path):
+    """Resumed from cut 5 of {5, 10, 15}, a rank's later cuts are of the old future: were they kept, a later
+    --resume could take 15 on this rank while another has rewritten it (two different runs' states)."""
+    d = str(tmp_path)
+    ck = C.RankCheckpoints(d, 1, 4, "ps", {"lr": 0.1}, 5, 40)
+    for k in (5, 10, 15):
+        ck.save(k, {"params": np.full(3, k, dtype=np.float32)})
+    again = C.RankCheckpoints(d, 1, 4, "ps", {"lr": 0.1}, 5, 40, previous=C.read_manifest(d, 1), resumed=5)
+    assert again.keys == [5]
+    again.save(6, {"params": np.zeros(3)})
+    assert sorted(C.read_manifest(d, 1)["complete"], key=int) == ["5", "6"]
+    again.forget_before(6, keep=5)                                   # a pinned cut stays
+    assert again.keys == [5, 6]
+
+
 def _summaries(tmp_path, keys_per_rank, world=None, settings=None):
     d = str(tmp_path)
     for r, keys in enumerate(keys_per_rank):

@@ -14,6 +14,7 @@ import pytest
 
 from hopdec.ps.sync import SYNC_MODES
 from hopdec.report.gaps import max_iteration_gap
+from hopdec.runtime import checkpoint as C
 
 FT = ["--fault-tolerance", "--no-progress", "--threads", "1", "--peer-timeout", "30"]
 
@@ -131,6 +132,25 @@ def test_a_dead_ps_worker_is_dropped_and_the_others_finish(mpirun, sync):
     assert sorted(int(r[0]) for r in rows) == [1, 3], out.stdout
     if sync == "bsp":
         assert all(int(r[1]) == 30 for r in rows) and "server: 30 updates" in out.stdout
+
+
+def test_a_ps_run_a_worker_died_in_resumes_on_every_rank_from_before_the_death(mpirun, tmp_path):
+    """The survivors went on checkpointing after worker 2 died; they deleted every cut it had (keep_from
+    counted only the living), so --resume found no checkpoint complete on every rank and refused the
+    directory. Now the dead worker's last cut is kept and the whole job restarts from it."""
+    ck, log = tmp_path / "ck", tmp_path / "logs"
+    common = FT + ["--sync", "bsp", "--compute-time", "0.01", "--checkpoint-dir", ck, "--log-dir", log]
+    out = mpirun.launch(4, common + ["--iterations", 30, "--checkpoint-every", 5, "--die-rank", 2,
+                                     "--die-at", 12], timeout=150)
+    assert out.returncode == 0 and "2 of 3 workers finished" in out.stdout, out.stderr[-3000:]
+    kept = {r: C.read_manifest(str(ck), r)["complete"] for r in range(4)}
+    assert max(map(int, kept[2])) in set.intersection(*(set(map(int, k)) for k in kept.values()))
+    out = mpirun.launch(4, common + ["--iterations", 40, "--resume", ck], timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "server: 40 updates" in out.stdout, out.stdout          # BSP: every step, all three workers
+    rows = [ln.split() for ln in out.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3], out.stdout  # (iters run: since the cut)
+    assert [r["iter"] for r in records(log, 2)[1]] == list(range(40))  # its log continues from the cut
 
 
 def test_a_dead_parameter_server_ends_the_job_with_one_line(mpirun):

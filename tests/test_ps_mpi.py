@@ -280,3 +280,7 @@ def test_hung_worker_does_not_hang_the_server(mpirun, tmp_path):
     # the server names the worker it waits on, not every worker still running (ranks 1 and 3 had pushed and
     # waited for the round's release)
     assert "(waiting for rank(s) 2); a peer may have died or hung" in proc.stderr, proc.stderr[-2000:]
+    # one line, the rank named once (it read "rank 0: rank 0 (server): no message ...")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hopdec train: error:")]
+    assert lines == ["hopdec train: error: rank 0: the server got no message from any worker for 2 s (waiting "
+                     "for rank(s) 2); a peer may have died or hung"], proc.stderr[-2000:]

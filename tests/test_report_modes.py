@@ -662,6 +662,31 @@ def test_a_resumed_parameter_server_runs_pause_is_left_out_too(tmp_path):
     assert "resumed at checkpoint cut 2" in run.resumed()
 
 
+def test_a_resumed_parameter_server_runs_duration_and_push_intervals_leave_the_pause_out(tmp_path):
+    """A PS run resumed an hour later: the duration was the summary's elapsed -- the resumed process's
+    alone -- while the rate counted both; and the push interval averaged the hour in (a worker's ``t_push``
+    was not shifted with its ``time``)."""
+    t0 = 1000.0
+    with open(tmp_path / "rank0.jsonl", "w") as f:
+        for extra, times in (({}, (t0,)), ({"resumed_from_cut": 2}, (t0 + 3600, t0 + 3604))):
+            f.write(json.dumps({"rank": 0, "run": dict(dict(mode="ps", sync="asp", iterations=8, run_id="a"),
+                                                       **extra)}) + "\n")
+            for t in times:
+                f.write(json.dumps(dict(event="release", time=t, workers=[1], version=0, gaps=[0])) + "\n")
+        f.write(json.dumps(dict(event="summary", elapsed=4.0, version=8, applied=8, dropped=0, work=8)) + "\n")
+    with open(tmp_path / "rank1.jsonl", "w") as f:
+        for extra, ks, base in (({}, range(4), t0), ({"resumed_from_cut": 2}, range(4, 8), t0 + 3600 - 4)):
+            f.write(json.dumps({"rank": 1, "run": dict(dict(mode="ps", iterations=8, run_id="a"), **extra)}) + "\n")
+            for k in ks:
+                f.write(json.dumps(dict(rank=1, iter=k, time=base + k, t_recv=base + k, t_push=base + k + 0.5,
+                                        compute_s=0.5, wait_s=0.5, loss=1.0, staleness=0)) + "\n")
+    run = Run.load(str(tmp_path))
+    assert run.paused and run.paused[0][1] > 3500
+    assert run.counters()[1]["push_interval_s"] == pytest.approx(1.0)
+    final = run.final()
+    assert final["duration"] == pytest.approx(8.0) and final["rate"] == pytest.approx(1.0)
+
+
 def test_the_gap_over_time_reads_the_runs_start_once_not_once_per_point(tmp_path, monkeypatch):
     """``hopdec report`` of a 16-worker PS run of 300 iterations took 20 s: the gap curve subtracted the run's
     start from each of its ~3,000 points, and the start (``Run.t0``) scans every worker's first record and

@@ -262,6 +262,10 @@ def test_a_stop_request_ends_the_run_early_with_a_final_cut(sync):
     assert sim.server.interrupted and 30 <= sim.server.work < 40
     final = max(sim.snapshots)
     assert set(sim.snapshots[final]) == {"server", *sim.workers}
+    # the server's work at the cut is what the workers count as done: a gradient discarded at the stop was
+    # counted by the server (a resumed run then fell short of the budget by the discarded ones)
+    snap = sim.snapshots[final]
+    assert snap["server"]["core"]["work"] == sum(snap[w]["iteration"] for w in sim.workers)
     resumed = Sim(sync, budget=60, seed=5, snapshot=sim.snapshots[final]).run()
     assert resumed.server.work >= 60
 

@@ -6,13 +6,14 @@ import random
 import pytest
 
 from hopdec.core import ComputeGradient, Finished, Wait
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, RunError
 from hopdec.ps.actions import (AnswerQuery, ApplyDeltas, ApplyGradients, DropGradient, LoadWeights, Note,
                                PushGradient, SendWeights, StopWorkers)
 from hopdec.ps.server import DROPPED, Server
 from hopdec.ps.sync import (SYNC_MODES, BackupPolicy, BSPPolicy, DSSPPolicy, ElasticPolicy, ESyncPolicy,
                             SSPPolicy, sync_policy, parse_staleness_range)
 from hopdec.ps.worker import PSWorker
+from hopdec.runtime.failures import cause
 from hopdec.sim.ps import PSSim
 
 
@@ -481,11 +482,15 @@ def test_a_death_releases_whoever_waited_only_for_it():
 
 
 def test_the_last_worker_dying_is_an_error():
+    """A failure the user caused, reported as one line (it read 'RuntimeError: asp: the last worker (1)
+    died (HOPDEC_DEBUG=1 shows the traceback)', an internal error's form)."""
     s = Server(sync_policy("asp", (1, 2)), budget=10)
     s.start(0.0)
     s.on_worker_failed(1, 1.0)
-    with pytest.raises(RuntimeError, match="last worker"):
+    with pytest.raises(RunError) as err:
         s.on_worker_failed(2, 2.0)
+    assert cause(err.value) == ("the last worker (rank 2) died after 0 mini-batches; the parameter server "
+                                "cannot train without workers")
 
 
 @pytest.mark.parametrize("sync", ["ssp", "dssp", "asp"])

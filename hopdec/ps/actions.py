@@ -63,7 +63,8 @@ class SendWeights:
     """Send the current weights (``version``) to ``workers``. ``gaps[i]``: how many pushes worker i is
     ahead of the slowest; ``staleness[i]``: of its last gradient (None: none applied yet, -1: dropped).
     ``cut``: the latest checkpoint cut (0: none), which a worker that has not saved it saves before
-    going on; ``keep_from``: the oldest cut still needed (older checkpoints may be deleted)."""
+    going on; ``keep_from``: the oldest cut still needed (older checkpoints may be deleted) but ``pin``,
+    when not 0: the last cut a dead worker saved (:mod:`hopdec.ps.server`), kept for ``--resume``."""
 
     workers: tuple
     version: int
@@ -72,6 +73,7 @@ class SendWeights:
     staleness: tuple = ()
     cut: int = 0
     keep_from: int = 0
+    pin: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class AnswerQuery:
 @dataclass(frozen=True)
 class StopWorkers:
     """Training is over for ``workers``: the work budget was reached (or a stop was requested).
-    ``cut``, ``keep_from``: as in :class:`SendWeights` (the final cut, when checkpointing).
+    ``cut``, ``keep_from``, ``pin``: as in :class:`SendWeights` (the final cut, when checkpointing).
     ``staleness[i]``: what worker i is told of its last gradient (as in :class:`SendWeights`;
     :data:`hopdec.ps.server.DISCARDED` when it came after the stop and was not used) -- filled in by the
     server core from its books, so it is not part of the action's identity (``==`` ignores it)."""
@@ -94,6 +96,7 @@ class StopWorkers:
     version: int
     cut: int = 0
     keep_from: int = 0
+    pin: int = 0
     discarded: tuple = ()           # of ``workers``, those whose last push came after the stop: unused
     staleness: tuple = field(default=(), compare=False)
 
@@ -108,6 +111,7 @@ class Checkpoint:
     work: int
     final: bool = False
     keep_from: int = 0
+    pin: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,10 +152,12 @@ class PushDelta:
 @dataclass(frozen=True)
 class SaveCheckpoint:
     """A worker saves its state (data position, iteration) as the checkpoint of ``cuts`` (the same state
-    for each: it was waiting for the server through all of them); ``keep_from``: older ones may go."""
+    for each: it was waiting for the server through all of them); ``keep_from``: older ones may go, but
+    ``pin`` (0: none; see :class:`SendWeights`)."""
 
     cuts: tuple
     keep_from: int = 0
+    pin: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ an ESync push counts its local steps; dropped gradients count too). Once it is r
 policy sends weights every worker it would send them to -- and every waiting worker -- is stopped instead,
 and every later push or query is answered with a stop; a push that comes before any such release, when
 no step is collecting pushes (the one that met the budget was applied and released no one: SSP held its
-pusher back), starts the stop itself, unused. BSP then runs exactly N steps. :meth:`Server.request_stop`
+pusher back), starts the stop itself, unused. A push answered with a stop is not work (its worker does not
+count it, and a resumed run computes it again). BSP then runs exactly N steps. :meth:`Server.request_stop`
 (Ctrl-C) lowers the budget to the work done, which stops the run the same way at the next release.
 
 Checkpoints (``checkpoint_every`` mini-batches, ``0``: none): a consistent cut needs every worker waiting
@@ -23,12 +24,17 @@ the state it had at the cut, since a waiting worker does nothing until a message
 ESync rounds) every step end is such a cut, so nothing is held. When every worker has been stopped
 the final cut is emitted the same way. :meth:`Server.resume` continues from a cut's :meth:`Server.state`:
 it sends weights to the workers the policy had released (the others keep waiting, as they were).
+
+A worker that dies (``--fault-tolerance``) saves nothing more, so no later cut is complete on every rank:
+the last cut it is known to have saved is pinned (``pin`` in every message and cut from then on, kept
+besides ``keep_from`` and later ones), so ``--resume`` can restart all the ranks from before the death.
 """
 
 from collections import deque
 from dataclasses import replace
 
 from hopdec.core import Finished, RankView, Wait
+from hopdec.errors import RunError
 from hopdec.ps.actions import (ApplyDeltas, ApplyGradients, Checkpoint, DropGradient, Note, SendWeights,
                                StopWorkers)
 
@@ -97,6 +103,7 @@ class Server:
         self.held = set()                               # workers whose release is held for the cut
         self.told = dict.fromkeys(policy.workers, 0)    # cut carried by the last message to each worker
         self.saved = dict.fromkeys(policy.workers, 0)   # cut each worker is known to have saved
+        self.pin = 0                                    # a dead worker's last saved cut, kept (0: none)
 
     @property
     def workers(self):
@@ -115,8 +122,6 @@ class Server:
         """``worker`` pushed a gradient computed on version ``step`` (ESync: a model difference after
         ``local_steps`` local steps, ``step`` = its round)."""
         past = self.budget_reached                      # the budget was met before this push came
-        self.work += max(1, int(local_steps))
-        self.work_by[worker] += max(1, int(local_steps))
         self.saved[worker] = self.told[worker]          # it saved that cut before computing this
         if past and not self.stopping and not self.pending_step:
             # the push that met the budget was applied and released no one (its pusher is held back, e.g.
@@ -127,8 +132,12 @@ class Server:
             self._stop(self.policy.waiting | self.held)
             self.held, self.holding = set(), False
         if self.stopping:
-            self._stop([worker], discarded=True)         # its gradient is not used
+            # its gradient is not used, nor counted as work: the worker does not count it either, and a
+            # resumed run computes it again (counted, the budget lost it: fewer gradients than asked)
+            self._stop([worker], discarded=True)
             return
+        self.work += max(1, int(local_steps))
+        self.work_by[worker] += max(1, int(local_steps))
         self.pending_step[worker] = int(step)
         self._carry(self.policy.on_push(worker, step, now, local_steps=local_steps))
 
@@ -149,12 +158,17 @@ class Server:
             return
         if worker not in self.policy.pushes:
             raise RuntimeError(f"no worker {worker} (workers are {list(self.workers)})")
+        if self.policy.n == 1:                      # a failure as input: one line, not an internal error
+            raise RunError(f"the last worker (rank {worker}) died after {self.work_by[worker]} mini-batches; "
+                           f"the parameter server cannot train without workers")
         unfinished = max(0.0, self.share - self.work_by[worker])
         self.failed.append(worker)
         self.stopped.add(worker)                    # never sent anything again
         self.pending_step.pop(worker, None)
         self.held.discard(worker)                   # a cut waits only for the living
-        self.saved.pop(worker, None)
+        last = self.saved.pop(worker, 0)            # the latest cut it has: keep it, the last one every rank has
+        if last:
+            self.pin = min(self.pin, last) if self.pin else last
         self.told.pop(worker, None)
         self.budget = max(1, int(round(self.budget - unfinished)))
         self.failures.append({"worker": worker, "work": self.work_by[worker], "budget": self.budget,
@@ -213,7 +227,8 @@ class Server:
             return
         self.cuts += 1
         self.next_cut = (self.work // self.checkpoint_every + 1) * self.checkpoint_every
-        self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, keep_from=self._keep_from()))
+        self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, keep_from=self._keep_from(),
+                                    pin=self.pin))
         go = tuple(w for w in self.workers if w in self.held)
         self.held, self.holding = set(), False
         if go:
@@ -222,7 +237,7 @@ class Server:
     def _send(self, a):
         a = replace(a, gaps=self.gaps_of(a.workers),
                     staleness=tuple(self.last_staleness[w] for w in a.workers),
-                    cut=self.cuts, keep_from=self._keep_from())
+                    cut=self.cuts, keep_from=self._keep_from(), pin=self.pin)
         for w in a.workers:
             self.told[w] = self.cuts
         self._out.append(a)
@@ -297,9 +312,10 @@ class Server:
             for w in new:
                 self.told[w] = self.cuts
             self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
+                                         pin=self.pin,
                                          discarded=new if discarded else (),
                                          staleness=tuple(DISCARDED if discarded else self.last_staleness[w]
                                                          for w in new)))
             if len(self.stopped) == len(self.work_by) and self.checkpoints:   # failed ones included
                 self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
-                                            keep_from=self._keep_from()))
+                                            keep_from=self._keep_from(), pin=self.pin))

@@ -40,7 +40,7 @@ class PSWorker:
         self.sent_at = None                 # when the server sent them (its clock; data, not read here)
         self.local_steps = 0                # ESync: local steps in the current round
         self.saved_cut = 0                  # the last checkpoint cut this worker saved
-        self._cut = (0, 0)                  # (cut, keep_from) the last server message carried
+        self._cut = (0, 0, 0)               # (cut, keep_from, pin) the last server message carried
         self._reply = None
         self._steps = self._run()
 
@@ -49,24 +49,25 @@ class PSWorker:
         self.iteration, self.saved_cut = int(iteration), int(cut)
 
     # ---- events ----
-    def on_weights(self, version, gap=0, staleness=None, sent_at=None, cut=0, keep_from=0):
+    def on_weights(self, version, gap=0, staleness=None, sent_at=None, cut=0, keep_from=0, pin=0):
         """The server sent weights of ``version`` at ``sent_at`` (its clock): I am ``gap`` pushes ahead of
         the slowest worker, my last gradient had ``staleness`` (None: none applied yet, -1: dropped);
-        ``cut``: the server's latest checkpoint cut, ``keep_from``: the oldest one still needed."""
-        self._cut = (int(cut), int(keep_from))
+        ``cut``: the server's latest checkpoint cut, ``keep_from``: the oldest one still needed, ``pin``:
+        one older still that is kept (a dead worker's last; 0: none)."""
+        self._cut = (int(cut), int(keep_from), int(pin))
         self._set_reply(("weights", int(version), gap, staleness, sent_at))
 
     def on_answer(self, ready):
         """ESync: the state server's answer to my last query."""
         self._set_reply(("ready" if ready else "not_ready",))
 
-    def on_stop(self, staleness=None, cut=0, keep_from=0):
+    def on_stop(self, staleness=None, cut=0, keep_from=0, pin=0):
         """Training is over (the server's work budget was reached); ``staleness`` of my last gradient,
         :data:`~hopdec.ps.server.DISCARDED` when it came after the stop and was not used: then it does not
         count as an iteration done (a resumed run computes that iteration again, with the next batch)."""
         self._discarded = staleness == DISCARDED
         self.staleness = DROPPED if self._discarded else staleness
-        self._cut = (int(cut), int(keep_from))
+        self._cut = (int(cut), int(keep_from), int(pin))
         self._set_reply(("stop",))
 
     def next_action(self):
@@ -85,9 +86,9 @@ class PSWorker:
         return reply
 
     def _checkpoint(self):
-        cut, keep_from = self._cut
+        cut, keep_from, pin = self._cut
         if cut > self.saved_cut:
-            yield SaveCheckpoint(tuple(range(self.saved_cut + 1, cut + 1)), keep_from)
+            yield SaveCheckpoint(tuple(range(self.saved_cut + 1, cut + 1)), keep_from, pin)
             self.saved_cut = cut
 
     def _run(self):

@@ -221,6 +221,11 @@ def _shift(rows, keys, gap):
                 x[key] = v - gap
 
 
+RECORD_TIMES = ("time", "t_recv", "t_push", "t_released")
+"""The clock times a record holds (a PS worker's receive, push and release besides its start): a resumed
+run's pause is left out of each of them."""
+
+
 def join_resumed(records, events, evals, cuts):
     """Leave out of every time the pause of a resumed run: between its checkpoint (an iteration after the
     last record kept before the resume) and the restart (the first record after it, on the earliest rank),
@@ -246,7 +251,7 @@ def join_resumed(records, events, evals, cuts):
             continue
         for r, c in cuts.items():               # (the PS server: events only)
             if j < len(c):
-                _shift(records.get(r, [])[c[j][0]:], ("time",), gap)
+                _shift(records.get(r, [])[c[j][0]:], RECORD_TIMES, gap)
                 _shift(events.get(r, [])[c[j][1]:], ("time", "t_first"), gap)
         _shift([e for e in evals if e["time"] >= restart], ("time",), gap)
         paused.append((cuts[ranks[0]][j][2], gap))
@@ -835,8 +840,8 @@ class Run:
             acc, loss = self.evals[-1].get("test_acc"), self.evals[-1].get("test_loss")
         ends = [record_end(recs[-1]) for recs in self.records.values() if recs]
         duration = (max(ends) - self.t0) if ends else None
-        if summary and summary[-1].get("elapsed") is not None:
-            duration = summary[-1]["elapsed"]
+        if summary and summary[-1].get("elapsed") is not None and not self.paused:
+            duration = summary[-1]["elapsed"]       # (a resumed run's is its last process's alone)
         rates, batches, h = [], [], self.local_steps
         dead = {w for _, ws in self._deaths() for w in ws}     # (the survivors' rate, as the summary's rows)
         for w, recs in self.records.items():

@@ -218,8 +218,11 @@ def _describe_key(man, key):
 class RankCheckpoints:
     """The checkpoints of one rank: writes them atomically, keeps the manifest, deletes old ones."""
 
-    def __init__(self, directory, rank, world, mode, settings, every, target, extra=None, previous=None):
-        """``previous``: the manifest of the run this one resumes (its complete keys are kept)."""
+    def __init__(self, directory, rank, world, mode, settings, every, target, extra=None, previous=None,
+                 resumed=None):
+        """``previous``: the manifest of the run this one resumes (its complete keys are kept, up to the key
+        ``resumed`` from: later ones are of a future this run rewrites, and a later --resume must not pick
+        one of them on a rank that has not rewritten it yet)."""
         self.dir = rank_dir(directory, rank)
         self.root, self.rank = directory, rank
         os.makedirs(self.dir, exist_ok=True)
@@ -231,7 +234,8 @@ class RankCheckpoints:
                     pass
         self.manifest = dict(format=FORMAT, rank=rank, world=world, mode=mode, settings=settings,
                              checkpoint_every=every, iterations=target, **(extra or {}),
-                             complete=dict(previous["complete"]) if previous else {})
+                             complete={k: e for k, e in previous["complete"].items()
+                                       if resumed is None or int(k) <= resumed} if previous else {})
         self.saved_s = 0.0
 
     @property
@@ -258,10 +262,10 @@ class RankCheckpoints:
         text = json.dumps(self.manifest, indent=1, sort_keys=True).encode("utf-8")
         atomic_write(os.path.join(self.dir, MANIFEST), lambda f: f.write(text))
 
-    def forget_before(self, key):
-        """Delete the checkpoints older than ``key`` (no longer needed by any resume): the manifest first,
-        then the files no key refers to any more."""
-        old = [k for k in self.manifest["complete"] if int(k) < key]
+    def forget_before(self, key, keep=0):
+        """Delete the checkpoints older than ``key`` (no longer needed by any resume) except ``keep`` (0:
+        none): the manifest first, then the files no key refers to any more."""
+        old = [k for k in self.manifest["complete"] if int(k) < key and int(k) != keep]
         if not old:
             return
         for k in old:

@@ -30,7 +30,7 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
     ``on_event(name, **data)`` gets the server's log events: ``apply``, ``drop``, ``release``, ``stop``,
     ``note`` (with the time each was carried out); ``on_checkpoint(action)`` saves the server's state at a
     :class:`~hopdec.ps.actions.Checkpoint`. Weights and stops carry the latest cut to ``io`` as keyword
-    arguments ``cut``/``keep_from`` (only when there is one)."""
+    arguments ``cut``/``keep_from`` (only when there is one) and ``pin`` (only when there is one)."""
     log = on_event or (lambda *a, **k: None)
     while True:
         a = core.next_action()
@@ -52,7 +52,7 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
         elif isinstance(a, DropGradient):
             log("drop", time=now, worker=a.worker, step=a.step, version=a.version)
         elif isinstance(a, SendWeights):
-            marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
+            marks = _marks(a)
             for w, g, s in zip(a.workers, a.gaps, a.staleness):
                 io.send_weights(w, a.version, g, s, model, now, **marks)
             log("release", time=now, workers=list(a.workers), version=a.version, gaps=list(a.gaps),
@@ -60,7 +60,7 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
         elif isinstance(a, AnswerQuery):
             io.answer(a.worker, a.ready)
         elif isinstance(a, StopWorkers):
-            marks = {"cut": a.cut, "keep_from": a.keep_from} if a.cut else {}
+            marks = _marks(a)
             for w, s in zip(a.workers, a.staleness):   # DISCARDED: its last gradient came after the stop
                 io.stop(w, s, **marks)
         elif isinstance(a, Checkpoint):
@@ -74,6 +74,13 @@ def server_loop(core, io, model, on_event=None, clock=time.time, step=False, on_
             raise TypeError(f"unknown server action {a!r}")
         if step:
             yield a
+
+
+def _marks(a):
+    """The checkpoint marks a release or stop carries to the worker (none before the first cut)."""
+    if not a.cut:
+        return {}
+    return {"cut": a.cut, "keep_from": a.keep_from, **({"pin": a.pin} if a.pin else {})}
 
 
 def worker_loop(core, io, backend, on_record=None, clock=time.time, step=False, on_checkpoint=None):

@@ -67,7 +67,8 @@ def _store(ctx, target, extra=None):
         return None
     res = ctx.resume
     return C.RankCheckpoints(ck.directory, ctx.rank, ctx.size, ctx.settings.mode, ctx.fingerprint, ck.every or 0,
-                             target, extra=extra, previous=res["manifest"] if res else None)
+                             target, extra=extra, previous=res["manifest"] if res else None,
+                             resumed=res["key"] if res else None)
 
 
 def open_log(ctx, path):
@@ -266,7 +267,7 @@ class PSRank:
         self.store.save(action.cut, arrays, dict(cut=action.cut, version=action.version, work=action.work,
                                                  final=action.final, **_log_info(logger)),
                         state=dict(core=core.state(), saved_at=time.time()))
-        self.store.forget_before(action.keep_from)
+        self.store.forget_before(action.keep_from, keep=action.pin)
 
     def server_watch(self, core):
         def watch():
@@ -290,7 +291,7 @@ class PSRank:
         last = action.cuts[-1]
         self.store.save(last, self.trainer.state(), dict(cut=last, iteration=core.iteration,
                                                          **_log_info(logger)), also=action.cuts[:-1])
-        self.store.forget_before(action.keep_from)
+        self.store.forget_before(action.keep_from, keep=action.pin)
 
     def worker_watch(self, io):
         def watch():

@@ -27,7 +27,7 @@ TAG_CTRL = 204     # server -> worker: READY / NOT_READY / STOP (int64 header)
 NF = 8             # int64 header fields
 # worker -> server header: [kind, step, local_steps, c_ns, iteration, signal, 0, 0]
 K_PUSH, K_QUERY, K_STOP = 1, 2, 3  # K_STOP (on the query tag): this worker was asked to stop (Ctrl-C)
-# server -> worker header: [kind, version, gap, staleness, send_time_ns, cut, keep_from, 0]
+# server -> worker header: [kind, version, gap, staleness, send_time_ns, cut, keep_from, pin]
 R_WEIGHTS, R_STOP, R_READY, R_NOT_READY = 1, 2, 3, 4
 STALE_NONE = -2    # staleness on the wire when none is known yet (-1: dropped, as in hopdec.ps.server)
 
@@ -113,7 +113,7 @@ class ServerIO:
                 self.on_worker_failed(w, len(self.workers) - len(self.dead))
 
     def _wait_any(self, wait_action):
-        what = lambda: (f"rank 0 (server): no message from any worker for {self.timeout:.0f} s (waiting for "
+        what = lambda: (f"rank 0: the server got no message from any worker for {self.timeout:.0f} s (waiting for "
                         f"rank(s) {', '.join(map(str, wait_action.on))}); a peer may have died or hung")
         if not self.fault_tolerant:
             return wait_any(self.reqs, self.timeout, what, on=wait_action.on)
@@ -176,14 +176,14 @@ class ServerIO:
                     self._failed(w, err)
                     return True
             poll_until(done, self.timeout,
-                       f"rank 0 (server): rank {w} did not receive a message for {self.timeout:.0f} s; "
+                       f"rank 0: the server's message to rank {w} was not received for {self.timeout:.0f} s; "
                        f"a peer may have died or hung")
             if w in self.dead:
                 return False
             self.send_reqs[w] = []
         return True
 
-    def send_weights(self, w, version, gap, staleness, model, now, cut=0, keep_from=0):
+    def send_weights(self, w, version, gap, staleness, model, now, cut=0, keep_from=0, pin=0):
         if not self._complete_sends(w):
             return
         idx = self._slot("push", w)
@@ -192,20 +192,20 @@ class ServerIO:
         buf = self.send_bufs[w]
         model.write_params(buf[:self.P])
         header(buf, self.P)[:] = [R_WEIGHTS, version, gap, _stale_out(staleness), int(now * 1e9), cut,
-                                  keep_from, 0]
+                                  keep_from, pin]
         self.send_reqs[w] = [self.comm.Isend(buf, dest=w, tag=TAG_WEIGHTS)]
 
-    def _ctrl(self, w, kind, staleness=None, cut=0, keep_from=0):
+    def _ctrl(self, w, kind, staleness=None, cut=0, keep_from=0, pin=0):
         if not self._complete_sends(w):
             return
-        self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), cut, keep_from, 0]
+        self.ctrl_bufs[w][:] = [kind, 0, 0, _stale_out(staleness), int(time.time() * 1e9), cut, keep_from, pin]
         self.send_reqs[w] = [self.comm.Isend(self.ctrl_bufs[w], dest=w, tag=TAG_CTRL)]
 
     def answer(self, w, ready):
         self._ctrl(w, R_READY if ready else R_NOT_READY)
 
-    def stop(self, w, staleness, cut=0, keep_from=0):
-        self._ctrl(w, R_STOP, staleness, cut, keep_from)
+    def stop(self, w, staleness, cut=0, keep_from=0, pin=0):
+        self._ctrl(w, R_STOP, staleness, cut, keep_from, pin)
 
     def close(self):
         """Finish the sends and cancel the open receives. Fault tolerant, a worker that dies now is only
@@ -259,13 +259,13 @@ class WorkerIO:
             self._weights = self.recv_buf[:self.P].copy()
             self.reqs[0] = self.comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS)
             core.on_weights(int(hdr[1]), gap=int(hdr[2]), staleness=_stale_in(hdr[3]), sent_at=hdr[4] / 1e9,
-                            cut=int(hdr[5]), keep_from=int(hdr[6]))
+                            cut=int(hdr[5]), keep_from=int(hdr[6]), pin=int(hdr[7]))
         else:
             hdr = self.ctrl_buf.copy()
             self.reqs[1] = self.comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)
             kind = int(hdr[0])
             if kind == R_STOP:
-                core.on_stop(_stale_in(hdr[3]), cut=int(hdr[5]), keep_from=int(hdr[6]))
+                core.on_stop(_stale_in(hdr[3]), cut=int(hdr[5]), keep_from=int(hdr[6]), pin=int(hdr[7]))
             else:
                 core.on_answer(kind == R_READY)
 

@@ -14,6 +14,7 @@ from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.worker import node_views
 from hopdec.runtime.context import pick_device
 from hopdec import topology as T
+from fake_comm import SizedComm
 
 BAD_NUMBERS = [
     (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "0"], "--lr"),
@@ -54,24 +55,11 @@ def test_in_range_numbers_pass():
     assert s.ps.esync_epsilon == -0.2 and s.work.lr == 1000
 
 
-class _Comm:
-    """Just enough of a communicator for setup()'s checks (no MPI needed)."""
-
-    def __init__(self, size):
-        self.size = size
-
-    def Get_size(self):
-        return self.size
-
-    def Get_rank(self):
-        return 0
-
-
 @pytest.mark.parametrize("argv", [["--lr", "nan"], ["--seed", "-1"], ["--peer-timeout", "nan"]])
 def test_setup_checks_numbers_before_anything_else(argv):
     # a bad number wins over a topology that does not even exist: nothing is loaded before the check
     with pytest.raises(ConfigError, match="^" + argv[0]):
-        setup(parse(argv + ["--topology", "/nonexistent/graph.json"]), _Comm(4))
+        setup(parse(argv + ["--topology", "/nonexistent/graph.json"]), SizedComm(4))
 
 
 def test_device_garbage_and_missing_cuda():
@@ -105,7 +93,7 @@ def test_max_ig_buffers_are_checked_against_memory():
 def test_setup_refuses_huge_max_ig_before_training():
     settings = parse(["--max-ig", "1000000", "--topology", "ring", "--threads", "1", "--no-progress"])
     with pytest.raises(ConfigError, match="^--max-ig 1000000: .*parameters"):
-        setup(settings, _Comm(4))
+        setup(settings, SizedComm(4))
 
 
 @pytest.mark.parametrize("argv,option", [(["--lr", "nan"], "--lr"), (["--device", "garbage"], "--device"),

@@ -13,6 +13,7 @@ from hopdec.cli.train import parse as train_parse
 from hopdec.errors import ConfigError
 from hopdec.settings import MODES, PS, Protocol
 from hopdec.sim.run import simulate
+from fake_comm import SizedComm
 
 VALUES = {"--max-ig": "3", "--backup-workers": "1", "--staleness": "2", "--topology": "ring",
           "--protocol": "notify-ack", "--compute-graph": "serial", "--stale-reduce": "plain",
@@ -273,19 +274,6 @@ def test_skipping_with_a_checkpoint_at_every_iteration_is_refused():
     assert check_config(parsed.protocol.config(20, checkpoint_every=2), node_views(ring(4))) == []
 
 
-class _Comm:
-    """Just enough of a communicator for hopdec train's setup (no MPI): ``size`` ranks, this one rank 0."""
-
-    def __init__(self, size):
-        self.size = size
-
-    def Get_size(self):
-        return self.size
-
-    def Get_rank(self):
-        return 0
-
-
 def _train_and_sim(argv, n):
     """What ``hopdec train`` on n workers (PS: n + 1 ranks) and ``hopdec sim -n n`` say of ``argv``: "ok" or
     the one line each refuses it with (the command's name left out)."""
@@ -304,7 +292,7 @@ def _train_and_sim(argv, n):
 
     def train():
         s = train_parse(argv)
-        setup(s, _Comm(n + 1 if s.mode == "ps" else n))
+        setup(s, SizedComm(n + 1 if s.mode == "ps" else n))
     return said(train), said(lambda: Simulation(sim_parse(argv + ["-n", str(n)]), io.StringIO()))
 
 

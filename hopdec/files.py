@@ -12,10 +12,12 @@ quota, a mount gone away) ends the run with one line naming the file (:func:`wri
 A resumed run continues its logs from where they stood at its checkpoint (:func:`trim_log`).
 :func:`create_exclusive` makes a new file that did not exist (``O_CREAT | O_EXCL``, which also
 refuses to follow a symlink at that name), so a link planted at a predictable temporary name cannot
-redirect the write (see :func:`hopdec.runtime.checkpoint.atomic_write`).
+redirect the write (see :func:`atomic_write`, which checkpoints, manifests and topology files are written
+through: a reader, or a write stopped by Ctrl-C or a full disk, never leaves a part of one).
 """
 
 import os
+import secrets
 import stat
 from contextlib import contextmanager
 
@@ -125,3 +127,40 @@ def trim_log(path, offset):
     with open(path, "r+b") as f:
         f.truncate(offset)
     return True
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write):
+    """Write ``path`` through ``write(file)`` into a temporary file beside it, fsync, rename: readers see
+    the old file or the complete new one, never a part. The temporary name is unpredictable and the file is
+    created exclusively (:func:`create_exclusive`): a symlink planted where it would be is
+    never followed, and the rename replaces a link at ``path`` itself, not what it points to."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        with create_exclusive(tmp) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError):    # a full disk, a quota: one line naming the file (hopdec.files)
+            raise write_failed(path, err) from None
+        raise
+    _fsync_dir(directory)

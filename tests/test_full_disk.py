@@ -69,3 +69,22 @@ def test_checkpoints_on_a_full_disk_name_the_file_and_leave_no_part(mpirun, full
                      lines[0]), lines                  # (the checkpoint, or the manifest that lists it)
     left = [os.path.join(d, f) for d, _, fs_ in os.walk(ck) for f in fs_]
     assert left and not [f for f in left if ".tmp" in f], left
+
+
+@pytest.mark.parametrize("kind", ["exponential", "one-peer-exponential"])
+def test_topo_generate_on_a_full_disk_keeps_the_file_it_would_have_replaced(full_disk, kind):
+    """``topo generate`` wrote its JSON in place: a disk that filled up mid-write (or Ctrl-C) left a part of
+    a file where a good topology had been. Now the file is written whole or not at all: one line, the old
+    file intact, no temporary file left beside it."""
+    from hopdec import topology as T
+    fs = full_disk("64k")
+    path = fs / "g.json"
+    T.save(T.ring(4), str(path))
+    before = path.read_bytes()
+    r = subprocess.run([sys.executable, "-m", "hopdec.cli", "topo", "generate", kind, "-n", "2048", "-o", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot write {path}: {NO_SPACE}" in lines[0], r.stderr
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(fs)) == ["g.json"]

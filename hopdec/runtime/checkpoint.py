@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from hopdec.errors import ConfigError
+from hopdec.files import atomic_write  # noqa: F401  (checkpoints and manifests are written whole)
 from hopdec.modes.fingerprint import SETTINGS  # what a resumed run must share with the one it resumes
 
 FORMAT = "hopdec-checkpoint/1"
@@ -43,44 +44,6 @@ def ckpt_name(key):
 
 
 # ---- atomic files --------------------------------------------------------------------------------
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path, write):
-    """Write ``path`` through ``write(file)`` into a temporary file beside it, fsync, rename: readers see
-    the old file or the complete new one, never a part. The temporary name is unpredictable and the file is
-    created exclusively (:func:`hopdec.files.create_exclusive`): a symlink planted where it would be is
-    never followed, and the rename replaces a link at ``path`` itself, not what it points to."""
-    from hopdec.files import create_exclusive, write_failed
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}-{secrets.token_hex(6)}")
-    try:
-        with create_exclusive(tmp) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, OSError):    # a full disk, a quota: one line naming the file (hopdec.files)
-            raise write_failed(path, err) from None
-        raise
-    _fsync_dir(directory)
-
-
 def write_arrays(path, arrays, meta):
     """``arrays`` (name -> numpy array, never objects) and a JSON ``meta`` into one ``.npz``, atomically."""
     payload = {k: np.asarray(v, order="C") for k, v in arrays.items()}   # (ascontiguousarray makes 0-d 1-d)

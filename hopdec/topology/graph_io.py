@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
+from hopdec.files import atomic_write
 from hopdec.topology.schedule import is_schedule_data, schedule_of
 from hopdec.topology.schedule import parse as parse_schedule
 from hopdec.topology.schedule import save as save_schedule
@@ -460,8 +461,8 @@ def save(G, path):
         tail = "," if key == "nodes" else ""
         parts.append(f' "{key}": [\n' + ",\n".join(f"  {x}" for x in items) + "\n ]" + tail)
     parts.append("}\n")
-    with open(path, "w") as fh:
-        fh.write("\n".join(parts))
+    text = "\n".join(parts).encode("utf-8")
+    atomic_write(path, lambda f: f.write(text))     # (whole or not at all: Ctrl-C, a full disk)
 
 
 def in_neighbors(G, i):

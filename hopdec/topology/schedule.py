@@ -33,6 +33,7 @@ import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
+from hopdec.files import atomic_write
 
 MAX_STEPS = 4096
 """Longest period a schedule may have (a longer one would be a trace, not a schedule)."""
@@ -607,8 +608,8 @@ def save(U, path):
                                        zip(st.src[order].tolist(), st.dst[order].tolist(), weights)) + "]")
     lines.append(",\n".join(steps))
     lines.append(" ]\n}\n")
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines))
+    text = "\n".join(lines).encode("utf-8")
+    atomic_write(path, lambda f: f.write(text))     # (whole or not at all: Ctrl-C, a full disk)
 
 
 def _plain(x):

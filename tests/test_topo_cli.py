@@ -471,3 +471,18 @@ def test_ctrl_c_on_a_long_command_is_one_line(cmd, monkeypatch, capsys):
         pytest.fail("the KeyboardInterrupt escaped: a traceback")
     assert rc == 130
     assert capsys.readouterr().err == f"hopdec {cmd}: stopped by SIGINT\n"
+
+
+@pytest.mark.parametrize("args,bad", [(["analyze", "--max-ig", "100000000000"], "--max-ig"),
+                                      (["compare", "--max-ig", "1000001"], "--max-ig"),
+                                      (["analyze", "--staleness", "10000000000"], "--staleness")])
+def test_analyze_and_compare_bound_what_train_and_sim_bound(args, bad):
+    """``topo analyze --max-ig 100000000000`` printed a table of queue sizes no run can have, where
+    ``hopdec train`` and ``sim`` refuse any --max-ig above 10^6 and --staleness above 10^9: the same bounds
+    now, one line naming the option."""
+    r = topo(args[0], "topologies/ring_based_8.json", *args[1:])
+    assert r.returncode == 2 and r.stdout == "", r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"argument {bad}: expected a " in lines[0] and "up to " in lines[0], r.stderr
+    ok = topo(args[0], "topologies/ring_based_8.json", args[1], "1000000" if bad == "--max-ig" else "1000000000")
+    assert ok.returncode == 0, ok.stderr

@@ -19,6 +19,8 @@ from hopdec import topology as T
 from hopdec.errors import ConfigError
 from hopdec.cli.helpfmt import Parser
 from hopdec.cli.options import add_network_arguments
+from hopdec.settings.protocol import MAX_MAX_IG
+from hopdec.settings.work import MAX_ITERATIONS
 from hopdec.topology.analysis import DEFAULT_MAX_IG, _num
 from hopdec.topology.schedule import schedule_of
 from hopdec.topology.schedule_analysis import report_lines as schedule_report_lines
@@ -33,21 +35,24 @@ class _Parser(Parser):
     help_option = "-h"
 
 
-def _int_at_least(lo, what):
-    """An argparse type: an integer >= ``lo``, with a one-line error otherwise."""
+def _int_at_least(lo, what, hi=None):
+    """An argparse type: an integer >= ``lo`` (and <= ``hi``), with a one-line error otherwise."""
     def parse(text):
         try:
             v = int(text)
         except ValueError:
             v = None
-        if v is None or v < lo:
-            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}")
+        if v is None or v < lo or (hi is not None and v > hi):
+            up_to = "" if hi is None else f" up to {hi:,}"
+            raise argparse.ArgumentTypeError(f"expected a {what} integer{up_to}, got {text!r}")
         return v
     return parse
 
 
 _positive_int = _int_at_least(1, "positive")
 _nonneg_int = _int_at_least(0, "non-negative")
+_max_ig = _int_at_least(1, "positive", hi=MAX_MAX_IG)            # (the bounds train and sim check)
+_staleness = _int_at_least(0, "non-negative", hi=MAX_ITERATIONS)
 
 
 def _positive_float(text):
@@ -162,10 +167,10 @@ def build_parser():
 
     a = sub.add_parser("analyze", help="report a graph's properties and Hop Table 1 bounds")
     a.add_argument("file", help="a topology file: node-link JSON or an edge list (src dst [weight])")
-    a.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
+    a.add_argument("--max-ig", type=_max_ig, default=DEFAULT_MAX_IG, metavar="K",
                    help=f"token-queue max iteration gap for the token rows (default "
                         f"{DEFAULT_MAX_IG})")
-    a.add_argument("--staleness", type=_nonneg_int, metavar="S",
+    a.add_argument("--staleness", type=_staleness, metavar="S",
                    help="bounded staleness s: adds the (s+1)*len rows")
     a.add_argument("--local-steps", type=_positive_int, default=1, metavar="H",
                    help="rounds of H local steps (hopdec train --local-steps): the bounds count rounds; "
@@ -177,7 +182,7 @@ def build_parser():
 
     c = sub.add_parser("compare", help="key figures of several graphs side by side")
     c.add_argument("files", nargs="+", help="topology files (node-link JSON or edge lists)")
-    c.add_argument("--max-ig", type=_positive_int, default=DEFAULT_MAX_IG, metavar="K",
+    c.add_argument("--max-ig", type=_max_ig, default=DEFAULT_MAX_IG, metavar="K",
                    help=f"max_ig for the token-gap column (default {DEFAULT_MAX_IG})")
     c.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
     _network_options(c)

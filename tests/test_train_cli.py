@@ -184,3 +184,23 @@ def test_a_mistyped_option_names_the_option_meant(argv, says, capsys, monkeypatc
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert main(argv) == 2
     assert capsys.readouterr().err == says + "\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["sim", "--mode", "ps", "-n", "3", "--sync", "dssp", "--staleness-range", "-1,3"],
+     "hopdec sim: error: --staleness-range must be >= 0, got -1,3"),
+    (["sim", "-n", "3", "--slowdown", "-2"], "hopdec sim: error: --slowdown '-2': '-2' is not key=value"),
+    # an option's name where its value should be is still "expected one argument", never taken as the value
+    (["sim", "-n", "3", "--log-dir", "--overwrite"],
+     "hopdec sim: error: argument --log-dir: expected one argument (see hopdec sim --help)"),
+])
+def test_a_value_that_starts_with_a_minus_sign_reaches_the_options_check(argv, says, capsys, monkeypatch):
+    """``--staleness-range -1,3`` said "argument --staleness-range: expected one argument" (argparse takes
+    any "-1,3" that is not a plain number for an option): a value starting with a minus and a digit is the
+    option's value, which then gets the option's own one line."""
+    import os
+    from hopdec.cli.main import main
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == says
+    assert parse(["--mode", "ps", "--sync", "dssp", "--staleness-range", "-1,3"]).ps.staleness_range == "-1,3"

@@ -7,6 +7,8 @@ not mention its default itself and there is a real value to show.
 """
 
 import argparse
+import re
+import sys
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -26,6 +28,10 @@ class Parser(argparse.ArgumentParser):
 
     help_option = "--help"
 
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(_glue_negative_values(self, args), namespace)
+
     def error(self, message):
         from hopdec.errors import ConfigError, did_you_mean
         hint = ""
@@ -34,6 +40,30 @@ class Parser(argparse.ArgumentParser):
             words = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
             hint = next((h for h in (did_you_mean(w, known) for w in words) if h), "")
         raise ConfigError(f"{message}{hint} (see {self.prog} {self.help_option})")
+
+
+def _glue_negative_values(parser, args):
+    """``--staleness-range -1,3`` as ``--staleness-range=-1,3``: argparse takes a value that starts with a
+    minus sign for an option unless it is a plain number, and says "expected one argument"; the option's
+    own check then names what is wrong with the value. Only a minus followed by a digit or a point is glued
+    (a missing value before another option, ``--log-dir --overwrite``, is still refused as missing)."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return out + args[i:]
+        action = parser._option_string_actions.get(a)
+        if (action is not None and action.nargs is None and i + 1 < len(args)
+                and _NEGATIVE.match(args[i + 1]) and args[i + 1] not in parser._option_string_actions):
+            out.append(f"{a}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+_NEGATIVE = re.compile(r"-[0-9.]")
 
 
 def _option_strings(parser):

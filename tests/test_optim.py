@@ -498,6 +498,22 @@ def test_a_resumed_loop_continues_its_log(tmp_path):
     assert iters == [x["iter"] for x in map(json.loads, open(tmp_path / "rank0.jsonl")) if "iter" in x]
 
 
+def test_a_stop_signal_with_local_steps_names_the_round_not_an_iteration():
+    """With local_steps the stop's line said "every rank stops at iteration 3" where 3 counts rounds (6
+    inner steps, the mini-batches the user's loop counts): it names the round and its inner steps."""
+    import signal
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, local_steps=2)
+    train(m, opt, 2)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    with pytest.raises(KeyboardInterrupt, match=r"^every rank stops at round (\d+) \((\d+) inner steps, rounds "
+                                                r"of local_steps=2\)$") as e:
+        train(m, opt, 20, start=2)
+    r, inner = map(int, re.match(r"every rank stops at round (\d+) \((\d+)", e.value.args[0]).groups())
+    assert inner == 2 * r and r == opt.iteration
+    opt.finish()
+
+
 def test_a_stop_signal_ends_the_loop_at_the_agreed_iteration_and_a_second_one_at_once():
     """(hopdec.optim.stopping; the ranks' agreement is under mpirun in test_optim_mpi.) One rank: the stop
     is one past the position where the rank agreed it (its next step()); after it step() says so; a second signal raises at

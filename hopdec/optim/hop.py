@@ -299,7 +299,11 @@ class HopOptimizer(torch.optim.Optimizer):
             self._stopped = True                # every rank is here: its state dict resumes with theirs
             if failed is not None:
                 raise failed
-            raise KeyboardInterrupt(f"every rank stops at iteration {self._stop.stop_at}")
+            at = self._stop.stop_at
+            if r is not None:                   # (positions count rounds; the user's loop counts mini-batches)
+                raise KeyboardInterrupt(f"every rank stops at round {at} ({at * r.steps} inner steps, rounds of "
+                                        f"local_steps={r.steps})")
+            raise KeyboardInterrupt(f"every rank stops at iteration {at}")
         if failed is not None:                  # (see _applied_step)
             raise failed
         return self._closure_loss

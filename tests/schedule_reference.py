@@ -1,29 +1,18 @@
 """The schedule code before it was made fast (hopdec commit 30dcbac): a networkx DiGraph per step, built edge by
 edge, eq. (1) and the weight rule applied by :func:`hopdec.topology.weights.with_default_weights` and
-:func:`~hopdec.topology.weights.effective_weights`. ``tests/test_schedule_speed.py`` checks that the arrays
+:func:`~hopdec.topology.weights.effective_weights`. ``tests/test_schedule_arrays.py`` checks that the arrays
 :mod:`hopdec.topology.schedule` uses now give the same union graph, steps, weights (bit for bit, in the same
-order), notes and errors as this on random and hostile schedules."""
+order), notes and errors as this on random and hostile schedules. What did not change (an edge entry's
+checks, eq. (1) on a DiGraph) is imported, not copied."""
 
 import json
-import math
 
 import networkx as nx
 import numpy as np
 
 from hopdec.errors import TopologyError
-from hopdec.topology.schedule import MAX_STEPS
-
-
-def with_default_weights(G):
-    """Hop eq. (1) on a copy of ``G`` with a self-loop at every node (hopdec.topology.weights, as it was)."""
-    H = nx.DiGraph(G)
-    H.add_edges_from((v, v) for v in list(H.nodes))
-    for j in H.nodes:
-        preds = list(H.predecessors(j))
-        for i in preds:
-            H[i][j]["weight"] = 1.0 / len(preds)
-    H.graph["weights"] = "eq1"
-    return H
+from hopdec.topology.schedule import MAX_STEPS, _edge, schedule_of     # (unchanged since)
+from hopdec.topology.weights import with_default_weights                # (unchanged since)
 
 
 class Schedule:
@@ -79,11 +68,6 @@ class Schedule:
 
     def describe(self):
         return f"{self.name or 'schedule'}: period {self.period}"
-
-
-def schedule_of(G):
-    """The :class:`Schedule` a union graph carries, or None for a static topology."""
-    return G.graph.get("schedule") if G is not None else None
 
 
 def union_graph(schedule, node_attrs=None, source=None):
@@ -155,36 +139,6 @@ def from_steps(n, steps, name=None, node_attrs=None, source=None, connected=True
             raise TopologyError(f"{err} (over the union of the schedule's {len(graphs)} steps)") from None
     U.graph["notes"] = notes
     return U
-
-
-def _edge(e, where, k):
-    """One edge entry of a schedule file: ``[u, v]``, ``[u, v, w]`` or ``{"source", "target"[, "weight"]}``."""
-    if isinstance(e, dict):
-        extra = set(e) - {"source", "target", "weight"}
-        if extra:
-            raise TopologyError(f"{where}: edge #{k} has key {sorted(extra)[0]!r}; a schedule's edges take "
-                                f"source, target and weight only")
-        if "source" not in e or "target" not in e:
-            raise TopologyError(f"{where}: edge #{k} needs 'source' and 'target'")
-        e = [e["source"], e["target"]] + ([e["weight"]] if "weight" in e else [])
-    if not isinstance(e, list) or len(e) not in (2, 3):
-        raise TopologyError(f"{where}: edge #{k} must be [src, dst], [src, dst, weight] or an object with "
-                            f"source and target")
-    for end in e[:2]:
-        if isinstance(end, bool) or not isinstance(end, int) or end < 0:
-            raise TopologyError(f"{where}: edge #{k}: node ids must be the ranks 0..n-1 (integers), got "
-                                f"{str(end)[:24]!r}")
-    if len(e) == 3:
-        w = e[2]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)) or w < 0:
-            raise TopologyError(f"{where}: edge {e[0]}->{e[1]} has weight {str(w)[:24]!r}; weights are "
-                                f"finite numbers >= 0")
-    return e
-
-
-def is_schedule_data(data):
-    """Whether parsed JSON is a schedule file (it has a ``steps`` list) rather than node-link JSON."""
-    return isinstance(data, dict) and "steps" in data
 
 
 def parse(data, src, connected=True):

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from hopdec.errors import ConfigError
-from hopdec.files import atomic_write  # noqa: F401  (checkpoints and manifests are written whole)
+from hopdec.files import atomic_write    # (checkpoints and manifests are written whole)
 from hopdec.modes.fingerprint import SETTINGS  # what a resumed run must share with the one it resumes
 
 FORMAT = "hopdec-checkpoint/1"

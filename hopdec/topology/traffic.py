@@ -103,7 +103,7 @@ def traffic(G: Any, link: Any, message_mb: float = 1.0, machines: Optional[tuple
     index = {h: k for k, h in enumerate(hosts)}
     nodes = list(host)
     of_node = np.array([index[host[v]] for v in nodes], dtype=np.int64)
-    if nodes != list(range(len(nodes))):        # (ranks are 0..n-1; any other ids through a lookup)
+    if nodes != list(range(len(nodes))):        # (a run's ranks are 0..n-1; a library graph's other ids: a lookup)
         at = {v: k for k, v in enumerate(nodes)}
         position = np.vectorize(at.__getitem__, otypes=[np.int64])
     else:

@@ -237,7 +237,8 @@ def _old_table_one(U, max_ig, staleness):
     if staleness is not None:
         b["staleness"] = SA.gap_bounds(U, "staleness", staleness=staleness).max()
         b["staleness+tokens"] = SA.gap_bounds(U, "staleness", max_ig=max_ig, staleness=staleness).max()
-    D = SA._ahead_distances(U)
+    from scipy.sparse.csgraph import shortest_path
+    D = shortest_path(SA._lengths(U, s, s.activation_gap), method="D", directed=True)   # D[i, j] = dist_g(i -> j)
     from hopdec.topology.analysis import _num
     return dict(gap_bounds={k: _num(v) for k, v in b.items()},
                 update_queue_capacity_no_tokens=_num(max(1 + sum(D[i, j] + 1 for j in U.predecessors(i) if j != i)

@@ -137,13 +137,6 @@ def max_gap_bound(U, setting="standard", max_ig=None, staleness=None, skipping=F
     return float(gap_bounds(U, setting, max_ig, staleness, skipping).max())
 
 
-def _ahead_distances(U):
-    """``D[i, j] = dist_g(i -> j)``: how far j may run ahead of i without token queues."""
-    from scipy.sparse.csgraph import shortest_path
-    s = schedule_of(U)
-    return shortest_path(_lengths(U, s, s.activation_gap), method="D", directed=True)
-
-
 def ahead_bounds(U):
     """``{i: how far an in-neighbour of i may be ahead of it}`` without token queues: the longest
     ``dist_g(i -> j)`` over i's union in-neighbours j (sizes queue-only update queues). Searches from a block
@@ -167,7 +160,7 @@ def ahead_bounds(U):
 class _TableOne:
     """The Table 1 figures of :func:`summarize`, gathered block by block from the union's hop distances as
     :func:`hopdec.topology.bounds.pair_summary` computes them (its ``visit``): the same numbers as
-    :func:`gap_bounds` and :func:`_ahead_distances` give, without their n x n arrays, each computed once.
+    :func:`gap_bounds` and all-pairs ``dist_g`` (the activation gaps as edge lengths) give, without their n x n arrays, each computed once.
     Where every union edge has the same activation gap g (a one-peer graph: every edge once a period)
     ``dist_g`` is g times the hop distance; otherwise each block's sources are searched again by Dijkstra
     on the edges' gaps."""

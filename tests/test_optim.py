@@ -13,6 +13,8 @@ import torch
 from hopdec.errors import ConfigError
 from hopdec.optim import HopOptimizer, HopSGD
 
+TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "topologies")
+
 
 def net(seed=0):
     torch.manual_seed(seed)
@@ -110,6 +112,11 @@ def test_nothing_is_silently_ignored(finish_all):
     (dict(params=None, optimizer_class=None), "optimizer_class is required"),
     (dict(optimizer_class=dict), "not a torch.optim.Optimizer"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, topology="no-such-kind"), "no such file, and not a generator"),
+    # a generator that cannot build this many ranks, a file for another size: prefixed like the rest, one rank
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, topology="torus"),
+     r"^HopOptimizer: topology torus: torus needs n >= 4, got 1$"),
+    (dict(optimizer_class=torch.optim.SGD, lr=0.1, topology=os.path.join(TOPOLOGIES, "complete_4.json")),
+     r"^HopOptimizer: topology .*complete_4.json has 4 workers but the communicator has 1 rank$"),
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, max_ig=0), "max_ig 0"),
     # the CLI's ranges too (one settings.Protocol for both): a gap bound no run can reach, a jump of 1
     (dict(optimizer_class=torch.optim.SGD, lr=0.1, max_ig=10 ** 7), r"max_ig 10000000: must be an integer in \[1"),

@@ -42,7 +42,7 @@ def resolve_topology(spec, size):
     try:
         return resolve(spec, size)
     except ConfigError as err:
-        raise ConfigError(str(err).replace("--topology", "topology")) from None
+        raise as_keywords(err) from None
 
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,

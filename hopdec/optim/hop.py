@@ -151,7 +151,8 @@ class HopOptimizer(torch.optim.Optimizer):
         self.graph = graph = assembly.resolve_topology(topology, self.size)
         if graph.number_of_nodes() != self.size:
             raise ConfigError(f"HopOptimizer: topology {graph.graph.get('source', topology)} has "
-                              f"{graph.number_of_nodes()} workers but the communicator has {self.size} ranks")
+                              f"{graph.number_of_nodes()} workers but the communicator has {self.size} "
+                              f"rank{'' if self.size == 1 else 's'}")
         if self.rank == 0:                  # what hopdec train prints of the topology file (a periodic W, ...)
             for note in graph.graph.get("notes", ()):
                 warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=2)

@@ -156,6 +156,13 @@ def test_local_steps_in_the_simulator_count_rounds_and_send_once_per_round(tmp_p
     assert sent(tmp_path / "h4") * 4 == pytest.approx(sent(tmp_path / "h1"), rel=0.01)
 
 
+def test_one_round_is_said_in_the_singular():
+    _, text = sim(["-n", 4, "--topology", "ring-based", "--iterations", 3, "--local-steps", 4, "--max-ig", 1,
+                   "--no-progress"])
+    assert "rounds: 1 round of 4 local steps (3 inner steps per worker; the iterations above are rounds); " \
+           "gap bound 1 round = 4 inner steps" in text
+
+
 def test_the_parameter_server_refuses_local_steps_with_one_line(capsys):
     assert sim_main(["--mode", "ps", "-n", "3", "--local-steps", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

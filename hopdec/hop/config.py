@@ -94,7 +94,12 @@ def in_steps(value, cfg):
     invariants (e.g. "2 rounds = 16 inner steps")."""
     if cfg.local_steps == 1:
         return f"{value:g}"
-    return f"{value:g} rounds = {value * cfg.local_steps:g} inner steps"
+    return f"{counted(value, 'round')} = {counted(value * cfg.local_steps, 'inner step')}"
+
+
+def counted(value, noun):
+    """``value`` and the noun, singular for exactly one: "1 round", "2 rounds", "16 inner steps"."""
+    return f"{value:g} {noun}" + ("" if value == 1 else "s")
 
 
 def describe_rounds(cfg):

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 from hopdec.errors import ConfigError
-from hopdec.hop.config import check_config, describe, gap_bound, in_steps, round_steps, rounds, setting_name
+from hopdec.hop.config import check_config, counted, describe, gap_bound, in_steps, round_steps, rounds, setting_name
 from hopdec.hop.time_varying import describe as describe_schedule
 from hopdec.hop.protocols import PROTOCOLS
 from hopdec.hop.worker import Worker, node_views
@@ -148,8 +148,9 @@ class HopRun:
             return []
         b = ("not computed" if bound is None else "unbounded" if bound == float("inf") else
              in_steps(bound, cfg))
-        return [f"rounds: {cfg.iterations} rounds of {cfg.local_steps} local steps ({self.work.iterations} "
-                f"inner steps per worker; the iterations above are rounds); gap bound {b}"]
+        return [f"rounds: {counted(cfg.iterations, 'round')} of {cfg.local_steps} local steps "
+                f"({counted(self.work.iterations, 'inner step')} per worker; the iterations above are rounds); "
+                f"gap bound {b}"]
 
     def message_bytes(self, params):
         """Bytes one update message puts on the wire: the codec's coded message, or the float32 message."""

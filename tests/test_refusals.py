@@ -106,6 +106,23 @@ def test_a_log_dir_with_an_earlier_runs_logs_is_refused_and_overwrite_replaces_t
     assert sorted(os.listdir(d)) == ["rank0.jsonl", "rank1.jsonl"]       # no rank of the earlier run left
 
 
+def test_a_run_refused_after_the_log_dir_check_leaves_no_empty_log(tmp_path):
+    """The check tried DIR/rank0.jsonl by creating it; a later refusal (a torus of 3) left it empty, where
+    it looked like a run's log. A FIFO that was there stays (the check only reads what it finds)."""
+    d = tmp_path / "logs"
+    with pytest.raises(ConfigError, match="torus needs n >= 4"):
+        sim(["-n", 3, "--topology", "torus", "--log-dir", d])
+    assert os.listdir(d) == []
+    sim(["-n", 4, "--topology", "torus", "--iterations", 2, "--log-dir", d])     # then the run writes them
+    assert sorted(os.listdir(d)) == [f"rank{r}.jsonl" for r in range(4)]
+    fifo = tmp_path / "fifo"
+    os.mkdir(fifo)
+    os.mkfifo(fifo / "rank0.jsonl")
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        sim(["-n", 4, "--iterations", 2, "--log-dir", fifo])
+    assert os.listdir(fifo) == ["rank0.jsonl"]
+
+
 def test_a_real_run_refuses_another_runs_log_dir_during_setup(tmp_path):
     from hopdec.runtime.setup import check_fresh_log_dir
     (tmp_path / "rank3.jsonl").write_text('{"rank": 3, "run": {}}\n')

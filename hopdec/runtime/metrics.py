@@ -18,11 +18,14 @@ def log_path(log_dir, rank):
 
 def check_log_dir(log_dir, rank):
     """Raise ConfigError unless this rank can write ``DIR/rank{r}.jsonl`` (run during setup, so a bad
-    ``--log-dir`` is one line before training instead of a failure on one rank mid-run)."""
+    ``--log-dir`` is one line before training instead of a failure on one rank mid-run). The file it
+    made to try is removed again, so a run refused by a later check leaves no empty log that looks like a
+    run's (the folder stays: the ranks share it, and one rank's removal would race another's check)."""
     import stat
 
     from hopdec.errors import ConfigError
     path = log_path(log_dir, rank)
+    existed = os.path.lexists(path)
     try:
         os.makedirs(log_dir, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)  # a FIFO: no wait
@@ -30,6 +33,8 @@ def check_log_dir(log_dir, rank):
             regular = stat.S_ISREG(os.fstat(fd).st_mode)
         finally:
             os.close(fd)
+        if not existed:
+            os.unlink(path)
     except OSError as err:
         if os.path.exists(log_dir) and not os.path.isdir(log_dir):
             raise ConfigError(f"--log-dir {log_dir}: is a file, not a directory") from None

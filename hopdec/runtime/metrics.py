@@ -5,6 +5,7 @@ Each rank writes ``DIR/rank{r}.jsonl``, one JSON object per iteration (see :mod:
 order of log times respects the order of messages on one machine).
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -34,7 +35,8 @@ def check_log_dir(log_dir, rank):
         finally:
             os.close(fd)
         if not existed:
-            os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     except OSError as err:
         if os.path.exists(log_dir) and not os.path.isdir(log_dir):
             raise ConfigError(f"--log-dir {log_dir}: is a file, not a directory") from None

@@ -163,6 +163,26 @@ def test_one_round_is_said_in_the_singular():
            "gap bound 1 round = 4 inner steps" in text
 
 
+def test_a_run_resumed_after_a_short_round_takes_each_inner_step_once():
+    """A checkpoint at round 3 after 10 inner steps (rounds of 4, the last of 2), resumed to 24: rounds 3..6
+    are 10-13, 14-17, 18-21, 22-23 (they were 12-15, 16-19, 20-23: steps 10 and 11 never trained, 22
+    mini-batches said 24); a checkpoint of whole rounds keeps the plain rounds."""
+    from hopdec.cli.sim import parse as sim_parse
+    from hopdec.modes.decentralized import HopRun, resolve_topology
+    from hopdec.modes.work import resolve
+    settings = sim_parse(["--topology", "complete", "-n", "2", "--model", "mlp", "--local-steps", "4",
+                          "--iterations", "24"])
+    run = HopRun(settings, resolve_topology("complete", 2)).with_work(resolve(settings.work, 2))
+    go_on = run.continued_from(3, 10)
+    assert go_on.cfg.iterations == 7 == rounds(24, 4, (3, 10)) and run.cfg.iterations == 6
+    assert [list(go_on.round_steps(k)) for k in range(3, 7)] == [[10, 11, 12, 13], [14, 15, 16, 17],
+                                                                 [18, 19, 20, 21], [22, 23]]
+    assert [go_on.inner_steps_at(k) for k in (3, 5, 7)] == [10, 18, 24]     # what its checkpoints record
+    whole = run.continued_from(3, 12)
+    assert whole.cfg.iterations == 6 and all(whole.round_steps(k) == run.round_steps(k) for k in range(3, 6))
+    assert run.continued_from(3).cfg.iterations == 6     # (a checkpoint without its inner steps: whole rounds)
+
+
 def test_the_parameter_server_refuses_local_steps_with_one_line(capsys):
     assert sim_main(["--mode", "ps", "-n", "3", "--local-steps", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

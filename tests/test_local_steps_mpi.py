@@ -64,25 +64,49 @@ def test_a_run_with_local_steps_resumed_from_a_checkpoint_ends_as_the_uninterrup
     assert header["local_steps"] == 4 and header.get("resumed_from") == 3      # rounds, not inner steps
 
 
-def test_a_checkpoint_ending_a_short_last_round_is_not_resumed_in_whole_rounds(mpirun, tmp_path):
-    """10 inner steps in rounds of 4 end with a round of 2; resumed to 24, round 3 would start at inner step 12
-    and the run train 22 mini-batches while saying 24. Refused with one line; a run of whole rounds (12 steps,
-    checkpointed at every round) resumes from its checkpoint as before."""
+def test_a_checkpoint_ending_a_short_last_round_resumes_from_its_inner_step(mpirun, tmp_path):
+    """10 inner steps in rounds of 4 end with a round of 2 (its exchange and outer step taken). Resumed to 24,
+    round 3 started at inner step 12: 22 mini-batches while the run said 24 (then it was refused). Now the
+    rounds go on from inner step 10 -- 10-13, 14-17, 18-21, 22-23, each inner step once -- and the run ends as
+    the same rounds resumed in two legs (10 -> 18 -> 24) do, bit for bit. A run of whole rounds (12 steps)
+    resumes from its checkpoint as before."""
     common = ["--local-steps", "4", "--model", "mlp", "--seed", "5", "--no-progress", "--threads", "1",
               "--topology", "complete"]
-    short, whole = tmp_path / "short", tmp_path / "whole"
+    short, legs, whole = tmp_path / "short", tmp_path / "legs", tmp_path / "whole"
     outs = mpirun.batch(2, [common + ["--iterations", "10", "--checkpoint-dir", short],
-                            common + ["--iterations", "24", "--resume", short],
+                            common + ["--iterations", "24", "--resume", short, "--save-models",
+                                      "--log-dir", tmp_path / "once"],
+                            common + ["--iterations", "10", "--checkpoint-dir", legs],
+                            common + ["--iterations", "18", "--resume", legs],
+                            common + ["--iterations", "24", "--resume", legs, "--save-models",
+                                      "--log-dir", tmp_path / "twice"],
+                            common + ["--iterations", "24", "--resume", legs],
                             common + ["--iterations", "12", "--checkpoint-dir", whole],
                             common + ["--iterations", "16", "--resume", whole],
-                            common + ["--iterations", "16", "--checkpoint-dir", whole]], timeout=180)
-    assert [o.returncode for o in outs] == [0, 2, 0, 0, 2], [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+                            common + ["--iterations", "16", "--checkpoint-dir", whole]], timeout=240)
+    assert [o.returncode for o in outs] == [0, 0, 0, 0, 0, 2, 0, 0, 2], \
+        [(o.stdout[-800:], o.stderr[-800:]) for o in outs]
+    assert "rounds: 7 rounds of 4 local steps (24 inner steps per worker; the iterations above are rounds; " \
+        "resumed at round 3 after 10 inner steps" in outs[1].stdout, outs[1].stdout
+    with open(tmp_path / "once" / "rank0.jsonl") as f:
+        header = json.loads(f.readline())["run"]
+        recs = [json.loads(x) for x in f if '"iter"' in x]
+    assert header["iterations"] == 7 and header["inner_steps"] == 24 and header["resumed_from"] == 3
+    assert [(r["iter"], r["first_step"], r["inner_steps"]) for r in recs] == \
+        [(3, 10, 4), (4, 14, 4), (5, 18, 4), (6, 22, 2)]
+    with open(short / "rank0" / "manifest.json") as f:
+        assert json.load(f)["complete"]["7"]["work"] == 24          # the checkpoint counts them so too
+    for r in range(2):
+        once = np.load(tmp_path / "once" / f"params_rank{r}.npy")
+        twice = np.load(tmp_path / "twice" / f"params_rank{r}.npy")
+        np.testing.assert_array_equal(once, twice)
+    # the legs' end, resumed with nothing left: said in inner steps
+    assert "the checkpoint is at round 7 (24 inner steps), which is --iterations 24 already; raise" \
+        in outs[5].stderr, outs[5].stderr
     # a new run into that directory: refused, naming its last checkpoint in rounds (it said "iteration 4")
-    assert "holds the checkpoints of another run (up to round 4, 16 inner steps)" in outs[4].stderr
-    lines = [x for x in outs[1].stderr.splitlines() if x.startswith("hopdec train: error:")]
-    assert len(lines) == 1 and "ends a shortened last round (10 inner steps, not 3 rounds of --local-steps 4)" \
-        in lines[0] and "skip 2 inner steps" in lines[0], outs[1].stderr
-    assert "rounds: 4 rounds of 4 local steps (16 inner steps per worker" in outs[3].stdout
+    assert "holds the checkpoints of another run (up to round 4, 16 inner steps)" in outs[8].stderr
+    assert "rounds: 4 rounds of 4 local steps (16 inner steps per worker; the iterations above are rounds)" \
+        in outs[7].stdout
 
 
 def test_a_resume_with_nothing_left_names_the_iterations_the_user_gave(mpirun, tmp_path):

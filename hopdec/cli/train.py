@@ -66,7 +66,8 @@ def main(argv):
 
     from hopdec.runtime.failures import abort, cause, first_error
     from hopdec.runtime.resume import plan
-    from hopdec.runtime.setup import check_resume_target, first_disagreement, setup, shared_by_every_rank
+    from hopdec.runtime.setup import check_resume_target, continue_run, first_disagreement, setup, \
+        shared_by_every_rank
     from hopdec.runtime.startup import setup_done, start
     from hopdec.transport.collectives import allgather_json
 
@@ -92,6 +93,7 @@ def main(argv):
         try:
             ctx.resume = plan(ctx, ctx.fingerprint, timeout)
             check_resume_target(ctx)
+            continue_run(ctx)               # with --local-steps: the rounds from the checkpoint's inner step
         except HopdecError as e:            # the same on every rank: printed once, below
             found = (0, cause(e))
         except Exception as e:

@@ -77,16 +77,27 @@ def outer_step(local_steps=1, optimizer=None, lr=None, momentum=None):
     return optimizer, lr, momentum
 
 
-def rounds(steps, local_steps):
+def rounds(steps, local_steps, start=None):
     """The rounds of a run of ``steps`` inner steps per worker, ``local_steps`` per round (the last one may
-    be shorter): what the core counts as iterations."""
-    return -(-int(steps) // int(local_steps))
+    be shorter): what the core counts as iterations. ``start``: see :func:`round_steps`."""
+    k0, done = start or (0, 0)
+    return k0 + -(-(int(steps) - int(done)) // int(local_steps))
 
 
-def round_steps(k, local_steps, steps=None):
-    """Round k's inner step indices: ``k*H .. (k+1)*H - 1``, cut at ``steps`` (the run's inner steps)."""
-    end = (k + 1) * local_steps
-    return range(k * local_steps, end if steps is None else min(end, int(steps)))
+def round_steps(k, local_steps, steps=None, start=None):
+    """Round k's inner step indices: ``k*H .. (k+1)*H - 1``, cut at ``steps`` (the run's inner steps).
+
+    ``start = (K, done)``: a run resumed at round K from a checkpoint after ``done`` inner steps; its rounds
+    from K on are H steps each from inner step ``done`` on. That is ``K*H`` unless an earlier run's last round
+    was short (its ``steps`` not a multiple of H): that round's exchange and outer step have happened, so
+    the run goes on from where it ended -- no inner step skipped or taken twice -- as a loop of your own
+    with ``HopSGD`` does after a short round. Rounds before K are not this run's (None for them)."""
+    k0, done = start or (0, 0)
+    if k < k0:
+        return None
+    first = int(done) + (k - k0) * local_steps
+    end = first + local_steps
+    return range(first, end if steps is None else min(end, int(steps)))
 
 
 def in_steps(value, cfg):

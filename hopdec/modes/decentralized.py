@@ -69,12 +69,26 @@ class HopRun:
         # print them as warnings, as topo analyze does
         self.warnings = tuple(graph.graph.get("notes", ()))
         self.work = None
+        self.start = None       # (round K, inner steps done): where a resumed run's rounds start (continued_from)
 
     def with_work(self, work):
         """This run with its workload (``cfg.iterations`` becomes the workload's, in rounds of local steps)."""
         run = copy.copy(self)
-        run.work, run.cfg = work, replace(self.cfg, iterations=rounds(work.iterations, self.cfg.local_steps))
+        run.work, run.cfg = work, replace(self.cfg, iterations=rounds(work.iterations, self.cfg.local_steps,
+                                                                      self.start))
         return run
+
+    def continued_from(self, key, done=None):
+        """This run resumed from its checkpoint at iteration ``key``; with local steps, after ``done`` inner
+        steps (the checkpoint's; None: ``key`` whole rounds). Its rounds from ``key`` on take H inner steps
+        each from inner step ``done`` on (:func:`~hopdec.hop.config.round_steps`): a checkpoint that ends
+        a short last round goes on from where that round ended, and ``cfg.iterations`` counts the rounds
+        that makes."""
+        if not self.cfg.rounds:
+            return self
+        run = copy.copy(self)
+        run.start = (int(key), int(key) * self.cfg.local_steps if done is None else int(done))
+        return run.with_work(self.work)
 
     # ---- who takes part ----
     @property
@@ -107,7 +121,12 @@ class HopRun:
 
     def round_steps(self, k):
         """Round (iteration) k's inner steps: ``k`` itself without local steps."""
-        return round_steps(k, self.cfg.local_steps, self.work.iterations)
+        return round_steps(k, self.cfg.local_steps, self.work.iterations, self.start)
+
+    def inner_steps_at(self, k):
+        """The inner steps taken before round (iteration) ``k`` (k <= ``cfg.iterations``; a resumed run's
+        from its checkpoint's on): what a checkpoint at Enter(k) records."""
+        return min(round_steps(k, self.cfg.local_steps, None, self.start).start, self.work.iterations)
 
     # ---- what is reported ----
     @property
@@ -148,9 +167,12 @@ class HopRun:
             return []
         b = ("not computed" if bound is None else "unbounded" if bound == float("inf") else
              in_steps(bound, cfg))
+        k0, done = self.start or (0, 0)
+        short = (f"; resumed at round {k0} after {done} inner steps, as an earlier shorter round left it"
+                 if done != k0 * cfg.local_steps else "")
         return [f"rounds: {counted(cfg.iterations, 'round')} of {cfg.local_steps} local steps "
-                f"({counted(self.work.iterations, 'inner step')} per worker; the iterations above are rounds); "
-                f"gap bound {b}"]
+                f"({counted(self.work.iterations, 'inner step')} per worker; the iterations above are rounds"
+                f"{short}); gap bound {b}"]
 
     def message_bytes(self, params):
         """Bytes one update message puts on the wire: the codec's coded message, or the float32 message."""

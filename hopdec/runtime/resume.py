@@ -111,8 +111,8 @@ class HopRank:
         rounds = getattr(getattr(ctx.run, "cfg", None), "rounds", False)    # (the all-reduce mode has none)
         self.store = _store(ctx, self.target, {"inner_steps": ctx.run.work.iterations} if rounds else None)
         # with local steps, each checkpoint records the inner steps taken by its round (a run's last round
-        # may be short: check_resume_target refuses to continue from one in whole rounds)
-        self.work_at = (lambda k: min(k * ctx.run.cfg.local_steps, ctx.run.work.iterations)) if rounds else None
+        # may be short: a resume goes on from that inner step, hopdec.runtime.setup.continue_run)
+        self.work_at = ctx.run.inner_steps_at if rounds else None
         res = ctx.resume
         self.start = 0
         if res is not None:

@@ -166,7 +166,8 @@ def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resuming=False):
 
 
 def check_resume_target(ctx):
-    """A resumed run must have something left to do."""
+    """A resumed run must have something left to do (with ``--local-steps``: inner steps; a checkpoint
+    that ends a short last round has fewer than its rounds of H, see :func:`continue_run`)."""
     from hopdec.ps.server import work_budget
     res, run = ctx.resume, ctx.run
     asked = ctx.iterations
@@ -179,16 +180,32 @@ def check_resume_target(ctx):
         left = key < ctx.iterations
         what = f"iteration {key}"
         if getattr(cfg, "rounds", False):       # --local-steps: the core's iterations are rounds
-            h, done = cfg.local_steps, (res["info"].get("work") or {}).get(str(key))
-            if left and done is not None and done != key * h:
-                # the checkpoint ends a short last round: round k's inner steps are k*H.., so rounds resumed
-                # from it would leave out the steps that round did not take (and say they took them)
-                raise ConfigError(f"--resume {res['dir']}: its checkpoint at round {key} ends a shortened last "
-                                  f"round ({done} inner steps, not {key} rounds of --local-steps {h}); rounds "
-                                  f"resumed from it would skip {key * h - done} inner steps. To train longer, give "
-                                  f"the run checkpointed --iterations a multiple of --local-steps")
-            what = f"round {key} ({key * h if done is None else done} inner steps)"
-            asked = f"{run.work.iterations} ({ctx.iterations} rounds of --local-steps {h})"
+            h = cfg.local_steps
+            done = checkpoint_inner_steps(res, h)
+            left = done < run.work.iterations
+            what = f"round {key} ({done} inner steps)"
+            # (its rounds of H, unless an earlier round was short: then they do not add up to it)
+            asked = f"{run.work.iterations}" + (f" ({ctx.iterations} rounds of --local-steps {h})"
+                                                if done == key * h else "")
     if not left:
         raise ConfigError(f"--resume {res['dir']}: the checkpoint is at {what}, which is --iterations "
                           f"{asked} already; raise --iterations to train longer")
+
+
+def checkpoint_inner_steps(res, local_steps):
+    """The inner steps a ``--local-steps`` run had taken at the checkpoint ``res`` resumes (its ``work``;
+    one written without it: its rounds of H)."""
+    done = (res["info"].get("work") or {}).get(str(res["key"]))
+    return res["key"] * local_steps if done is None else int(done)
+
+
+def continue_run(ctx):
+    """After :func:`check_resume_target`: the run as it goes on from the checkpoint ``ctx.resume``. With
+    ``--local-steps`` its rounds go on from the inner step the checkpoint ends at
+    (:meth:`hopdec.modes.decentralized.HopRun.continued_from`): a run of 10 inner steps in rounds of 4 ended
+    with a round of 2 whose exchange and outer step were taken, so resumed to 24 its rounds are 10-13,
+    14-17, 18-21, 22-23 -- every inner step once, as the summary, logs and checkpoints count them."""
+    run, cfg = ctx.run, getattr(ctx.run, "cfg", None)
+    if ctx.resume is not None and getattr(cfg, "rounds", False):
+        ctx.run = run.continued_from(ctx.resume["key"], checkpoint_inner_steps(ctx.resume, cfg.local_steps))
+    return ctx

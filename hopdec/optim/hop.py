@@ -54,6 +54,19 @@ def _step_never_compiled():
     HopOptimizer._step_eager = True
 
 
+def _outside_inference_mode(method):
+    """Run ``method`` with ``torch.inference_mode`` off: the protocol it drives may create the parameters'
+    next store (a Reduce while serving, a copy off the wire), and one created under a caller's
+    ``inference_mode()`` (an evaluation around ``consensus_model()``) left the model unable to train."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with torch.inference_mode(False):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class _Woken(Exception):
     """Raised out of a wait (an idle hook) when what the caller waits for happened meanwhile."""
 
@@ -258,6 +271,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
+    @_outside_inference_mode
     def step(self, closure=None, *, loss=None):
         """Reduce(k) with the neighbours' iteration-k parameters, the wrapped optimizer's step with the
         gradient of iteration k (``closure``, if given, is passed to it), take tokens, enter k + 1 and send
@@ -454,6 +468,7 @@ class HopOptimizer(torch.optim.Optimizer):
         return list(self.core.jumps)
 
     # ------------------------------------------------------------------ the end
+    @_outside_inference_mode
     def finish(self):
         """This rank is done training (collective: every rank calls it, after any number of steps). It
         keeps mixing with its neighbours without a gradient until every rank is done, the ranks agree where
@@ -519,6 +534,7 @@ class HopOptimizer(torch.optim.Optimizer):
             atexit.unregister(self._exit_hook)
 
     # ------------------------------------------------------------------ the consensus model
+    @_outside_inference_mode
     def consensus_state_dict(self, root=None):
         """The average over every worker of the model's state dict: parameters and floating-point buffers
         (BatchNorm statistics) averaged, other buffers (counters) this rank's own. Collective (every rank

@@ -92,6 +92,35 @@ def test_state_dict_round_trip_resumes_at_the_position(tmp_path, finish_all):
         opt2.load_state_dict(ck["o"])
 
 
+def test_state_dict_hooks_registered_on_it_run_as_on_a_torch_optimizer(finish_all):
+    """``register_state_dict_pre/post_hook`` and ``register_load_state_dict_pre/post_hook`` on the
+    HopOptimizer (torch's API, e.g. for a checkpointing library) were silently never called: its
+    ``state_dict()`` and ``load_state_dict()`` ran the wrapped optimizer's hooks only."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    seen = []
+    opt.register_state_dict_pre_hook(lambda o: seen.append(("pre", o is opt)))
+    opt.register_state_dict_post_hook(lambda o, sd: dict(sd, extra=sorted(sd)))
+    train(m, opt, 2)
+    sd = opt.state_dict()
+    assert seen == [("pre", True)] and sd["extra"] == ["hop", "param_groups", "state"], (seen, sorted(sd))
+
+    def edit(o, sd):
+        seen.append(("load pre", o is opt2, sd["hop"]["position"]))
+        sd = dict(sd)
+        sd["param_groups"] = [dict(g, lr=0.25) for g in sd["param_groups"]]
+        return sd
+    m2 = net()
+    opt2 = HopOptimizer(m2, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt2)
+    opt2.register_load_state_dict_pre_hook(edit)
+    opt2.register_load_state_dict_post_hook(lambda o: seen.append(("load post", o.iteration)))
+    opt2.load_state_dict(sd)
+    assert seen[1:] == [("load pre", True, 2), ("load post", 2)], seen
+    assert opt2.param_groups[0]["lr"] == 0.25
+
+
 def test_nothing_is_silently_ignored(finish_all):
     m = net()
     opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)

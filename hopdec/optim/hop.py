@@ -2,7 +2,7 @@
 
 To the user's code it is a ``torch.optim.Optimizer``: ``param_groups`` (each group its own lr, weight
 decay, ...), ``state``, ``zero_grad(set_to_none=...)``, ``step(closure)``, ``state_dict()`` /
-``load_state_dict()`` (with the protocol position, so a checkpoint resumes), step hooks, and any
+``load_state_dict()`` (with the protocol position, so a checkpoint resumes), step and state-dict hooks, and any
 ``torch.optim.lr_scheduler`` works on it. Under it, one rank runs the same protocol core and worker loop as
 ``hopdec train`` (:class:`hopdec.hop.worker.Worker`, :func:`hopdec.runtime.hop_loop.worker_loop`), paused
 at each ComputeGradient so that the user's loop computes the gradient (Hop Figure 7, parallel graph)::
@@ -357,7 +357,11 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """The wrapped optimizer's ``state_dict()`` plus ``"hop"``: the protocol position (the iteration
-        this rank is at between steps) and what it was saved by. Loadable with ``weights_only=True``."""
+        this rank is at between steps) and what it was saved by. Loadable with ``weights_only=True``. Hooks
+        registered on this optimizer (``register_state_dict_pre/post_hook``) run as torch runs them, around
+        the whole dict; the wrapped optimizer's own run inside its ``state_dict()``."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         out = self.optimizer.state_dict()
         out["hop"] = dict(position=int(self.position), rank=self.rank, ranks=self.size,
                           topology=str(self.graph.graph.get("source")), protocol=self.cfg.protocol)
@@ -373,15 +377,31 @@ class HopOptimizer(torch.optim.Optimizer):
                               round_step=r.taken if r.begun is not None else 0,
                               anchor=r.mid_round_anchor(), outer_momentum=None if r.outer.buf is None
                               else r.outer.buf.detach().clone())
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            hooked = post_hook(self, out)
+            if hooked is not None:
+                out = hooked
         return out
 
     def load_state_dict(self, state_dict):
         """Load what :meth:`state_dict` gave (or a plain torch optimizer's state dict: then the protocol
         starts at 0). Call it before the first step: every rank must resume at the same position (the
-        first step checks it); together with the model's parameters, training continues as it would have."""
+        first step checks it); together with the model's parameters, training continues as it would have.
+        Hooks registered on this optimizer (``register_load_state_dict_pre/post_hook``) run as torch runs
+        them: the pre hooks on the whole dict (one may return a new one), the post hooks once it is loaded."""
         if self._loop is not None:
             raise RuntimeError("HopOptimizer: load_state_dict() after the first step(): the protocol is "
                                "running; load checkpoints right after building the optimizer")
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            hooked = pre_hook(self, state_dict)
+            if hooked is not None:
+                state_dict = hooked
+        self._load_state_dict(state_dict)
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+    def _load_state_dict(self, state_dict):
+        """:meth:`load_state_dict` without the hooks."""
         state_dict = dict(state_dict)
         hop = state_dict.pop("hop", None)
         # (checked before anything is loaded: a refused state dict left the wrapped optimizer holding it)

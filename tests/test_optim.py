@@ -179,6 +179,17 @@ def test_float64_is_refused_and_a_cast_afterwards_is_named(finish_all):
     m.float()
 
 
+def test_a_buffer_average_buffers_cannot_hold_is_named_as_a_buffer_with_the_way_out():
+    """A bfloat16 buffer with ``average_buffers=True`` was refused as if it were a parameter ("build the model
+    in float32"); the way to keep it bfloat16 is not to average buffers (the consensus model still does)."""
+    m = net()
+    m.register_buffer("scale", torch.ones(2, dtype=torch.bfloat16))
+    with pytest.raises(ConfigError) as err:
+        HopOptimizer(m, torch.optim.SGD, lr=0.1, average_buffers=True)
+    assert re.fullmatch(r"HopOptimizer: buffer scale is torch\.bfloat16: average_buffers=True averages float32 "
+                        r"buffers .*average_buffers=False .*", str(err.value)), str(err.value)
+
+
 def test_replaced_parameters_are_followed(finish_all):
     """``load_state_dict(assign=True)`` puts new tensors into the model: the optimizer adopts them (their
     values, its groups and state follow), so training goes on changing the model."""

@@ -143,7 +143,7 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise ConfigError("HopOptimizer: average_buffers=True needs the model (pass it as params or "
                                   "model=...)")
             buffers = [b for _, b in model.named_buffers() if b.is_floating_point()]
-        life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"))
+        life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"), len(buffers))
         from hopdec.ml.trainer import FlatModel
         grads = [p.grad for p in tracked]
         self.flat = FlatModel(tracked, buffers, module=model)

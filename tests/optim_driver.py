@@ -178,6 +178,23 @@ def scenario_raise(out):
     opt.finish()
 
 
+
+def scenario_raise_split(out):
+    """Two groups of ranks (``COMM_WORLD.Split``), one optimizer each on its own communicator; world rank 3,
+    rank 1 of its group's communicator, raises mid-loop."""
+    group = comm.Split(rank % 2, rank)
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group, peer_timeout=60)
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(1000):
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        if rank == 3 and k == 5:
+            raise ValueError("a bad batch in the user's code")
+        opt.step()
+    opt.finish()
+
 def loop_where(who, at, then, steps, peer_timeout=60):
     """Every rank trains ``steps`` steps, rank ``who`` calling ``then()`` after its step ``at``; then finish."""
     model = model_with_batchnorm()
@@ -567,7 +584,7 @@ def scenario_inference(out):
     report("inference", dict(inference=inference, failed=failed, steps=steps, end=opt.iteration))
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),

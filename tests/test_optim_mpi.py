@@ -236,6 +236,16 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
 
 
+def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank_too(mpirun, tmp_path):
+    """Optimizers on ``COMM_WORLD.Split`` groups: world rank 3 raised, and the line said "rank 1" (its rank in
+    the group's communicator) -- the rank mpirun, the script and its logs know as 1 had done nothing."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "raise_split"], timeout=120)
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank 3 \(rank 1 of its communicator\): ValueError: a bad "
+                        r"batch in the user's code \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)",
+                        line), line
+
+
 def the_one_line(out, code):
     """The one ``hopdec`` line of a job that exited ``code`` (the test matches it)."""
     assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]

@@ -191,6 +191,16 @@ def watch_failures(comm):
     return _channel
 
 
+def _world_named(line, rank):
+    """``line`` (``rank r: ...``) naming the rank as ``mpirun`` and the script know it: on a communicator
+    other than ``COMM_WORLD`` (an optimizer on a ``Split`` group) rank r is another process's world rank."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD.Get_rank()
+    if world == rank or not line.startswith(f"rank {rank}:"):
+        return line
+    return f"rank {world} (rank {rank} of its communicator):" + line[len(f"rank {rank}:"):]
+
+
 def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
     :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``. ``kind``: what
@@ -202,7 +212,7 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
-        line = one_line(rank, err)
+        line = _world_named(one_line(rank, err), rank)
         if timeout and err.name_silent and _channel is not None and _channel.silent:
             line += (f" (rank(s) {', '.join(map(str, _channel.silent))} noticed nothing while the others "
                      f"timed out: stopped or hung there?)")

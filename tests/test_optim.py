@@ -190,6 +190,35 @@ def test_a_buffer_average_buffers_cannot_hold_is_named_as_a_buffer_with_the_way_
                         r"buffers .*average_buffers=False .*", str(err.value)), str(err.value)
 
 
+def test_an_exception_carrying_a_workers_traceback_is_one_line_with_its_own_cause():
+    """A DataLoader worker's exception is re-raised in the loop with the worker's whole traceback in its
+    message: the job's one line held that traceback flattened (frames, carets, 700 characters); it says
+    what was caught, the worker's own exception and the line that raised it."""
+    from torch._utils import ExceptionWrapper
+
+    from hopdec.optim import failing
+    from hopdec.runtime.failures import cause
+
+    def load(i):                                         # a Dataset.__getitem__, run in worker process 0
+        raise ValueError(f"corrupt sample {i}")
+    try:
+        load(37)
+    except ValueError:
+        wrapped = ExceptionWrapper(sys.exc_info(), where="in DataLoader worker process 0")
+    try:
+        wrapped.reraise()                                # what DataLoader's iterator does with it
+    except ValueError as err:
+        raised, tb = err, err.__traceback__
+    assert "Traceback" in str(raised)
+    line = str(failing.as_one_line(raised, tb))
+    assert re.fullmatch(r"ValueError: Caught ValueError in DataLoader worker process 0: ValueError: corrupt sample "
+                        r"37 \(raised at test_optim\.py:\d+\) \(at test_optim\.py:\d+; HOPDEC_DEBUG=1 shows the "
+                        r"traceback\)", line), line
+    assert re.fullmatch(r"ValueError: Caught ValueError in DataLoader worker process 0: ValueError: corrupt sample "
+                        r"37 \(raised at test_optim\.py:\d+\)( \(HOPDEC_DEBUG=1 shows the traceback\))?",
+                        cause(raised)), cause(raised)
+
+
 def test_replaced_parameters_are_followed(finish_all):
     """``load_state_dict(assign=True)`` puts new tensors into the model: the optimizer adopts them (their
     values, its groups and state follow), so training goes on changing the model."""

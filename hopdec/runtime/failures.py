@@ -28,6 +28,29 @@ left little margin on a loaded machine: a rank descheduled for longer misses the
 reports too)."""
 
 
+def message(err):
+    """``str(err)``, unless it embeds a traceback -- a DataLoader worker's exception re-raised in the main
+    process carries the worker's whole traceback, which the one line held flattened (frames, carets, hundreds
+    of characters) -- then the text before it, the embedded exception's own last line and the innermost frame
+    outside installed packages that raised it."""
+    import re
+    text = str(err)
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith("Traceback (most recent call last):")),
+                 None)
+    if start is None:
+        return text
+    head = " ".join(" ".join(lines[:start]).split()).rstrip(".:")
+    rest = lines[start + 1:]
+    last = next((line.strip() for line in reversed(rest) if line.strip()), "")
+    frames = [m for m in (re.match(r'\s*File "([^"]+)", line (\d+)', line) for line in rest) if m]
+    own = [m for m in frames if not any(f"{os.sep}{d}{os.sep}" in m.group(1) for d in ("site-packages",
+                                                                                        "dist-packages"))]
+    at = (own or frames)[-1] if frames else None
+    raised = f" (raised at {os.path.basename(at.group(1))}:{at.group(2)})" if at else ""
+    return f"{head + ': ' if head else ''}{last}{raised}"
+
+
 def cause(err):
     """One line saying what went wrong: the message of errors hopdec raises, else the exception's type."""
     if isinstance(err, (HopdecError, PeerTimeout)):
@@ -35,7 +58,7 @@ def cause(err):
     elif isinstance(err, KeyboardInterrupt):
         text = "interrupted"
     else:
-        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        text = f"{type(err).__name__}: {message(err)}" if str(err) else type(err).__name__
         if not os.environ.get("HOPDEC_DEBUG"):
             text += " (HOPDEC_DEBUG=1 shows the traceback)"
     return " ".join(text.split())

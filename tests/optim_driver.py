@@ -178,6 +178,23 @@ def scenario_raise(out):
     opt.finish()
 
 
+
+def scenario_raise_split(out):
+    """Two groups of ranks (``COMM_WORLD.Split``), one optimizer each on its own communicator; world rank 3,
+    rank 1 of its group's communicator, raises mid-loop."""
+    group = comm.Split(rank % 2, rank)
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group, peer_timeout=60)
+    crit = torch.nn.CrossEntropyLoss()
+    for k in range(1000):
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        if rank == 3 and k == 5:
+            raise ValueError("a bad batch in the user's code")
+        opt.step()
+    opt.finish()
+
 def loop_where(who, at, then, steps, peer_timeout=60):
     """Every rank trains ``steps`` steps, rank ``who`` calling ``then()`` after its step ``at``; then finish."""
     model = model_with_batchnorm()
@@ -540,7 +557,34 @@ def scenario_random(out, seeds=(*range(11), 51)):
         report(f"random{seed}", dict(steps=steps[rank], end=opt.iteration, jumps=len(opt.jumps), **kw))
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, ft=scenario_ft,
+def scenario_inference(out):
+    """An evaluation under ``torch.inference_mode()`` between epochs of unequal lengths: rank 0, with the
+    fewest steps, serves its neighbours inside ``consensus_model()``; its model must still train after."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring")
+    steps, inference, failed = 0, [], None
+    for epoch in range(3):
+        for _ in range(3 + 3 * rank):
+            x, y = batch(steps)
+            opt.zero_grad()
+            if failed is None:
+                try:
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                except RuntimeError as err:         # (what the user's forward met: reported, not raised)
+                    failed = str(err).splitlines()[0]
+            opt.step()
+            steps += 1
+        with torch.inference_mode():
+            opt.consensus_model()
+            model.eval()
+            model(x)
+            model.train()
+        inference.append(any(p.is_inference() for p in model.parameters()))
+    opt.finish()
+    report("inference", dict(inference=inference, failed=failed, steps=steps, end=opt.iteration))
+
+
+SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
@@ -548,7 +592,8 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
                  adopt=scenario_adopt, random=scenario_random, layout=scenario_layout,
-                 plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"))
+                 plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"),
+                 inference=scenario_inference)
 
 if __name__ == "__main__":
     out = sys.argv[1]

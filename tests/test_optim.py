@@ -94,6 +94,35 @@ def test_state_dict_round_trip_resumes_at_the_position(tmp_path, finish_all):
         opt2.load_state_dict(ck["o"])
 
 
+def test_state_dict_hooks_registered_on_it_run_as_on_a_torch_optimizer(finish_all):
+    """``register_state_dict_pre/post_hook`` and ``register_load_state_dict_pre/post_hook`` on the
+    HopOptimizer (torch's API, e.g. for a checkpointing library) were silently never called: its
+    ``state_dict()`` and ``load_state_dict()`` ran the wrapped optimizer's hooks only."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    seen = []
+    opt.register_state_dict_pre_hook(lambda o: seen.append(("pre", o is opt)))
+    opt.register_state_dict_post_hook(lambda o, sd: dict(sd, extra=sorted(sd)))
+    train(m, opt, 2)
+    sd = opt.state_dict()
+    assert seen == [("pre", True)] and sd["extra"] == ["hop", "param_groups", "state"], (seen, sorted(sd))
+
+    def edit(o, sd):
+        seen.append(("load pre", o is opt2, sd["hop"]["position"]))
+        sd = dict(sd)
+        sd["param_groups"] = [dict(g, lr=0.25) for g in sd["param_groups"]]
+        return sd
+    m2 = net()
+    opt2 = HopOptimizer(m2, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt2)
+    opt2.register_load_state_dict_pre_hook(edit)
+    opt2.register_load_state_dict_post_hook(lambda o: seen.append(("load post", o.iteration)))
+    opt2.load_state_dict(sd)
+    assert seen[1:] == [("load pre", True, 2), ("load post", 2)], seen
+    assert opt2.param_groups[0]["lr"] == 0.25
+
+
 def test_nothing_is_silently_ignored(finish_all):
     m = net()
     opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
@@ -155,6 +184,46 @@ def test_float64_is_refused_and_a_cast_afterwards_is_named(finish_all):
     with pytest.raises(ConfigError, match=r"0.weight was cast to torch.float64 .*model.double"):
         opt.step()
     m.float()
+
+
+def test_a_buffer_average_buffers_cannot_hold_is_named_as_a_buffer_with_the_way_out():
+    """A bfloat16 buffer with ``average_buffers=True`` was refused as if it were a parameter ("build the model
+    in float32"); the way to keep it bfloat16 is not to average buffers (the consensus model still does)."""
+    m = net()
+    m.register_buffer("scale", torch.ones(2, dtype=torch.bfloat16))
+    with pytest.raises(ConfigError) as err:
+        HopOptimizer(m, torch.optim.SGD, lr=0.1, average_buffers=True)
+    assert re.fullmatch(r"HopOptimizer: buffer scale is torch\.bfloat16: average_buffers=True averages float32 "
+                        r"buffers .*average_buffers=False .*", str(err.value)), str(err.value)
+
+
+def test_an_exception_carrying_a_workers_traceback_is_one_line_with_its_own_cause():
+    """A DataLoader worker's exception is re-raised in the loop with the worker's whole traceback in its
+    message: the job's one line held that traceback flattened (frames, carets, 700 characters); it says
+    what was caught, the worker's own exception and the line that raised it."""
+    from torch._utils import ExceptionWrapper
+
+    from hopdec.optim import failing
+    from hopdec.runtime.failures import cause
+
+    def load(i):                                         # a Dataset.__getitem__, run in worker process 0
+        raise ValueError(f"corrupt sample {i}")
+    try:
+        load(37)
+    except ValueError:
+        wrapped = ExceptionWrapper(sys.exc_info(), where="in DataLoader worker process 0")
+    try:
+        wrapped.reraise()                                # what DataLoader's iterator does with it
+    except ValueError as err:
+        raised, tb = err, err.__traceback__
+    assert "Traceback" in str(raised)
+    line = str(failing.as_one_line(raised, tb))
+    assert re.fullmatch(r"ValueError: Caught ValueError in DataLoader worker process 0: ValueError: corrupt sample "
+                        r"37 \(raised at test_optim\.py:\d+\) \(at test_optim\.py:\d+; HOPDEC_DEBUG=1 shows the "
+                        r"traceback\)", line), line
+    assert re.fullmatch(r"ValueError: Caught ValueError in DataLoader worker process 0: ValueError: corrupt sample "
+                        r"37 \(raised at test_optim\.py:\d+\)( \(HOPDEC_DEBUG=1 shows the traceback\))?",
+                        cause(raised)), cause(raised)
 
 
 def test_replaced_parameters_are_followed(finish_all):

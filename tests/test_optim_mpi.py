@@ -213,6 +213,17 @@ def test_the_logs_are_a_run_for_hopdec_report(driven, tmp_path):
     assert page.stat().st_size > 10_000
 
 
+def test_a_consensus_model_evaluated_under_inference_mode_leaves_the_model_trainable(mpirun, tmp_path):
+    """Ranks of unequal epochs call ``consensus_model()`` inside ``torch.inference_mode()`` (a common
+    evaluation idiom): the ones that served there made their parameters views of a store created in
+    inference mode, and the next training forward failed ("Inference tensors cannot be saved for backward")."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "inference"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ranks = scenarios(out.stdout)["inference"]
+    assert [r["steps"] for r in ranks] == [9, 18, 27] and all(r["end"] >= 27 for r in ranks), ranks
+    assert all(r["failed"] is None and r["inference"] == [False] * 3 for r in ranks), ranks
+
+
 def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "raise_"], timeout=120)
     ended = time.time()
@@ -223,6 +234,16 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert "Traceback" not in out.stderr and "PeerTimeout" not in out.stderr
     raised = float(re.search(r"@@raise (\S+)", out.stdout).group(1))
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
+
+
+def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank_too(mpirun, tmp_path):
+    """Optimizers on ``COMM_WORLD.Split`` groups: world rank 3 raised, and the line said "rank 1" (its rank in
+    the group's communicator) -- the rank mpirun, the script and its logs know as 1 had done nothing."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "raise_split"], timeout=120)
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank 3 \(rank 1 of its communicator\): ValueError: a bad "
+                        r"batch in the user's code \(at optim_driver\.py:\d+; HOPDEC_DEBUG=1 shows the traceback\)",
+                        line), line
 
 
 def the_one_line(out, code):

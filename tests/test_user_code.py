@@ -78,6 +78,20 @@ USER_CODE = textwrap.dedent('''
     def wrong_input(shape, classes):
         return nn.Linear(7, classes)
 
+    class AsDouble(nn.Module):                      # float64 throughout: passed the output check, then was
+        def __init__(self, shape, classes):         # cast to float32 by the flat buffer and failed mid-training
+            super().__init__()
+            self.body = nn.Linear(int(np.prod(shape)), classes).double()
+
+        def forward(self, x):
+            return self.body(x.double())
+
+    def as_double(shape, classes):
+        return AsDouble(shape, classes)
+
+    def lazy(shape, classes):                       # failed on "Can't access the shape of an uninitialized
+        return nn.Sequential(nn.Flatten(), nn.LazyLinear(8), nn.ReLU(), nn.Linear(8, classes))   # parameter"
+
     class Diverges(Net):
         def loss(self, out, y):
             return nn.functional.cross_entropy(out, y) * float("nan")
@@ -234,6 +248,11 @@ def test_a_users_model_is_trained_with_its_own_loss(user_file):
                                                                  "dataset's 2 classes"),
     (["--model", "mine:wrong_input", "--dataset", "mine:make_data"], "--model mine:wrong_input: the model raised "
                                                                      "RuntimeError: mat1 and mat2 shapes"),
+    # what the flat float32 buffer cannot hold, named before anything is built on it
+    (["--model", "mine:as_double", "--dataset", "mine:make_data"], "--model mine:as_double: body.weight is "
+                                                                   "torch.float64: hopdec trains float32 parameters"),
+    (["--model", "mine:lazy", "--dataset", "mine:make_data"], "--model mine:lazy: 1.weight is not initialized (a "
+                                                              "lazy module such as LazyLinear)"),
 ])
 def test_a_broken_factory_is_one_line_naming_the_option(user_file, argv, says):
     with pytest.raises(ConfigError) as err:

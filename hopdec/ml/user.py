@@ -95,7 +95,24 @@ def build(spec, input_shape, num_classes):
         raise ConfigError(f"--model {spec}: the factory returned {type(model).__name__}, not a torch.nn.Module")
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError(f"--model {spec}: the model has no trainable parameters")
+    _check_tensors(spec, model)
     return model
+
+
+def _check_tensors(spec, model):
+    """What one flat float32 buffer can hold: trainable parameters of float32 (a float64 model was cast to
+    float32 by the buffer and failed in its forward mid-run, naming no option) and no lazy module's tensor
+    left uninitialized (it failed on "Can't access the shape of an uninitialized parameter")."""
+    from torch.nn.parameter import UninitializedTensorMixin
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if isinstance(t, UninitializedTensorMixin):
+            raise ConfigError(f"--model {spec}: {name} is not initialized (a lazy module such as LazyLinear): "
+                              f"build it with the sizes the factory is given (input_shape), since hopdec lays every "
+                              f"parameter out in one buffer before any forward")
+    for name, p in model.named_parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            raise ConfigError(f"--model {spec}: {name} is {p.dtype}: hopdec trains float32 parameters (one "
+                              f"float32 buffer, float32 messages); build the model in float32")
 
 
 def check_output(spec, model, dataset, device="cpu"):

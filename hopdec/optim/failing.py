@@ -72,7 +72,8 @@ def as_one_line(err, tb):
     as they are; anything else with its type and the user's line."""
     if isinstance(err, (HopdecError, PeerTimeout)):
         return err
-    text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    from hopdec.runtime.failures import message
+    text = f"{type(err).__name__}: {message(err)}" if str(err) else type(err).__name__
     at = where(tb)
     hint = "HOPDEC_DEBUG=1 shows the traceback"
     return UserError(f"{text} ({'at ' + at + '; ' if at else ''}{hint})")

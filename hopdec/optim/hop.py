@@ -2,7 +2,7 @@
 
 To the user's code it is a ``torch.optim.Optimizer``: ``param_groups`` (each group its own lr, weight
 decay, ...), ``state``, ``zero_grad(set_to_none=...)``, ``step(closure)``, ``state_dict()`` /
-``load_state_dict()`` (with the protocol position, so a checkpoint resumes), step hooks, and any
+``load_state_dict()`` (with the protocol position, so a checkpoint resumes), step and state-dict hooks, and any
 ``torch.optim.lr_scheduler`` works on it. Under it, one rank runs the same protocol core and worker loop as
 ``hopdec train`` (:class:`hopdec.hop.worker.Worker`, :func:`hopdec.runtime.hop_loop.worker_loop`), paused
 at each ComputeGradient so that the user's loop computes the gradient (Hop Figure 7, parallel graph)::
@@ -52,6 +52,19 @@ def _step_never_compiled():
     if disable is not None:
         HopOptimizer.step = disable(HopOptimizer.__dict__["step"])
     HopOptimizer._step_eager = True
+
+
+def _outside_inference_mode(method):
+    """Run ``method`` with ``torch.inference_mode`` off: the protocol it drives may create the parameters'
+    next store (a Reduce while serving, a copy off the wire), and one created under a caller's
+    ``inference_mode()`` (an evaluation around ``consensus_model()``) left the model unable to train."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with torch.inference_mode(False):
+            return method(self, *args, **kwargs)
+    return run
 
 
 class _Woken(Exception):
@@ -130,7 +143,7 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise ConfigError("HopOptimizer: average_buffers=True needs the model (pass it as params or "
                                   "model=...)")
             buffers = [b for _, b in model.named_buffers() if b.is_floating_point()]
-        life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"))
+        life.check_dtypes(tracked + buffers, names + _names(model, buffers, "buffer"), len(buffers))
         from hopdec.ml.trainer import FlatModel
         grads = [p.grad for p in tracked]
         self.flat = FlatModel(tracked, buffers, module=model)
@@ -259,6 +272,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
+    @_outside_inference_mode
     def step(self, closure=None, *, loss=None):
         """Reduce(k) with the neighbours' iteration-k parameters, the wrapped optimizer's step with the
         gradient of iteration k (``closure``, if given, is passed to it), take tokens, enter k + 1 and send
@@ -344,7 +358,11 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """The wrapped optimizer's ``state_dict()`` plus ``"hop"``: the protocol position (the iteration
-        this rank is at between steps) and what it was saved by. Loadable with ``weights_only=True``."""
+        this rank is at between steps) and what it was saved by. Loadable with ``weights_only=True``. Hooks
+        registered on this optimizer (``register_state_dict_pre/post_hook``) run as torch runs them, around
+        the whole dict; the wrapped optimizer's own run inside its ``state_dict()``."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         out = self.optimizer.state_dict()
         out["hop"] = dict(position=int(self.position), rank=self.rank, ranks=self.size,
                           topology=str(self.graph.graph.get("source")), protocol=self.cfg.protocol)
@@ -360,15 +378,31 @@ class HopOptimizer(torch.optim.Optimizer):
                               round_step=r.taken if r.begun is not None else 0,
                               anchor=r.mid_round_anchor(), outer_momentum=None if r.outer.buf is None
                               else r.outer.buf.detach().clone())
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            hooked = post_hook(self, out)
+            if hooked is not None:
+                out = hooked
         return out
 
     def load_state_dict(self, state_dict):
         """Load what :meth:`state_dict` gave (or a plain torch optimizer's state dict: then the protocol
         starts at 0). Call it before the first step: every rank must resume at the same position (the
-        first step checks it); together with the model's parameters, training continues as it would have."""
+        first step checks it); together with the model's parameters, training continues as it would have.
+        Hooks registered on this optimizer (``register_load_state_dict_pre/post_hook``) run as torch runs
+        them: the pre hooks on the whole dict (one may return a new one), the post hooks once it is loaded."""
         if self._loop is not None:
             raise RuntimeError("HopOptimizer: load_state_dict() after the first step(): the protocol is "
                                "running; load checkpoints right after building the optimizer")
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            hooked = pre_hook(self, state_dict)
+            if hooked is not None:
+                state_dict = hooked
+        self._load_state_dict(state_dict)
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+    def _load_state_dict(self, state_dict):
+        """:meth:`load_state_dict` without the hooks."""
         state_dict = dict(state_dict)
         hop = state_dict.pop("hop", None)
         # (checked before anything is loaded: a refused state dict left the wrapped optimizer holding it)
@@ -455,6 +489,7 @@ class HopOptimizer(torch.optim.Optimizer):
         return list(self.core.jumps)
 
     # ------------------------------------------------------------------ the end
+    @_outside_inference_mode
     def finish(self):
         """This rank is done training (collective: every rank calls it, after any number of steps). It
         keeps mixing with its neighbours without a gradient until every rank is done, the ranks agree where
@@ -520,6 +555,7 @@ class HopOptimizer(torch.optim.Optimizer):
             atexit.unregister(self._exit_hook)
 
     # ------------------------------------------------------------------ the consensus model
+    @_outside_inference_mode
     def consensus_state_dict(self, root=None):
         """The average over every worker of the model's state dict: parameters and floating-point buffers
         (BatchNorm statistics) averaged, other buffers (counters) this rank's own. Collective (every rank

@@ -131,9 +131,10 @@ def check_same_layout(comm, tensors, timeout):
         raise ConfigError(f"HopOptimizer: {layout_difference(found[0], every[found[0]], every[0])}")
 
 
-def check_dtypes(tensors, names):
+def check_dtypes(tensors, names, buffers=0):
     """The Hop optimizer averages float32 tensors: one line naming the first that is not (or that is not
-    on the first one's device)."""
+    on the first one's device). ``buffers``: how many of the last tensors are buffers ``average_buffers``
+    put there (their line says how to keep such a buffer out)."""
     from hopdec.errors import ConfigError
     from torch.nn.parameter import UninitializedTensorMixin
     for t, name in zip(tensors, names):
@@ -142,7 +143,11 @@ def check_dtypes(tensors, names):
                               f"run one forward pass before building the optimizer, which lays every "
                               f"parameter out in one buffer")
     device = tensors[0].device
-    for t, name in zip(tensors, names):
+    for i, (t, name) in enumerate(zip(tensors, names)):
+        if t.dtype != DTYPE and i >= len(tensors) - buffers:
+            raise ConfigError(f"HopOptimizer: buffer {name} is {t.dtype}: average_buffers=True averages float32 "
+                              f"buffers (in the parameters' float32 buffer); keep it float32, or average_buffers="
+                              f"False (each worker keeps its own; consensus_model() still averages it)")
         if t.dtype != DTYPE:
             raise ConfigError(f"HopOptimizer: {name} is {t.dtype}: the Hop optimizer averages float32 "
                               f"parameters in one float32 buffer (messages are float32); build the model in "

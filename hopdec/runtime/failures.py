@@ -28,6 +28,29 @@ left little margin on a loaded machine: a rank descheduled for longer misses the
 reports too)."""
 
 
+def message(err):
+    """``str(err)``, unless it embeds a traceback -- a DataLoader worker's exception re-raised in the main
+    process carries the worker's whole traceback, which the one line held flattened (frames, carets, hundreds
+    of characters) -- then the text before it, the embedded exception's own last line and the innermost frame
+    outside installed packages that raised it."""
+    import re
+    text = str(err)
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith("Traceback (most recent call last):")),
+                 None)
+    if start is None:
+        return text
+    head = " ".join(" ".join(lines[:start]).split()).rstrip(".:")
+    rest = lines[start + 1:]
+    last = next((line.strip() for line in reversed(rest) if line.strip()), "")
+    frames = [m for m in (re.match(r'\s*File "([^"]+)", line (\d+)', line) for line in rest) if m]
+    own = [m for m in frames if not any(f"{os.sep}{d}{os.sep}" in m.group(1) for d in ("site-packages",
+                                                                                        "dist-packages"))]
+    at = (own or frames)[-1] if frames else None
+    raised = f" (raised at {os.path.basename(at.group(1))}:{at.group(2)})" if at else ""
+    return f"{head + ': ' if head else ''}{last}{raised}"
+
+
 def cause(err):
     """One line saying what went wrong: the message of errors hopdec raises, else the exception's type."""
     if isinstance(err, (HopdecError, PeerTimeout)):
@@ -35,7 +58,7 @@ def cause(err):
     elif isinstance(err, KeyboardInterrupt):
         text = "interrupted"
     else:
-        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        text = f"{type(err).__name__}: {message(err)}" if str(err) else type(err).__name__
         if not os.environ.get("HOPDEC_DEBUG"):
             text += " (HOPDEC_DEBUG=1 shows the traceback)"
     return " ".join(text.split())
@@ -191,6 +214,16 @@ def watch_failures(comm):
     return _channel
 
 
+def _world_named(line, rank):
+    """``line`` (``rank r: ...``) naming the rank as ``mpirun`` and the script know it: on a communicator
+    other than ``COMM_WORLD`` (an optimizer on a ``Split`` group) rank r is another process's world rank."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD.Get_rank()
+    if world == rank or not line.startswith(f"rank {rank}:"):
+        return line
+    return f"rank {world} (rank {rank} of its communicator):" + line[len(f"rank {rank}:"):]
+
+
 def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
     :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``. ``kind``: what
@@ -202,7 +235,7 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
-        line = one_line(rank, err)
+        line = _world_named(one_line(rank, err), rank)
         if timeout and err.name_silent and _channel is not None and _channel.silent:
             line += (f" (rank(s) {', '.join(map(str, _channel.silent))} noticed nothing while the others "
                      f"timed out: stopped or hung there?)")

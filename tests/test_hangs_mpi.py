@@ -168,6 +168,33 @@ def _killed(proc, *pids):
     pytest.fail(f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
 
 
+def test_a_stopped_parameter_server_under_fault_tolerance_is_one_line_naming_it(mpirun, tmp_path):
+    """SIGSTOP the server of a --fault-tolerance PS run: the failure detector declares it dead after
+    HOPDEC_FT_TIMEOUT s and the job ends (exit 3) with one line that says the server is stopped and sent no
+    heartbeat for 3 s. It said the server 'died', and the teardown then woke the stopped server (SIGCONT
+    before SIGTERM), which Open MPI aborted as 'reported dead by someone else' with a 25-line backtrace."""
+    log = str(tmp_path)
+    proc = _launched(mpirun, 4, ["--fault-tolerance", "--no-progress", "--threads", "1", "--peer-timeout", "60",
+                                 "--sync", "asp", "--iterations", "100000", "--compute-time", "0.01",
+                                 "--log-dir", log], HOPDEC_FT_TIMEOUT="3")
+    deadline, server = time.time() + 150, None
+    try:
+        _until(proc, deadline, lambda: len(_log_lines(log, 0)) >= 3, "server events")    # it is serving
+        server = json.loads(_log_lines(log, 0)[0])["run"]["pid"]
+        os.kill(server, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
+    except BaseException:
+        _killed(proc, *([server] if server else []))
+    assert proc.returncode == 3, err[-3000:]
+    lines = err.splitlines()
+    assert len(lines) == 1, err[-3000:]
+    assert re.fullmatch(r"hopdec train: error: rank [123]: the parameter server \(rank 0\) was declared dead: its "
+                        r"process is stopped \(SIGSTOP or Ctrl-Z\?\) and sent no heartbeat for 3 s; the parameter-"
+                        r"server mode cannot go on without it \(it holds the only model\)", lines[0]), lines[0]
+    assert "failed;" not in out, out
+    assert _gone(server)
+
+
 def test_a_rank_declared_dead_and_continued_leaves_the_job_with_one_line(mpirun, tmp_path):
     """SIGSTOP rank 2 of 4 until the others declare it dead and heal, then SIGCONT it: Open MPI aborts the
     continued rank ('I have been reported dead by someone else') -- it printed a 25-line backtrace. Now the

@@ -258,7 +258,11 @@ start_tied() {
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
 # the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
 # error classes 75, process failed, and 77, revoked, occur) a collective in flight when a peer died
-# aborts so, and hopdec heals and says so in its own line. Every other
+# aborts so, and hopdec heals and says so in its own line. A rank the others declared dead (stopped or
+# hung past HOPDEC_FT_TIMEOUT, the awk variable ft) that runs again is ended by Open MPI with a long
+# line ("ompi_proc_mark_as_failed: I have been reported dead by someone else. ... the failure detector
+# made a mistake ...") and exits 6 (hopdec/transport/ulfm.py): that line becomes hopdec's one line naming
+# the rank -- or goes, after hopdec's line (the job's end woke a stopped rank it had named). Every other
 # line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
 # they are all there is). A stopped run's line ("hopdec train: stopped at iteration K ...") counts as hopdec's
 # line too: ranks that got SIGUSR1 from elsewhere (the launcher killed, a kill -USR1 to mpirun) exit 138
@@ -278,6 +282,15 @@ function box_done() {
     if (inbox) { emit(box); box = ""; inbox = 0 }
     emit($0 "\n"); next
 }
+/ ompi_proc_mark_as_failed: I have been reported dead by someone else\./ {
+    if (!said && match($0, /\[\[[0-9]+,[0-9]+\],[0-9]+\]/)) {
+        rank = substr($0, RSTART, RLENGTH); sub(/^.*,/, "", rank); sub(/]$/, "", rank)
+        if (inbox) { emit(box); box = ""; inbox = 0 }
+        emit("hopdec: rank " rank " left the job: the other ranks declared it dead (no heartbeat for " ft \
+             " s: it was stopped or hung) and went on without it; it exits 6\n")
+    } else if (!said) emit($0 "\n")
+    next
+}
 /^--------------------*$/ { box = box $0 "\n"; if (inbox) box_done(); else inbox = 1; next }
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
@@ -296,9 +309,9 @@ END { if (inbox) emit(box) }
 # terminal only when the job ended, all at once; gawk and busybox awk read lines as they come.
 quiet_filter() {
     if awk -W version 2>/dev/null | head -n 1 | grep -q '^mawk'; then
-        exec awk -W interactive "$_HOPDEC_QUIET_AWK"
+        exec awk -W interactive -v ft="${HOPDEC_FT_TIMEOUT:-30}" "$_HOPDEC_QUIET_AWK"
     fi
-    exec awk "$_HOPDEC_QUIET_AWK"
+    exec awk -v ft="${HOPDEC_FT_TIMEOUT:-30}" "$_HOPDEC_QUIET_AWK"
 }
 
 # check_stop_grace: HOPDEC_STOP_GRACE (start_tied's watchdog reads it) is unset or seconds >= 0, else one

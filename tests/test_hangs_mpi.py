@@ -131,3 +131,94 @@ def test_a_stopped_rank_under_fault_tolerance_does_not_keep_the_job_alive(mpirun
     assert proc.returncode == 0, err[-3000:]
     assert re.search(r"failure: rank\(s\) 2 died near iteration \d+", out), out
     assert _gone(victim)
+
+
+def _log_lines(log, rank):
+    try:
+        with open(os.path.join(log, f"rank{rank}.jsonl")) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _until(proc, deadline, ready, what):
+    """Poll ``ready()`` every 50 ms until it holds; fail when the job ended first or ``deadline`` passed."""
+    while not ready():
+        assert proc.poll() is None, f"the job ended before {what}"
+        assert time.time() < deadline, f"no {what} in time"
+        time.sleep(0.05)
+
+
+def _launched(mpirun, n, args, **env):
+    return subprocess.Popen([str(c) for c in mpirun.launch_cmd(n, args)], cwd=mpirun.root,
+                            env=mpirun.launch_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _killed(proc, *pids):
+    """After a failed wait: kill the job's tree and the stopped processes; fail with what it printed."""
+    from conftest import descendants
+    for pid in [*descendants(proc.pid), *pids]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, err = proc.communicate()
+    pytest.fail(f"--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}")
+
+
+def test_a_stopped_parameter_server_under_fault_tolerance_is_one_line_naming_it(mpirun, tmp_path):
+    """SIGSTOP the server of a --fault-tolerance PS run: the failure detector declares it dead after
+    HOPDEC_FT_TIMEOUT s and the job ends (exit 3) with one line that says the server is stopped and sent no
+    heartbeat for 3 s. It said the server 'died', and the teardown then woke the stopped server (SIGCONT
+    before SIGTERM), which Open MPI aborted as 'reported dead by someone else' with a 25-line backtrace."""
+    log = str(tmp_path)
+    proc = _launched(mpirun, 4, ["--fault-tolerance", "--no-progress", "--threads", "1", "--peer-timeout", "60",
+                                 "--sync", "asp", "--iterations", "100000", "--compute-time", "0.01",
+                                 "--log-dir", log], HOPDEC_FT_TIMEOUT="3")
+    deadline, server = time.time() + 150, None
+    try:
+        _until(proc, deadline, lambda: len(_log_lines(log, 0)) >= 3, "server events")    # it is serving
+        server = json.loads(_log_lines(log, 0)[0])["run"]["pid"]
+        os.kill(server, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
+    except BaseException:
+        _killed(proc, *([server] if server else []))
+    assert proc.returncode == 3, err[-3000:]
+    lines = err.splitlines()
+    assert len(lines) == 1, err[-3000:]
+    assert re.fullmatch(r"hopdec train: error: rank [123]: the parameter server \(rank 0\) was declared dead: its "
+                        r"process is stopped \(SIGSTOP or Ctrl-Z\?\) and sent no heartbeat for 3 s; the parameter-"
+                        r"server mode cannot go on without it \(it holds the only model\)", lines[0]), lines[0]
+    assert "failed;" not in out, out
+    assert _gone(server)
+
+
+def test_a_rank_declared_dead_and_continued_leaves_the_job_with_one_line(mpirun, tmp_path):
+    """SIGSTOP rank 2 of 4 until the others declare it dead and heal, then SIGCONT it: Open MPI aborts the
+    continued rank ('I have been reported dead by someone else') -- it printed a 25-line backtrace. Now the
+    user reads one line naming it, it exits 6 (no backtrace, no core), and the survivors finish, exit 0."""
+    log, iters = str(tmp_path), 200
+    proc = _launched(mpirun, 4, ["--fault-tolerance", "--no-progress", "--threads", "1", "--topology", "ring",
+                                 "--iterations", iters, "--compute-time", "0.05", "--log-dir", log],
+                     HOPDEC_FT_TIMEOUT="3")
+    deadline, victim = time.time() + 180, None
+    try:
+        _until(proc, deadline, lambda: len(_log_lines(log, 2)) > 10, "rank 2's records")
+        victim = json.loads(_log_lines(log, 2)[0])["run"]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        _until(proc, deadline, lambda: any('"heal"' in ln for ln in _log_lines(log, 0)), "heal")
+        os.kill(victim, signal.SIGCONT)
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
+    except BaseException:
+        _killed(proc, *([victim] if victim else []))
+    assert proc.returncode == 0, err[-3000:]
+    assert err.splitlines() == [
+        "hopdec: rank 2 left the job: the other ranks declared it dead (no heartbeat for 3 s: it was stopped or "
+        "hung) and went on without it; it exits 6"], err[-3000:]
+    assert re.search(r"failure: rank\(s\) 2 died near iteration \d+", out), out
+    for r in (0, 1, 3):
+        recs = [json.loads(x) for x in _log_lines(log, r)[1:]]
+        assert [x["iter"] for x in recs if "iter" in x][-1] == iters - 1, f"rank {r} did not finish"
+    assert _gone(victim)

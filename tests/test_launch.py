@@ -625,6 +625,25 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
     assert _quiet("Error in NBC_Start_round() (-1)\n") == "Error in NBC_Start_round() (-1)\n"   # alone: kept
 
 
+def test_the_launchers_filter_names_a_rank_declared_dead_that_ran_again_in_one_line():
+    """Open MPI ends a rank the others declared dead when it runs again, with a 400-character line blaming its
+    failure detector; the user reads hopdec's line naming the rank instead -- none after hopdec's error line
+    (the job's end woke a stopped rank that line named). A line of another shape is kept."""
+    dead = ("[vm:05549] [[54394,1],{}] ompi_proc_mark_as_failed: I have been reported dead by someone else. This is "
+            "abnormal: since the current rank is executing this code, the failure detector made a mistake. "
+            "This is abnormal; Aborting.\n")
+    says = ("hopdec: rank 12 left the job: the other ranks declared it dead (no heartbeat for {} s: it was stopped "
+            "or hung) and went on without it; it exits 6\n")
+    assert _quiet("a\n" + dead.format(12) + "b\n") == "a\n" + says.format(30) + "b\n"
+    r = subprocess.run(["bash", "-c", QUIET], input=dead.format(12), capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "HOPDEC_FT_TIMEOUT": "3"})
+    assert r.stdout == says.format(3)
+    line = "hopdec train: error: rank 1: the parameter server (rank 0) was declared dead: ...\n"
+    assert _quiet(line + dead.format(0) + "after\n") == line + "after\n"
+    odd = "x ompi_proc_mark_as_failed: I have been reported dead by someone else. (no name)\n"
+    assert _quiet(odd) == odd
+
+
 @pytest.mark.parametrize("extra, says", [
     ({}, "-n {n}: more than 64 ranks per core on this machine's {cores} core(s)"),
     ({"HOPDEC_MAX_PER_CORE": "1"}, "-n {n}: more than 1 ranks per core on this machine's {cores} core(s)"),

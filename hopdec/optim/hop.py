@@ -38,6 +38,7 @@ from hopdec.core import ComputeGradient, Wait
 from hopdec.hop.actions import SendParams
 from hopdec.errors import ConfigError
 from hopdec.optim import assembly, ending, failing, life, stopping
+from hopdec.transport.ulfm import fault_tolerant
 
 
 def _step_never_compiled():
@@ -113,9 +114,8 @@ class HopOptimizer(torch.optim.Optimizer):
         assembly.arrived(comm, peer_timeout)
         # this optimizer's own communicator: the messages of another one on the same ranks (a GAN's
         # generator and discriminator) or the script's own never match its receives (they matched: a hang)
-        comm = comm.Dup()
-        if self.fault_tolerant:
-            comm.Set_errhandler(MPI.ERRORS_RETURN)
+        # (fault tolerant: its errors return, and this rank leaves quietly if the others declare it dead)
+        comm = fault_tolerant(comm) if self.fault_tolerant else comm.Dup()
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         # first: what the checks below refuse (on every rank at once, or on one) is one line, printed once,

@@ -227,7 +227,10 @@ def _world_named(line, rank):
 def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
     :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``. ``kind``: what
-    the line says it was, ``error`` or ``stopped`` (a user's loop interrupted, :mod:`hopdec.optim.failing`)."""
+    the line says it was, ``error`` or ``stopped`` (a user's loop interrupted, :mod:`hopdec.optim.failing`).
+    Under ULFM the ranks declared dead that still exist are killed first (:func:`end_dead_ranks`): the
+    launcher's teardown sends SIGCONT before SIGTERM, and a stopped server woken so was ended by Open MPI
+    as 'reported dead by someone else', with a backtrace, after the line that had named it."""
     rank = comm.Get_rank()
     timeout = isinstance(err, PeerTimeout)
     reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
@@ -244,7 +247,16 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     else:
         time.sleep(OTHERS_S)   # the elected rank is about to abort the job
     record_exit(code)
+    if _ulfm_running():
+        end_dead_ranks()       # (after the line) the launcher's teardown would wake them first: see above
     comm.Abort(code)
+
+
+def _ulfm_running():
+    """Whether this process is a rank of a fault-tolerant job (``mpirun --with-ft ulfm``) with MPI running."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return (os.environ.get("OMPI_MCA_mpi_ft_enable") == "1" and mpi is not None and mpi.Is_initialized()
+            and not mpi.Is_finalized())
 
 
 FORWARD_S = 5.0
@@ -326,6 +338,38 @@ def end_dead_ranks():
         elsewhere.append(r)
     pmix.kill(elsewhere)
     return ranks
+
+
+def how_failed(rank):
+    """What became of ``rank``, which ULFM reports failed, for the line that names it: ``died`` (its
+    process is gone), or ``was declared dead: its process is stopped (SIGSTOP or Ctrl-Z?) and sent no
+    heartbeat for T s`` (or ``runs but ... (hung?)``): the failure detector's timeout (T, the launcher's
+    HOPDEC_FT_TIMEOUT) finds those, and 'died' misled. Read from /proc, by the roll call's pid and start
+    time, when ``rank`` runs on this host; elsewhere it cannot tell which."""
+    from hopdec.runtime import startup
+    secs = os.environ.get("OMPI_MCA_mpi_ft_detector_timeout", "").strip()
+    silent = f"sent no heartbeat for {secs} s" if secs else "sent no heartbeat within the failure detector's timeout"
+    t = startup.table[rank] if startup.table and 0 <= rank < len(startup.table) else {}
+    if not t.get("start") or t.get("host") != startup.me()["host"]:
+        return f"died or was declared dead (killed, or it {silent}: stopped or hung)"
+    state = _process_state(int(t["pid"]), t["start"])
+    if state is None or state in "ZX":
+        return "died"
+    if state in "Tt":
+        return f"was declared dead: its process is stopped (SIGSTOP or Ctrl-Z?) and {silent}"
+    return f"was declared dead: its process runs but {silent} (hung?)"
+
+
+def _process_state(pid, start):
+    """The state letter of process ``pid`` (/proc: R, S, D, T, t, Z, ...) if it is the one started at
+    ``start`` (clock ticks since boot), else None (gone, or the pid reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+        fields = text[text.rindex(")") + 2:].split()
+        return fields[0] if int(fields[19]) == int(start) else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def announce_ps_failure(worker, left):

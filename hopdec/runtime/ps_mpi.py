@@ -25,7 +25,7 @@ def run(ctx):
     from hopdec.modes.work import save_params
     from hopdec.observe import RunObserver
     from hopdec.runtime.backend import ServerModel, TorchBackend, WorkerBackend
-    from hopdec.runtime.failures import announce_ps_failure
+    from hopdec.runtime.failures import announce_ps_failure, how_failed
     from hopdec.runtime.metrics import EventLog, RankLogger, log_path
     from hopdec.runtime.ps_loop import server_loop, worker_loop
     from hopdec.runtime.resume import PSRank, open_log
@@ -111,6 +111,7 @@ def run(ctx):
                             append=open_log(ctx, ctx.log_dir and log_path(ctx.log_dir, rank)))
         backend = WorkerBackend(TorchBackend(trainer, emulator, faults=ctx.faults))
         io = WorkerIO(comm, trainer.numel, timeout, fault_tolerant=ft)
+        io.how_failed = how_failed                  # the line says what became of a failed server
         core = ps.worker_core(rank)
         keep.resume_worker(core)
         obs = RunObserver(s.observe, comm, timeout, logger.event, "ps-worker", workers, ctx.iterations, header,

@@ -238,12 +238,15 @@ class WorkerIO:
         self.query_buf = np.zeros(NF, dtype=np.int64)
         self.reqs = [comm.Irecv(self.recv_buf, source=0, tag=TAG_WEIGHTS),
                      comm.Irecv(self.ctrl_buf, source=0, tag=TAG_CTRL)]
+        self.how_failed = None                      # rank -> what became of it ("died", "was declared dead: ...")
 
     def _server_died(self, err):
-        """Fault tolerant: the server's failure ends the run (it holds the only model), in one line."""
+        """Fault tolerant: the server's failure ends the run (it holds the only model), in one line that
+        says what became of it (:attr:`how_failed`, the runner's: a stopped server did not 'die')."""
         from hopdec.transport.mpi import FAILURE_CLASSES
         if self.fault_tolerant and err.Get_error_class() in FAILURE_CLASSES:
-            return RunError(f"rank {self.rank}: the parameter server (rank 0) died; the parameter-server "
+            how = self.how_failed(0) if self.how_failed else "died"
+            return RunError(f"rank {self.rank}: the parameter server (rank 0) {how}; the parameter-server "
                             f"mode cannot go on without it (it holds the only model)")
         return err
 

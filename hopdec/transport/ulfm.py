@@ -2,14 +2,47 @@
 works on, and the one shrink-and-retry loop every recovery runs (:class:`hopdec.runtime.heal.Healer`, the
 parameter server's end of a run)."""
 
+import signal
+
+DECLARED_DEAD_EXIT = int(signal.SIGABRT)
+"""The exit status (6) of a rank the others declared dead that runs again
+(:func:`leave_quietly_when_declared_dead`)."""
+
 
 def fault_tolerant(comm):
     """A duplicate of ``comm`` whose errors return (ULFM): a peer's failure is an exception the runner
-    handles, not an abort. Ranks (worker ids) stay those of ``comm``."""
+    handles, not an abort. Ranks (worker ids) stay those of ``comm``. Every driver's fault-tolerant run and
+    ``HopOptimizer(fault_tolerance=True)`` come through here, so this rank also leaves quietly should the
+    others declare it dead (:func:`leave_quietly_when_declared_dead`)."""
     from mpi4py import MPI
+    leave_quietly_when_declared_dead()
     dup = comm.Dup()
     dup.Set_errhandler(MPI.ERRORS_RETURN)
     return dup
+
+
+def leave_quietly_when_declared_dead():
+    """A rank the others declared dead (stopped, or hung, past the failure detector's timeout) that runs
+    again is ended by Open MPI itself: it prints one line ('ompi_proc_mark_as_failed: I have been reported
+    dead by someone else ... Aborting.') and calls ``abort()`` from its detector thread (libmpi,
+    ``ompi_errhandler_proc_failed_internal``), before Python can act -- and Open MPI's SIGABRT handler
+    then printed a 25-line backtrace (and a core could be dumped). So SIGABRT's handler becomes libc's
+    ``_exit`` (a handler is called with the signal's number: ``_exit(6)``, async-signal-safe, no Python):
+    the rank exits with :data:`DECLARED_DEAD_EXIT` after Open MPI's line, which the launch scripts turn into
+    hopdec's (``launch/_common.sh``). The price: any other ``abort()`` in this process (a C assertion) also
+    exits 6 after its own message, without Open MPI's backtrace; ``HOPDEC_DEBUG=1`` keeps the backtrace.
+    Idempotent; does nothing where libc cannot be loaded."""
+    import ctypes
+    import os
+    if os.environ.get("HOPDEC_DEBUG"):
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal(int(signal.SIGABRT), ctypes.cast(libc._exit, ctypes.c_void_p).value)
+    except (OSError, AttributeError):
+        pass
 
 
 def on_survivors(comm, collective, revoke=False, again=None):

@@ -162,21 +162,27 @@ def scenario_skip(out):
     report("skip", dict(steps=steps, jumps=len(opt.jumps), end=opt.iteration))
 
 
-def scenario_raise(out):
-    """Rank 2 raises in the middle of its loop; the others keep stepping (and would wait for it)."""
-    model = model_with_batchnorm()
-    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+def raise_mid_loop(opt, model, who, announce=False):
+    """Train with ``opt`` until world rank ``who`` raises at step 5; the others keep stepping (and would
+    wait for it)."""
     crit = torch.nn.CrossEntropyLoss()
     for k in range(1000):
         x, y = batch(k)
         opt.zero_grad()
         crit(model(x), y).backward()
-        if rank == 2 and k == 5:
-            print(f"@@raise {time.time()}", flush=True)
+        if rank == who and k == 5:
+            if announce:
+                print(f"@@raise {time.time()}", flush=True)
             raise ValueError("a bad batch in the user's code")
         opt.step()
     opt.finish()
 
+
+def scenario_raise(out):
+    """Rank 2 raises in the middle of its loop; the others keep stepping (and would wait for it)."""
+    model = model_with_batchnorm()
+    raise_mid_loop(HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60), model, 2,
+                   announce=True)
 
 
 def scenario_raise_split(out):
@@ -184,16 +190,9 @@ def scenario_raise_split(out):
     rank 1 of its group's communicator, raises mid-loop."""
     group = comm.Split(rank % 2, rank)
     model = model_with_batchnorm()
-    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group, peer_timeout=60)
-    crit = torch.nn.CrossEntropyLoss()
-    for k in range(1000):
-        x, y = batch(k)
-        opt.zero_grad()
-        crit(model(x), y).backward()
-        if rank == 3 and k == 5:
-            raise ValueError("a bad batch in the user's code")
-        opt.step()
-    opt.finish()
+    raise_mid_loop(HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group,
+                                peer_timeout=60), model, 3)
+
 
 def loop_where(who, at, then, steps, peer_timeout=60):
     """Every rank trains ``steps`` steps, rank ``who`` calling ``then()`` after its step ``at``; then finish."""

@@ -50,7 +50,7 @@ def test_the_line_says_what_became_of_the_failed_rank(monkeypatch):
     try:
         os.kill(stopped.pid, signal.SIGSTOP)
         deadline = time.time() + 10
-        while failures._process_state(stopped.pid, startup.start_time(stopped.pid)) not in ("T", "t"):
+        while startup.process_state(stopped.pid, startup.start_time(stopped.pid)) not in ("T", "t"):
             assert time.time() < deadline
             time.sleep(0.01)
         me = startup.me()

@@ -352,24 +352,12 @@ def how_failed(rank):
     t = startup.table[rank] if startup.table and 0 <= rank < len(startup.table) else {}
     if not t.get("start") or t.get("host") != startup.me()["host"]:
         return f"died or was declared dead (killed, or it {silent}: stopped or hung)"
-    state = _process_state(int(t["pid"]), t["start"])
+    state = startup.process_state(int(t["pid"]), t["start"])
     if state is None or state in "ZX":
         return "died"
     if state in "Tt":
         return f"was declared dead: its process is stopped (SIGSTOP or Ctrl-Z?) and {silent}"
     return f"was declared dead: its process runs but {silent} (hung?)"
-
-
-def _process_state(pid, start):
-    """The state letter of process ``pid`` (/proc: R, S, D, T, t, Z, ...) if it is the one started at
-    ``start`` (clock ticks since boot), else None (gone, or the pid reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-        fields = text[text.rindex(")") + 2:].split()
-        return fields[0] if int(fields[19]) == int(start) else None
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def announce_ps_failure(worker, left):

@@ -102,7 +102,7 @@ def launcher_epoch(pid=None):
         got = _proc_stat(pid) if pid > 1 else None
         if got is None:
             return None
-        comm, parent, start = got
+        comm, parent, start, _ = got
         if comm in LAUNCHER_DAEMONS:
             return f"{pid}.{start}"
         pid = parent
@@ -110,12 +110,13 @@ def launcher_epoch(pid=None):
 
 
 def _proc_stat(pid):
-    """``(command name, parent pid, start time in clock ticks since boot)`` of a process (/proc), or None."""
+    """``(command name, parent pid, start time in clock ticks since boot, state letter: R, S, T, Z, ...)`` of
+    a process (/proc), or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
         fields = text[text.rindex(")") + 2:].split()
-        return text[text.index("(") + 1:text.rindex(")")], int(fields[1]), int(fields[19])
+        return text[text.index("(") + 1:text.rindex(")")], int(fields[1]), int(fields[19]), fields[0]
     except (OSError, ValueError, IndexError):
         return None
 
@@ -334,6 +335,13 @@ def start_time(pid="self"):
     process, not a later one that reused the pid."""
     got = _proc_stat(pid)
     return None if got is None else got[2]
+
+
+def process_state(pid, start):
+    """The state letter of process ``pid`` (/proc: R, S, D, T, t, Z, ...) if it is the one started at
+    ``start`` (clock ticks since boot), else None (gone, or the pid reused)."""
+    got = _proc_stat(pid)
+    return got[3] if got is not None and got[2] == int(start) else None
 
 
 def me():

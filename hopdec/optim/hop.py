@@ -55,17 +55,10 @@ def _step_never_compiled():
     HopOptimizer._step_eager = True
 
 
-def _outside_inference_mode(method):
-    """Run ``method`` with ``torch.inference_mode`` off: the protocol it drives may create the parameters'
-    next store (a Reduce while serving, a copy off the wire), and one created under a caller's
-    ``inference_mode()`` (an evaluation around ``consensus_model()``) left the model unable to train."""
-    import functools
-
-    @functools.wraps(method)
-    def run(self, *args, **kwargs):
-        with torch.inference_mode(False):
-            return method(self, *args, **kwargs)
-    return run
+_outside_inference_mode = torch.inference_mode(False)
+"""Decorates the methods that drive the protocol: it may create the parameters' next store (a Reduce while
+serving, a copy off the wire), and one created under a caller's ``inference_mode()`` (an evaluation around
+``consensus_model()``) left the model unable to train."""
 
 
 class _Woken(Exception):

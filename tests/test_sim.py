@@ -324,6 +324,25 @@ def test_every_decentralized_setting_runs_with_its_summary(extra):
     assert all(s.iterations >= 20 for s in res["stats"].values())
 
 
+@pytest.mark.parametrize("sync", ["backup", "asp"])
+def test_ps_summary_accounts_for_every_mini_batch_computed(sync, tmp_path):
+    # workers computing when the budget was met push after the stop: those pushes are not used, and the
+    # server's line counts them, so the table's "iters run" add up to applied + dropped + those
+    res, text = sim(["--sync", sync, "-n", "4", "--iterations", "20", "--log-dir", tmp_path,
+                     "--compute-time", "normal:mean=0.1,std=0.03"])
+    server = res["sim"].server
+    assert server.discarded == 3                        # this seed: three workers were computing
+    ran = sum(s.iterations for s in res["stats"].values())
+    n_per_update = 3 if sync == "backup" else 1
+    assert ran == server.applied * n_per_update + server.dropped + server.discarded
+    assert server.work == 20 * 4                        # the budget, not counting the discarded
+    assert f", {server.dropped} gradients dropped, 3 computed after the stop (not used), " in text
+    from hopdec.report.data import Run
+    from hopdec.report.html import render
+    assert f"{server.dropped} gradients dropped, 3 computed after the stop (not used)</li>" in \
+        render([Run.load(str(tmp_path))])               # the report says so too
+
+
 @pytest.mark.parametrize("sync", SYNC_MODES)
 def test_every_sync_mode_runs_through_the_server_nic(sync):
     # --sync implies --mode ps

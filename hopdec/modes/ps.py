@@ -110,9 +110,12 @@ class PSRun:
         """Whether ``--save-models`` saves rank ``rank``'s parameters (the server's and every worker's)."""
         return bool(self.settings.observe.save_models and self.settings.observe.log_dir)
 
-    def server_line(self, version, dropped, elapsed):
-        """The summary's last line: what the server did (``elapsed``: with its unit)."""
-        return f"server: {version} updates, {dropped} gradients dropped, {elapsed}"
+    def server_line(self, server, elapsed):
+        """The summary's last line: what the ``server`` core did (``elapsed``: with its unit). Pushes that
+        came after the stop are named, so the workers' "iters run" add up: applied + dropped + those."""
+        late = server.discarded
+        after = f", {late} computed after the stop (not used)" if late else ""
+        return f"server: {self.policy.version} updates, {server.dropped} gradients dropped{after}, {elapsed}"
 
     def failure_notes(self, server):
         """The summary's lines about workers that died (``--fault-tolerance``), from the server core."""

@@ -89,6 +89,7 @@ class Server:
         self.last_staleness = dict.fromkeys(policy.workers)
         self.applied = 0
         self.dropped = 0
+        self.discarded = 0                              # pushes that came after the stop, not used (this leg)
         self.share = self.budget / len(policy.workers)  # each worker's part of the budget (its --iterations)
         self.work_by = dict.fromkeys(policy.workers, 0)
         self.failed = []                                # workers that died (--fault-tolerance), in order
@@ -134,6 +135,7 @@ class Server:
         if self.stopping:
             # its gradient is not used, nor counted as work: the worker does not count it either, and a
             # resumed run computes it again (counted, the budget lost it: fewer gradients than asked)
+            self.discarded += 1
             self._stop([worker], discarded=True)
             return
         self.work += max(1, int(local_steps))

@@ -301,7 +301,9 @@ def _ps_decisions(run):
     kinds = {}
     for n in notes:
         kinds.setdefault(n.get("what"), []).append(n)
-    lines = [f"<li>{len(applies)} server updates, {len(drops)} gradients dropped</li>"]
+    late = sum(e.get("discarded") or 0 for e in run.events_of("summary", 0))
+    after = f", {late} computed after the stop (not used)" if late else ""
+    lines = [f"<li>{len(applies)} server updates, {len(drops)} gradients dropped{after}</li>"]
     for what, ns in kinds.items():
         sample = {k: v for k, v in ns[-1].items() if k not in ("event", "what", "time")}
         lines.append(f"<li><b>{html.escape(str(what))}</b>: {len(ns)} decisions; last: {_fmt(sample)}</li>")

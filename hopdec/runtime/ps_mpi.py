@@ -98,7 +98,8 @@ def run(ctx):
         evaluate(time.time())
         final = evals[-1]
         events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
-               dropped=core.dropped, work=core.work, test_loss=final["test_loss"], test_acc=final["test_acc"])
+               dropped=core.dropped, discarded=core.discarded, work=core.work, test_loss=final["test_loss"],
+               test_acc=final["test_acc"])
         events.close()
         if ps.saves(0):
             save_params(ctx.log_dir, 0, trainer.write_params())
@@ -148,7 +149,7 @@ def run(ctx):
                               bound_label=ps.bound_label, notes=notes)
     out = summary() if not ft else _on_survivors(ctx, summary)
     if rank == 0:
-        print(ps.server_line(policy.version, core.dropped, f"{elapsed:.2f} s"), flush=True)
+        print(ps.server_line(core, f"{elapsed:.2f} s"), flush=True)
     return out
 
 

@@ -535,7 +535,8 @@ def _run_ps(S):
             if ps.saves(w):
                 save_params(log_dir, w, t.write_params())
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
-           dropped=sim.server.dropped, work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
+           dropped=sim.server.dropped, discarded=sim.server.discarded, work=sim.server.work, test_loss=avg_loss,
+           test_acc=avg_acc)
     events.close()
     from hopdec.sim.churn import ps_gap_entries
     gap = largest_gap(*ps_gap_entries(sim, logs.stats))    # a dead worker counts until the server dropped it
@@ -549,7 +550,7 @@ def _run_ps(S):
         text += "".join("\n" + line for line in ps_summary_lines(sim, S.settings.faults.detect_s, cost.fidelity,
                                                                       len(S.deaths)))
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
-    text += "\n" + ps.server_line(policy.version, sim.server.dropped, f"{elapsed:.6g} virtual s")
+    text += "\n" + ps.server_line(sim.server, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")
     text += "\n" + S.footer(sim, wall, checked)
     if log_dir:

@@ -161,6 +161,11 @@ def test_one_round_is_said_in_the_singular():
                    "--no-progress"])
     assert "rounds: 1 round of 4 local steps (3 inner steps per worker; the iterations above are rounds); " \
            "gap bound 1 round = 4 inner steps" in text
+    # the table's columns count rounds too (their mean compute is a round's: 3 inner steps of 0.1 s)
+    head, row = text.splitlines()[1].split(), text.splitlines()[3].split()
+    assert head[:4] == ["rank", "rounds", "run", "rounds/s"] and row[1] == "1" and float(row[4]) == pytest.approx(0.3)
+    _, plain = sim(["-n", 4, "--iterations", 3, "--no-progress"])
+    assert plain.splitlines()[1].split()[:4] == ["rank", "iters", "run", "iter/s"]
 
 
 def test_a_run_resumed_after_a_short_round_takes_each_inner_step_once():

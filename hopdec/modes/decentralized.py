@@ -160,6 +160,11 @@ class HopRun:
         return dict(local_steps=cfg.local_steps, inner_steps=self.work.iterations, outer=dict(
             optimizer=cfg.outer_optimizer, lr=cfg.outer_lr, momentum=cfg.outer_momentum))
 
+    @property
+    def unit(self):
+        """What the summary's rows count: rounds with ``--local-steps`` H > 1, else iterations."""
+        return "rounds" if self.cfg.rounds else "iters"
+
     def round_notes(self, bound):
         """The summary's line on rounds of local steps (none without them)."""
         cfg = self.cfg

@@ -160,7 +160,8 @@ def run(ctx):
                                  notes=(hop.heal_notes(healer.events, healer.graph, bound) if healer else [])
                                  + hop.traffic_notes(io.counters(), logger.iterations, rank)
                                  + hop.round_notes(bound),
-                                 mpi_buffers="device" if getattr(io, "device_buffers", None) is not None else "host")
+                                 mpi_buffers="device" if getattr(io, "device_buffers", None) is not None else "host",
+                                 unit=hop.unit)
             break
         except Exception as err:
             if healer is None or not _is_failure(err, healer.comm):

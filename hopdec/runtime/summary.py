@@ -7,7 +7,7 @@ import numpy as np
 
 def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
                    workers=None, model_label="averaged model", bound_label="bound from the topology", notes=(),
-                   mpi_buffers="host"):
+                   mpi_buffers="host", unit="iters"):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
@@ -59,22 +59,26 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
     pcie = transfers.per_iteration_line([(r["rank"], r["device"], r["copies"], r["iterations"]) for r in rows],
                                         mpi_buffers)
     text = summary_text(title, rows, gap, times, avg_loss=avg_loss, avg_acc=avg_acc, bound=bound,
-                        model_label=model_label, bound_label=bound_label, notes=list(notes) + [pcie] * bool(pcie))
+                        model_label=model_label, bound_label=bound_label, notes=list(notes) + [pcie] * bool(pcie),
+                        unit=unit)
     print(text, flush=True)
     return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=gap)
 
 
 def summary_text(title, rows, max_gap, times, avg_loss=None, avg_acc=None, bound=None,
-                 model_label="averaged model", bound_label="bound from the topology", notes=()):
+                 model_label="averaged model", bound_label="bound from the topology", notes=(), unit="iters"):
     """The summary table of a run, as text (pure: a real run and the simulator both print it).
 
     ``rows``: one dict per worker with ``rank``, ``iterations``, ``iter_per_s``, ``wait_s``, ``compute_s``
     (totals), ``jumps``, ``loss``, ``test_acc``; ``max_gap``: the largest iteration gap observed;
-    ``times``: what the times are (measured, emulated, simulated); ``notes``: lines printed last."""
+    ``times``: what the times are (measured, emulated, simulated); ``notes``: lines printed last;
+    ``unit``: what a row's iterations are, "iters" or "rounds" (``--local-steps``: the rate, wait and
+    compute columns are then per round of local steps)."""
     from hopdec.runtime.metrics import format_table
 
     table = format_table(
-        ["rank", "iters run", "iter/s", "mean wait s", "mean compute s", "jumps", "train loss", "test acc"],
+        ["rank", f"{unit} run", "iter/s" if unit == "iters" else f"{unit}/s", "mean wait s", "mean compute s", "jumps",
+         "train loss", "test acc"],
         [[r["rank"], r["iterations"], r["iter_per_s"],
           r["wait_s"] / max(r["iterations"], 1), r["compute_s"] / max(r["iterations"], 1),
           r["jumps"], r["loss"], r["test_acc"]] for r in rows])

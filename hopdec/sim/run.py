@@ -424,7 +424,8 @@ def _run_hop(S, entries=False):
     stats = logs.stats if churn is None else {r: s for r, s in logs.stats.items() if r in churn.alive}
     rows, note = _condensed(_rows(stats, each), bool(log_dir))
     text = summary_text(f"{cost.fidelity}: {hop.title()}", rows, sim.max_gap, S.times_line(), avg_loss=avg_loss,
-                        avg_acc=avg_acc, bound=bound, model_label=hop.model_label, bound_label=hop.bound_label)
+                        avg_acc=avg_acc, bound=bound, model_label=hop.model_label, bound_label=hop.bound_label,
+                        unit=hop.unit)
     if bound is None:
         text += f"\n(Table 1's gap bound is not computed above {BOUND_UP_TO} workers: it needs all-pairs paths)"
     if note:

@@ -324,22 +324,34 @@ def test_every_decentralized_setting_runs_with_its_summary(extra):
     assert all(s.iterations >= 20 for s in res["stats"].values())
 
 
-@pytest.mark.parametrize("sync", ["backup", "asp"])
-def test_ps_summary_accounts_for_every_mini_batch_computed(sync, tmp_path):
-    # workers computing when the budget was met push after the stop: those pushes are not used, and the
-    # server's line counts them, so the table's "iters run" add up to applied + dropped + those
+@pytest.mark.parametrize("sync, extra, unfinished, discarded", [
+    ("asp", ["--seed", "0"], 0, 3),
+    ("backup", ["--seed", "0"], 0, 3),
+    ("backup", ["--seed", "3"], 1, 2),                  # the budget met while the next step collected
+    ("backup", ["--seed", "6", "--slowdown", "rank=3,factor=2"], 2, 1),
+])
+def test_ps_summary_accounts_for_every_mini_batch_computed(sync, extra, unfinished, discarded, tmp_path):
+    # --iterations is a work budget that counts dropped gradients (backup), so it can be met while the next
+    # step collects pushes: those wait in a step the stop leaves unfinished; and workers computing when it
+    # was met push after the stop, not used. The server's line counts both, so the table's "iters run" add
+    # up to applied + dropped + those, and the pending ones' records do not claim their gradient was applied.
     res, text = sim(["--sync", sync, "-n", "4", "--iterations", "20", "--log-dir", tmp_path,
-                     "--compute-time", "normal:mean=0.1,std=0.03"])
+                     "--compute-time", "normal:mean=0.1,std=0.03"] + extra)
     server = res["sim"].server
-    assert server.discarded == 3                        # this seed: three workers were computing
+    assert (server.unfinished, server.discarded) == (unfinished, discarded)
     ran = sum(s.iterations for s in res["stats"].values())
-    n_per_update = 3 if sync == "backup" else 1
-    assert ran == server.applied * n_per_update + server.dropped + server.discarded
-    assert server.work == 20 * 4                        # the budget, not counting the discarded
-    assert f", {server.dropped} gradients dropped, 3 computed after the stop (not used), " in text
+    per_update = 3 if sync == "backup" else 1
+    assert ran == server.applied * per_update + server.dropped + server.unfinished + server.discarded
+    assert server.work == ran - server.discarded >= 20 * 4   # the budget: all but what came after the stop
+    said = f"server: {server.applied} updates, {server.dropped} gradients dropped, " + (
+        f"{unfinished} pushed into a step the stop left unfinished, " if unfinished else "") + \
+        f"{discarded} computed after the stop (not used), "
+    assert said in text
+    last = {w: read_log(tmp_path / f"rank{w}.jsonl")[-1] for w in range(1, 5)}
+    assert sum(r["staleness"] is None for r in last.values()) == unfinished
     from hopdec.report.data import Run
     from hopdec.report.html import render
-    assert f"{server.dropped} gradients dropped, 3 computed after the stop (not used)</li>" in \
+    assert said.split(": ", 1)[1].rsplit(", ", 1)[0][len(f"{server.applied} updates"):] + "</li>" in \
         render([Run.load(str(tmp_path))])               # the report says so too
 
 

@@ -112,10 +112,14 @@ class PSRun:
 
     def server_line(self, server, elapsed):
         """The summary's last line: what the ``server`` core did (``elapsed``: with its unit). Pushes that
-        came after the stop are named, so the workers' "iters run" add up: applied + dropped + those."""
-        late = server.discarded
-        after = f", {late} computed after the stop (not used)" if late else ""
-        return f"server: {self.policy.version} updates, {server.dropped} gradients dropped{after}, {elapsed}"
+        came after the stop, or wait in a step it left unfinished, are named, so the workers' "iters run" add up:
+        N per update (BSP, backup) + dropped + those."""
+        parts = [f"{self.policy.version} updates", f"{server.dropped} gradients dropped"]
+        if server.unfinished:
+            parts.append(f"{server.unfinished} pushed into a step the stop left unfinished")
+        if server.discarded:
+            parts.append(f"{server.discarded} computed after the stop (not used)")
+        return f"server: {', '.join(parts)}, {elapsed}"
 
     def failure_notes(self, server):
         """The summary's lines about workers that died (``--fault-tolerance``), from the server core."""

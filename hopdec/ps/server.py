@@ -111,6 +111,13 @@ class Server:
         return self.policy.workers
 
     @property
+    def unfinished(self):
+        """Pushes counted as work but neither applied nor dropped: at the end, those waiting in a step the stop
+        left unfinished (``--sync backup``: the budget, which counts dropped gradients, can be met while the
+        next step collects). A resumed run completes that step with them."""
+        return len(self.pending_step)
+
+    @property
     def budget_reached(self):
         return self.work >= self.budget
 
@@ -313,11 +320,13 @@ class Server:
             self.stopped.update(new)
             for w in new:
                 self.told[w] = self.cuts
+            # a worker whose push waits in a step the stop leaves unfinished: its gradient was not applied
+            # (None, as before any was; a resumed run's step still uses it, :meth:`unfinished`)
             self._out.append(StopWorkers(new, self.policy.version, cut=self.cuts, keep_from=self._keep_from(),
                                          pin=self.pin,
                                          discarded=new if discarded else (),
-                                         staleness=tuple(DISCARDED if discarded else self.last_staleness[w]
-                                                         for w in new)))
+                                         staleness=tuple(DISCARDED if discarded else None if w in self.pending_step
+                                                         else self.last_staleness[w] for w in new)))
             if len(self.stopped) == len(self.work_by) and self.checkpoints:   # failed ones included
                 self._out.append(Checkpoint(self.cuts, self.policy.version, self.work, final=True,
                                             keep_from=self._keep_from(), pin=self.pin))

@@ -301,8 +301,10 @@ def _ps_decisions(run):
     kinds = {}
     for n in notes:
         kinds.setdefault(n.get("what"), []).append(n)
-    late = sum(e.get("discarded") or 0 for e in run.events_of("summary", 0))
-    after = f", {late} computed after the stop (not used)" if late else ""
+    ends = run.events_of("summary", 0)
+    open_, late = (sum(e.get(k) or 0 for e in ends) for k in ("unfinished", "discarded"))
+    after = (f", {open_} pushed into a step the stop left unfinished" if open_ else "") + \
+        (f", {late} computed after the stop (not used)" if late else "")
     lines = [f"<li>{len(applies)} server updates, {len(drops)} gradients dropped{after}</li>"]
     for what, ns in kinds.items():
         sample = {k: v for k, v in ns[-1].items() if k not in ("event", "what", "time")}

@@ -98,8 +98,8 @@ def run(ctx):
         evaluate(time.time())
         final = evals[-1]
         events("summary", elapsed=elapsed, version=policy.version, applied=core.applied,
-               dropped=core.dropped, discarded=core.discarded, work=core.work, test_loss=final["test_loss"],
-               test_acc=final["test_acc"])
+               dropped=core.dropped, discarded=core.discarded, unfinished=core.unfinished, work=core.work,
+               test_loss=final["test_loss"], test_acc=final["test_acc"])
         events.close()
         if ps.saves(0):
             save_params(ctx.log_dir, 0, trainer.write_params())

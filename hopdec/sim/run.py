@@ -536,8 +536,8 @@ def _run_ps(S):
             if ps.saves(w):
                 save_params(log_dir, w, t.write_params())
     events("summary", elapsed=elapsed, version=policy.version, applied=sim.server.applied,
-           dropped=sim.server.dropped, discarded=sim.server.discarded, work=sim.server.work, test_loss=avg_loss,
-           test_acc=avg_acc)
+           dropped=sim.server.dropped, discarded=sim.server.discarded, unfinished=sim.server.unfinished,
+           work=sim.server.work, test_loss=avg_loss, test_acc=avg_acc)
     events.close()
     from hopdec.sim.churn import ps_gap_entries
     gap = largest_gap(*ps_gap_entries(sim, logs.stats))    # a dead worker counts until the server dropped it

@@ -182,6 +182,10 @@ def test_missing_file_and_compare_with_a_bad_file(tmp_path, files):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "absent.json" in r.stderr
     r = topo("compare", files["r8"], tmp_path / "absent2.txt")
     assert r.returncode != 0 and "absent2.txt" in r.stderr and "Traceback" not in r.stderr
+    # a good file with a note of its own (not doubly stochastic) before the bad one: the bad one's line is all
+    (tmp_path / "directed.txt").write_text("0 1\n1 2\n2 0\n0 2\n")
+    r = topo("compare", tmp_path / "directed.txt", tmp_path / "absent3.txt")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()] and "absent3.txt" in r.stderr
 
 
 @pytest.mark.parametrize("args,problem", [

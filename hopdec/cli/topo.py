@@ -380,8 +380,8 @@ def _analyze(args):
 
 def _compare(args):
     rows = []
-    for f in args.files:
-        G = T.load(f, connected=False)
+    graphs = [T.load(f, connected=False) for f in args.files]   # every file read before any warning: a bad
+    for G in graphs:                                             # one is the only line, not after others' notes
         s = summarize(G, args.max_ig)
         s["traffic"] = _traffic(G, args)
         _warnings(s)

@@ -321,3 +321,15 @@ def test_a_line_nested_one_level_too_deep_is_refused_and_one_at_the_limit_read(t
              f'{{"s": "{"{" * 40}", "x": {nest(MAX_DEPTH)}}}']
     rows, bad = _json_lines(io.BytesIO("\n".join(lines).encode()))
     assert bad == 2 and [sorted(r) for r in rows] == [["x"], ["s", "x"]]
+
+
+# ---- runs that did not finish ------------------------------------------------------------------------------
+def test_a_killed_parameter_server_run_is_not_shown_as_complete(tmp_path):
+    """A PS run killed (SIGKILL) at 1,217 of its 200,000 gradients was listed as "100000" iterations, as a
+    finished one is: only a server that finished writes its summary, and without one the glance says so."""
+    from hopdec.report.html import glance_rows
+    done = Run.load(ps_run(tmp_path / "done"))
+    assert glance_rows([done])[0][3] == "8"
+    killed = {r: [x for x in _ps_lines(r) if x.get("event") not in ("summary", "stop")][:-2] for r in range(3)}
+    run = Run.load(_write(tmp_path / "killed", killed))
+    assert glance_rows([run])[0][3] == "8 (stopped early: 12 of 16 gradients)"

@@ -102,7 +102,7 @@ HEADER_FIELDS = dict(
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
     sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
     hparams=_opt(_dict), cost_model=_opt(_dict), emulation=_opt(_str), network=_opt(_dict), workers=_opt(_nat),
-    worker_ranks=_opt(_list_of(_nat)))
+    worker_ranks=_opt(_list_of(_nat)), budget=_opt(_nat))
 """The run header: a field of the wrong type is dropped (and counted); the rest of the header is kept."""
 
 
@@ -521,6 +521,17 @@ class Run:
         """How many iterations the furthest worker entered (its last record's + 1); None without records."""
         last = [recs[-1]["iter"] for recs in self.records.values() if recs]
         return max(last) + 1 if last else None
+
+    def ps_unfinished(self):
+        """A parameter-server run whose server never wrote its summary (killed, or stopped by Ctrl-C before
+        its budget): (gradients the workers pushed, the budget); None for a run that finished, another mode,
+        or logs without the server's (nothing to tell by)."""
+        if self.mode != "ps" or not (self.headers.get(0) or self.events.get(0)) or self.events_of("summary", 0):
+            return None
+        budget = self.header.get("budget")
+        if not _nat(budget):
+            budget = (self.iterations or 0) * len(self.header.get("worker_ranks") or self.records)
+        return sum(len(recs) for recs in self.records.values()), budget
 
     @property
     def local_steps(self):

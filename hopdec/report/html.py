@@ -114,9 +114,14 @@ def _iterations(run):
 
 def _planned(run):
     """The iterations a run was asked for, and how far it got when it stopped before (Ctrl-C, a failure);
-    PS runs count mini-batches against a shared budget, so theirs is the planned figure; a loop of your own
-    plans none: how far it got."""
+    PS runs count mini-batches against a shared budget, so theirs is the planned figure, and one whose server
+    wrote no summary (killed) says how much of the budget was pushed; a loop of your own plans none: how far
+    it got."""
     planned, ran = run.iterations, run.iterations_run()
+    unfinished = run.ps_unfinished()
+    if unfinished and planned is not None:
+        done, budget = unfinished
+        return f"{_fmt(planned)} (stopped early: {done:,} of {budget:,} gradients)"
     if run.mode != "ps" and planned is not None and ran is not None and ran < planned:
         return f"{ran} of {_fmt(planned)} (stopped early)"
     if planned is None and ran is not None and run.mode != "ps":   # a user's loop: nothing was planned

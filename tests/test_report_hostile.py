@@ -333,3 +333,15 @@ def test_a_killed_parameter_server_run_is_not_shown_as_complete(tmp_path):
     killed = {r: [x for x in _ps_lines(r) if x.get("event") not in ("summary", "stop")][:-2] for r in range(3)}
     run = Run.load(_write(tmp_path / "killed", killed))
     assert glance_rows([run])[0][3] == "8 (stopped early: 12 of 16 gradients)"
+
+
+def test_per_run_figures_of_many_runs_wrap_into_rows(tmp_path, capsys):
+    """``plot --what gap`` of 12 runs drew one row of 12 panels, a 7920 x 495 px strip no screen shows
+    legibly; the panels wrap three to a row, and the figure has no empty panel."""
+    import matplotlib.image as mpimg
+    runs = [hop_run(tmp_path / f"r{i}") for i in range(7)]
+    out = str(tmp_path / "g.png")
+    code, err = run_cmd(["plot", *runs, "--what", "gap", "-o", out], capsys)
+    assert code == 0, err
+    height, width = mpimg.imread(out).shape[:2]
+    assert width <= 3 * 6 * 110 and height >= 3 * 4.5 * 110 - 1, (width, height)

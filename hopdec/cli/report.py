@@ -114,6 +114,7 @@ def report_parser():
 
 
 WHAT = ("loss", "gap", "consensus", "timeline", "breakdown")
+PER_ROW = 3         # --what gap|timeline|breakdown: panels per row of the figure
 
 
 def plot_main(argv):
@@ -151,10 +152,14 @@ def _plot(args):
         if not plots.consensus(ax, runs):
             raise ConfigError("no run has consensus-distance rounds (hopdec train --consensus-every K or "
                               "HopOptimizer(consensus_every=K) logs them)")
-    else:
-        fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
-        for ax, run in zip(axes[0], runs):
+    else:       # one panel per run, at most PER_ROW to a row (12 runs in one row made a 7920 px wide strip)
+        cols = min(len(runs), PER_ROW)
+        rows = -(-len(runs) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
+        for ax, run in zip(axes.flat, runs):
             plots.per_run(ax, run, args.what)
+        for ax in list(axes.flat)[len(runs):]:
+            ax.set_visible(False)
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()

@@ -345,3 +345,22 @@ def test_per_run_figures_of_many_runs_wrap_into_rows(tmp_path, capsys):
     assert code == 0, err
     height, width = mpimg.imread(out).shape[:2]
     assert width <= 3 * 6 * 110 and height >= 3 * 4.5 * 110 - 1, (width, height)
+
+
+def test_logs_that_begin_at_a_resume_say_so(tmp_path, capsys):
+    """``hopdec train --resume D`` with a new --log-dir starts the logs at the checkpoint: the report listed
+    such a run as "2100" iterations in "2.26 s", a finished run's figures, with no word that the 2,000
+    iterations before the resume (and their time) were in another directory."""
+    from hopdec.report.html import glance_rows
+    lines = {r: _hop_lines(r) for r in range(4)}
+    for r, rows in lines.items():
+        rows[0]["run"]["resumed_from"] = 6
+        lines[r] = [rows[0]] + [x for x in rows[1:] if x.get("iter", 6) >= 6]
+    d = _write(tmp_path / "leg2", lines)
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0 and "logs begin at the resume from iteration 6" in err, err
+    run = Run.load(d)
+    assert "logs begin at the resume from iteration 6" in glance_rows([run])[0][0]
+    page = open(tmp_path / "r.html").read()
+    assert "resumed from a checkpoint)" in page and "was cut from the logs" not in page
+    assert Run.load(hop_run(tmp_path / "whole")).resumed() is None

@@ -150,8 +150,9 @@ def run_section(run, idx):
     elif cond:
         parts.append(f'<p class="sub">Simulated conditions: {html.escape(cond)}.</p>')
     if run.resumed():
+        cut = ("; what had run after that checkpoint was cut from the logs and ran again" if run.paused else "")
         parts.append(f'<p class="note">{html.escape(run.resumed())} (the run was stopped or killed, then '
-                     f'resumed from a checkpoint; what had run after that checkpoint was cut from the logs and ran again).</p>')
+                     f'resumed from a checkpoint{cut}).</p>')
     if run.missing:
         parts.append(f'<p class="note">{html.escape(run.missing[0].upper() + run.missing[1:])}.</p>')
     parts.append(_failures_html(run))

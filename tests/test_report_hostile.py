@@ -364,3 +364,21 @@ def test_logs_that_begin_at_a_resume_say_so(tmp_path, capsys):
     page = open(tmp_path / "r.html").read()
     assert "resumed from a checkpoint)" in page and "was cut from the logs" not in page
     assert Run.load(hop_run(tmp_path / "whole")).resumed() is None
+
+
+def test_an_output_that_is_one_of_the_runs_logs_is_refused_before_it_is_overwritten(tmp_path, capsys):
+    """``hopdec trace RUN -o RUN/rank0.jsonl`` wrote the trace over rank 0's log (and the next report said
+    the rank's log was missing); by name, through a link, or a new rank file in the run: one line, no write."""
+    d = hop_run(tmp_path / "run")
+    before = {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)}
+    os.symlink(os.path.join(d, "rank2.jsonl"), tmp_path / "link.json")
+    cases = [["trace", d, "-o", os.path.join(d, "rank0.jsonl")], ["report", d, "-o", os.path.join(d, "eval.jsonl")],
+             ["trace", d, "-o", str(tmp_path / "link.json")], ["report", d, "-o", os.path.join(d, "rank7.jsonl")],
+             ["plot", d, "--what", "gap", "-o", os.path.join(d, "rank1.jsonl")]]
+    for argv in cases:
+        code, err = run_cmd(argv, capsys)
+        assert_clean(code, err, argv)
+        assert code == 2 and "a log of" in err or argv[0] == "plot" and "cannot write .jsonl" in err, (argv, err)
+    assert {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} == before
+    code, err = run_cmd(["trace", d, "-o", os.path.join(d, "trace.json")], capsys)
+    assert code == 0, err

@@ -8,6 +8,7 @@ run had ``--trace``, which records the spans).
 """
 
 import os
+import re
 import stat
 import sys
 
@@ -65,6 +66,26 @@ def output_path(path, default_suffix=None, option="-o"):
     return path
 
 
+def not_a_log(path, run_dirs, option="-o"):
+    """Refuse an output ``path`` that is a log the runs are read from (``RUN_DIR/rank0.jsonl``, its
+    ``eval.jsonl``, by name or through a link): writing there destroyed the log it was made from."""
+    logs = re.compile(r"rank\d{1,9}\.jsonl|eval\.jsonl")
+    folder = os.path.realpath(os.path.dirname(path) or ".")
+    for d in run_dirs:
+        if not os.path.isdir(d):
+            continue
+        same_dir = folder == os.path.realpath(d)
+        try:
+            linked = os.path.exists(path) and any(
+                os.path.samefile(path, os.path.join(d, f)) for f in os.listdir(d) if logs.fullmatch(f))
+        except OSError:
+            linked = False
+        if linked or (same_dir and logs.fullmatch(os.path.basename(path))):
+            raise ConfigError(f"{option} {shown(path)}: a log of {shown(d)} (rank*.jsonl, eval.jsonl) that this "
+                              f"would overwrite or add to; give another file")
+    return path
+
+
 def figure_path(path, option="-o"):
     """:func:`output_path` for a matplotlib figure: ``.png`` added to a name without a suffix, and a suffix
     matplotlib cannot write (``.txt``) refused before any work; the figure is written in the suffix's format."""
@@ -90,7 +111,7 @@ def _written(path, write):
 
 def report_main(argv):
     args = report_parser().parse_args(argv)
-    out = output_path(args.output)
+    out = not_a_log(output_path(args.output), args.runs)
     runs = _load(args.runs, args.labels, "hopdec report")
     from hopdec.report.html import render
     page = render(runs, title=args.title)
@@ -140,7 +161,7 @@ def plot_parser():
 def _plot(args):
     if args.smooth < 1:
         raise ConfigError(f"--smooth {args.smooth}: must be >= 1")
-    out = figure_path(args.output)
+    out = not_a_log(figure_path(args.output), args.runs)
     from hopdec.report import plots
     plt = plots.matplotlib()
     runs = _load(args.runs, args.labels, "hopdec plot")
@@ -182,7 +203,7 @@ def trace_parser():
 
 
 def _trace(args):
-    out = output_path(args.output)
+    out = not_a_log(output_path(args.output), [args.run])
     run = _load([args.run], None, "hopdec trace")[0]
     from hopdec.report.trace import write_trace
     obj = _written(out, lambda: write_trace(run, out))

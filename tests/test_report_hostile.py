@@ -382,3 +382,18 @@ def test_an_output_that_is_one_of_the_runs_logs_is_refused_before_it_is_overwrit
     assert {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} == before
     code, err = run_cmd(["trace", d, "-o", os.path.join(d, "trace.json")], capsys)
     assert code == 0, err
+
+
+def test_a_simulation_killed_before_its_records_were_written_says_why_there_are_none(tmp_path, capsys):
+    """``hopdec sim --log-dir`` SIGKILLed after minutes left its header lines only (it writes the records in
+    batches); the report said "the logs hold no iteration record" and nothing of where they went."""
+    lines = {r: _hop_lines(r)[:1] for r in range(4)}
+    for rows in lines.values():
+        rows[0]["run"]["simulated"] = "SIMULATED (--math)"
+    d = _write(tmp_path / "killed", lines)
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert_clean(code, err, "killed sim")
+    assert code == 2 and "a simulation killed before its first batch leaves its headers only" in err, err
+    d = _write(tmp_path / "real", {r: _hop_lines(r)[:1] for r in range(4)})
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 2 and err.strip().endswith("the logs hold no iteration record"), err

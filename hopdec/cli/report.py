@@ -29,8 +29,10 @@ def _load(paths, labels, prog):
         if not os.path.isdir(p):
             raise ConfigError(f"{shown(p)}: not a directory (give the --log-dir of a run)")
         run = Run.load(p, label=labels[i] if labels else None)
-        if not run.records:
-            raise ConfigError(f"{shown(p)}: the logs hold no iteration record")
+        if not run.records:     # (the simulator writes its records in batches, and at the end or a Ctrl-C)
+            why = (" (hopdec sim writes its records in batches and at its end or a Ctrl-C: a simulation killed "
+                   "before its first batch leaves its headers only)" if run.simulated else "")
+            raise ConfigError(f"{shown(p)}: the logs hold no iteration record{why}")
         for note in run.notes:
             print(f"{prog}: note: {note}", file=sys.stderr)
         if run.bad_lines:

@@ -397,3 +397,20 @@ def test_a_simulation_killed_before_its_records_were_written_says_why_there_are_
     d = _write(tmp_path / "real", {r: _hop_lines(r)[:1] for r in range(4)})
     code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
     assert code == 2 and err.strip().endswith("the logs hold no iteration record"), err
+
+
+def test_a_consensus_figure_names_the_runs_without_rounds(tmp_path):
+    """Two runs compared, one without consensus rounds: the figure drew the other's curves and left it out
+    without a word (the loss figure names a run without a loss); its legend names it."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    with_rounds = Run.load(hop_run(tmp_path / "a"))
+    without = Run.load(_write(tmp_path / "b", {r: [x for x in _hop_lines(r) if x.get("event") != "consensus"]
+                                                for r in range(4)}))
+    fig, ax = plt.subplots()
+    try:
+        assert plots.consensus(ax, [with_rounds, without])
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert labels[-1] == "no rounds logged: b", labels

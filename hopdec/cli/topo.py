@@ -384,8 +384,9 @@ def _compare(args):
     for G in graphs:                                             # one is the only line, not after others' notes
         s = summarize(G, args.max_ig)
         s["traffic"] = _traffic(G, args)
-        _warnings(s)
         rows.append(s)
+    for s in rows:                  # (once every file passed: a later file refused is one line, no warnings)
+        _warnings(s)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

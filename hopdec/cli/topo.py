@@ -380,8 +380,7 @@ def _analyze(args):
 
 def _compare(args):
     rows = []
-    graphs = [T.load(f, connected=False) for f in args.files]   # every file read before any warning: a bad
-    for G in graphs:                                             # one is the only line, not after others' notes
+    for G in [T.load(f, connected=False) for f in args.files]:
         s = summarize(G, args.max_ig)
         s["traffic"] = _traffic(G, args)
         rows.append(s)

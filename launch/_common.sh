@@ -91,8 +91,15 @@ extra_flags() {
     fi
 }
 
-# is_count VALUE: true for a positive integer.
-is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+# is_count VALUE: true for a positive integer below 10^9 (longer ones overflow: bash's arithmetic wrapped
+# -n 9223372036854775808 to a negative number that passed local.sh's per-core check, and Open MPI read
+# slots=99999999999999999999 as slots=-1).
+is_count() { [[ "$1" =~ ^[1-9][0-9]{0,8}$ ]]; }
+
+# count_problem VALUE WHAT: what is wrong with VALUE where is_count refused it ("need WHAT", or too large).
+count_problem() {
+    if [[ "$1" =~ ^[0-9]{10,}$ ]]; then echo "too large (at most 999999999)"; else echo "need $2"; fi
+}
 
 # has_ft ARGS...: true when the hopdec arguments ask for --fault-tolerance.
 has_ft() {

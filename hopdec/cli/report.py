@@ -18,9 +18,9 @@ from hopdec.files import shown
 
 
 def _load(paths, labels, prog):
-    from hopdec.report.data import Run
+    from hopdec.report.data import Run, printable
     if labels is not None:
-        labels = labels.split(",")
+        labels = printable(labels).split(",")
         if len(labels) != len(paths):
             raise ConfigError(f"--labels: {len(labels)} labels for {len(paths)} run directories")
     runs = []
@@ -40,7 +40,7 @@ def _load(paths, labels, prog):
         names = [r.label for r in runs]
         for r in runs:
             if names.count(r.label) > 1:
-                r.label = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(r.path))), r.label)
+                r.label = printable(os.path.join(os.path.basename(os.path.dirname(os.path.abspath(r.path))), r.label))
     return runs
 
 
@@ -92,12 +92,14 @@ def report_main(argv):
     args = report_parser().parse_args(argv)
     out = output_path(args.output)
     runs = _load(args.runs, args.labels, "hopdec report")
+    from hopdec.report.data import printable
     from hopdec.report.html import render
-    page = render(runs, title=args.title)
+    page = printable(render(runs, title=printable(args.title)))
+    data = page.encode("utf-8")         # (before the file is opened: a failure leaves no empty page)
 
     def write():
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
+        with open(out, "wb") as f:
+            f.write(data)
     _written(out, write)
     print(f"wrote {out} ({len(page) // 1024} KiB, {len(runs)} run(s))")
     return 0
@@ -156,7 +158,8 @@ def _plot(args):
         for ax, run in zip(axes[0], runs):
             plots.per_run(ax, run, args.what)
     if args.title:
-        fig.suptitle(args.title)
+        from hopdec.report.data import printable
+        fig.suptitle(printable(args.title))
     fig.tight_layout()
     _written(out, lambda: fig.savefig(out, dpi=110))
     print(f"wrote {out}")

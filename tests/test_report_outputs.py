@@ -1,0 +1,70 @@
+"""``hopdec report|plot|trace`` as a user reads them: text that is not Unicode (a folder name of non-UTF-8
+bytes, a lone surrogate in a log), figures comparing many runs, notes that must not cover the data, and
+output paths that are folders. (Damaged logs: test_report_hostile.py.)"""
+
+import json
+import os
+
+import pytest
+
+from hopdec.report.data import Run
+from test_report_hostile import COMMANDS, assert_clean, every_command, hop_run, run_cmd
+
+SOME = [c for c in COMMANDS if c[0] != "plot" or "timeline" in c or "--what" not in c]
+"""report, plot (loss), plot --what timeline, trace."""
+
+
+# ---- text that is not Unicode ------------------------------------------------------------------------------
+def test_a_lone_surrogate_in_a_log_is_drawn_and_written_as_a_replacement_character(tmp_path, capsys):
+    """JSON may escape half a surrogate pair (``"\\udcff"``, what a name of non-UTF-8 bytes becomes when a
+    program writes it with ``surrogateescape``): the page could not be encoded (a UnicodeEncodeError
+    traceback, after an empty report.html was created) and matplotlib could not draw it."""
+    d = hop_run(tmp_path / "run")
+    p = os.path.join(d, "rank0.jsonl")
+    lines = open(p).read().splitlines()
+    head = json.loads(lines[0])
+    head["run"]["topology"] = "ring\udcff(4)"
+    head["run"]["hparams"] = {"lr\ud800": "x\udfff"}
+    lines[0] = json.dumps(head)                     # (ensure_ascii: written as \udcff escapes)
+    assert "\\udcff" in lines[0]
+    open(p, "w").write("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(d, str(out), capsys, SOME)
+    page = (out / "r.html").read_text(encoding="utf-8")
+    assert "ring\ufffd(4)" in page
+    assert Run.load(d).header["topology"] == "ring\ufffd(4)"
+
+
+def test_a_run_folder_and_labels_of_non_utf8_bytes_are_named_with_replacement_characters(tmp_path, capsys):
+    """A folder named with bytes that are not UTF-8 (Python holds them as lone surrogates) is a run's label:
+    report and plot died in a traceback (the page's encoding, matplotlib's text layout); --labels and --title
+    given such bytes alike."""
+    d = hop_run(tmp_path / "x")
+    bad = os.fsencode(str(tmp_path)) + b"/run\xff"
+    os.rename(os.fsencode(d), bad)
+    run_dir = os.fsdecode(bad)
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(run_dir, str(out), capsys, SOME)
+    assert "run\ufffd" in (out / "r.html").read_text(encoding="utf-8")
+    label, title = os.fsdecode(b"lab\xfe"), os.fsdecode(b"ti\xfdtle")
+    for argv in (["report", run_dir, "--labels", label, "--title", title, "-o", str(out / "l.html")],
+                 ["plot", run_dir, "--labels", label, "--title", title, "-o", str(out / "l.png")]):
+        code, err = run_cmd(argv, capsys)
+        assert_clean(code, err, argv)
+        assert code == 0, err
+    page = (out / "l.html").read_text(encoding="utf-8")
+    assert "lab\ufffd" in page and "ti\ufffdtle" in page
+
+
+def test_a_page_holding_a_lone_surrogate_is_written_and_no_empty_file_left(tmp_path, capsys, monkeypatch):
+    """Whatever text reaches the page, it is written: an encoding error after the file was opened left a
+    0-byte report.html behind a traceback."""
+    import hopdec.report.html as H
+    d = hop_run(tmp_path / "run")
+    monkeypatch.setattr(H, "render", lambda runs, title=None: "page \ud800")
+    out = tmp_path / "r.html"
+    code, err = run_cmd(["report", d, "-o", str(out)], capsys)
+    assert code == 0 and "Traceback" not in err
+    assert out.read_text(encoding="utf-8") == "page \ufffd"

@@ -68,3 +68,42 @@ def test_a_page_holding_a_lone_surrogate_is_written_and_no_empty_file_left(tmp_p
     code, err = run_cmd(["report", d, "-o", str(out)], capsys)
     assert code == 0 and "Traceback" not in err
     assert out.read_text(encoding="utf-8") == "page \ufffd"
+
+
+# ---- many runs in one figure -------------------------------------------------------------------------------
+def _runs(n, iters=6):
+    runs = []
+    for i in range(n):
+        recs = {w: [{"iter": k, "time": 0.1 * k + 0.01 * w, "loss": 2.0 - 0.01 * k - 0.02 * i}
+                    for k in range(iters)] for w in range(2)}
+        events = {0: [{"event": "consensus", "at": k, "dist_mean": 0.1 / (k + 1), "dist_max": 0.2 / (k + 1)}
+                      for k in range(3)]}
+        run = Run({"mode": "decentralized", "iterations": iters}, recs, events, label=f"run{i}")
+        run.evals = [{"time": 0.1 * k, "test_acc": 0.5 + 0.01 * i + 0.1 * k} for k in range(3)]
+        runs.append(run)
+    return runs
+
+
+def _look(line):
+    return (tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color(),
+            line.get_linestyle(), line.get_marker())
+
+
+@pytest.mark.parametrize("n", [11, 20, 23])
+def test_no_two_runs_of_a_figure_are_drawn_alike(n):
+    """The loss, accuracy and consensus figures gave each run a colour of tab10's ten: of 11 runs the 11th
+    was drawn exactly as the 1st, and a legend could not tell the two apart."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    runs = _runs(n)
+    fig, (a, b, c, d) = plt.subplots(1, 4)
+    try:
+        plots.loss_curves(a, b, runs)
+        plots.accuracy_curves(c, runs)
+        plots.consensus(d, runs)
+        for ax, per_run in ((a, 1), (b, 1), (c, 1), (d, 2)):
+            looks = [_look(line) for line in ax.get_lines()]
+            assert len(looks) == n * per_run
+            assert len(set(looks)) == len(looks), ax.get_title()
+    finally:
+        plt.close(fig)

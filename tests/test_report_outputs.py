@@ -107,3 +107,34 @@ def test_no_two_runs_of_a_figure_are_drawn_alike(n):
             assert len(set(looks)) == len(looks), ax.get_title()
     finally:
         plt.close(fig)
+
+
+def test_the_note_on_runs_without_a_loss_covers_no_curve():
+    """Comparing runs with and without a training loss (a timing-only simulation beside a real run), the
+    note naming the latter was drawn inside the axes' lower left, over the curves of the others, which end
+    low on the right and start low on the left of a plot against time. It sits under the axis label now, in
+    the figure."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    runs = _runs(2, iters=40)
+    sims = _runs(3)
+    for i, r in enumerate(sims):
+        r.header["simulated"] = "SIMULATED (timing only)"
+        r.label = f"sim{i}"
+        for recs in r.records.values():
+            for rec in recs:
+                rec.pop("loss")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    try:
+        plots.loss_curves(a, b, runs + sims)
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in (a, b):
+            notes = [t for t in ax.texts if "no training loss logged" in t.get_text()]
+            assert len(notes) == 1 and "sim2 (SIMULATED)" in notes[0].get_text()
+            box = notes[0].get_window_extent(renderer)
+            assert box.y1 <= ax.get_window_extent(renderer).y0        # under the data area, not in it
+            assert box.y0 >= 0 and box.x0 >= 0 and box.x1 <= fig.bbox.x1   # and within the figure
+    finally:
+        plt.close(fig)

@@ -99,9 +99,9 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 
         ax.set_ylabel("training loss (mean over workers)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-            if lossless:
-                ax.text(0.01, 0.01, "no training loss logged:\n" + why, ha="left", va="bottom",
-                        transform=ax.transAxes, color="0.4", fontsize=7)
+            if lossless:        # under the axis label, where it covers no curve (it was drawn over them)
+                ax.annotate("no training loss logged:\n" + why, xy=(0, 0), xycoords=("axes fraction", ax.xaxis.label),
+                            xytext=(0, -3), textcoords="offset points", ha="left", va="top", color="0.4", fontsize=7)
         else:
             ax.text(0.5, 0.5, "no training loss in these logs\n" + why, ha="center",
                     va="center", transform=ax.transAxes, color="0.4")

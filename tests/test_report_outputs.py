@@ -138,3 +138,20 @@ def test_the_note_on_runs_without_a_loss_covers_no_curve():
             assert box.y0 >= 0 and box.x0 >= 0 and box.x1 <= fig.bbox.x1   # and within the figure
     finally:
         plt.close(fig)
+
+
+# ---- where the output goes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["report", "plot", "trace"])
+@pytest.mark.parametrize("how", ["folder", "folder/", "missing/"])
+def test_an_output_that_names_a_folder_is_refused_as_one(tmp_path, capsys, cmd, how):
+    """``hopdec plot RUN -o figs`` with a folder figs wrote figs.png beside it, and ``-o figs/`` said
+    "matplotlib cannot write . files" (of figs/.png); every command now says it is a folder, and writes
+    nothing (``-o missing/``: that it names a folder, not that the folder is missing)."""
+    d = hop_run(tmp_path / "run")
+    (tmp_path / "folder").mkdir()
+    target = os.path.join(str(tmp_path), how)          # (a pathlib path would drop the trailing /)
+    before = sorted(os.listdir(tmp_path))
+    code, err = run_cmd([cmd, d, "-o", target], capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.strip().endswith("; give a file name") and target in err, err
+    assert sorted(os.listdir(tmp_path)) == before

@@ -50,6 +50,10 @@ def output_path(path, default_suffix=None, option="-o"):
     fails late or blocks). ConfigError naming the path (given as ``option``) otherwise."""
     if path == "":
         raise ConfigError(f"{option} '': an empty output path")
+    if os.path.isdir(path):                # (before a suffix is added: not dir.png beside the folder)
+        raise ConfigError(f"{option} {shown(path)}: is a directory; give a file name")
+    if path.endswith(os.sep):
+        raise ConfigError(f"{option} {shown(path)}: names a folder (it ends in {os.sep}); give a file name")
     if default_suffix and not os.path.splitext(os.path.basename(path))[1]:
         path += default_suffix
     folder = os.path.dirname(path) or "."

@@ -4,6 +4,7 @@ log directory holding another run's logs is refused (or replaced with --overwrit
 merges two runs' rank files."""
 
 import io
+import json
 import os
 
 import pytest
@@ -146,6 +147,38 @@ def test_a_run_refused_after_the_log_dir_check_leaves_no_empty_log(tmp_path):
     assert os.listdir(fifo) == ["rank0.jsonl"]
 
 
+def _checkpoints_logged_in(ck, log_dir, ranks=(0, 1)):
+    """A --checkpoint-dir whose manifests say each rank logged to ``log_dir`` (as a run with --log-dir writes)."""
+    from hopdec.runtime import checkpoint as C
+    for r in ranks:
+        os.makedirs(ck / f"rank{r}")
+        entry = {"file": "ckpt-00000004.npz", "iteration": 4, "log": os.path.join(os.path.abspath(log_dir),
+                                                                                  f"rank{r}.jsonl"), "log_offset": 0}
+        (ck / f"rank{r}" / C.MANIFEST).write_text(json.dumps({"format": C.FORMAT, "complete": {"4": entry}}))
+    return ck
+
+
+def test_a_resume_into_another_runs_log_dir_is_refused_during_setup(tmp_path):
+    """--resume skipped the check of --log-dir altogether: resumed into a folder holding another run's logs
+    (not the one its checkpoints logged to), it wrote over them without --overwrite, and left the rest of that
+    run's rank files beside its own (hopdec report then refused the folder as two runs)."""
+    from hopdec.runtime.setup import check_fresh_log_dir
+    own, other = tmp_path / "own", tmp_path / "other"
+    os.makedirs(own)
+    os.makedirs(other)
+    for r in range(3):
+        (other / f"rank{r}.jsonl").write_text(f'{{"rank": {r}, "run": {{"mode": "allreduce"}}}}\n')
+    (own / "rank0.jsonl").write_text('{"rank": 0, "run": {}}\n')
+    ck = _checkpoints_logged_in(tmp_path / "ck", own)
+    for r in (0, 1):
+        with pytest.raises(ConfigError, match=f"--log-dir {other}: holds the logs of an earlier run"):
+            check_fresh_log_dir(str(other), r, 2, resume_dir=str(ck))
+        check_fresh_log_dir(str(own), r, 2, resume_dir=str(ck))                 # its own: continued
+        check_fresh_log_dir(str(tmp_path / "new"), r, 2, resume_dir=str(ck))   # a new folder: fine
+    check_fresh_log_dir(str(other), 0, 2, overwrite=True, resume_dir=str(ck))  # --overwrite: replaced
+    assert sorted(os.listdir(other)) == ["rank0.jsonl", "rank1.jsonl"]
+
+
 def test_a_real_run_refuses_another_runs_log_dir_during_setup(tmp_path):
     from hopdec.runtime.setup import check_fresh_log_dir
     (tmp_path / "rank3.jsonl").write_text('{"rank": 3, "run": {}}\n')
@@ -153,7 +186,8 @@ def test_a_real_run_refuses_another_runs_log_dir_during_setup(tmp_path):
     with pytest.raises(ConfigError, match="rank3.jsonl"):
         check_fresh_log_dir(str(tmp_path), 0, 2)
     check_fresh_log_dir(str(tmp_path), 1, 2)                  # rank 1 has none of its own: rank 0 says it
-    check_fresh_log_dir(str(tmp_path), 0, 2, resuming=True)
+    ck = _checkpoints_logged_in(tmp_path / "ck", tmp_path)
+    check_fresh_log_dir(str(tmp_path), 0, 2, resume_dir=str(ck))   # a resume continues its own logs
     check_fresh_log_dir(str(tmp_path), 0, 2, overwrite=True)
     assert not (tmp_path / "rank3.jsonl").exists() and (tmp_path / "rank1.jsonl").exists()
 

@@ -275,3 +275,23 @@ def test_a_stop_request_to_mpirun_stops_a_parameter_server_run_at_a_final_cut(mp
         assert iters == list(range(len(iters))) and wm["iteration"] in (len(iters), len(iters) - 1)
     n, resume = resume_args(lines[0])
     assert n == 3 and resume[-2:] == ["--resume", str(ck)]
+
+
+def test_a_resume_into_a_folder_of_another_runs_logs_is_refused_and_leaves_them(mpirun, tmp_path):
+    """hopdec train --resume D --log-dir L, L holding another run's logs (not those D's checkpoints logged
+    to): the check of --log-dir was skipped for every resume, so the run wrote over that run's rank0/rank1
+    logs without --overwrite and left its rank2.jsonl beside them. It is refused now, as a new run would be."""
+    ck, own, other = tmp_path / "ck", tmp_path / "own", tmp_path / "other"
+    short = [x if x != HOP_ITERS else 4 for x in HOP]
+    out = mpirun(RANKS, short + ["--log-dir", own, "--checkpoint-dir", ck], timeout=120)
+    assert out.returncode == 0, out.stderr
+    os.makedirs(other)
+    before = {}
+    for r in range(3):
+        (other / f"rank{r}.jsonl").write_text(f'{{"rank": {r}, "run": {{"mode": "allreduce", "run_id": "x"}}}}\n')
+        before[r] = (other / f"rank{r}.jsonl").read_text()
+    out = mpirun(RANKS, HOP + ["--iterations", 8, "--log-dir", other, "--resume", ck], timeout=120)
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+    assert out.returncode == 2 and len(errors) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"--log-dir {other}: holds the logs of an earlier run" in errors[0]
+    assert {r: (other / f"rank{r}.jsonl").read_text() for r in range(3)} == before

@@ -19,9 +19,9 @@ from hopdec.files import shown
 
 
 def _load(paths, labels, prog):
-    from hopdec.report.data import Run
+    from hopdec.report.data import Run, printable
     if labels is not None:
-        labels = labels.split(",")
+        labels = printable(labels).split(",")
         if len(labels) != len(paths):
             raise ConfigError(f"--labels: {len(labels)} labels for {len(paths)} run directories")
     runs = []
@@ -43,7 +43,7 @@ def _load(paths, labels, prog):
         names = [r.label for r in runs]
         for r in runs:
             if names.count(r.label) > 1:
-                r.label = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(r.path))), r.label)
+                r.label = printable(os.path.join(os.path.basename(os.path.dirname(os.path.abspath(r.path))), r.label))
     return runs
 
 
@@ -53,6 +53,10 @@ def output_path(path, default_suffix=None, option="-o"):
     fails late or blocks). ConfigError naming the path (given as ``option``) otherwise."""
     if path == "":
         raise ConfigError(f"{option} '': an empty output path")
+    if os.path.isdir(path):                # (before a suffix is added: not dir.png beside the folder)
+        raise ConfigError(f"{option} {shown(path)}: is a directory; give a file name")
+    if path.endswith(os.sep):
+        raise ConfigError(f"{option} {shown(path)}: names a folder (it ends in {os.sep}); give a file name")
     if default_suffix and not os.path.splitext(os.path.basename(path))[1]:
         path += default_suffix
     folder = os.path.dirname(path) or "."
@@ -115,12 +119,14 @@ def report_main(argv):
     args = report_parser().parse_args(argv)
     out = not_a_log(output_path(args.output), args.runs)
     runs = _load(args.runs, args.labels, "hopdec report")
+    from hopdec.report.data import printable
     from hopdec.report.html import render
-    page = render(runs, title=args.title)
+    page = printable(render(runs, title=printable(args.title)))
+    data = page.encode("utf-8")         # (before the file is opened: a failure leaves no empty page)
 
     def write():
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
+        with open(out, "wb") as f:
+            f.write(data)
     _written(out, write)
     print(f"wrote {out} ({len(page) // 1024} KiB, {len(runs)} run(s))")
     return 0
@@ -184,7 +190,8 @@ def _plot(args):
         for ax in list(axes.flat)[len(runs):]:
             ax.set_visible(False)
     if args.title:
-        fig.suptitle(args.title)
+        from hopdec.report.data import printable
+        fig.suptitle(printable(args.title))
     fig.tight_layout()
     _written(out, lambda: fig.savefig(out, dpi=110))
     print(f"wrote {out}")

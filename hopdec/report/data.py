@@ -32,6 +32,26 @@ MAX_LOG_BYTES = 2 ** 30
 MAX_LINE_BYTES = 2 ** 20
 MAX_DEPTH = 12
 MAX_INT = 2 ** 53
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def printable(text):
+    """``text`` with every lone surrogate (half a UTF-16 pair: a JSON ``"\\udcff"``, or a byte of a path or
+    argument that is not UTF-8, as Python holds it) replaced by U+FFFD: neither the page's UTF-8 nor
+    matplotlib can take one."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _printable_all(obj):
+    """``obj`` (parsed JSON) with :func:`printable` applied to every string in it, keys too."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {_printable_all(k): _printable_all(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_printable_all(v) for v in obj]
+    return obj
 
 
 # ---- what a record may hold --------------------------------------------------------------------------------
@@ -145,7 +165,8 @@ def _json_lines(fh):
         # a container at depth d needs d + 1 opening brackets in the text: a line with at most MAX_DEPTH of
         # them (nearly every record) cannot be too deep, and is not walked
         if isinstance(obj, dict) and (line.count(b"[") + line.count(b"{") <= MAX_DEPTH or _depth_ok(obj)):
-            rows.append(obj)
+            # (a pair is one character once parsed: only halves are left, and only where escaped)
+            rows.append(_printable_all(obj) if _ESCAPED_SURROGATE.search(line) else obj)
         else:
             bad += 1
     return rows, bad
@@ -323,7 +344,7 @@ class Run:
         self.records = {int(r): v for r, v in records.items() if v}
         self.events = {int(r): v for r, v in events.items()}
         self.evals = list(evals)
-        self.label = label or "run"
+        self.label = printable(label or "run")
         self.path = path
         self.bad_lines = bad_lines
         self.notes = []

@@ -30,9 +30,21 @@ def smooth(y, k):
 
 
 def run_colors(runs):
+    """A colour per run: tab10's up to 10 runs, tab20's up to 20 (the 11th run was drawn in the 1st's colour,
+    two curves a legend could not tell apart), then tab20's again (:func:`run_dashes` tells those apart)."""
     import matplotlib as mpl
-    cmap = mpl.colormaps["tab10"]
-    return [cmap(i % 10) for i in range(len(runs))]
+    cmap = mpl.colormaps["tab10" if len(runs) <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(len(runs))]
+
+
+DASHES = ("-", "--", ":", "-.")
+
+
+def run_dashes(runs):
+    """A line style per run, beside :func:`run_colors`: solid while the colours last (20 runs), then dashed,
+    dotted, dash-dotted, so no two of up to 80 runs are drawn alike."""
+    n = 10 if len(runs) <= 10 else 20
+    return [DASHES[(i // n) % len(DASHES)] for i in range(len(runs))]
 
 
 def named(run):
@@ -66,14 +78,14 @@ def no_loss_reason(run):
 
 def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 1: raw"):
     lossless = []
-    for run, color in zip(runs, run_colors(runs)):
+    for run, color, ls in zip(runs, run_colors(runs), run_dashes(runs)):
         n = max(len(run.records), 1)
         t, y = run.loss_vs_time()
         if len(t):
-            ax_t.plot(t, smooth(y, smooth_k * n), color=color, label=named(run))
+            ax_t.plot(t, smooth(y, smooth_k * n), color=color, ls=ls, label=named(run))
         k, yk = run.loss_vs_iter()
         if len(k):
-            ax_k.plot(k, smooth(yk, smooth_k), color=color, label=named(run))
+            ax_k.plot(k, smooth(yk, smooth_k), color=color, ls=ls, label=named(run))
         if not len(t):
             lossless.append(run)
     ax_t.set_xlabel(time_label(runs))
@@ -87,9 +99,9 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 
         ax.set_ylabel("training loss (mean over workers)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-            if lossless:
-                ax.text(0.01, 0.01, "no training loss logged:\n" + why, ha="left", va="bottom",
-                        transform=ax.transAxes, color="0.4", fontsize=7)
+            if lossless:        # under the axis label, where it covers no curve (it was drawn over them)
+                ax.annotate("no training loss logged:\n" + why, xy=(0, 0), xycoords=("axes fraction", ax.xaxis.label),
+                            xytext=(0, -3), textcoords="offset points", ha="left", va="top", color="0.4", fontsize=7)
         else:
             ax.text(0.5, 0.5, "no training loss in these logs\n" + why, ha="center",
                     va="center", transform=ax.transAxes, color="0.4")
@@ -101,12 +113,12 @@ def loss_curves(ax_t, ax_k, runs, smooth_k=10, raw_hint="; hopdec plot --smooth 
 
 def accuracy_curves(ax, runs):
     drawn = False
-    for run, color in zip(runs, run_colors(runs)):
+    for run, color, ls in zip(runs, run_colors(runs), run_dashes(runs)):
         ev = [e for e in run.evals if e.get("test_acc") is not None and e.get("time") is not None]
         if not ev:
             continue
         t0 = run.t0
-        ax.plot([e["time"] - t0 for e in ev], [e["test_acc"] for e in ev], "o-", ms=3, color=color,
+        ax.plot([e["time"] - t0 for e in ev], [e["test_acc"] for e in ev], marker="o", ls=ls, ms=3, color=color,
                 label=named(run))
         drawn = True
     ax.set_xlabel(time_label(runs))
@@ -206,14 +218,15 @@ def breakdown(ax, run):
 
 def consensus(ax, runs, single=False):
     drawn = False
-    for run, color in zip(runs, run_colors(runs)):
+    n = 10 if len(runs) <= 10 else 20       # (past 20 runs the colours repeat: the markers differ)
+    for i, (run, color) in enumerate(zip(runs, run_colors(runs))):
         ev = run.consensus()
         if not ev:
             continue
         at = [e["at"] for e in ev]
-        ax.plot(at, [e["dist_mean"] for e in ev], "o-", ms=3, color=color,
+        ax.plot(at, [e["dist_mean"] for e in ev], "osDP"[i // n % 4] + "-", ms=3, color=color,
                 label="mean over workers" if single else f"{named(run)}: mean")
-        ax.plot(at, [e["dist_max"] for e in ev], "^--", ms=3, color=color, alpha=0.6,
+        ax.plot(at, [e["dist_max"] for e in ev], "^v<>"[i // n % 4] + "--", ms=3, color=color, alpha=0.6,
                 label="max (farthest worker)" if single else f"{named(run)}: max")
         drawn = True
     without = [named(r) for r in runs if not r.consensus()]

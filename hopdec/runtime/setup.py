@@ -81,7 +81,7 @@ def _load(settings, comm, run):
         from hopdec.runtime.metrics import check_log_dir
         ob = settings.observe
         check_fresh_log_dir(ob.log_dir, comm.Get_rank(), comm.Get_size(), ob.overwrite,
-                            resuming=settings.checkpoints.resume is not None)
+                            resume_dir=settings.checkpoints.resume)
         check_log_dir(ob.log_dir, comm.Get_rank())
     local_rank, local_size = local_rank_and_size()
     device = pick_device(settings.work.device, local_rank)
@@ -128,13 +128,14 @@ LOG_FILES = re.compile(r"(rank|params_rank)(\d+)\.(jsonl|npy)|eval\.jsonl")
 """What a run writes into its --log-dir (``rank{r}.jsonl``, ``params_rank{r}.npy``, ``eval.jsonl``)."""
 
 
-def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resuming=False):
+def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resume_dir=None):
     """A ``--log-dir`` must not hold another run's logs: their rank files would be overwritten, or (a run
     with more ranks) merged with this run's by ``hopdec report``. ``--overwrite`` replaces them (rank 0
     removes what this run may not rewrite: the logs of ranks >= ``size``, saved models, ``eval.jsonl``); a
-    resumed run
-    continues its own logs. ConfigError naming the option otherwise."""
-    if resuming or not os.path.isdir(log_dir):
+    run resumed from ``resume_dir`` (``--resume``) continues its own logs, in the folder its checkpoints'
+    manifest names (resumed into any other folder holding logs, it wrote over them without --overwrite and
+    left the rest of that run's rank files beside its own). ConfigError naming the option otherwise."""
+    if not os.path.isdir(log_dir) or _continues_logs_in(resume_dir, rank, log_dir):
         return
     try:
         names = os.listdir(log_dir)
@@ -163,6 +164,18 @@ def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resuming=False):
                 except OSError as err:
                     raise ConfigError(f"--log-dir {log_dir}: --overwrite cannot remove {name} "
                                       f"({err.strerror or err})") from None
+
+
+def _continues_logs_in(resume_dir, rank, log_dir):
+    """Whether the checkpoints in ``resume_dir`` (None: not a resume) recorded this rank's log in ``log_dir``:
+    a resume there continues that run's own logs."""
+    if resume_dir is None:
+        return False
+    from hopdec.runtime import checkpoint as C
+    man = C.read_manifest(resume_dir, rank)
+    logs = [e.get("log") for e in (man or {}).get("complete", {}).values()]
+    here = os.path.realpath(log_dir)
+    return any(isinstance(p, str) and os.path.realpath(os.path.dirname(p)) == here for p in logs)
 
 
 def check_resume_target(ctx):

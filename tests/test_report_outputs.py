@@ -1,0 +1,157 @@
+"""``hopdec report|plot|trace`` as a user reads them: text that is not Unicode (a folder name of non-UTF-8
+bytes, a lone surrogate in a log), figures comparing many runs, notes that must not cover the data, and
+output paths that are folders. (Damaged logs: test_report_hostile.py.)"""
+
+import json
+import os
+
+import pytest
+
+from hopdec.report.data import Run
+from test_report_hostile import COMMANDS, assert_clean, every_command, hop_run, run_cmd
+
+SOME = [c for c in COMMANDS if c[0] != "plot" or "timeline" in c or "--what" not in c]
+"""report, plot (loss), plot --what timeline, trace."""
+
+
+# ---- text that is not Unicode ------------------------------------------------------------------------------
+def test_a_lone_surrogate_in_a_log_is_drawn_and_written_as_a_replacement_character(tmp_path, capsys):
+    """JSON may escape half a surrogate pair (``"\\udcff"``, what a name of non-UTF-8 bytes becomes when a
+    program writes it with ``surrogateescape``): the page could not be encoded (a UnicodeEncodeError
+    traceback, after an empty report.html was created) and matplotlib could not draw it."""
+    d = hop_run(tmp_path / "run")
+    p = os.path.join(d, "rank0.jsonl")
+    lines = open(p).read().splitlines()
+    head = json.loads(lines[0])
+    head["run"]["topology"] = "ring\udcff(4)"
+    head["run"]["hparams"] = {"lr\ud800": "x\udfff"}
+    lines[0] = json.dumps(head)                     # (ensure_ascii: written as \udcff escapes)
+    assert "\\udcff" in lines[0]
+    open(p, "w").write("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(d, str(out), capsys, SOME)
+    page = (out / "r.html").read_text(encoding="utf-8")
+    assert "ring\ufffd(4)" in page
+    assert Run.load(d).header["topology"] == "ring\ufffd(4)"
+
+
+def test_a_run_folder_and_labels_of_non_utf8_bytes_are_named_with_replacement_characters(tmp_path, capsys):
+    """A folder named with bytes that are not UTF-8 (Python holds them as lone surrogates) is a run's label:
+    report and plot died in a traceback (the page's encoding, matplotlib's text layout); --labels and --title
+    given such bytes alike."""
+    d = hop_run(tmp_path / "x")
+    bad = os.fsencode(str(tmp_path)) + b"/run\xff"
+    os.rename(os.fsencode(d), bad)
+    run_dir = os.fsdecode(bad)
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(run_dir, str(out), capsys, SOME)
+    assert "run\ufffd" in (out / "r.html").read_text(encoding="utf-8")
+    label, title = os.fsdecode(b"lab\xfe"), os.fsdecode(b"ti\xfdtle")
+    for argv in (["report", run_dir, "--labels", label, "--title", title, "-o", str(out / "l.html")],
+                 ["plot", run_dir, "--labels", label, "--title", title, "-o", str(out / "l.png")]):
+        code, err = run_cmd(argv, capsys)
+        assert_clean(code, err, argv)
+        assert code == 0, err
+    page = (out / "l.html").read_text(encoding="utf-8")
+    assert "lab\ufffd" in page and "ti\ufffdtle" in page
+
+
+def test_a_page_holding_a_lone_surrogate_is_written_and_no_empty_file_left(tmp_path, capsys, monkeypatch):
+    """Whatever text reaches the page, it is written: an encoding error after the file was opened left a
+    0-byte report.html behind a traceback."""
+    import hopdec.report.html as H
+    d = hop_run(tmp_path / "run")
+    monkeypatch.setattr(H, "render", lambda runs, title=None: "page \ud800")
+    out = tmp_path / "r.html"
+    code, err = run_cmd(["report", d, "-o", str(out)], capsys)
+    assert code == 0 and "Traceback" not in err
+    assert out.read_text(encoding="utf-8") == "page \ufffd"
+
+
+# ---- many runs in one figure -------------------------------------------------------------------------------
+def _runs(n, iters=6):
+    runs = []
+    for i in range(n):
+        recs = {w: [{"iter": k, "time": 0.1 * k + 0.01 * w, "loss": 2.0 - 0.01 * k - 0.02 * i}
+                    for k in range(iters)] for w in range(2)}
+        events = {0: [{"event": "consensus", "at": k, "dist_mean": 0.1 / (k + 1), "dist_max": 0.2 / (k + 1)}
+                      for k in range(3)]}
+        run = Run({"mode": "decentralized", "iterations": iters}, recs, events, label=f"run{i}")
+        run.evals = [{"time": 0.1 * k, "test_acc": 0.5 + 0.01 * i + 0.1 * k} for k in range(3)]
+        runs.append(run)
+    return runs
+
+
+def _look(line):
+    return (tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color(),
+            line.get_linestyle(), line.get_marker())
+
+
+@pytest.mark.parametrize("n", [11, 20, 23])
+def test_no_two_runs_of_a_figure_are_drawn_alike(n):
+    """The loss, accuracy and consensus figures gave each run a colour of tab10's ten: of 11 runs the 11th
+    was drawn exactly as the 1st, and a legend could not tell the two apart."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    runs = _runs(n)
+    fig, (a, b, c, d) = plt.subplots(1, 4)
+    try:
+        plots.loss_curves(a, b, runs)
+        plots.accuracy_curves(c, runs)
+        plots.consensus(d, runs)
+        for ax, per_run in ((a, 1), (b, 1), (c, 1), (d, 2)):
+            looks = [_look(line) for line in ax.get_lines()]
+            assert len(looks) == n * per_run
+            assert len(set(looks)) == len(looks), ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+def test_the_note_on_runs_without_a_loss_covers_no_curve():
+    """Comparing runs with and without a training loss (a timing-only simulation beside a real run), the
+    note naming the latter was drawn inside the axes' lower left, over the curves of the others, which end
+    low on the right and start low on the left of a plot against time. It sits under the axis label now, in
+    the figure."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    runs = _runs(2, iters=40)
+    sims = _runs(3)
+    for i, r in enumerate(sims):
+        r.header["simulated"] = "SIMULATED (timing only)"
+        r.label = f"sim{i}"
+        for recs in r.records.values():
+            for rec in recs:
+                rec.pop("loss")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    try:
+        plots.loss_curves(a, b, runs + sims)
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in (a, b):
+            notes = [t for t in ax.texts if "no training loss logged" in t.get_text()]
+            assert len(notes) == 1 and "sim2 (SIMULATED)" in notes[0].get_text()
+            box = notes[0].get_window_extent(renderer)
+            assert box.y1 <= ax.get_window_extent(renderer).y0        # under the data area, not in it
+            assert box.y0 >= 0 and box.x0 >= 0 and box.x1 <= fig.bbox.x1   # and within the figure
+    finally:
+        plt.close(fig)
+
+
+# ---- where the output goes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["report", "plot", "trace"])
+@pytest.mark.parametrize("how", ["folder", "folder/", "missing/"])
+def test_an_output_that_names_a_folder_is_refused_as_one(tmp_path, capsys, cmd, how):
+    """``hopdec plot RUN -o figs`` with a folder figs wrote figs.png beside it, and ``-o figs/`` said
+    "matplotlib cannot write . files" (of figs/.png); every command now says it is a folder, and writes
+    nothing (``-o missing/``: that it names a folder, not that the folder is missing)."""
+    d = hop_run(tmp_path / "run")
+    (tmp_path / "folder").mkdir()
+    target = os.path.join(str(tmp_path), how)          # (a pathlib path would drop the trailing /)
+    before = sorted(os.listdir(tmp_path))
+    code, err = run_cmd([cmd, d, "-o", target], capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.strip().endswith("; give a file name") and target in err, err
+    assert sorted(os.listdir(tmp_path)) == before

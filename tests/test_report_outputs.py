@@ -70,6 +70,30 @@ def test_a_page_holding_a_lone_surrogate_is_written_and_no_empty_file_left(tmp_p
     assert out.read_text(encoding="utf-8") == "page \ufffd"
 
 
+# ---- numbers a figure cannot span ---------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["record", "eval", "event"])
+def test_times_whose_span_overflows_are_skipped_and_counted(tmp_path, capsys, where):
+    """Times of ±1.7e308 s are finite, so they were read, but the span between two is not: report and plot
+    ended in a traceback from matplotlib's tick locator ('arange: cannot compute length'). Times beyond
+    2^53 s either way are skipped as unreadable fields, and counted."""
+    d = hop_run(tmp_path / "run")
+    if where == "eval":
+        with open(os.path.join(d, "eval.jsonl"), "a") as f:
+            f.write('{"time": 1.7e308, "test_acc": 0.5}\n{"time": -1.7e308, "test_acc": 0.1}\n')
+    else:
+        p = os.path.join(d, "rank1.jsonl")
+        lines = [json.loads(x) for x in open(p)]
+        if where == "record":
+            lines[3]["time"], lines[4]["time"], lines[5]["t_recv"] = 1.7e308, -1.7e308, 1.7e308
+        else:
+            lines += [{"event": "note", "time": 1.7e308, "what": "x"}, {"event": "note", "time": -1.7e308, "what": "y"}]
+        open(p, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(d, str(out), capsys, SOME)
+    assert Run.load(d).bad_lines == (3 if where == "record" else 2)
+
+
 # ---- many runs in one figure -------------------------------------------------------------------------------
 def _runs(n, iters=6):
     runs = []

@@ -888,6 +888,15 @@ class Run:
                     test_loss=loss, duration=duration, rate=float(np.mean(rates)) if rates else None,
                     batch_rate=float(np.mean(batches)) if batches else None)
 
+    def stopped_early(self):
+        """``(iterations entered, iterations planned)`` of a run whose furthest worker stopped before its
+        ``--iterations`` (killed, Ctrl-C, a failure; rounds with ``--local-steps``), else None: a finished
+        run, a PS run (its workers share the server's budget), a loop of your own (it plans none)."""
+        planned, ran = self.iterations, self.iterations_run()
+        if self.mode == "ps" or not _int(planned) or ran is None or ran >= planned:
+            return None
+        return ran, planned
+
     @staticmethod
     def _inner_steps(rec, h):
         """The inner steps a round's record computed: none when it mixed without a gradient (``serving``: a

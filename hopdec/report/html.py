@@ -117,7 +117,7 @@ def _planned(run):
     PS runs count mini-batches against a shared budget, so theirs is the planned figure; a loop of your own
     plans none: how far it got."""
     planned, ran = run.iterations, run.iterations_run()
-    if run.mode != "ps" and planned is not None and ran is not None and ran < planned:
+    if run.stopped_early():
         return f"{ran} of {_fmt(planned)} (stopped early)"
     if planned is None and ran is not None and run.mode != "ps":   # a user's loop: nothing was planned
         return _fmt(ran)

@@ -372,7 +372,7 @@ def test_figures_name_simulated_and_emulated_runs_in_their_legends(tmp_path):
     plt.close(fig)
     fig, ax = plt.subplots()
     plots.per_run(ax, real, "timeline")                  # hopdec plot --what timeline
-    assert ax.get_title().startswith("real (EMULATED): ")
+    assert ax.get_title().startswith("real (EMULATED):\n")
     plt.close(fig)
 
 

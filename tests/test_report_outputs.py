@@ -70,6 +70,30 @@ def test_a_page_holding_a_lone_surrogate_is_written_and_no_empty_file_left(tmp_p
     assert out.read_text(encoding="utf-8") == "page \ufffd"
 
 
+# ---- numbers a figure cannot span ---------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["record", "eval", "event"])
+def test_times_whose_span_overflows_are_skipped_and_counted(tmp_path, capsys, where):
+    """Times of ±1.7e308 s are finite, so they were read, but the span between two is not: report and plot
+    ended in a traceback from matplotlib's tick locator ('arange: cannot compute length'). Times beyond
+    2^53 s either way are skipped as unreadable fields, and counted."""
+    d = hop_run(tmp_path / "run")
+    if where == "eval":
+        with open(os.path.join(d, "eval.jsonl"), "a") as f:
+            f.write('{"time": 1.7e308, "test_acc": 0.5}\n{"time": -1.7e308, "test_acc": 0.1}\n')
+    else:
+        p = os.path.join(d, "rank1.jsonl")
+        lines = [json.loads(x) for x in open(p)]
+        if where == "record":
+            lines[3]["time"], lines[4]["time"], lines[5]["t_recv"] = 1.7e308, -1.7e308, 1.7e308
+        else:
+            lines += [{"event": "note", "time": 1.7e308, "what": "x"}, {"event": "note", "time": -1.7e308, "what": "y"}]
+        open(p, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out"
+    out.mkdir()
+    every_command(d, str(out), capsys, SOME)
+    assert Run.load(d).bad_lines == (3 if where == "record" else 2)
+
+
 # ---- many runs in one figure -------------------------------------------------------------------------------
 def _runs(n, iters=6):
     runs = []
@@ -155,3 +179,36 @@ def test_an_output_that_names_a_folder_is_refused_as_one(tmp_path, capsys, cmd, 
     assert code == 2 and "Traceback" not in err, err
     assert err.count("\n") == 1 and err.strip().endswith("; give a file name") and target in err, err
     assert sorted(os.listdir(tmp_path)) == before
+
+
+# ---- a run that stopped before its end -----------------------------------------------------------------------
+def test_a_killed_run_is_named_as_stopped_in_every_figure_and_the_trace(tmp_path, capsys):
+    """A run killed at 6 of its 12 iterations was drawn by hopdec plot (loss, and the per-run panels) and
+    traced exactly as a finished run, with nothing to tell it apart: only the report's table said "stopped
+    early". Its legend entries and panel titles say where it stopped now, and the trace's otherData too."""
+    from hopdec.report import plots
+    d = hop_run(tmp_path / "killed")
+    for r in range(4):                  # the first 6 records of 12 (and the header): as a SIGKILL leaves it
+        p = os.path.join(d, f"rank{r}.jsonl")
+        lines = open(p).read().splitlines()
+        open(p, "w").write("\n".join(lines[:7]) + "\n")
+    done = hop_run(tmp_path / "done")
+    killed, finished = Run.load(d), Run.load(done)
+    plt = plots.matplotlib()
+    fig, (a, b) = plt.subplots(1, 2)
+    try:
+        plots.loss_curves(a, b, [killed, finished])
+        for ax in (a, b):
+            assert [t.get_text() for t in ax.get_legend().get_texts()] == ["killed (stopped at 6 of 12)", "done"]
+    finally:
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        plots.per_run(ax, killed, "gap")
+        assert ax.get_title().startswith("killed (stopped at 6 of 12):\n")
+    finally:
+        plt.close(fig)
+    code, err = run_cmd(["trace", d, "-o", str(tmp_path / "t.json")], capsys)
+    assert code == 0, err
+    assert json.load(open(tmp_path / "t.json"))["otherData"]["stopped_early"] == "at iteration 6 of 12"
+    assert killed.stopped_early() == (6, 12) and finished.stopped_early() is None

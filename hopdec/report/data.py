@@ -62,6 +62,17 @@ def _num(v):
     return abs(v) < MAX_INT if isinstance(v, int) else math.isfinite(v)
 
 
+MAX_TIME = 2.0 ** 53
+"""Largest clock time (seconds, either sign) a log may give: 285 million years, and two such times' difference
+stays finite (``time`` 1.7e308 beside -1.7e308, both finite, put an infinite span on a figure's axis and the
+tick locator raised)."""
+
+
+def _time(v):
+    """A clock time: a finite number of at most :data:`MAX_TIME` seconds either way."""
+    return _num(v) and abs(v) <= MAX_TIME
+
+
 def _int(v):
     return isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT
 
@@ -103,17 +114,17 @@ def _span(v):
 
 _term = _list_of(_num, 3)
 RECORD_FIELDS = dict(
-    iter=_nat, time=_num, loss=_opt(_num), jumped_from=_opt(_int), jump=_opt(_list_of(_int, 2)),
+    iter=_nat, time=_time, loss=_opt(_num), jumped_from=_opt(_int), jump=_opt(_list_of(_int, 2)),
     staleness=_opt(_int), tokens=_opt(_num), held=_opt(_num), used_total=_opt(_num), dropped_total=_opt(_num),
     sent=_opt(_num), send_skipped=_opt(_num), version=_opt(_int), sent_to=_opt(_list_of(_int)),
     spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
     **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
                                        "wait_sends", "reduce", "send", "apply", "push", "poll")},
-    t_push=_opt(_num), t_recv=_num, allreduce_s=_opt(_num), sent_bytes=_opt(_num))
+    t_push=_opt(_time), t_recv=_time, allreduce_s=_opt(_num), sent_bytes=_opt(_num))
 """Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
 are required)."""
 EVENT_FIELDS = dict(
-    event=_str, time=_opt(_num), at=_opt(_int), dist_mean=_opt(_num), dist_max=_opt(_num), test_acc=_opt(_num),
+    event=_str, time=_opt(_time), at=_opt(_int), dist_mean=_opt(_num), dist_max=_opt(_num), test_acc=_opt(_num),
     test_loss=_opt(_num), elapsed=_opt(_num), records=_opt(_num), per_record_ms=_opt(_num), what=_opt(_str),
     dur=_opt(_num), worker=_opt(_int), workers=_opt(lambda v: _int(v) or _list_of(_int)(v)))
 """Event lines (and ``eval.jsonl`` rows, which need ``time``): the fields read, where present."""
@@ -900,6 +911,15 @@ class Run:
         return dict(train_loss=float(np.mean(last_losses)) if last_losses else None, test_acc=acc,
                     test_loss=loss, duration=duration, rate=float(np.mean(rates)) if rates else None,
                     batch_rate=float(np.mean(batches)) if batches else None)
+
+    def stopped_early(self):
+        """``(iterations entered, iterations planned)`` of a run whose furthest worker stopped before its
+        ``--iterations`` (killed, Ctrl-C, a failure; rounds with ``--local-steps``), else None: a finished
+        run, a PS run (its workers share the server's budget), a loop of your own (it plans none)."""
+        planned, ran = self.iterations, self.iterations_run()
+        if self.mode == "ps" or not _int(planned) or ran is None or ran >= planned:
+            return None
+        return ran, planned
 
     @staticmethod
     def _inner_steps(rec, h):

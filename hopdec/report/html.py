@@ -122,7 +122,7 @@ def _planned(run):
     if unfinished and planned is not None:
         done, budget = unfinished
         return f"{_fmt(planned)} (stopped early: {done:,} of {budget:,} gradients)"
-    if run.mode != "ps" and planned is not None and ran is not None and ran < planned:
+    if run.stopped_early():
         return f"{ran} of {_fmt(planned)} (stopped early)"
     if planned is None and ran is not None and run.mode != "ps":   # a user's loop: nothing was planned
         return _fmt(ran)

@@ -48,14 +48,19 @@ def run_dashes(runs):
 
 
 def named(run):
-    """A run's name in a legend or title, with ``(SIMULATED)`` or ``(EMULATED)`` when it was."""
-    return f"{run.label} ({run.kind})" if run.kind else run.label
+    """A run's name in a legend or title, with ``(SIMULATED)`` or ``(EMULATED)`` when it was, and where it
+    stopped when that was before its --iterations (a killed run's curve read as a finished run's)."""
+    said = [run.kind] if run.kind else []
+    stopped = run.stopped_early()
+    if stopped:
+        said.append(f"stopped at {stopped[0]:,} of {stopped[1]:,}" + (" rounds" if run.local_steps else ""))
+    return f"{run.label} ({'; '.join(said)})" if said else run.label
 
 
 def per_run(ax, run, what):
     """``hopdec plot --what gap|timeline|breakdown``: one run's panel, titled with its name."""
     {"gap": gap, "timeline": timeline, "breakdown": breakdown}[what](ax, run)
-    ax.set_title(f"{named(run)}: {ax.get_title()}")
+    ax.set_title(f"{named(run)}:\n{ax.get_title()}")     # (two lines: a long name cut the title off)
 
 
 def time_label(runs):

@@ -67,6 +67,8 @@ def build_trace(run):
         other["simulated"] = run.simulated
     if run.conditions():
         other["conditions"] = run.conditions()
+    if run.stopped_early():                 # (the timeline of a killed run ends as a finished one's does)
+        other["stopped_early"] = "at iteration {:,} of {:,}".format(*run.stopped_early())
     return {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": other}
 
 

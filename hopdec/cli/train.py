@@ -136,7 +136,11 @@ def _outlived_by_rank_0(bound=PARSE_WAIT_S):
     it) waits for rank 0's exit to end the job: exiting first, with 2, it ended the job itself -- mpirun
     kills the rest at a non-zero exit -- while rank 0, still importing on a loaded machine, had not printed
     yet, and the job failed without a word. Up to ``bound`` s; at once on a stop request (the launcher's
-    SIGTERM once rank 0 has exited)."""
+    SIGTERM once rank 0 has exited). Not where MPI is already up (``main`` called in a process that goes on,
+    e.g. several runs in one job): rank 0 does not exit then, so nothing would end the wait."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized():
+        return
     from hopdec.runtime import interrupt
     deadline = time.monotonic() + bound
     while time.monotonic() < deadline and interrupt.requested() is None:

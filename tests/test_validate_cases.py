@@ -12,3 +12,4 @@ def test_every_drawn_case_is_accepted_by_train_and_sim(tmp_path):
     for c in cases:
         train_parse(V.train_argv(c, 60, tmp_path / "logs"))
         sim_parse(V.sim_argv(c, 60))
+        sim_parse(V.sim_argv(c, 60, eager=4096, rendezvous="push"))   # (a PS case takes neither)

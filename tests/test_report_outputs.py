@@ -212,3 +212,20 @@ def test_a_killed_run_is_named_as_stopped_in_every_figure_and_the_trace(tmp_path
     assert code == 0, err
     assert json.load(open(tmp_path / "t.json"))["otherData"]["stopped_early"] == "at iteration 6 of 12"
     assert killed.stopped_early() == (6, 12) and finished.stopped_early() is None
+
+
+def test_a_rank_file_named_with_digits_of_another_script_is_not_read_as_that_rank():
+    """``rank\u0661.jsonl`` (an Arabic-Indic one) beside ``rank1.jsonl`` was read as rank 1 as well (the name
+    matched ``\\d`` and ``int()`` reads any script's digits): sorted after rank1.jsonl, it replaced that
+    rank's header and records without a word, here another run's, escaping the check that one directory
+    holds one run. Rank numbers are ASCII digits."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as t:
+        d = hop_run(os.path.join(t, "run"))
+        other = [{"rank": 1, "run": {"mode": "ps", "sync": "asp", "run_id": "other"}},
+                 {"rank": 1, "iter": 0, "time": 0.0, "loss": 9.0}]
+        with open(os.path.join(d, "rank\u0661.jsonl"), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in other))
+        run = Run.load(d)
+        assert run.mode == "decentralized" and len(run.records[1]) == 12
+        assert all(r["loss"] != 9.0 for recs in run.records.values() for r in recs)

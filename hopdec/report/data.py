@@ -365,7 +365,9 @@ class Run:
         left out and named in ``notes``; ConfigError when no rank log is left."""
         files = glob.glob(os.path.join(glob.escape(path), "rank*.jsonl"))
         ranked = sorted((int(m.group(1)), f) for f in files
-                        if (m := re.fullmatch(r"rank(\d{1,9})\.jsonl", os.path.basename(f))))
+                        if (m := re.fullmatch(r"rank([0-9]{1,9})\.jsonl", os.path.basename(f))))
+        # (ASCII digits: int() reads any script's, and rank\u0661.jsonl -- an Arabic-Indic one -- was read as
+        # rank 1 too, sorted after rank1.jsonl and silently replacing its header and records)
         if not ranked:
             raise ConfigError(f"{shown(path)}: no rank*.jsonl (a --log-dir of hopdec train or hopdec sim)")
         headers, records, events, bad, notes, cuts = {}, {}, {}, 0, [], {}

@@ -229,3 +229,29 @@ def test_a_rank_file_named_with_digits_of_another_script_is_not_read_as_that_ran
         run = Run.load(d)
         assert run.mode == "decentralized" and len(run.records[1]) == 12
         assert all(r["loss"] != 9.0 for recs in run.records.values() for r in recs)
+
+
+def test_a_run_with_missing_rank_logs_says_so_in_its_figures(tmp_path):
+    """Rank 1's log of a 2-rank run lost (killed before its header, not gathered from another host): the
+    gap panel drew the one logged worker's gap, 0 throughout, under the run's bare name -- only stderr and
+    the report's section said the logs were partial. Legends and titles say how many ranks' logs there are."""
+    from hopdec.report import plots
+    d = hop_run(tmp_path / "run")
+    with open(os.path.join(d, "rank0.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    lines[0]["run"]["workers"] = 4
+    with open(os.path.join(d, "rank0.jsonl"), "w") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+    open(os.path.join(d, "rank2.jsonl"), "w").close()
+    os.remove(os.path.join(d, "rank3.jsonl"))
+    run = Run.load(d)
+    plt = plots.matplotlib()
+    fig, (a, b, c) = plt.subplots(1, 3)
+    try:
+        plots.per_run(a, run, "gap")
+        assert a.get_title().startswith("run (logs of 2 of 4 ranks):\n")
+        plots.loss_curves(b, c, [run])
+        assert [t.get_text() for t in b.get_legend().get_texts()] == ["run (logs of 2 of 4 ranks)"]
+    finally:
+        plt.close(fig)
+    assert Run.load(hop_run(tmp_path / "whole")).ranks_logged is None

@@ -354,6 +354,7 @@ class Run:
         self.notes = []
         self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
         self.missing = None         # the note on ranks of the run without a log (missing_text), or None
+        self.ranks_logged = None    # (ranks with a log, the run's ranks) when some have none, else None
         self.resumed_ranks = set()  # ranks whose log continues after a resume (a later header)
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
@@ -414,6 +415,7 @@ class Run:
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
         run.notes, run.paused, run.missing = notes, paused, missing
+        run.ranks_logged = (len(expected) - count, len(expected)) if count else None
         run.resumed_ranks = {r for r, c in cuts.items() if c}
         return run
 

@@ -91,8 +91,15 @@ extra_flags() {
     fi
 }
 
-# is_count VALUE: true for a positive integer.
-is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+# is_count VALUE: true for a positive integer below 10^9 (longer ones overflow: bash's arithmetic wrapped
+# -n 9223372036854775808 to a negative number that passed local.sh's per-core check, and Open MPI read
+# slots=99999999999999999999 as slots=-1).
+is_count() { [[ "$1" =~ ^[1-9][0-9]{0,8}$ ]]; }
+
+# count_problem VALUE WHAT: what is wrong with VALUE where is_count refused it ("need WHAT", or too large).
+count_problem() {
+    if [[ "$1" =~ ^[0-9]{10,}$ ]]; then echo "too large (at most 999999999)"; else echo "need $2"; fi
+}
 
 # has_ft ARGS...: true when the hopdec arguments ask for --fault-tolerance.
 has_ft() {
@@ -254,7 +261,8 @@ start_tied() {
 # rank R: KeyboardInterrupt ..." after Ctrl-C), the boxes Open MPI prints after it -- MPI_ABORT's notice,
 # prterun's "exited due to process rank ... calling abort" and "exited with non-zero status" -- repeat
 # that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
-# PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them). So are
+# PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them), and libevent's
+# "[warn] Epoll MOD(4) on fd 26 failed. ... Bad file descriptor" from prterun tearing the job down. So are
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
 # the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
 # error classes 75, process failed, and 77, revoked, occur) a collective in flight when a peer died
@@ -295,6 +303,7 @@ function box_done() {
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
 said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left while PMIx still spoke to them)
+said && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }     # (libevent in prterun, as the job ends)
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }
 nbc && /^Error in NBC_Start_round\(\) \(-1\)$/ { gap = 1; next }
 gap && $0 == "" { gap = 0; next }          # (libnbc follows each of its lines with an empty one)

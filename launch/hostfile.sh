@@ -40,18 +40,23 @@ done
 [[ -n "$hostfile" ]] || { echo "hostfile.sh: error: -f HOSTFILE is required (see -h)" >&2; exit 2; }
 [[ -f "$hostfile" && -r "$hostfile" ]] || { echo "hostfile.sh: error: hostfile $hostfile: not found or not readable" >&2; exit 2; }
 [[ -n "$n" ]] || { echo "hostfile.sh: error: -n N is required (see -h)" >&2; exit 2; }
-is_count "$n" || { echo "hostfile.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
+is_count "$n" || { echo "hostfile.sh: error: -n $n: $(count_problem "$n" "a positive number of workers")" >&2; exit 2; }
 [[ "$map" == slot || "$map" == node ]] || { echo "hostfile.sh: error: -m $map: expected slot or node" >&2; exit 2; }
 
 # check_hostfile: the hostfile's mistakes in one line each, before mpirun (whose boxes for them said "No nodes
 # are available", "already filled", "slots=-1" for slots=abc, or only "input in flex scanner failed").
-# Each line: a host, then key=value words (slots=K and max_slots=K positive); '#' starts a comment.
+# Each line: a host, then key=value words of Open MPI's hostfile syntax (slots=K and max_slots=K positive, below
+# 10^9); '#' starts a comment; Windows line ends are refused (Open MPI's parser fails on them).
 # With every host's slots given, -n must fit in them unless HOPDEC_MPIRUN_ARGS has --oversubscribe.
 check_hostfile() {
     local line no=0 hosts=0 total=0 counted=1 word key value words
     while IFS= read -r line || [[ -n "$line" ]]; do
         no=$((no + 1))
         line="${line%%#*}"
+        if [[ "$line" == *$'\r'* ]]; then   # (Open MPI's parser fails on it; our check said "slots=2: need a positive number")
+            echo "hostfile.sh: error: hostfile $hostfile line $no: ends in a carriage return (Windows line ends): convert the file, e.g. dos2unix $hostfile" >&2
+            exit 2
+        fi
         read -r -a words <<< "$line" || true
         [[ ${#words[@]} -gt 0 ]] || continue
         hosts=$((hosts + 1))
@@ -64,9 +69,14 @@ check_hostfile() {
             fi
             key="${word%%=*}" value="${word#*=}"
             case "$key" in
-                slots|max_slots|max-slots|count)
-                    is_count "$value" || { echo "hostfile.sh: error: hostfile $hostfile line $no: $word: need a positive number" >&2; exit 2; }
-                    [[ "$key" == max_slots || "$key" == max-slots ]] || slots="$value" ;;
+                slots|count|cpu|max_slots|max-slots|slots_max|slots-max|max_count|max-count|count_max|count-max|\
+                max_cpu|max-cpu|cpu_max|cpu-max)
+                    is_count "$value" || { echo "hostfile.sh: error: hostfile $hostfile line $no: $word: $(count_problem "$value" "a positive number")" >&2; exit 2; }
+                    [[ "$key" != slots && "$key" != count ]] || slots="$value" ;;
+                rank|slot|username|user-name|user_name|port|boards|sockets|sockets_per_board|sockets-per-board|\
+                cores|cores_per_socket|cores-per-socket) ;;
+                *)  echo "hostfile.sh: error: hostfile $hostfile line $no: $word: Open MPI's hostfiles have no key '$key' (expected e.g. '${words[0]} slots=4')" >&2
+                    exit 2 ;;
             esac
         done
         if [[ -n "$slots" ]]; then total=$((total + slots)); else counted=0; fi

@@ -40,11 +40,11 @@ while [[ $# -gt 0 ]]; do
         *) break ;;
     esac
 done
-is_count "$n" || { echo "local.sh: error: -n $n: need a positive number of workers" >&2; exit 2; }
+is_count "$n" || { echo "local.sh: error: -n $n: $(count_problem "$n" "a positive number of workers")" >&2; exit 2; }
 # a typo (-n 100000) would start ranks until the machine runs out of memory (each imports torch: ~0.3 GB)
 cores=$(nproc 2>/dev/null || echo 1)
 per_core="${HOPDEC_MAX_PER_CORE:-64}"
-is_count "$per_core" || { echo "local.sh: error: HOPDEC_MAX_PER_CORE=$per_core: need a positive number" >&2; exit 2; }
+is_count "$per_core" || { echo "local.sh: error: HOPDEC_MAX_PER_CORE=$per_core: $(count_problem "$per_core" "a positive number")" >&2; exit 2; }
 if (( n > per_core * cores )); then
     echo "local.sh: error: -n $n: more than $per_core ranks per core on this machine's $cores core(s); each" \
          "rank is a process that imports torch -- use launch/hostfile.sh across machines, or hopdec sim for" \

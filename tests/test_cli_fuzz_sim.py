@@ -4,7 +4,9 @@ options ``--help`` lists, valid, borderline and invalid values, generated and ho
 Each one either runs -- a summary whose rows count what was asked (``ceil(K/H)`` rounds of ``--local-steps
 H``) and whose largest gap is within the printed bound -- or is refused with exactly one line naming what
 is wrong, exit 2. Never a traceback, another exit code or a second line. (A 2026-12-03 run of 270 such
-command lines found no defect; the summary's columns now name rounds, which it had flagged.)
+command lines found no defect; the summary's columns now name rounds, which it had flagged. A second run
+of 500 found the send model's options taken and ignored outside decentralized mode.) ``hopdec topo analyze``
+and ``compare`` on the same files: a result, or one error line and no warnings before it.
 """
 
 import json
@@ -33,6 +35,7 @@ def files(tmp_path_factory):
         "empty.json": "",
         "disconnected.txt": "0 1\n1 0\n2 3\n3 2\n",
         "duplicate.txt": "0 1\n0 1\n1 0\n",
+        "warned.txt": "0 1\n1 2\n2 0\n0 2\n",        # W column- but not doubly stochastic: a warning
         "selfloop.txt": "0 0\n0 1\n1 0\n",
         "weights.json": json.dumps({"directed": True, "multigraph": False, "graph": {},
                                     "nodes": [{"id": i} for i in range(3)],
@@ -111,6 +114,9 @@ def test_a_random_command_line_runs_or_is_refused_in_one_line(seed, files, capsy
         rc = e.code
     out, err = capsys.readouterr()
     said = " ".join(argv)
+    hop = "--sync" not in argv and "--mode" not in argv or "decentralized" in argv
+    if not hop and {"--send-path", "--eager-limit", "--rendezvous"} & set(argv):    # only the Hop simulator
+        assert rc == 2, f"{said}: exit {rc}, but a PS or all-reduce run ignores it"   # models sends' completion
     if rc == 2:
         assert err.startswith("hopdec sim: error: ") and err.count("\n") == 1, f"{said}\n{err}"
         return
@@ -120,10 +126,56 @@ def test_a_random_command_line_runs_or_is_refused_in_one_line(seed, files, capsy
     gap = re.search(r"largest iteration gap observed: (\d+)(?: \([^)]*?: ([\d.e+]+)\))?", out)
     if gap and gap.group(2):
         assert int(gap.group(1)) <= float(gap.group(2)), f"{said}\n{out}"
-    decentralized = "--sync" not in argv and "--mode" not in argv or "decentralized" in argv
-    if decentralized and "--iterations" in argv and not {"--skip", "--fault-tolerance"} & set(argv):
+    if hop and "--iterations" in argv and not {"--skip", "--fault-tolerance"} & set(argv):
         k = int(argv[argv.index("--iterations") + 1])
         h = int(argv[argv.index("--local-steps") + 1]) if "--local-steps" in argv else 1
         assert rows and {int(r[1]) for r in rows} == {math.ceil(k / h)}, f"{said}\n{out}"
         if h > 1:
             assert "rounds run" in out, f"{said}\n{out}"
+
+
+TOPO_CASES = int(os.environ.get("HOPDEC_FUZZ_CASES", 50))
+
+
+def topo_command_line(rng, files):
+    """``topo analyze`` or ``topo compare`` over generated and hostile files, with network options (some
+    invalid, some --machines sizes that fit one file and not another)."""
+    maybe = lambda p: rng.random() < p                    # noqa: E731
+    names = sorted(files)
+    good = ["directed6.txt", "ring4.txt", "warned.txt"]
+    pick = lambda: files[rng.choice(good if maybe(0.6) else names)]   # noqa: E731
+    net = []
+    for opt, values, p in [("--message-mb", ["1", "0.01", "-1"], 0.2), ("--bandwidth", ["10", "0@100", "9@1", "0"], 0.2),
+                           ("--latency", ["0", "0.01", "nan"], 0.15), ("--nic-duplex", ["full", "half"], 0.1),
+                           ("--machines", ["2,2", "3", "4,2", "0,2"], 0.3)]:
+        if maybe(p):
+            net += [opt, rng.choice(values)]
+    if maybe(0.5):
+        a = ["analyze", pick()] + (["--max-ig", rng.choice(["1", "3", "0"])] if maybe(0.3) else []) \
+            + (["--staleness", rng.choice(["0", "2"])] if maybe(0.2) else []) \
+            + (["--local-steps", rng.choice(["1", "4"])] if maybe(0.2) else [])
+    else:
+        a = ["compare"] + [pick() for _ in range(rng.choice([1, 2, 3]))]
+        a += ["--max-ig", rng.choice(["1", "3"])] if maybe(0.2) else []
+    return a + net + (["--json"] if maybe(0.3) else [])
+
+
+@pytest.mark.parametrize("seed", range(TOPO_CASES))
+def test_a_random_topo_command_line_analyzes_or_is_refused_in_one_line(seed, files, capsys):
+    """Warnings go with a result: a refused command prints its one error line and nothing else (``topo
+    compare ok.txt bad.txt`` printed ok.txt's warnings and then bad.txt's refusal)."""
+    from hopdec.cli.main import main as hopdec
+    argv = ["topo"] + topo_command_line(random.Random(seed), files)
+    try:
+        rc = hopdec(argv)
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    said = " ".join(argv)
+    if rc == 2:
+        assert err.startswith("hopdec topo: error: ") and err.count("\n") == 1 and not out, f"{said}\n{err}"
+        return
+    assert rc == 0 and "Traceback" not in err, f"{said}: exit {rc}\n{err}"
+    assert all(line.startswith("hopdec topo: warning: ") for line in err.splitlines()), f"{said}\n{err}"
+    if "--json" in argv:
+        json.loads(out)

@@ -28,6 +28,23 @@ def test_an_unusable_log_dir_on_one_rank_is_one_line_not_a_hang(mpirun, tmp_path
     assert "Traceback" not in out.stderr
 
 
+LATE_RANK_0 = ("import os, sys, time\n"
+               "if os.environ.get('OMPI_COMM_WORLD_RANK') == '0':\n"
+               "    time.sleep(3)                  # a loaded machine: rank 0 still importing\n"
+               "from hopdec.cli.main import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+
+
+@pytest.mark.parametrize("extra", [[], ["--fault-tolerance"]])
+def test_a_bad_option_is_said_once_even_when_rank_0_parses_last(mpirun, extra):
+    """Every rank refuses ``--iterations abc`` and only rank 0 says so; rank 1, done first, exited with 2
+    and mpirun killed the job before rank 0 had printed: exit 2 and no line at all (seen under load)."""
+    out = mpirun.python(2, ["-c", LATE_RANK_0, "train", "--iterations", "abc", *extra], timeout=90)
+    assert out.returncode == 2, out.stderr
+    assert error_lines(out) == ["hopdec train: error: argument --iterations: invalid int value: 'abc' "
+                                "(see hopdec train --help)"], out.stderr
+
+
 @pytest.mark.parametrize("phase", ["setup", "train", "evaluate", "shutdown"])
 def test_an_exception_in_any_phase_ends_every_rank_with_one_line(mpirun, phase):
     out = mpirun(3, COMMON + ["--die-rank", 1, "--die-at", 3, "--die-how", "raise", "--die-phase", phase],

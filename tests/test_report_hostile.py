@@ -321,3 +321,96 @@ def test_a_line_nested_one_level_too_deep_is_refused_and_one_at_the_limit_read(t
              f'{{"s": "{"{" * 40}", "x": {nest(MAX_DEPTH)}}}']
     rows, bad = _json_lines(io.BytesIO("\n".join(lines).encode()))
     assert bad == 2 and [sorted(r) for r in rows] == [["x"], ["s", "x"]]
+
+
+# ---- runs that did not finish ------------------------------------------------------------------------------
+def test_a_killed_parameter_server_run_is_not_shown_as_complete(tmp_path):
+    """A PS run killed (SIGKILL) at 1,217 of its 200,000 gradients was listed as "100000" iterations, as a
+    finished one is: only a server that finished writes its summary, and without one the glance says so."""
+    from hopdec.report.html import glance_rows
+    done = Run.load(ps_run(tmp_path / "done"))
+    assert glance_rows([done])[0][3] == "8"
+    killed = {r: [x for x in _ps_lines(r) if x.get("event") not in ("summary", "stop")][:-2] for r in range(3)}
+    run = Run.load(_write(tmp_path / "killed", killed))
+    assert glance_rows([run])[0][3] == "8 (stopped early: 12 of 16 gradients)"
+
+
+def test_per_run_figures_of_many_runs_wrap_into_rows(tmp_path, capsys):
+    """``plot --what gap`` of 12 runs drew one row of 12 panels, a 7920 x 495 px strip no screen shows
+    legibly; the panels wrap three to a row, and the figure has no empty panel."""
+    import matplotlib.image as mpimg
+    runs = [hop_run(tmp_path / f"r{i}") for i in range(7)]
+    out = str(tmp_path / "g.png")
+    code, err = run_cmd(["plot", *runs, "--what", "gap", "-o", out], capsys)
+    assert code == 0, err
+    height, width = mpimg.imread(out).shape[:2]
+    assert width <= 3 * 6 * 110 and height >= 3 * 4.5 * 110 - 1, (width, height)
+
+
+def test_logs_that_begin_at_a_resume_say_so(tmp_path, capsys):
+    """``hopdec train --resume D`` with a new --log-dir starts the logs at the checkpoint: the report listed
+    such a run as "2100" iterations in "2.26 s", a finished run's figures, with no word that the 2,000
+    iterations before the resume (and their time) were in another directory."""
+    from hopdec.report.html import glance_rows
+    lines = {r: _hop_lines(r) for r in range(4)}
+    for r, rows in lines.items():
+        rows[0]["run"]["resumed_from"] = 6
+        lines[r] = [rows[0]] + [x for x in rows[1:] if x.get("iter", 6) >= 6]
+    d = _write(tmp_path / "leg2", lines)
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0 and "logs begin at the resume from iteration 6" in err, err
+    run = Run.load(d)
+    assert "logs begin at the resume from iteration 6" in glance_rows([run])[0][0]
+    page = open(tmp_path / "r.html").read()
+    assert "resumed from a checkpoint)" in page and "was cut from the logs" not in page
+    assert Run.load(hop_run(tmp_path / "whole")).resumed() is None
+
+
+def test_an_output_that_is_one_of_the_runs_logs_is_refused_before_it_is_overwritten(tmp_path, capsys):
+    """``hopdec trace RUN -o RUN/rank0.jsonl`` wrote the trace over rank 0's log (and the next report said
+    the rank's log was missing); by name, through a link, or a new rank file in the run: one line, no write."""
+    d = hop_run(tmp_path / "run")
+    before = {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)}
+    os.symlink(os.path.join(d, "rank2.jsonl"), tmp_path / "link.json")
+    cases = [["trace", d, "-o", os.path.join(d, "rank0.jsonl")], ["report", d, "-o", os.path.join(d, "eval.jsonl")],
+             ["trace", d, "-o", str(tmp_path / "link.json")], ["report", d, "-o", os.path.join(d, "rank7.jsonl")],
+             ["plot", d, "--what", "gap", "-o", os.path.join(d, "rank1.jsonl")]]
+    for argv in cases:
+        code, err = run_cmd(argv, capsys)
+        assert_clean(code, err, argv)
+        assert code == 2 and "a log of" in err or argv[0] == "plot" and "cannot write .jsonl" in err, (argv, err)
+    assert {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} == before
+    code, err = run_cmd(["trace", d, "-o", os.path.join(d, "trace.json")], capsys)
+    assert code == 0, err
+
+
+def test_a_simulation_killed_before_its_records_were_written_says_why_there_are_none(tmp_path, capsys):
+    """``hopdec sim --log-dir`` SIGKILLed after minutes left its header lines only (it writes the records in
+    batches); the report said "the logs hold no iteration record" and nothing of where they went."""
+    lines = {r: _hop_lines(r)[:1] for r in range(4)}
+    for rows in lines.values():
+        rows[0]["run"]["simulated"] = "SIMULATED (--math)"
+    d = _write(tmp_path / "killed", lines)
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert_clean(code, err, "killed sim")
+    assert code == 2 and "a simulation killed before its first batch leaves its headers only" in err, err
+    d = _write(tmp_path / "real", {r: _hop_lines(r)[:1] for r in range(4)})
+    code, err = run_cmd(["report", d, "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 2 and err.strip().endswith("the logs hold no iteration record"), err
+
+
+def test_a_consensus_figure_names_the_runs_without_rounds(tmp_path):
+    """Two runs compared, one without consensus rounds: the figure drew the other's curves and left it out
+    without a word (the loss figure names a run without a loss); its legend names it."""
+    from hopdec.report import plots
+    plt = plots.matplotlib()
+    with_rounds = Run.load(hop_run(tmp_path / "a"))
+    without = Run.load(_write(tmp_path / "b", {r: [x for x in _hop_lines(r) if x.get("event") != "consensus"]
+                                                for r in range(4)}))
+    fig, ax = plt.subplots()
+    try:
+        assert plots.consensus(ax, [with_rounds, without])
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert labels[-1] == "no rounds logged: b", labels

@@ -70,6 +70,17 @@ def test_subnormal_and_huge_weights_are_analysed_not_a_linalg_traceback(tmp_path
     assert "count as 0" in out.err
 
 
+def test_a_graph_cut_by_weights_that_count_as_0_says_so(tmp_path, capsys):
+    """Node 2's out-weights (1) are 1e300 times smaller than its receivers' other in-weight: they count as 0,
+    so the graph is not strongly connected. The refusal said "node 2 sends to no other worker (no out-edge
+    of positive weight)" alone, contradicting the file (its weights are positive); it now says why."""
+    f = tmp_path / "huge.txt"
+    f.write_text("0 1 1e300\n1 0 1e300\n1 2 1\n2 1 1\n2 0 1\n0 2 1\n")
+    line = assert_one_error(capsys, main(["sim", "--topology", str(f), "--iterations", "2", "--no-progress"]),
+                            str(f), "not strongly connected")
+    assert "times smaller" in line and "count as 0" in line
+
+
 def test_sim_log_dir_that_is_a_file_or_a_fifo(tmp_path, capsys):
     f = tmp_path / "afile"
     f.write_text("x")

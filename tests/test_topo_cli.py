@@ -182,6 +182,25 @@ def test_missing_file_and_compare_with_a_bad_file(tmp_path, files):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "absent.json" in r.stderr
     r = topo("compare", files["r8"], tmp_path / "absent2.txt")
     assert r.returncode != 0 and "absent2.txt" in r.stderr and "Traceback" not in r.stderr
+    # a good file with a note of its own (not doubly stochastic) before the bad one: the bad one's line is all
+    (tmp_path / "directed.txt").write_text("0 1\n1 2\n2 0\n0 2\n")
+    r = topo("compare", tmp_path / "directed.txt", tmp_path / "absent3.txt")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()] and "absent3.txt" in r.stderr
+
+
+def test_compare_refusing_a_later_file_prints_only_the_refusal(tmp_path):
+    """The first file is fine but draws a warning (column- but not doubly-stochastic W); the second is
+    refused. The refusal is the one line on stderr: the first file's warning came before it (a warning
+    and an error for one refused command, from a seeded fuzz of hopdec topo)."""
+    warned = tmp_path / "directed.txt"
+    warned.write_text("0 1\n1 2\n2 0\n0 2\n")
+    assert "warning" in topo("compare", warned).stderr
+    r = topo("compare", warned, tmp_path / "absent.txt")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "absent.txt" in r.stderr, r.stderr
+    other = tmp_path / "ring.txt"
+    other.write_text("0 1\n1 0\n1 2\n2 1\n2 3\n3 2\n3 0\n0 3\n")
+    r = topo("compare", warned, other, "--machines", "1,1,1")       # sizes fit the first file, not the second
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "ring.txt" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,problem", [

@@ -8,6 +8,7 @@ run had ``--trace``, which records the spans).
 """
 
 import os
+import re
 import stat
 import sys
 
@@ -28,8 +29,10 @@ def _load(paths, labels, prog):
         if not os.path.isdir(p):
             raise ConfigError(f"{shown(p)}: not a directory (give the --log-dir of a run)")
         run = Run.load(p, label=labels[i] if labels else None)
-        if not run.records:
-            raise ConfigError(f"{shown(p)}: the logs hold no iteration record")
+        if not run.records:     # (the simulator writes its records in batches, and at the end or a Ctrl-C)
+            why = (" (hopdec sim writes its records in batches and at its end or a Ctrl-C: a simulation killed "
+                   "before its first batch leaves its headers only)" if run.simulated else "")
+            raise ConfigError(f"{shown(p)}: the logs hold no iteration record{why}")
         for note in run.notes:
             print(f"{prog}: note: {note}", file=sys.stderr)
         if run.bad_lines:
@@ -69,6 +72,26 @@ def output_path(path, default_suffix=None, option="-o"):
     return path
 
 
+def not_a_log(path, run_dirs, option="-o"):
+    """Refuse an output ``path`` that is a log the runs are read from (``RUN_DIR/rank0.jsonl``, its
+    ``eval.jsonl``, by name or through a link): writing there destroyed the log it was made from."""
+    logs = re.compile(r"rank\d{1,9}\.jsonl|eval\.jsonl")
+    folder = os.path.realpath(os.path.dirname(path) or ".")
+    for d in run_dirs:
+        if not os.path.isdir(d):
+            continue
+        same_dir = folder == os.path.realpath(d)
+        try:
+            linked = os.path.exists(path) and any(
+                os.path.samefile(path, os.path.join(d, f)) for f in os.listdir(d) if logs.fullmatch(f))
+        except OSError:
+            linked = False
+        if linked or (same_dir and logs.fullmatch(os.path.basename(path))):
+            raise ConfigError(f"{option} {shown(path)}: a log of {shown(d)} (rank*.jsonl, eval.jsonl) that this "
+                              f"would overwrite or add to; give another file")
+    return path
+
+
 def figure_path(path, option="-o"):
     """:func:`output_path` for a matplotlib figure: ``.png`` added to a name without a suffix, and a suffix
     matplotlib cannot write (``.txt``) refused before any work; the figure is written in the suffix's format."""
@@ -94,7 +117,7 @@ def _written(path, write):
 
 def report_main(argv):
     args = report_parser().parse_args(argv)
-    out = output_path(args.output)
+    out = not_a_log(output_path(args.output), args.runs)
     runs = _load(args.runs, args.labels, "hopdec report")
     from hopdec.report.data import printable
     from hopdec.report.html import render
@@ -120,6 +143,7 @@ def report_parser():
 
 
 WHAT = ("loss", "gap", "consensus", "timeline", "breakdown")
+PER_ROW = 3         # --what gap|timeline|breakdown: panels per row of the figure
 
 
 def plot_main(argv):
@@ -145,7 +169,7 @@ def plot_parser():
 def _plot(args):
     if args.smooth < 1:
         raise ConfigError(f"--smooth {args.smooth}: must be >= 1")
-    out = figure_path(args.output)
+    out = not_a_log(figure_path(args.output), args.runs)
     from hopdec.report import plots
     plt = plots.matplotlib()
     runs = _load(args.runs, args.labels, "hopdec plot")
@@ -157,10 +181,14 @@ def _plot(args):
         if not plots.consensus(ax, runs):
             raise ConfigError("no run has consensus-distance rounds (hopdec train --consensus-every K or "
                               "HopOptimizer(consensus_every=K) logs them)")
-    else:
-        fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
-        for ax, run in zip(axes[0], runs):
+    else:       # one panel per run, at most PER_ROW to a row (12 runs in one row made a 7920 px wide strip)
+        cols = min(len(runs), PER_ROW)
+        rows = -(-len(runs) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
+        for ax, run in zip(axes.flat, runs):
             plots.per_run(ax, run, args.what)
+        for ax in list(axes.flat)[len(runs):]:
+            ax.set_visible(False)
     if args.title:
         from hopdec.report.data import printable
         fig.suptitle(printable(args.title))
@@ -184,7 +212,7 @@ def trace_parser():
 
 
 def _trace(args):
-    out = output_path(args.output)
+    out = not_a_log(output_path(args.output), [args.run])
     run = _load([args.run], None, "hopdec trace")[0]
     from hopdec.report.trace import write_trace
     obj = _written(out, lambda: write_trace(run, out))

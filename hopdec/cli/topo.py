@@ -380,12 +380,12 @@ def _analyze(args):
 
 def _compare(args):
     rows = []
-    for f in args.files:
-        G = T.load(f, connected=False)
+    for G in [T.load(f, connected=False) for f in args.files]:
         s = summarize(G, args.max_ig)
         s["traffic"] = _traffic(G, args)
-        _warnings(s)
         rows.append(s)
+    for s in rows:                  # (once every file passed: a later file refused is one line, no warnings)
+        _warnings(s)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

@@ -61,7 +61,12 @@ def main(argv):
     except ConfigError as err:              # every rank parses the same argv: say it once
         if launcher_rank() == 0:
             print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
-        return _finish(2, ft)
+            from hopdec.runtime.failures import forwarded
+            forwarded()                     # the launcher has the line before this exit ends the job
+            return _finish(2, ft)
+        if not ft:                          # (with it, _finish's MPI_Init waits for rank 0, then its abort)
+            _outlived_by_rank_0()
+        return _finish(2, ft, reporter=False)
     import importlib
 
     from hopdec.runtime.failures import abort, cause, first_error
@@ -120,6 +125,26 @@ def main(argv):
         abort(comm, e, PROG)
     from hopdec.runtime.failures import stop_exit_code
     return _finish(stop_exit_code(), ft, stopped=True)     # a stopped run must not look completed
+
+
+PARSE_WAIT_S = 30.0
+"""How long a rank other than 0 waits, after the options are refused, for rank 0's exit to end the job."""
+
+
+def _outlived_by_rank_0(bound=PARSE_WAIT_S):
+    """A rank other than 0 whose options were refused (each rank finds the same mistake; only rank 0 says
+    it) waits for rank 0's exit to end the job: exiting first, with 2, it ended the job itself -- mpirun
+    kills the rest at a non-zero exit -- while rank 0, still importing on a loaded machine, had not printed
+    yet, and the job failed without a word. Up to ``bound`` s; at once on a stop request (the launcher's
+    SIGTERM once rank 0 has exited). Not where MPI is already up (``main`` called in a process that goes on,
+    e.g. several runs in one job): rank 0 does not exit then, so nothing would end the wait."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized():
+        return
+    from hopdec.runtime import interrupt
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and interrupt.requested() is None:
+        time.sleep(0.05)
 
 
 def _finish(code, fault_tolerant, reporter=True, stopped=False):

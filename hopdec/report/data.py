@@ -133,7 +133,7 @@ HEADER_FIELDS = dict(
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),
     sync=_opt(_str), setting=_opt(_str), protocol=_opt(_str), topology=_opt(_str), settings=_opt(_dict),
     hparams=_opt(_dict), cost_model=_opt(_dict), emulation=_opt(_str), network=_opt(_dict), workers=_opt(_nat),
-    worker_ranks=_opt(_list_of(_nat)))
+    worker_ranks=_opt(_list_of(_nat)), budget=_opt(_nat))
 """The run header: a field of the wrong type is dropped (and counted); the rest of the header is kept."""
 
 
@@ -243,6 +243,13 @@ def _resumed_at(run_header):
 def pause_text(where, gap):
     """How a report says what it left out of a resumed run's times."""
     return f"resumed at {where}: the {gap:.1f} s pause before it is left out of the times"
+
+
+def began_text(where):
+    """How a report says its logs begin at a resume (``--resume`` with another ``--log-dir``): the duration,
+    times and rates are of what ran after it; the iterations before are not in these logs."""
+    return (f"the logs begin at the resume from {where}: what ran before it was logged in the earlier run's "
+            f"--log-dir; the duration and rates here are of what ran after it")
 
 
 def _shift(rows, keys, gap):
@@ -355,6 +362,7 @@ class Run:
         self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
         self.missing = None         # the note on ranks of the run without a log (missing_text), or None
         self.ranks_logged = None    # (ranks with a log, the run's ranks) when some have none, else None
+        self.began = None           # where the logs begin when a resume opened them afresh ("iteration K")
         self.resumed_ranks = set()  # ranks whose log continues after a resume (a later header)
         if self.mode == "ps":
             self.evals += [e for e in self.events.get(0, []) if e.get("event") == "eval"]
@@ -410,11 +418,14 @@ class Run:
         notes += [f"{shown(path)}: {pause_text(where, gap)}" for where, gap in paused]
         first = 0 if headers.get(0) else next(iter(headers))
         header = dict(headers[first])
+        began = _resumed_at(header)     # a resume into another --log-dir: this one holds the last leg only
+        if began:
+            notes.append(f"{shown(path)}: {began_text(began)}")
         if cuts.get(first) and cuts[first][-1][3] is not None:    # the target the last resume was given
             header["iterations"] = cuts[first][-1][3]
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
-        run.notes, run.paused, run.missing = notes, paused, missing
+        run.notes, run.paused, run.missing, run.began = notes, paused, missing, began
         run.ranks_logged = (len(expected) - count, len(expected)) if count else None
         run.resumed_ranks = {r for r, c in cuts.items() if c}
         return run
@@ -529,8 +540,10 @@ class Run:
         return "; ".join(out[:20]) + (f"; ... {len(out) - 20} more" if len(out) > 20 else "") if out else None
 
     def resumed(self):
-        """What the times leave out (a resumed run's pauses, :func:`join_resumed`), or None."""
-        return "; ".join(pause_text(where, gap) for where, gap in self.paused) or None
+        """What the times leave out (a resumed run's pauses, :func:`join_resumed`, and what ran before logs
+        that begin at a resume), or None."""
+        parts = ([began_text(self.began)] if self.began else []) + [pause_text(w, gap) for w, gap in self.paused]
+        return "; ".join(parts) or None
 
     @property
     def kind(self):
@@ -557,6 +570,17 @@ class Run:
         """How many iterations the furthest worker entered (its last record's + 1); None without records."""
         last = [recs[-1]["iter"] for recs in self.records.values() if recs]
         return max(last) + 1 if last else None
+
+    def ps_unfinished(self):
+        """A parameter-server run whose server never wrote its summary (killed, or stopped by Ctrl-C before
+        its budget): (gradients the workers pushed, the budget); None for a run that finished, another mode,
+        or logs without the server's (nothing to tell by)."""
+        if self.mode != "ps" or not (self.headers.get(0) or self.events.get(0)) or self.events_of("summary", 0):
+            return None
+        budget = self.header.get("budget")
+        if not _nat(budget):
+            budget = (self.iterations or 0) * len(self.header.get("worker_ranks") or self.records)
+        return sum(len(recs) for recs in self.records.values()), budget
 
     @property
     def local_steps(self):

@@ -114,9 +114,14 @@ def _iterations(run):
 
 def _planned(run):
     """The iterations a run was asked for, and how far it got when it stopped before (Ctrl-C, a failure);
-    PS runs count mini-batches against a shared budget, so theirs is the planned figure; a loop of your own
-    plans none: how far it got."""
+    PS runs count mini-batches against a shared budget, so theirs is the planned figure, and one whose server
+    wrote no summary (killed) says how much of the budget was pushed; a loop of your own plans none: how far
+    it got."""
     planned, ran = run.iterations, run.iterations_run()
+    unfinished = run.ps_unfinished()
+    if unfinished and planned is not None:
+        done, budget = unfinished
+        return f"{_fmt(planned)} (stopped early: {done:,} of {budget:,} gradients)"
     if run.stopped_early():
         return f"{ran} of {_fmt(planned)} (stopped early)"
     if planned is None and ran is not None and run.mode != "ps":   # a user's loop: nothing was planned
@@ -145,8 +150,9 @@ def run_section(run, idx):
     elif cond:
         parts.append(f'<p class="sub">Simulated conditions: {html.escape(cond)}.</p>')
     if run.resumed():
+        cut = ("; what had run after that checkpoint was cut from the logs and ran again" if run.paused else "")
         parts.append(f'<p class="note">{html.escape(run.resumed())} (the run was stopped or killed, then '
-                     f'resumed from a checkpoint; what had run after that checkpoint was cut from the logs and ran again).</p>')
+                     f'resumed from a checkpoint{cut}).</p>')
     if run.missing:
         parts.append(f'<p class="note">{html.escape(run.missing[0].upper() + run.missing[1:])}.</p>')
     parts.append(_failures_html(run))

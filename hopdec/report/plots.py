@@ -238,6 +238,10 @@ def consensus(ax, runs, single=False):
         ax.plot(at, [e["dist_max"] for e in ev], "^v<>"[i // n % 4] + "--", ms=3, color=color, alpha=0.6,
                 label="max (farthest worker)" if single else f"{named(run)}: max")
         drawn = True
+    without = [named(r) for r in runs if not r.consensus()]
+    if drawn and without:       # named in the legend, not left out without a word
+        ax.plot([], [], " ", label="no rounds logged: " + ", ".join(without[:6])
+                + (f" and {len(without) - 6} more" if len(without) > 6 else ""))
     ax.set_xlabel("iteration")
     ax.set_ylabel("||x_i - mean x||")
     ax.set_title("consensus distance")

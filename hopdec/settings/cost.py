@@ -46,6 +46,13 @@ class Cost(Group):
     rendezvous: str = option("--rendezvous", "take", one_of("take", "push"),
                              "how larger messages move: take (shared memory) or push (TCP)")
 
+    def ignores(self, run):
+        if run.mode == "decentralized":
+            return {}
+        why = ("it models how a Hop worker's parameter sends complete (hopdec.sim.sends); the simulated "
+               f"--mode {run.mode} times its messages by the network alone")
+        return {"--send-path": why, "--eager-limit": why, "--rendezvous": why}
+
     @property
     def fidelity(self):
         """What made the figures, as every log and summary of the run says it."""

@@ -182,7 +182,7 @@ def sim_argv(case, iterations, log_dir=None, latency=None, eager=None, topology=
         argv += ["--log-dir", str(log_dir), "--overwrite"]
     if latency is not None:
         argv += ["--latency", str(latency)]
-    if eager is not None:
+    if eager is not None and not case.ps:           # (a PS run's sends have no eager limit to model)
         argv += ["--eager-limit", str(eager)]
     if rendezvous is not None and not case.ps:
         argv += ["--rendezvous", rendezvous]

@@ -254,7 +254,13 @@ def effective_graph(G, source="<graph>", connected=True, rule=None):
     notes += misspelt_attributes(source, {k for _, d in G.nodes(data=True) for k in d}, edge_keys)
     if connected:
         pattern = _positive_matrix(G)           # (one pass over the edges for both checks)
-        check_strongly_connected(G, source, pattern)
+        try:
+            check_strongly_connected(G, source, pattern)
+        except TopologyError as err:            # the file's edges may be there, with weights that count as 0
+            dropped = [n for n in notes if "count as 0 (no edge)" in n]
+            if not dropped:
+                raise
+            raise TopologyError(f"{err}; {dropped[0].removeprefix(f'{source}: ')}") from None
         if not is_aperiodic(G, pattern):
             notes.append(f"{source}: W is periodic (no worker on some cycle keeps a positive self-weight, so "
                          f"models are passed round it): the workers' models never approach their average; "

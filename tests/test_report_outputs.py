@@ -255,3 +255,26 @@ def test_a_run_with_missing_rank_logs_says_so_in_its_figures(tmp_path):
     finally:
         plt.close(fig)
     assert Run.load(hop_run(tmp_path / "whole")).ranks_logged is None
+
+
+def test_a_killed_parameter_server_run_is_named_as_stopped_in_its_figures(tmp_path, capsys):
+    """The glance table marks a PS run whose server wrote no summary as stopped early; its legend entries,
+    panel titles and trace said nothing (a PS run's workers share a budget: stopped_early() leaves them out)."""
+    from hopdec.report import plots
+    from test_report_hostile import _ps_lines, _write
+    lines = {r: _ps_lines(r) for r in range(3)}
+    lines[0] = [x for x in lines[0] if x.get("event") != "summary"]
+    lines[1], lines[2] = lines[1][:5], lines[2][:5]
+    run = Run.load(_write(tmp_path / "ps", lines))
+    plt = plots.matplotlib()
+    fig, (a, b, c) = plt.subplots(1, 3)
+    try:
+        plots.loss_curves(a, b, [run])
+        assert [t.get_text() for t in a.get_legend().get_texts()] == ["ps (stopped early: 8 of 16 gradients)"]
+        plots.per_run(c, run, "timeline")
+        assert c.get_title().startswith("ps (stopped early: 8 of 16 gradients):\n")
+    finally:
+        plt.close(fig)
+    code, err = run_cmd(["trace", run.path, "-o", str(tmp_path / "t.json")], capsys)
+    assert code == 0, err
+    assert json.load(open(tmp_path / "t.json"))["otherData"]["stopped_early"] == "8 of 16 gradients pushed"

@@ -212,3 +212,69 @@ def test_a_killed_run_is_named_as_stopped_in_every_figure_and_the_trace(tmp_path
     assert code == 0, err
     assert json.load(open(tmp_path / "t.json"))["otherData"]["stopped_early"] == "at iteration 6 of 12"
     assert killed.stopped_early() == (6, 12) and finished.stopped_early() is None
+
+
+def test_a_rank_file_named_with_digits_of_another_script_is_not_read_as_that_rank():
+    """``rank\u0661.jsonl`` (an Arabic-Indic one) beside ``rank1.jsonl`` was read as rank 1 as well (the name
+    matched ``\\d`` and ``int()`` reads any script's digits): sorted after rank1.jsonl, it replaced that
+    rank's header and records without a word, here another run's, escaping the check that one directory
+    holds one run. Rank numbers are ASCII digits."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as t:
+        d = hop_run(os.path.join(t, "run"))
+        other = [{"rank": 1, "run": {"mode": "ps", "sync": "asp", "run_id": "other"}},
+                 {"rank": 1, "iter": 0, "time": 0.0, "loss": 9.0}]
+        with open(os.path.join(d, "rank\u0661.jsonl"), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in other))
+        run = Run.load(d)
+        assert run.mode == "decentralized" and len(run.records[1]) == 12
+        assert all(r["loss"] != 9.0 for recs in run.records.values() for r in recs)
+
+
+def test_a_run_with_missing_rank_logs_says_so_in_its_figures(tmp_path):
+    """Rank 1's log of a 2-rank run lost (killed before its header, not gathered from another host): the
+    gap panel drew the one logged worker's gap, 0 throughout, under the run's bare name -- only stderr and
+    the report's section said the logs were partial. Legends and titles say how many ranks' logs there are."""
+    from hopdec.report import plots
+    d = hop_run(tmp_path / "run")
+    with open(os.path.join(d, "rank0.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    lines[0]["run"]["workers"] = 4
+    with open(os.path.join(d, "rank0.jsonl"), "w") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+    open(os.path.join(d, "rank2.jsonl"), "w").close()
+    os.remove(os.path.join(d, "rank3.jsonl"))
+    run = Run.load(d)
+    plt = plots.matplotlib()
+    fig, (a, b, c) = plt.subplots(1, 3)
+    try:
+        plots.per_run(a, run, "gap")
+        assert a.get_title().startswith("run (logs of 2 of 4 ranks):\n")
+        plots.loss_curves(b, c, [run])
+        assert [t.get_text() for t in b.get_legend().get_texts()] == ["run (logs of 2 of 4 ranks)"]
+    finally:
+        plt.close(fig)
+    assert Run.load(hop_run(tmp_path / "whole")).ranks_logged is None
+
+
+def test_a_killed_parameter_server_run_is_named_as_stopped_in_its_figures(tmp_path, capsys):
+    """The glance table marks a PS run whose server wrote no summary as stopped early; its legend entries,
+    panel titles and trace said nothing (a PS run's workers share a budget: stopped_early() leaves them out)."""
+    from hopdec.report import plots
+    from test_report_hostile import _ps_lines, _write
+    lines = {r: _ps_lines(r) for r in range(3)}
+    lines[0] = [x for x in lines[0] if x.get("event") != "summary"]
+    lines[1], lines[2] = lines[1][:5], lines[2][:5]
+    run = Run.load(_write(tmp_path / "ps", lines))
+    plt = plots.matplotlib()
+    fig, (a, b, c) = plt.subplots(1, 3)
+    try:
+        plots.loss_curves(a, b, [run])
+        assert [t.get_text() for t in a.get_legend().get_texts()] == ["ps (stopped early: 8 of 16 gradients)"]
+        plots.per_run(c, run, "timeline")
+        assert c.get_title().startswith("ps (stopped early: 8 of 16 gradients):\n")
+    finally:
+        plt.close(fig)
+    code, err = run_cmd(["trace", run.path, "-o", str(tmp_path / "t.json")], capsys)
+    assert code == 0, err
+    assert json.load(open(tmp_path / "t.json"))["otherData"]["stopped_early"] == "8 of 16 gradients pushed"

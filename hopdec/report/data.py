@@ -361,6 +361,7 @@ class Run:
         self.notes = []
         self.paused = []            # (where, seconds): pauses of resumed runs left out (join_resumed)
         self.missing = None         # the note on ranks of the run without a log (missing_text), or None
+        self.ranks_logged = None    # (ranks with a log, the run's ranks) when some have none, else None
         self.began = None           # where the logs begin when a resume opened them afresh ("iteration K")
         self.resumed_ranks = set()  # ranks whose log continues after a resume (a later header)
         if self.mode == "ps":
@@ -373,7 +374,9 @@ class Run:
         left out and named in ``notes``; ConfigError when no rank log is left."""
         files = glob.glob(os.path.join(glob.escape(path), "rank*.jsonl"))
         ranked = sorted((int(m.group(1)), f) for f in files
-                        if (m := re.fullmatch(r"rank(\d{1,9})\.jsonl", os.path.basename(f))))
+                        if (m := re.fullmatch(r"rank([0-9]{1,9})\.jsonl", os.path.basename(f))))
+        # (ASCII digits: int() reads any script's, and rank\u0661.jsonl -- an Arabic-Indic one -- was read as
+        # rank 1 too, sorted after rank1.jsonl and silently replacing its header and records)
         if not ranked:
             raise ConfigError(f"{shown(path)}: no rank*.jsonl (a --log-dir of hopdec train or hopdec sim)")
         headers, records, events, bad, notes, cuts = {}, {}, {}, 0, [], {}
@@ -423,6 +426,7 @@ class Run:
         run = cls(header, records, events, evals, label=label or os.path.basename(os.path.normpath(path)),
                   path=path, bad_lines=bad, headers=headers)
         run.notes, run.paused, run.missing, run.began = notes, paused, missing, began
+        run.ranks_logged = (len(expected) - count, len(expected)) if count else None
         run.resumed_ranks = {r for r, c in cuts.items() if c}
         return run
 

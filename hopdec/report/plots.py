@@ -48,12 +48,18 @@ def run_dashes(runs):
 
 
 def named(run):
-    """A run's name in a legend or title, with ``(SIMULATED)`` or ``(EMULATED)`` when it was, and where it
-    stopped when that was before its --iterations (a killed run's curve read as a finished run's)."""
+    """A run's name in a legend or title, with ``(SIMULATED)`` or ``(EMULATED)`` when it was, where it
+    stopped when that was before its --iterations (a killed run's curve read as a finished run's), and how
+    many of its ranks' logs there are when some are missing (the gap of a 2-rank run with one log was drawn
+    as 0 throughout, the timeline and breakdown as the whole run's)."""
     said = [run.kind] if run.kind else []
-    stopped = run.stopped_early()
+    stopped, unfinished = run.stopped_early(), run.ps_unfinished()
     if stopped:
         said.append(f"stopped at {stopped[0]:,} of {stopped[1]:,}" + (" rounds" if run.local_steps else ""))
+    elif unfinished:                        # (a PS run: its workers share the server's budget)
+        said.append("stopped early: {:,} of {:,} gradients".format(*unfinished))
+    if run.ranks_logged:
+        said.append("logs of {:,} of {:,} ranks".format(*run.ranks_logged))
     return f"{run.label} ({'; '.join(said)})" if said else run.label
 
 

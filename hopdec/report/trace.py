@@ -69,6 +69,8 @@ def build_trace(run):
         other["conditions"] = run.conditions()
     if run.stopped_early():                 # (the timeline of a killed run ends as a finished one's does)
         other["stopped_early"] = "at iteration {:,} of {:,}".format(*run.stopped_early())
+    elif run.ps_unfinished():               # (a PS run whose server wrote no summary)
+        other["stopped_early"] = "{:,} of {:,} gradients pushed".format(*run.ps_unfinished())
     return {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": other}
 
 

@@ -621,6 +621,10 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
              "(none); close change was 0 (none): Bad file descriptor\n")
     assert _quiet(line + epoll + exited) == line
     assert _quiet(epoll) == epoll                                   # alone: kept
+    # a second rank's MPI_ABORT box, aggregated by Open MPI (a stopped PS server under --fault-tolerance)
+    more = "1 more process has sent help message help-mpi-api.txt / mpi-abort\n"
+    assert _quiet(line + abort + more) == line
+    assert _quiet(more) == more                                     # alone: kept
     # hopdec's line is never dropped with a box it landed in (what comes after it in the box is kept too)
     assert _quiet(f"{dash}\nprterun detected that one or more processes exited with non-zero status\n"
                   + line + f"Exit code: 2\n{dash}\n") == \

@@ -114,12 +114,9 @@ class PSRun:
         """The summary's last line: what the ``server`` core did (``elapsed``: with its unit). Pushes that
         came after the stop, or wait in a step it left unfinished, are named, so the workers' "iters run" add up:
         N per update (BSP, backup) + dropped + those."""
-        parts = [f"{self.policy.version} updates", f"{server.dropped} gradients dropped"]
-        if server.unfinished:
-            parts.append(f"{server.unfinished} pushed into a step the stop left unfinished")
-        if server.discarded:
-            parts.append(f"{server.discarded} computed after the stop (not used)")
-        return f"server: {', '.join(parts)}, {elapsed}"
+        from hopdec.report.html import unused_pushes
+        return (f"server: {self.policy.version} updates, {server.dropped} gradients dropped"
+                f"{unused_pushes(server.unfinished, server.discarded)}, {elapsed}")
 
     def failure_notes(self, server):
         """The summary's lines about workers that died (``--fault-tolerance``), from the server core."""

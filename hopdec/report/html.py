@@ -298,6 +298,13 @@ def _counters_html(run):
             + cost)
 
 
+def unused_pushes(unfinished, discarded):
+    """How the summary line and the report name the mini-batches computed but not applied at the stop:
+    ", 2 pushed into a step the stop left unfinished, 1 computed after the stop (not used)" ("" for none)."""
+    return ((f", {unfinished} pushed into a step the stop left unfinished" if unfinished else "")
+            + (f", {discarded} computed after the stop (not used)" if discarded else ""))
+
+
 def _ps_decisions(run):
     notes = run.events_of("note", 0)
     drops = run.events_of("drop", 0)
@@ -308,9 +315,7 @@ def _ps_decisions(run):
     for n in notes:
         kinds.setdefault(n.get("what"), []).append(n)
     ends = run.events_of("summary", 0)
-    open_, late = (sum(e.get(k) or 0 for e in ends) for k in ("unfinished", "discarded"))
-    after = (f", {open_} pushed into a step the stop left unfinished" if open_ else "") + \
-        (f", {late} computed after the stop (not used)" if late else "")
+    after = unused_pushes(*(sum(e.get(k) or 0 for e in ends) for k in ("unfinished", "discarded")))
     lines = [f"<li>{len(applies)} server updates, {len(drops)} gradients dropped{after}</li>"]
     for what, ns in kinds.items():
         sample = {k: v for k, v in ns[-1].items() if k not in ("event", "what", "time")}

@@ -112,6 +112,50 @@ def test_messages_between_two_nodes_arrive_in_order():
     assert mine == sorted(mine)
 
 
+def test_a_periodic_call_skips_the_grid_times_with_no_event_between():
+    """``hopdec sim --math --eval-interval 1e-9`` never ended: an evaluation every nanosecond of virtual time,
+    ~10^9 per virtual second however few events. A grid time with no event since the last call is skipped
+    (the model did not change), so the calls are at most one per event; an interval below the clock's
+    resolution there (``now + interval == now``) moves on as well."""
+    for interval in (1e-9, 1e-300):
+        q, calls = EventQueue(), []
+
+        def tick():
+            calls.append(q.now)
+            assert len(calls) <= 25, f"interval {interval}: a call per grid time, not per event"
+        q.every(interval, tick)
+        for k in range(1, 11):
+            q.at(k * 0.5, lambda: None)
+            q.at(k * 0.5, lambda: None)         # two at one instant: still one call after them
+        q.run()
+        assert 10 <= len(calls) <= 11 and calls == sorted(calls)
+        assert all(a < b for a, b in zip(calls, calls[1:]))
+    q, calls = EventQueue(), []                  # events between grid times: a call at each, as before
+    q.every(0.25, lambda: calls.append(q.now))
+    for k in range(1, 21):
+        q.at(k * 0.1, lambda: None)
+    q.run()
+    assert calls == [0.25 * k for k in range(1, 8)]
+    q, calls = EventQueue(), []                  # none between: straight to the grid time after the next
+    q.every(0.25, lambda: calls.append(q.now))
+    q.at(1.9, lambda: None)
+    q.at(2.1, lambda: None)
+    q.run()
+    assert calls == [0.25, 2.0]
+
+
+def test_an_evaluation_interval_far_below_an_iteration_ends(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "hopdec", "sim", "--mode", "allreduce", "-n", "2", "--iterations", "4",
+                          "--model", "mlp", "--math", "--threads", "1", "--compute-time", "0.1",
+                          "--eval-interval", "1e-9", "--log-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    evals = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
+    assert 4 <= len(evals) <= 20 and evals[-1]["final"]
+
+
 def test_control_messages_take_the_latency_only():
     q = EventQueue()
     net = Network(q, 3, LinkModel(bandwidth=1.0, latency=0.125))   # 1 byte/s: data would take forever

@@ -46,7 +46,8 @@ def build_parser():
         if action.dest == "eval_interval":
             action.help = ("--math: evaluate every SECONDS of virtual time (decentralized: the average of "
                            "all workers' parameters, DIR/eval.jsonl; --mode ps: the server's model, eval "
-                           "events in rank0.jsonl); 0: only at the end")
+                           "events in rank0.jsonl); a time with nothing new since the last is skipped; "
+                           "0: only at the end")
     c = p.add_argument_group("cost model (simulator)")
     c.add_argument("--math", action="store_true",
                    help="every worker holds a real replica of the model and really trains (time stays "

@@ -74,12 +74,32 @@ class EventQueue:
 
     def every(self, interval: float, fn: Event) -> None:
         """Run ``fn()`` every ``interval`` virtual seconds from now on, in the background: :meth:`run`
-        stops when only background events are left, so it never keeps a finished simulation going."""
+        stops when only background events are left, so it never keeps a finished simulation going.
+
+        A time on that grid with no event since the last call is skipped: nothing changed, so ``fn()``
+        would see what it saw (an evaluation would repeat its row). So the calls are at most one per event
+        whatever the interval -- ``--eval-interval 1e-9`` ends -- and an interval below the clock's
+        resolution (``now + interval == now``) still moves on.
+
+        >>> q, seen = EventQueue(), []
+        >>> q.every(1.0, lambda: seen.append(q.now)); q.at(2.5, lambda: None); q.at(7.25, lambda: None)
+        >>> _ = q.run(); seen       # not 2.0 (nothing since 1.0), nor 4..8 (after the last event)
+        [1.0, 3.0]
+        """
         def tick() -> None:
             self._bg -= 1
             fn()
             self._bg += 1
-            self.at(self.now + interval, tick)
+            due = self.now + interval
+            heap = self._heap
+            if heap and heap[0][0] > due:       # skip the grid times before the next event
+                first = heap[0][0]
+                due = self.now + math.ceil((first - self.now) / interval) * interval
+                if due < first:                 # (rounding)
+                    due += interval
+            if due <= self.now:                 # interval below the clock's resolution here
+                due = heap[0][0] if heap else self.now
+            self.at(due, tick)
         self._bg += 1
         self.at(self.now + interval, tick)
 

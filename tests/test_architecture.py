@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hopdec")
 
 LAYERS = [
-    {"hopdec", "hopdec.errors", "hopdec.limits", "hopdec.files", "hopdec.core", "hopdec.launcher",
+    {"hopdec", "hopdec.errors", "hopdec.limits", "hopdec.files", "hopdec.core", "hopdec.launcher", "hopdec.words",
      "hopdec.heterogeneity"},
     {"hopdec.topology", "hopdec.ml", "hopdec.transport", "hopdec.report"},
     {"hopdec.hop", "hopdec.ps", "hopdec.allreduce"},

@@ -11,6 +11,7 @@ import copy
 
 from hopdec.errors import ConfigError
 from hopdec.ps.server import Server, work_budget
+from hopdec.words import count
 
 SERVER = 0
 
@@ -98,7 +99,7 @@ class PSRun:
         return head
 
     def title(self):
-        return f"parameter server {self.policy.describe()} (1 server + {self.n} workers)"
+        return f"parameter server {self.policy.describe()} (1 server + {count(self.n, 'worker')})"
 
     model_label = "server model"
 
@@ -115,7 +116,8 @@ class PSRun:
         came after the stop, or wait in a step it left unfinished, are named, so the workers' "iters run" add up:
         N per update (BSP, backup) + dropped + those."""
         from hopdec.report.html import unused_pushes
-        return (f"server: {self.policy.version} updates, {server.dropped} gradients dropped"
+        dropped = count(server.dropped, "gradient dropped", "gradients dropped")
+        return (f"server: {count(self.policy.version, 'update')}, {dropped}"
                 f"{unused_pushes(server.unfinished, server.discarded)}, {elapsed}")
 
     def failure_notes(self, server):
@@ -124,5 +126,5 @@ class PSRun:
                  f"{e['version']}); the others went on, the work budget is now {e['budget']}"
                  for e in server.failures]
         if server.failed:
-            lines.append(f"{self.n - len(server.failed)} of {self.n} workers finished")
+            lines.append(f"{self.n - len(server.failed)} of {count(self.n, 'worker')} finished")
         return lines

@@ -23,6 +23,7 @@ from hopdec.sim.costs import ComputeModel, check_seconds, parse_bandwidth, per_r
 from hopdec.sim.events import collector_paused
 from hopdec.sim.network import LinkModel
 from hopdec.sim.progress import attach as progress, running
+from hopdec.words import count
 
 MIB = 2 ** 20
 """``--message-mb`` counts MiB (VGG-16's 138M float32 parameters are the papers' "528 MB")."""
@@ -314,9 +315,9 @@ class Simulation:
     def footer(self, sim, wall, extra=""):
         net = sim.net
         ev = sim.q.events
-        return (f"simulated {sim.q.now:.6g} virtual s in {wall:.3g} s of wall time: {ev} events "
-                f"({ev / max(wall, 1e-9):,.0f}/s; {net.transfers} data messages, {net.controls} control "
-                f"messages){extra}")
+        return (f"simulated {sim.q.now:.6g} virtual s in {wall:.3g} s of wall time: {count(ev, 'event')} "
+                f"({ev / max(wall, 1e-9):,.0f}/s; {count(net.transfers, 'data message')}, "
+                f"{count(net.controls, 'control message')}){extra}")
 
 
 def simulate(settings, out=None, entries=False):

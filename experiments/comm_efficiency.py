@@ -85,8 +85,6 @@ def timing_run(args, H, codec, graph, straggler, steps):
            "--iterations", str(steps), "--local-steps", str(H), "--compress", codec, "--message-mb",
            str(args.message_mb), "--bandwidth", str(args.bandwidth), "--compute-time", "0.1", "--no-progress",
            "--seed", str(args.seed), "--invariants", "off"] + (STRAGGLER if straggler else [])
-    if H > 1:
-        cmd += ["--outer-optimizer", args.outer]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode:

@@ -156,6 +156,24 @@ def test_an_evaluation_interval_far_below_an_iteration_ends(tmp_path):
     assert 4 <= len(evals) <= 20 and evals[-1]["final"]
 
 
+def test_training_options_in_a_timing_only_simulation_are_one_note(capsys):
+    """``hopdec sim --lr 0.5`` (timing only) took the lr and changed nothing, without a word. One note names
+    what changes nothing (not an error: one command line serves train and sim); --batch-size counts with
+    --epochs (it sets the iterations), and --math trains with them all."""
+    base = ["-n", 2, "--model", "mlp", "--no-progress"]
+    sim(base + ["--iterations", 2, "--lr", 0.5, "--momentum", 0.5, "--batch-size", 8, "--outer-lr", 0.5,
+                "--local-steps", 2])
+    notes = [x for x in capsys.readouterr().err.splitlines() if "changes nothing" in x or "change nothing" in x]
+    assert notes == ["hopdec sim: note: --lr, --momentum, --outer-lr, --batch-size change nothing here: timing "
+                     "only, no model trains (--math trains one)"]
+    sim(base + ["--epochs", 0.01, "--batch-size", 8, "--mode", "ps"])
+    assert "nothing here" not in capsys.readouterr().err
+    sim(base + ["--iterations", 2, "--lr", 0.5])
+    assert "hopdec sim: note: --lr changes nothing here" in capsys.readouterr().err
+    sim(base + ["--iterations", 2, "--lr", 0.5, "--math", "--threads", 1])
+    assert "nothing here" not in capsys.readouterr().err
+
+
 def test_control_messages_take_the_latency_only():
     q = EventQueue()
     net = Network(q, 3, LinkModel(bandwidth=1.0, latency=0.125))   # 1 byte/s: data would take forever

@@ -35,6 +35,10 @@ GROUPS = ("work", "protocol", "ps", "emulation", "observe", "checkpoints", "faul
 """Every group a run holds (a simulated run also ``cost``)."""
 
 
+TRAINING_OPTIONS = ("--lr", "--momentum", "--weight-decay", "--partition", "--outer-optimizer", "--outer-lr",
+                    "--outer-momentum")
+"""What only training reads (see :meth:`RunSettings.untrained`; --local-steps times the rounds, so not it)."""
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything a run was asked to do. ``mode`` None: ``ps`` when a sync model is given, else
@@ -81,6 +85,15 @@ class RunSettings:
     def _all_groups(self):
         names = GROUPS + (("cost",) if self.simulated else ())
         return {name: getattr(self, name) for name in names}
+
+    def untrained(self):
+        """The training options typed for a timing-only simulation, where they change nothing (no model
+        trains): a note names them, not an error, so one command line serves ``hopdec train`` and ``hopdec
+        sim`` alike (--batch-size counts with --epochs: it sets the iterations)."""
+        if not self.simulated or self.cost.math:
+            return []
+        opts = TRAINING_OPTIONS + (() if self.work.epochs is not None else ("--batch-size",))
+        return [opt for opt in opts if opt in self.typed]
 
     def unused(self):
         """One line per typed option this run would ignore, naming the option and the mode (empty: none)."""

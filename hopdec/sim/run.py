@@ -340,6 +340,10 @@ def simulate(settings, out=None, entries=False):
         print(f"note: {note}", file=sys.stderr, flush=True)
     for note in sim.run.work.notes:                     # (the data's: shards smaller than a batch)
         print(f"hopdec sim: note: {note}", file=sys.stderr, flush=True)
+    untrained = settings.untrained()
+    if untrained:
+        print(f"hopdec sim: note: {', '.join(untrained)} change{'s' if len(untrained) == 1 else ''} nothing "
+              f"here: timing only, no model trains (--math trains one)", file=sys.stderr, flush=True)
     if sim.run.mode == "ps":
         return _run_ps(sim)
     if sim.run.mode == "allreduce":

@@ -270,6 +270,31 @@ def test_observe_options_are_checked_in_one_line(tmp_path):
     check_observe_options(parse(["--eval-interval", "2", "--mode", "ps"]).observe)
 
 
+def test_evaluations_and_consensus_rounds_with_nowhere_to_go_are_one_note(tmp_path, capsys):
+    """``--eval-interval`` or ``--consensus-every`` without --log-dir, --tensorboard or --trace ran their
+    evaluations and rounds (an all-reduce's workers all waiting for each) and showed none of them, without a
+    word. One note each now; with any of the three, none."""
+    from hopdec.cli.sim import parse as sim_parse
+    from hopdec.cli.train import parse
+    from hopdec.sim.run import simulate
+    notes = parse(["--consensus-every", "3", "--eval-interval", "2"]).observe.unseen()
+    assert notes == ["--eval-interval 2: the evaluations go to --log-dir, --tensorboard or --trace, and none is "
+                     "given: only the last one shows (in the summary)",
+                     "--consensus-every 3: the rounds go to --log-dir, --tensorboard or --trace, and none is "
+                     "given: nothing shows them"]
+    for out in (["--log-dir", str(tmp_path / "l")], ["--tensorboard", str(tmp_path / "tb")],
+                ["--trace", str(tmp_path / "t.json")]):
+        assert parse(["--consensus-every", "3", "--eval-interval", "2"] + out).observe.unseen() == []
+    assert parse(["--mode", "ps"]).observe.unseen() == []
+    base = ["--mode", "ps", "-n", "2", "--model", "mlp", "--math", "--iterations", "3", "--no-progress",
+            "--eval-interval", "0.1"]
+    simulate(sim_parse(base), out=io.StringIO())       # the simulator takes --log-dir only
+    assert ("hopdec sim: note: --eval-interval 0.1: the evaluations go to --log-dir, and it is not given: only "
+            "the last one shows (in the summary)") in capsys.readouterr().err.splitlines()
+    simulate(sim_parse(base + ["--log-dir", str(tmp_path / "s")]), out=io.StringIO())
+    assert "--eval-interval" not in capsys.readouterr().err
+
+
 def test_missing_tensorboard_is_one_line(monkeypatch):
     import builtins
     real = builtins.__import__

@@ -114,7 +114,7 @@ def main(argv):
                 pass
         return _finish(2, ft, reporter=rank == found[0])
     if rank == 0:                           # the data's (shards smaller than a batch), once
-        for note in ctx.run.work.notes:
+        for note in (*ctx.run.work.notes, *settings.observe.unseen()):
             print(f"{PROG}: note: {note}", file=sys.stderr, flush=True)
     if settings.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():
         print(f"{PROG}: note: running 1 worker; start N workers with `mpirun -n N hopdec train ...` "

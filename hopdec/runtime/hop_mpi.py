@@ -86,7 +86,7 @@ def run(ctx):
     keep.watched_by(obs, continues)
     if rank == 0:
         for note in hop.notes:
-            print(f"note: {note}", file=sys.stderr, flush=True)
+            print(f"hopdec train: note: {note}", file=sys.stderr, flush=True)
 
     def on_record(rec):
         logger.log(rec)

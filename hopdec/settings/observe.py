@@ -44,6 +44,22 @@ class Observe(Group):
                "every worker starts each step from the server's model")
         return {**out, "--consensus-every": f"it measures how far the workers' models drift apart, and {why}"}
 
+    def unseen(self, outputs=("--log-dir", "--tensorboard", "--trace")):
+        """Notes on options whose results go nowhere: none of the command's ``outputs`` given to write them
+        to (a note, not an error: the Python API's callers read the evaluations from what the run returns)."""
+        if self.log_dir or self.tensorboard or self.trace:
+            return []
+        where = ", ".join(outputs[:-1]) + (" or " if len(outputs) > 1 else "") + outputs[-1]
+        none = "none is given" if len(outputs) > 1 else "it is not given"
+        out = []
+        if self.eval_interval:
+            out.append(f"--eval-interval {self.eval_interval:g}: the evaluations go to {where}, and {none}: only "
+                       f"the last one shows (in the summary)")
+        if self.consensus_every:
+            out.append(f"--consensus-every {self.consensus_every}: the rounds go to {where}, and {none}: nothing "
+                       f"shows them")
+        return out
+
     @property
     def every_s(self):
         """Seconds between live progress lines."""

@@ -337,8 +337,10 @@ def simulate(settings, out=None, entries=False):
     for note in getattr(sim.run, "warnings", ()):        # the topology file's, as hopdec train prints them
         print(f"hopdec sim: warning: {note}", file=sys.stderr, flush=True)
     for note in getattr(sim.run, "notes", ()):
-        print(f"note: {note}", file=sys.stderr, flush=True)
+        print(f"hopdec sim: note: {note}", file=sys.stderr, flush=True)
     for note in sim.run.work.notes:                     # (the data's: shards smaller than a batch)
+        print(f"hopdec sim: note: {note}", file=sys.stderr, flush=True)
+    for note in settings.observe.unseen(outputs=("--log-dir",)):
         print(f"hopdec sim: note: {note}", file=sys.stderr, flush=True)
     untrained = settings.untrained()
     if untrained:

@@ -29,11 +29,16 @@ def smooth(y, k):
     return (c[idx + 1] - c[lo]) / (idx + 1 - lo)
 
 
+def palette_size(runs):
+    """How many colours the runs are drawn in: tab10's up to 10 runs, else tab20's (see :func:`run_colors`)."""
+    return 10 if len(runs) <= 10 else 20
+
+
 def run_colors(runs):
     """A colour per run: tab10's up to 10 runs, tab20's up to 20 (the 11th run was drawn in the 1st's colour,
     two curves a legend could not tell apart), then tab20's again (:func:`run_dashes` tells those apart)."""
     import matplotlib as mpl
-    cmap = mpl.colormaps["tab10" if len(runs) <= 10 else "tab20"]
+    cmap = mpl.colormaps[f"tab{palette_size(runs)}"]
     return [cmap(i % cmap.N) for i in range(len(runs))]
 
 
@@ -43,7 +48,7 @@ DASHES = ("-", "--", ":", "-.")
 def run_dashes(runs):
     """A line style per run, beside :func:`run_colors`: solid while the colours last (20 runs), then dashed,
     dotted, dash-dotted, so no two of up to 80 runs are drawn alike."""
-    n = 10 if len(runs) <= 10 else 20
+    n = palette_size(runs)
     return [DASHES[(i // n) % len(DASHES)] for i in range(len(runs))]
 
 
@@ -229,7 +234,7 @@ def breakdown(ax, run):
 
 def consensus(ax, runs, single=False):
     drawn = False
-    n = 10 if len(runs) <= 10 else 20       # (past 20 runs the colours repeat: the markers differ)
+    n = palette_size(runs)      # (past 20 runs the colours repeat: the markers differ)
     for i, (run, color) in enumerate(zip(runs, run_colors(runs))):
         ev = run.consensus()
         if not ev:

@@ -174,6 +174,19 @@ def test_training_options_in_a_timing_only_simulation_are_one_note(capsys):
     assert "nothing here" not in capsys.readouterr().err
 
 
+def test_the_traffic_line_counts_the_iterations_run_as_a_real_run_does():
+    """The traffic line divided the bytes by n x --iterations, so a straggler that jumped over half of its
+    iterations (sending nothing in them) lowered the simulator's figure, while ``hopdec train``'s divides
+    by the iterations each rank ran: per worker and iteration run, now in both."""
+    res, text = sim(["-n", 8, "--topology", "ring", "--iterations", 60, "--backup-workers", 1, "--skip",
+                     "max-jump=2,trigger=2", "--slowdown", "rank=0,factor=4", "--no-progress"])
+    ran = [s.iterations for s in res["stats"].values()]
+    assert ran[0] < 40 and sum(ran) < 8 * 60                # rank 0 jumped
+    sent = sum(io.bytes_sent for io in res["sim"].ios)
+    line = next(x for x in text.splitlines() if x.startswith("traffic: "))
+    assert line.startswith(f"traffic: {sent / sum(ran):,.0f} bytes of updates per worker and iteration run"), line
+
+
 def test_control_messages_take_the_latency_only():
     q = EventQueue()
     net = Network(q, 3, LinkModel(bandwidth=1.0, latency=0.125))   # 1 byte/s: data would take forever

@@ -446,8 +446,9 @@ def _run_hop(S, entries=False):
     if sim.waits:                                   # zero-copy sends: the pool of stores, as a real run's
         from hopdec.runtime.hop_loop import store_cap, stores_line
         text += "\n" + stores_line([b.stores for b in sim.backends], int(S.message_bytes), max(map(store_cap, sim.cores)))
-    text += (f"\ntraffic: {sent / max(n * cfg.iterations, 1):,.0f} bytes of updates per worker and "
-             f"{'round' if cfg.rounds else 'iteration'}"
+    ran = sum(st.iterations for st in logs.stats.values())        # (a jump skips some; a dead worker stops)
+    text += (f"\ntraffic: {sent / max(ran, 1):,.0f} bytes of updates per worker and "
+             f"{'round' if cfg.rounds else 'iteration'} run"
              + (f" (--compress {cfg.compress}: coded messages of {S.cost_model['message_mb_coded'] * MIB:,.0f} "
                 f"bytes, keys of {4 * S.coded_numel + 32:,} once per edge)" if cfg.compress != "none" else ""))
     if cfg.compress == "none" and churn is None:      # what the network alone allows (topo analyze's bound)

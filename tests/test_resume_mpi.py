@@ -275,6 +275,14 @@ def test_a_stop_request_to_mpirun_stops_a_parameter_server_run_at_a_final_cut(mp
         assert iters == list(range(len(iters))) and wm["iteration"] in (len(iters), len(iters) - 1)
     n, resume = resume_args(lines[0])
     assert n == 3 and resume[-2:] == ["--resume", str(ck)]
+    # resumed, the server's counts are since the start while the workers' rows are this run's: the line
+    # said "server: 27 updates" beside rows of 9 iterations; it splits them now
+    out = mpirun(3, resume, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("server: "))
+    total = int(line.split()[1])
+    assert line.startswith(f"server: {total} updates ({meta['version']} before the resume, "
+                           f"{total - meta['version']} in this run), ") and line.endswith(" s in this run"), line
 
 
 def test_a_resume_into_a_folder_of_another_runs_logs_is_refused_and_leaves_them(mpirun, tmp_path):

@@ -111,14 +111,19 @@ class PSRun:
         """Whether ``--save-models`` saves rank ``rank``'s parameters (the server's and every worker's)."""
         return bool(self.settings.observe.save_models and self.settings.observe.log_dir)
 
-    def server_line(self, server, elapsed):
+    def server_line(self, server, elapsed, resumed_at=None):
         """The summary's last line: what the ``server`` core did (``elapsed``: with its unit). Pushes that
         came after the stop, or wait in a step it left unfinished, are named, so the workers' "iters run" add up:
-        N per update (BSP, backup) + dropped + those."""
+        N per update (BSP, backup) + dropped + those. A resumed run's counts (``resumed_at``: the version it
+        resumed at) are since the start, while the workers' rows and ``elapsed`` are this run's: it says so."""
         from hopdec.report.html import unused_pushes
         dropped = count(server.dropped, "gradient dropped", "gradients dropped")
-        return (f"server: {count(self.policy.version, 'update')}, {dropped}"
-                f"{unused_pushes(server.unfinished, server.discarded)}, {elapsed}")
+        updates = count(self.policy.version, "update")
+        if resumed_at is not None:
+            updates += f" ({resumed_at} before the resume, {self.policy.version - resumed_at} in this run)"
+            dropped += " since the start"
+            elapsed += " in this run"
+        return f"server: {updates}, {dropped}{unused_pushes(server.unfinished, server.discarded)}, {elapsed}"
 
     def failure_notes(self, server):
         """The summary's lines about workers that died (``--fault-tolerance``), from the server core."""

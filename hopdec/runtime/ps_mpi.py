@@ -74,7 +74,10 @@ def run(ctx):
         barrier(comm, timeout, "start")
         t0 = time.time()
         obs.begin(t0)
-        if not keep.resume_server(core, io):
+        resumed_at = None                   # the version a resume started from (the server line says so)
+        if keep.resume_server(core, io):
+            resumed_at = policy.version
+        else:
             core.start(t0)
         if eval_interval > 0:               # (after a resume: labelled with the version and work it resumed at)
             evaluate(t0)
@@ -149,7 +152,7 @@ def run(ctx):
                               bound_label=ps.bound_label, notes=notes)
     out = summary() if not ft else _on_survivors(ctx, summary)
     if rank == 0:
-        print(ps.server_line(core, f"{elapsed:.2f} s"), flush=True)
+        print(ps.server_line(core, f"{elapsed:.2f} s", resumed_at), flush=True)
     return out
 
 

@@ -12,7 +12,7 @@ MODULES = ["hopdec.topology", "hopdec.topology.graph_io", "hopdec.topology.gener
            "hopdec.hop.update_queue", "hopdec.hop.token_queue", "hopdec.hop.cuts", "hopdec.sim.events",
            "hopdec.transport.message", "hopdec.topology.schedule", "hopdec.topology.schedule_analysis",
            "hopdec.transport.codec", "hopdec.hop.receive", "hopdec.sim.allreduce", "hopdec.sim.gap",
-           "hopdec.allreduce.worker", "hopdec.topology.traffic"]
+           "hopdec.allreduce.worker", "hopdec.topology.traffic", "hopdec.words"]
 
 
 @pytest.mark.parametrize("name", MODULES)

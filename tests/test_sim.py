@@ -187,6 +187,37 @@ def test_the_traffic_line_counts_the_iterations_run_as_a_real_run_does():
     assert line.startswith(f"traffic: {sent / sum(ran):,.0f} bytes of updates per worker and iteration run"), line
 
 
+LATER = """
+import torch.nn as nn
+class Later(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l, self.calls = nn.Linear(64, 10), 0
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 6:
+            raise ValueError("exploded at call %d" % self.calls)
+        return self.l(x.reshape(len(x), -1))
+"""
+
+
+def test_a_users_model_failing_mid_simulation_is_one_line(tmp_path, capsys, monkeypatch):
+    """A model that passed the first check (two samples) and raised at its 7th forward printed Python's
+    whole traceback through the simulator's frames; hopdec train prints one line. Now hopdec sim does too,
+    exit 1, and HOPDEC_DEBUG=1 adds the traceback."""
+    (tmp_path / "later.py").write_text(LATER)
+    argv = ["-n", "2", "--iterations", "10", "--math", "--model", f"{tmp_path / 'later.py'}:Later", "--no-progress"]
+    monkeypatch.delenv("HOPDEC_DEBUG", raising=False)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["hopdec sim: error: ValueError: exploded at call 7 (HOPDEC_DEBUG=1 shows the "
+                                "traceback)"], err
+    monkeypatch.setenv("HOPDEC_DEBUG", "1")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1] == "hopdec sim: error: ValueError: exploded at call 7"
+
+
 def test_control_messages_take_the_latency_only():
     q = EventQueue()
     net = Network(q, 3, LinkModel(bandwidth=1.0, latency=0.125))   # 1 byte/s: data would take forever

@@ -8,9 +8,11 @@ summary are a real run's, with times in virtual seconds and labelled SIMULATED.
 """
 
 import argparse
+import os
 import signal
 import sys
 import threading
+import traceback
 from contextlib import contextmanager
 
 from hopdec.errors import HopdecError
@@ -135,4 +137,10 @@ def main(argv):
             print(f"hopdec sim: stopped by {signal.Signals(sig).name}"
                   + (f" {stop}" if isinstance(stop, Stopped) else " (no summary)"), file=sys.stderr, flush=True)
             return 128 + int(sig)
+        except Exception as err:        # a user's model or data failing mid-run: one line, as hopdec train's
+            from hopdec.runtime.failures import cause
+            if os.environ.get("HOPDEC_DEBUG"):
+                traceback.print_exc()
+            print(f"hopdec sim: error: {cause(err)}", file=sys.stderr, flush=True)
+            return 1
     return 0

@@ -425,6 +425,36 @@ def scenario_periodic(out):
     report("periodic", [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
 
 
+def scenario_seeds(out):
+    """Rank 2 builds its model from another seed (then every rank seeds alike): rank 0 warns at the first step,
+    once, naming rank 2; a resumed run (different models by design) is not checked."""
+    import warnings
+    seen = []
+    for seeds in ((0, 0, 7, 0), (0, 0, 0, 0)):
+        torch.manual_seed(seeds[rank % 4])
+        model = torch.nn.Linear(4, 2)
+        opt = HopOptimizer(model, torch.optim.SGD, lr=0.1, topology="ring")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                opt.zero_grad()
+                model(torch.ones(2, 4)).sum().backward()
+                opt.step()
+        sd = opt.state_dict()
+        opt.finish()
+        seen.append([str(w.message) for w in caught if "different parameters" in str(w.message)])
+    again = HopOptimizer(model, torch.optim.SGD, lr=0.1, topology="ring")   # models now differ per rank
+    again.load_state_dict(sd)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        again.step()
+    again.finish()
+    seen.append([str(w.message) for w in caught if "different parameters" in str(w.message)])
+    report("seeds", seen)
+
+
 def scenario_serial(out, late=False):
     """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts: the ranks that stop
     first pause at ComputeGradient before sending that iteration's update, which the others wait for.
@@ -587,7 +617,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
-                 periodic=scenario_periodic, serial=scenario_serial,
+                 periodic=scenario_periodic, serial=scenario_serial, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
                  adopt=scenario_adopt, random=scenario_random, layout=scenario_layout,

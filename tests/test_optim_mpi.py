@@ -54,7 +54,7 @@ def scenarios(out):
 def driven(mpirun, tmp_path_factory):
     """One job: unequal step counts, a checkpoint round trip, a persistently slow rank with skipping."""
     d = tmp_path_factory.mktemp("optim")
-    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "resume_buffers", "skip", "periodic", "serial", "serial_late", "stale_finish", "adopt"],
+    out = mpirun.python(4, ["tests/optim_driver.py", d, "unequal", "resume", "resume_buffers", "skip", "periodic", "seeds", "serial", "serial_late", "stale_finish", "adopt"],
                        timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return d, scenarios(out.stdout), out
@@ -65,6 +65,16 @@ def test_a_periodic_topology_is_warned_about_once_in_a_users_loop(driven):
     seen = driven[1]["periodic"]
     assert [len(w) for w in seen] == [1, 0, 0, 0], seen            # rank 0 only
     assert seen[0][0].startswith("HopOptimizer: ") and "W is periodic" in seen[0][0]
+
+
+def test_workers_built_from_different_seeds_are_warned_about_once(driven):
+    """Rank 2 seeded its model differently: nothing said so, and its workers started from two models (Hop's
+    start from one, as hopdec train's do). Rank 0 warns at the first step, naming rank 2; the same seed on
+    every rank, or a resumed run (whose workers differ by design), gets no warning."""
+    seen = driven[1]["seeds"]
+    assert [[len(w) for w in attempts] for attempts in seen] == [[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], seen
+    assert seen[0][0][0].startswith("HopOptimizer: the workers start from different parameters (rank(s) 2 "
+                                    "differ from rank 0's)"), seen
 
 
 def test_parameters_replaced_with_sends_in_flight_move_to_a_free_store(driven):

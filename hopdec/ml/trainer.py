@@ -309,6 +309,13 @@ class FlatModel:
     def write_params(self, out=None):
         return write_params(self.values(), out)
 
+    def digest(self):
+        """A short hash of the parameters' values (not the buffers): equal on workers that start from one
+        model (the optimizer's first step compares them)."""
+        import hashlib
+        data = self.values()[:self.numel_params].detach()
+        return hashlib.blake2b(data.cpu().numpy(), digest_size=8).hexdigest()     # (no copy on CPU)
+
     def reduce(self, pairs, into=None):
         """Replace the values by ``sum(weight * values)`` (see :func:`weighted_sum_into`): store ``into`` (one
         of :meth:`spare_stores`; default: the one that stopped being current longest ago) receives the sum

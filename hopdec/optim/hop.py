@@ -663,13 +663,21 @@ class HopOptimizer(torch.optim.Optimizer):
         from hopdec.runtime.hop_loop import worker_loop
         from hopdec.transport.collectives import allgather_json
         append, refused = self._log_start()     # (every rank continues its log, or none: one run)
-        got = allgather_json(self._ccomm, [self._resume_at, refused, append], self.timeout,
+        got = allgather_json(self._ccomm, [self._resume_at, refused, append,
+                                           None if self._resume_at else self.flat.digest()], self.timeout,
                              "HopOptimizer: starting")
         where = [g[0] for g in got]
         if len(set(where)) != 1:
             raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "
                               f"state dicts were saved at different iterations): every rank must load a "
                               f"checkpoint of the same iteration, or none")
+        differ = [r for r, g in enumerate(got) if g[3] != got[0][3]]
+        if differ and self.rank == 0:           # (a resumed run's workers differ by design: not checked)
+            warnings.warn(f"HopOptimizer: the workers start from different parameters (rank(s) "
+                          f"{', '.join(map(str, differ[:8]))}{' ...' if len(differ) > 8 else ''} differ from rank "
+                          f"0's): Hop's workers start from one model, as hopdec train's do; seed the model the "
+                          f"same on every rank (torch.manual_seed before building it) or load one state dict",
+                          UserWarning, stacklevel=3)
         self._stop = stopping.AgreedStop(self.comm, self.timeout)     # (collective: every rank, here)
         refusals = [(r, g[1]) for r, g in enumerate(got) if g[1]]
         if refusals:                            # the same line on every rank

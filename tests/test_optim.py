@@ -135,6 +135,14 @@ def test_nothing_is_silently_ignored(finish_all):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     opt.param_groups[0]["lr"] = 0.5                                   # the torch way works
     assert opt.optimizer.param_groups[0]["lr"] == 0.5
+    # appending to param_groups went around add_param_group(): the new parameter was stepped by the wrapped
+    # optimizer but never averaged, without a word; the next step refuses it
+    extra = torch.nn.Parameter(torch.zeros(2))
+    opt.param_groups.append(dict(opt.param_groups[0], params=[extra]))
+    m(torch.randn(3, 4)).sum().backward()
+    with pytest.raises(ConfigError, match="param_groups changed after construction"):
+        opt.step()
+    opt.param_groups.pop()
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -262,6 +262,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._stopped = False                  # step() raised KeyboardInterrupt there
         self._exit_hook = _register_exit(self)
         failing.mark_built()
+        self._group_sizes = [len(g["params"]) for g in self.param_groups]     # (see _check_model)
         self._ready = True
 
     # ------------------------------------------------------------------ torch.optim.Optimizer
@@ -920,6 +921,13 @@ class HopOptimizer(torch.optim.Optimizer):
 
     # ---- the model's life (hopdec.optim.life) ----
     def _check_model(self):
+        # add_param_group() refuses; appending to param_groups (the wrapped optimizer's list) went around it
+        if [len(g["params"]) for g in self.param_groups] != self._group_sizes:
+            raise ConfigError("HopOptimizer: param_groups changed after construction (a group appended to "
+                              "opt.param_groups, or parameters to a group's list): the parameters live in one "
+                              "buffer laid out when the optimizer is built, so new ones would be stepped but "
+                              "never averaged; pass every group to the constructor (a frozen layer can be a "
+                              "group with lr=0)")
         for name, p in self._left_out:
             if p.grad is not None:
                 raise ConfigError(f"HopOptimizer: {name} has a gradient but is not trained: it had requires_grad="

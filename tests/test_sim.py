@@ -172,6 +172,11 @@ def test_training_options_in_a_timing_only_simulation_are_one_note(capsys):
     assert "hopdec sim: note: --lr changes nothing here" in capsys.readouterr().err
     sim(base + ["--iterations", 2, "--lr", 0.5, "--math", "--threads", 1])
     assert "nothing here" not in capsys.readouterr().err
+    # the list names options by their strings: each must still be one a settings group takes (a rename
+    # would otherwise drop it from the note without a word)
+    from hopdec.settings.run import TRAINING_OPTIONS
+    every = {opt for name in ("work", "protocol") for opt in getattr(parse([]), name).options().values()}
+    assert set(TRAINING_OPTIONS) | {"--batch-size"} <= every, set(TRAINING_OPTIONS) - every
 
 
 def test_the_traffic_line_counts_the_iterations_run_as_a_real_run_does():

@@ -26,6 +26,12 @@ GRACE_S = 0.5
 """How long a rank that noticed a failure listens for other ranks' notices before deciding who reports (0.2 s
 left little margin on a loaded machine: a rank descheduled for longer misses the others' notices and
 reports too)."""
+SENT_S = 2.0
+"""How long the rank a notice chose listens at most, before it claims, for its notices to have left (their sends
+complete): ranks that never exchanged a message before (the workers of a parameter server) connect first, which
+took longer than :data:`GRACE_S` on a loaded machine, and each one, having heard nobody, reported."""
+SETTLE_S = 0.2
+"""How long it listens after its notices left: the others' notices travel the connections its own just opened."""
 
 
 def message(err):
@@ -87,9 +93,10 @@ class FailureChannel:
     ranks have not announced, until they do or for :data:`PATIENCE_S`; then every candidate makes the same
     choice: an exception (priority 0) beats a timeout (1); among timeouts, a rank that waited directly
     for a rank that never announced (the hung or dead one) beats one that waited for ranks that are
-    themselves waiting; then the earliest wait, then the lowest rank. The chosen one sends a claim before
-    it reports; a rank that hears a claim of the same or a better kind never reports (two lines), and one
-    that loses waits for the claim. Messages are int64 arrays."""
+    themselves waiting; then the earliest wait, then the lowest rank. The chosen one makes sure its notices
+    have left (:data:`SENT_S`), listens a moment more and chooses again; if it is still the one, it sends a
+    claim before it reports; a rank that hears a claim of the same or a better kind never reports (two
+    lines), and one that loses waits for the claim. Messages are int64 arrays."""
 
     def __init__(self, comm):
         import numpy as np
@@ -148,7 +155,7 @@ class FailureChannel:
         for r in range(self.comm.Get_size()):
             if r != rank:
                 try:
-                    self._sent.append((note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE)))
+                    self._sent.append((r, note, self.comm.Isend(note, dest=r, tag=TAG_FAILURE)))
                 except Exception:                   # a dead rank (ULFM): it does not vote
                     pass
 
@@ -159,6 +166,22 @@ class FailureChannel:
             if done() or time.monotonic() >= until:
                 return
             time.sleep(0.005)
+
+    def _left(self, skip):
+        """Whether every notice this rank sent, except to the ranks ``skip``, has left (its send completed;
+        one that failed -- a dead peer -- counts as done)."""
+        pending = []
+        for r, note, req in self._sent:
+            if req is None or r in skip:
+                continue
+            try:
+                if req.Test():
+                    continue
+            except Exception:
+                continue
+            pending.append((r, note, req))
+        self._sent = pending
+        return not pending
 
     def _claimed(self, priority):
         return any(p <= priority for p in self.claims.values())
@@ -187,17 +210,29 @@ class FailureChannel:
                          lambda: self._claimed(priority) or all(r in self.heard for r in on))
         if self._claimed(priority):
             return False
-        notices = dict(self.heard)
-        notices[rank] = (int(priority), int(since * 1e6), on)
-        silent = {r for _, _, waits in notices.values() for r in waits} - set(notices)
-        self.silent = sorted(silent & set(on))
 
-        def key(r):
-            p, t, waits = notices[r]
-            return (p, 0 if silent & set(waits) else 1, t, r)
-        chosen = min(notices, key=key)
-        if chosen != rank:          # it decides at most PATIENCE_S after its notice
-            self._listen(self.heard_at.get(chosen, start) + PATIENCE_S + 1.0, lambda: self._claimed(priority))
+        def choose():
+            notices = dict(self.heard)
+            notices[rank] = (int(priority), int(since * 1e6), on)
+            silent = {r for _, _, waits in notices.values() for r in waits} - set(notices)
+            self.silent = sorted(silent & set(on))
+
+            def key(r):
+                p, t, waits = notices[r]
+                return (p, 0 if silent & set(waits) else 1, t, r)
+            return min(notices, key=key), silent
+        chosen, silent = choose()
+        if chosen == rank:          # heard nobody better: make sure the others could hear this rank (SENT_S)
+            skip = silent | set(on)
+            now = time.monotonic()
+            self._listen(now + SENT_S, lambda: self._claimed(priority) or self._left(skip))
+            self._listen(time.monotonic() + SETTLE_S, lambda: self._claimed(priority))
+            if self._claimed(priority):
+                return False
+            chosen, silent = choose()
+        if chosen != rank:          # it claims at most PATIENCE_S + SENT_S + SETTLE_S after its notice
+            self._listen(self.heard_at.get(chosen, start) + PATIENCE_S + SENT_S + SETTLE_S + 1.0,
+                         lambda: self._claimed(priority))
             if self._claimed(priority):
                 return False
         self._announce(_CLAIM, priority)

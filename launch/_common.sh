@@ -262,7 +262,8 @@ start_tied() {
 # prterun's "exited due to process rank ... calling abort" and "exited with non-zero status" -- repeat
 # that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
 # PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them), and libevent's
-# "[warn] Epoll MOD(4) on fd 26 failed. ... Bad file descriptor" from prterun tearing the job down, and
+# "[warn] Epoll MOD(4) on fd 26 failed. ... Bad file descriptor" from prterun tearing the job down (or closing
+# the sockets of a rank that left the job, below: after that line too), and
 # "1 more process has sent help message help-mpi-api.txt / mpi-abort" (a second rank's MPI_ABORT box). So are
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
 # the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
@@ -297,6 +298,7 @@ function box_done() {
         if (inbox) { emit(box); box = ""; inbox = 0 }
         emit("hopdec: rank " rank " left the job: the other ranks declared it dead (no heartbeat for " ft \
              " s: it was stopped or hung) and went on without it; it exits 6\n")
+        left = 1                           # (prterun libevent may warn as it closes the sockets of that rank)
     } else if (!said) emit($0 "\n")
     next
 }
@@ -304,7 +306,7 @@ function box_done() {
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
 said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left while PMIx still spoke to them)
-said && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }     # (libevent in prterun, as the job ends)
+(said || left) && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }   # (libevent in prterun, as the job or a rank ends)
 said && /^[0-9]+ more process(es)? ha(s|ve) sent help message help-mpi-api\.txt \/ mpi-abort$/ { next }   # (its MPI_ABORT box, aggregated)
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }
 nbc && /^Error in NBC_Start_round\(\) \(-1\)$/ { gap = 1; next }

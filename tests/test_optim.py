@@ -94,6 +94,25 @@ def test_state_dict_round_trip_resumes_at_the_position(tmp_path, finish_all):
         opt2.load_state_dict(ck["o"])
 
 
+def test_a_global_step_hook_sees_each_optimizer_once_per_step(finish_all):
+    """As the README says (and as with torch's own wrappers): one call for ``opt.step()`` and one for the
+    wrapped optimizer's step inside it, each with its own optimizer, the outer one first."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)
+    finish_all.append(opt)
+    seen = []
+    handles = [register_optimizer_step_pre_hook(lambda o, a, kw: seen.append(("pre", type(o).__name__))),
+               register_optimizer_step_post_hook(lambda o, a, kw: seen.append(("post", type(o).__name__)))]
+    try:
+        train(m, opt, 2)
+    finally:
+        for h in handles:
+            h.remove()
+    one = [("pre", "HopOptimizer"), ("pre", "SGD"), ("post", "SGD"), ("post", "HopOptimizer")]
+    assert seen == one * 2, seen
+
+
 def test_state_dict_hooks_registered_on_it_run_as_on_a_torch_optimizer(finish_all):
     """``register_state_dict_pre/post_hook`` and ``register_load_state_dict_pre/post_hook`` on the
     HopOptimizer (torch's API, e.g. for a checkpointing library) were silently never called: its

@@ -27,11 +27,15 @@ torch.set_num_threads(1)
 def mpi_env(gpu=False, **extra):
     """The environment of a test's MPI job: runs as root, oversubscribes the 2 cores, imports this checkout.
 
+    A rank killed by a signal in native code prints where every Python thread was (``PYTHONFAULTHANDLER``;
+    Open MPI leaves a handler already there alone): CI once saw a rank die in start-up with only Open MPI's
+    one-frame backtrace (a call through a null pointer, 2026-12-03), which said nothing of where it was.
+
     Its ranks see no GPU unless ``gpu`` (the ``gpu`` tests, ``tests/test_gpu.py``): ``--device auto`` would
     put them on one, and the other tests compare with CPU references and time CPU work."""
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
                PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
     if not gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -50,6 +50,23 @@ def test_board_prints_a_grid_point_once_every_worker_reported_it():
     assert "iter 11..99" in line
 
 
+def test_when_every_rank_is_silent_the_progress_note_blames_none_of_them():
+    """A stopped rank stalls its neighbours, and they theirs: every rank stops reporting. The note named
+    the first silent rank, 'waiting for rank 0 ... (and 2 more)', blaming rank 0 (the printer, as stuck as
+    the rest) for a stop of rank 2; it says that every rank is silent instead."""
+    b = ProgressBoard([0, 1, 2], iterations=100, dt=3.0, bound=1)
+    for w, k in ((0, 898), (1, 898), (2, 897)):
+        b.add(w, 1, 3, k, k + 1, 0.5)
+    assert len(b.lines(3)) == 1                                      # the grid point t=9 s
+    (note,) = b.lines(5)                                             # nobody reported t=12 or t=15
+    assert "every rank silent since 9.0 s, in iter >= 898..899" in note, note
+    assert "waiting for rank" not in note
+    assert b.lines(5) == []                                          # once per interval
+    b.add(1, 4, 7, 899, 900, 0.5)                                    # rank 1 moves on: rank 0 is named
+    (note,) = b.lines(7)
+    assert "waiting for rank 0: in iter >= 899 since 9.0 s (and 1 more)" in note, note
+
+
 def test_the_last_progress_line_says_a_stopped_run_ended_early():
     """After a clean stop (Ctrl-C to a launcher) at iteration 254 of 5000 the last progress line said 'all 4
     workers finished', beside the stop's own line; it says where they ended. A run that ran out says

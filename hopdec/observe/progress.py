@@ -15,7 +15,7 @@ finishes an iteration and in its waits (:func:`hopdec.transport.waiting.add_idle
 line of a grid point once every worker has reported it: the iterations in it are the workers' iterations
 *at the same instant*, so the gap it shows is a real gap, not an artefact of stale reports. A worker
 silent for two intervals is named in a line of its own (``waiting for rank 3: in iteration >= 17 for
-6 s``).
+6 s``); when every rank is silent they wait on each other, and the line says so instead of naming rank 0.
 
 :class:`GridSampler` (worker side) and :class:`ProgressBoard` (rank 0) are plain Python with the time
 passed in, so a simulator drives them with virtual time (:class:`VirtualProgress`).
@@ -133,7 +133,18 @@ class ProgressBoard:
             self.silent_note = 0
         elif now_g - self.printed >= 2 and now_g > self.silent_note:
             late = [w for w in self.workers if w not in self.done and len(self.at[w]) - 1 <= self.printed]
-            if late:
+            running = [w for w in self.workers if w not in self.done]
+            if len(late) > 1 and len(late) == len(running):
+                # every rank is silent: they wait on each other (one of them stopped, hung or in a long
+                # step); naming the first would blame rank 0, which is as stuck as the rest
+                since = max(len(self.at[w]) - 1 for w in late) * self.dt
+                lo, hi = min(self.next[w] for w in late), max(self.next[w] for w in late)
+                its = f"{lo}" if lo == hi else f"{lo}..{hi}"
+                out.append(f"progress  {now_g * self.dt:.1f} {self.unit}  every rank silent since {since:.1f} "
+                           f"{self.unit}, in {self.what} >= {its}: they wait on one another (one may be stopped, "
+                           f"hung or in a long step)")
+                self.silent_note = now_g + 1
+            elif late:
                 w = late[0]
                 since = (len(self.at[w]) - 1) * self.dt
                 out.append(f"progress  {now_g * self.dt:.1f} {self.unit}  waiting for rank {w}: in "

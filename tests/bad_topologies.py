@@ -36,6 +36,13 @@ BAD_FILES = {
                                        {"source": 2, "target": 1}]}), "0..1"),
     "strid.json": (json.dumps({"directed": True, "nodes": [{"id": "a"}, {"id": "b"}],
                                "links": [{"source": "a", "target": "b"}]}), "not an integer"),
+    # ids that Python counts equal to an int: the message said "edge 0->0 refers to node 0, which is not
+    # one of the 2 nodes (ids 0..1)"; it names the id
+    "boolid.json": (_nl([(0, 1), (1, 0)]).replace('{"id": 0}', '{"id": true}'),
+                    "node id True (node entry #0) is not an integer"),
+    "floatid.json": (_nl([(0, 1), (1, 0)]).replace('{"id": 1}', '{"id": 1.5}'),
+                     "node id 1.5 (node entry #1) is not an integer"),
+    "boolend.json": (_nl([(0, 1), (1, 0)]).replace('"source": 1', '"source": true'), "refers to node True"),
     "gap.txt": ("0 1\n1 0\n1 3\n3 1\n", "missing [2]"),
     "neg.txt": ("0 1 -0.5\n1 0 1\n0 0 1.5\n", "negative weight"),
     "zero.txt": ("0 1 0\n1 0 1\n0 0 0\n1 1 0\n", "in-weights summing to zero"),

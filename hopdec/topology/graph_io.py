@@ -362,7 +362,11 @@ def _parse_node_link(data, src):
         if not isinstance(node, dict) or "id" not in node:
             raise TopologyError(f"{src}: node entry #{k} has no 'id'")
         ids.append(node["id"])
-    idset = {i for i in ids if isinstance(i, (int, str, float))}
+    for k, i in enumerate(ids):     # before the edges: True or 1.5 would match an edge's 1 or be hidden by it
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TopologyError(f"{src}: node id {_short(i)} (node entry #{k}) is not an integer; node ids "
+                                f"must be the ranks 0..{len(ids) - 1}")
+    idset = set(ids)
     directed = data.get("directed", False)
     if not isinstance(directed, bool):       # "false" (a string) would read as true: a directed graph
         raise TopologyError(f"{src}: 'directed' must be true or false, got {_short(directed)}")
@@ -371,7 +375,7 @@ def _parse_node_link(data, src):
         if not isinstance(e, dict) or "source" not in e or "target" not in e:
             raise TopologyError(f"{src}: edge entry #{k} needs 'source' and 'target'")
         for end in ("source", "target"):
-            if not isinstance(e[end], (int, str, float)) or e[end] not in idset:
+            if not isinstance(e[end], int) or isinstance(e[end], bool) or e[end] not in idset:
                 raise TopologyError(f"{src}: edge {_short(e['source'])}->{_short(e['target'])} "
                                     f"refers to node {_short(e[end])}, which is not one of the "
                                     f"{len(ids)} nodes (ids 0..{len(ids) - 1})")
@@ -382,10 +386,6 @@ def _parse_node_link(data, src):
                                 + ("" if directed else ", an undirected graph") + ")")
         seen[pair] = k
     if len(idset) != len(ids):
-        bad = [i for i in ids if not isinstance(i, (int, str, float))]
-        if bad:
-            raise TopologyError(f"{src}: node id {_short(bad[0])} is not an integer; node ids must be the ranks "
-                                f"0..{len(ids) - 1}")
         raise TopologyError(f"{src}: duplicate node ids")
     # straight into a DiGraph (what nx.node_link_graph and a copy did: half the time at 2 million edges);
     # an undirected file gives both directions

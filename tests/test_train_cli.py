@@ -177,6 +177,10 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
     (["sim", "--zzz"], "hopdec sim: error: unrecognized arguments: --zzz (see hopdec sim --help)"),
     # a hidden option (train's fault injection) is never suggested: --deaths (hopdec sim's) said --die-at
     (["train", "--deaths", "1@1"], "hopdec train: error: unrecognized arguments: --deaths 1@1 (see hopdec train --help)"),
+    # `launch/local.sh --fault-tolerance -n 4`: the launcher takes -n only first, so train got it
+    (["train", "--iterations", "9", "-n", "4"], "hopdec train: error: unrecognized arguments: -n 4; the number of "
+     "workers is the launcher's: launch/local.sh -n N [train args...] (-n first), or mpirun -n N hopdec train ... "
+     "(see hopdec train --help)"),
 ])
 def test_a_mistyped_option_names_the_option_meant(argv, says, capsys, monkeypatch):
     """Python 3.11's argparse says only "unrecognized arguments"; every hopdec command (one parser class)

@@ -108,15 +108,32 @@ def test_a_closed_pipe_is_not_a_traceback():
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
 
 
-def test_a_single_rank_abort_prints_open_mpis_notice_not_a_missing_help_file():
+@pytest.mark.parametrize("env_kept", [False, True], ids=["plain", "root-env"])
+def test_a_single_rank_job_that_fails_prints_its_one_line_and_no_abort_box(env_kept):
     """One rank without mpirun: an abort's notice came as "help-mpi-api.txt: No such file" (the wheel's
-    prefix unknown to a process mpirun did not start)."""
+    prefix unknown to a process mpirun did not start), later as Open MPI's ten-line MPI_ABORT box under the
+    job's line. A job of one process has nobody else to end: it exits with the code, the line alone.
+    ``root-env``: with ``OMPI_ALLOW_RUN_AS_ROOT`` set, as a root user has it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_PREFIX"))}
+    if env_kept:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.run([sys.executable, "-m", "hopdec.cli", "train", "--no-progress", "--threads", "1",
                            "--iterations", "3", "--die-rank", "0", "--die-how", "raise"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 3
-    assert "No such file" not in proc.stderr and "MPI_ABORT was invoked" in proc.stderr, proc.stderr[-2000:]
-    assert [ln for ln in proc.stderr.splitlines() if "error" in ln] == [
+    assert [ln for ln in proc.stderr.splitlines() if "note: running 1 worker" not in ln] == [
         "hopdec train: error: rank 0: RuntimeError: injected failure in train (HOPDEC_DEBUG=1 shows the "
-        "traceback)"]
+        "traceback)"], proc.stderr[-2000:]
+
+
+def test_a_bad_option_with_fault_tolerance_on_one_rank_is_one_line():
+    """``hopdec train --fault-tolerance`` with a bad option and no mpirun: the line came with Open MPI's
+    "Sorry! You were supposed to get help about: mpi-abort" box (the abort that ends a fault-tolerant
+    job of several ranks, in a process whose MPI knew no help files)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_PREFIX"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    proc = subprocess.run([sys.executable, "-m", "hopdec.cli", "train", "--fault-tolerance", "--iterations", "0"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["hopdec train: error: --iterations 0: must be an integer in [1, 1e+09]"], \
+        proc.stderr[-2000:]

@@ -159,11 +159,11 @@ def _finish(code, fault_tolerant, reporter=True, stopped=False):
     sys.stderr.flush()
     if code and not stopped:
         from mpi4py import MPI
-        from hopdec.runtime.failures import OTHERS_S, forwarded, record_exit
+        from hopdec.runtime.failures import OTHERS_S, end_job, forwarded, record_exit
         if reporter:
             forwarded()                     # its line reaches the launcher before the abort
             record_exit(code)
-            MPI.COMM_WORLD.Abort(code)
+            end_job(MPI.COMM_WORLD, code)
         time.sleep(OTHERS_S)                # the reporting rank's abort ends this one
     else:
         from hopdec.runtime.failures import end_dead_ranks, record_exit

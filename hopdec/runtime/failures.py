@@ -284,6 +284,18 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     record_exit(code)
     if _ulfm_running():
         end_dead_ranks()       # (after the line) the launcher's teardown would wake them first: see above
+    end_job(comm, code)
+
+
+def end_job(comm, code):
+    """End every rank with exit code ``code``: ``MPI_Abort``, or, in a job of one process (``hopdec train``
+    run without a launcher), its own exit -- there is nobody else to end, and Open MPI's abort would print
+    a box of ten lines under the job's one line (or, where its help files are not found, a "Sorry!" box)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() == 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     comm.Abort(code)
 
 

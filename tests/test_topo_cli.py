@@ -505,3 +505,11 @@ def test_analyze_and_compare_bound_what_train_and_sim_bound(args, bad):
     assert len(lines) == 1 and f"argument {bad}: expected a " in lines[0] and "up to " in lines[0], r.stderr
     ok = topo(args[0], "topologies/ring_based_8.json", args[1], "1000000" if bad == "--max-ig" else "1000000000")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_generate_counts_one_node_and_one_edge_in_the_singular(tmp_path):
+    """'ring, 1 nodes, 0 edges' read as a typo of the tool's; counts of one are singular."""
+    r = topo("generate", "ring", "-n", "1", "-o", tmp_path / "one.json")
+    assert r.returncode == 0 and ": ring, 1 node, 0 edges (self-loops not counted)" in r.stdout, r.stdout
+    r = topo("generate", "ring", "-n", "2", "-o", tmp_path / "two.json")
+    assert r.returncode == 0 and ": ring, 2 nodes, 2 edges (self-loops not counted)" in r.stdout, r.stdout

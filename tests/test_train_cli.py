@@ -177,6 +177,15 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
     (["sim", "--zzz"], "hopdec sim: error: unrecognized arguments: --zzz (see hopdec sim --help)"),
     # a hidden option (train's fault injection) is never suggested: --deaths (hopdec sim's) said --die-at
     (["train", "--deaths", "1@1"], "hopdec train: error: unrecognized arguments: --deaths 1@1 (see hopdec train --help)"),
+    # a mistyped choice: the close one, or every choice it begins (argparse's "invalid choice" alone before)
+    (["sim", "--mode", "decentralised"], "hopdec sim: error: argument --mode: invalid choice: 'decentralised' "
+     "(choose from 'decentralized', 'ps', 'allreduce'); did you mean decentralized? (see hopdec sim --help)"),
+    (["topo", "generate", "hierarchical", "-n", "8", "-o", "never.json"],
+     "hopdec topo: error: argument kind: invalid choice: 'hierarchical' (choose from 'complete', 'double-ring', "
+     "'exponential', 'hierarchical-a', 'hierarchical-b', 'one-peer-exponential', 'ring', 'ring-based', 'torus'); "
+     "did you mean hierarchical-a or hierarchical-b? (see hopdec topo generate -h)"),
+    (["sim", "--mode", "ps", "-n", "3", "--sync", "bsp2"], "hopdec sim: error: --sync must be one of bsp, asp, ssp, "
+     "dssp, elastic, backup, esync, got 'bsp2'; did you mean bsp?"),
     # `launch/local.sh --fault-tolerance -n 4`: the launcher takes -n only first, so train got it
     (["train", "--iterations", "9", "-n", "4"], "hopdec train: error: unrecognized arguments: -n 4; the number of "
      "workers is the launcher's: launch/local.sh -n N [train args...] (-n first), or mpirun -n N hopdec train ... "

@@ -45,7 +45,16 @@ class Parser(argparse.ArgumentParser):
                 # command's own arguments
                 hint = ("; the number of workers is the launcher's: launch/local.sh -n N [train args...] "
                         "(-n first), or mpirun -n N hopdec train ...")
+        choice = _INVALID_CHOICE.search(message)
+        if choice:                  # `--mode decentralised`: the close choice; `hierarchical`: both
+            word, choices = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+            starts = [c for c in choices if word and c.startswith(word)]
+            hint = (f"; did you mean {' or '.join(starts)}?" if 1 < len(starts) <= 3
+                    else did_you_mean(word, choices))
         raise ConfigError(f"{message}{hint} (see {self.prog} {self.help_option})")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
 
 
 def _glue_negative_values(parser, args):

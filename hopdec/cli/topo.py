@@ -222,7 +222,8 @@ def _generate(args):
         print(f"wrote {args.output}: {args.kind} schedule, {n} nodes, period {schedule_of(G).period} steps, "
               f"{m} union edges, Hop eq. (1) weights per step")
         return 0
-    print(f"wrote {args.output}: {args.kind}, {n} nodes, {m} edges (self-loops not counted), "
+    print(f"wrote {args.output}: {args.kind}, {n} node{'s' if n != 1 else ''}, {m} edge{'s' if m != 1 else ''} "
+          f"(self-loops not counted), "
           f"{'Metropolis-Hastings' if args.weights == 'metropolis' else 'Hop eq. (1)'} weights")
     return 0
 

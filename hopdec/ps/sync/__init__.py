@@ -65,7 +65,9 @@ def sync_policy(sync, workers, **options):
     """
     cls = POLICIES.get(sync)
     if cls is None:
-        raise ConfigError(f"--sync must be one of {', '.join(POLICIES)}, got {sync!r}")
+        from hopdec.errors import did_you_mean
+        raise ConfigError(f"--sync must be one of {', '.join(POLICIES)}, got {sync!r}"
+                          f"{did_you_mean(str(sync), list(POLICIES))}")
     if isinstance(workers, int):
         if workers < 1:
             raise ConfigError(f"--mode ps needs at least 2 ranks (1 server + 1 worker), got {workers}+1 "

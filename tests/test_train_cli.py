@@ -186,6 +186,8 @@ def test_python_dash_m_hopdec_is_the_command_and_version_is_the_packages(tmp_pat
      "did you mean hierarchical-a or hierarchical-b? (see hopdec topo generate -h)"),
     (["sim", "--mode", "ps", "-n", "3", "--sync", "bsp2"], "hopdec sim: error: --sync must be one of bsp, asp, ssp, "
      "dssp, elastic, backup, esync, got 'bsp2'; did you mean bsp?"),
+    # only train's workers come from a launcher: another command without -n says nothing more
+    (["report", "x", "-n", "3"], "hopdec report: error: unrecognized arguments: -n 3 (see hopdec report --help)"),
     # `launch/local.sh --fault-tolerance -n 4`: the launcher takes -n only first, so train got it
     (["train", "--iterations", "9", "-n", "4"], "hopdec train: error: unrecognized arguments: -n 4; the number of "
      "workers is the launcher's: launch/local.sh -n N [train args...] (-n first), or mpirun -n N hopdec train ... "

@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
             words = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
             hint = next((h for h in (did_you_mean(w, known) for w in words) if h), "")
             given = message.split(":", 1)[1].split()
-            if not hint and "-n" not in self._option_string_actions and ({"-n", "--np"} & set(given)):
+            if not hint and self.prog == "hopdec train" and ({"-n", "--np"} & set(given)):
                 # `launch/local.sh --fault-tolerance -n 4`: the launcher reads -n only before the
                 # command's own arguments
                 hint = ("; the number of workers is the launcher's: launch/local.sh -n N [train args...] "

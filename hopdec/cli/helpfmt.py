@@ -37,9 +37,9 @@ class Parser(argparse.ArgumentParser):
         hint = ""
         if message.startswith("unrecognized arguments:"):
             known = sorted(_option_strings(self))
-            words = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
-            hint = next((h for h in (did_you_mean(w, known) for w in words) if h), "")
             given = message.split(":", 1)[1].split()
+            words = [w.split("=", 1)[0] for w in given if w.startswith("--")]
+            hint = next((h for h in (did_you_mean(w, known) for w in words) if h), "")
             if not hint and self.prog == "hopdec train" and ({"-n", "--np"} & set(given)):
                 # `launch/local.sh --fault-tolerance -n 4`: the launcher reads -n only before the
                 # command's own arguments

@@ -18,7 +18,7 @@ name, ``usage``, ``options`` and :meth:`~hopdec.ps.sync.base.Policy.from_options
 decoder, the worker core and both executors (MPI, simulator) then take it with no other change.
 """
 
-from hopdec.errors import ConfigError
+from hopdec.errors import ConfigError, did_you_mean
 from hopdec.ps.sync.asp import ASPPolicy
 from hopdec.ps.sync.backup import DEFAULT_BACKUP_WORKERS, BackupPolicy  # noqa: F401  (re-exported)
 from hopdec.ps.sync.base import Policy
@@ -65,7 +65,6 @@ def sync_policy(sync, workers, **options):
     """
     cls = POLICIES.get(sync)
     if cls is None:
-        from hopdec.errors import did_you_mean
         raise ConfigError(f"--sync must be one of {', '.join(POLICIES)}, got {sync!r}"
                           f"{did_you_mean(str(sync), list(POLICIES))}")
     if isinstance(workers, int):

@@ -156,6 +156,20 @@ def test_an_evaluation_interval_far_below_an_iteration_ends(tmp_path):
     assert 4 <= len(evals) <= 20 and evals[-1]["final"]
 
 
+@pytest.mark.parametrize("argv, updates", [
+    (["--sync", "esync", "-n", "2", "--iterations", "40"], "server: 39 updates"),
+    (["--sync", "asp", "-n", "3", "--iterations", "100", "--compute-time", "5000"], "server: 300 updates")])
+def test_a_server_nic_transfer_below_the_clocks_resolution_ends(argv, updates):
+    """A hub transfer with a few bytes left above the completion tolerance, whose time left is below the
+    float resolution of now (now + dt == now), was rescheduled at one virtual time forever (100% CPU)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "hopdec", "sim", "--no-progress", "--message-mb", "0.001",
+                          "--bandwidth", "100", *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert updates in out.stdout
+
+
 def test_training_options_in_a_timing_only_simulation_are_one_note(capsys):
     """``hopdec sim --lr 0.5`` (timing only) took the lr and changed nothing, without a word. One note names
     what changes nothing (not an error: one command line serves train and sim); --batch-size counts with

@@ -440,7 +440,11 @@ class Network:
         hub.v += self.cap[h] / len(active[h]) * (now - hub.t)
         hub.t = now
         arrived, nexts = [], []
-        while hub.tags and hub.tags[0][0] - hub.v <= 1e-9 * max(1.0, hub.tags[0][0]):
+        share = self.cap[h] / len(active[h])
+        # done: bytes left within the tolerance, or so few that their time is below now's float resolution
+        # (now + dt == now: rescheduled at the same time forever otherwise)
+        while hub.tags and ((left := hub.tags[0][0] - hub.v) <= 1e-9 * max(1.0, hub.tags[0][0])
+                            or now + left / share <= now):
             f = heapq.heappop(hub.tags)[2]
             for r in f[_RES]:
                 del active[r][f[_ID]]

@@ -94,6 +94,18 @@ def test_state_dict_round_trip_resumes_at_the_position(tmp_path, finish_all):
         opt2.load_state_dict(ck["o"])
 
 
+def test_a_state_dict_after_finish_with_a_log_gives_the_whole_logs_offset(tmp_path):
+    """``opt.state_dict()`` after ``finish()`` (a checkpoint at the end of a script) with ``log_dir`` failed
+    with AttributeError ('NoneType' object has no attribute 'flush': the log was closed)."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.1, log_dir=str(tmp_path))
+    train(m, opt, 3)
+    opt.finish()
+    hop = opt.state_dict()["hop"]
+    assert hop["position"] == 3
+    assert hop["log_offset"] == os.path.getsize(tmp_path / "rank0.jsonl") > 0
+
+
 def test_a_global_step_hook_sees_each_optimizer_once_per_step(finish_all):
     """As the README says (and as with torch's own wrappers): one call for ``opt.step()`` and one for the
     wrapped optimizer's step inside it, each with its own optimizer, the outer one first."""

@@ -76,6 +76,7 @@ class RankLogger:
         self.rank = rank
         self.path = None
         self._f = None
+        self._closed_at = 0     # the file's size once closed
         if log_dir:
             self.open(log_dir, header, append)
         self.entries = [] if entries else None     # (time, iter) of every iteration entered
@@ -130,7 +131,10 @@ class RankLogger:
         return (self.last_iter - self.first_iter) / (self.last_time - self.first_time)
 
     def tell(self):
-        """Bytes written so far (every record complete: the file is line-buffered)."""
+        """Bytes written so far (every record complete: the file is line-buffered); once closed, the whole
+        file's (a checkpoint taken after the end)."""
+        if self._f is None:
+            return self._closed_at
         self._f.flush()
         return self._f.tell()
 
@@ -138,6 +142,8 @@ class RankLogger:
         if self._f:
             f, self._f = self._f, None
             with writing(self.path):
+                f.flush()
+                self._closed_at = f.tell()
                 f.close()
 
 
@@ -149,8 +155,11 @@ class EventLog:
     def __init__(self, log_dir, header, append=False):
         self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
         self.path = log_path(log_dir, 0) if log_dir else None
+        self._closed_at = 0
 
     def tell(self):
+        if self._f is None:
+            return self._closed_at
         self._f.flush()
         return self._f.tell()
 
@@ -163,6 +172,8 @@ class EventLog:
         if self._f:
             f, self._f = self._f, None
             with writing(self.path):
+                f.flush()
+                self._closed_at = f.tell()
                 f.close()
 
 

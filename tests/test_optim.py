@@ -285,6 +285,24 @@ def test_replaced_parameters_are_followed(finish_all):
     assert m[2].bias.untyped_storage().data_ptr() == opt.flat.values().untyped_storage().data_ptr()
 
 
+@pytest.mark.parametrize("how", ["data", "set_", "buffer"])
+def test_a_storage_replaced_between_steps_keeps_its_values(how, finish_all):
+    """``p.data = t`` or ``p.set_(t)`` between steps (the same tensor, another storage) was undone: the
+    values went into the foreign storage and the next step re-pointed the tensor at the buffer's old ones."""
+    m = net()
+    opt = HopOptimizer(m, torch.optim.SGD, lr=0.0, average_buffers=True)
+    finish_all.append(opt)
+    train(m, opt, 1)
+    t = m[1].running_mean if how == "buffer" else m[0].weight
+    seven = torch.full_like(t, 7.0)
+    with torch.no_grad():
+        t.set_(seven.clone()) if how == "set_" else setattr(t, "data", seven.clone())
+    opt.step()
+    t = m[1].running_mean if how == "buffer" else m[0].weight
+    assert torch.equal(t.detach(), seven)
+    assert t.untyped_storage().data_ptr() == opt.flat.values().untyped_storage().data_ptr()
+
+
 def test_consensus_model_on_one_rank_is_the_model_with_buffers(finish_all):
     m = net()
     opt = HopOptimizer(m, torch.optim.SGD, lr=0.1)

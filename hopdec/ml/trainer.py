@@ -412,6 +412,11 @@ class FlatModel:
         to it."""
         self._point_views(_as_tensor(self._stores[self._cur]) if self._views is None else self._views)
 
+    def repoint(self):
+        """Point every parameter and averaged buffer back at its place (the values, or the copy local steps
+        train): after the user gave one another storage (``p.data = t``, ``p.set_(t)``) or replaced it."""
+        self._point_at()
+
     def views_on(self, work):
         """Point the parameters (and averaged buffers) at ``work`` (a tensor of :attr:`numel` on the device)
         while the values stay where they are: local steps train a copy while the values are sent

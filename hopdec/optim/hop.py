@@ -982,11 +982,7 @@ class HopOptimizer(torch.optim.Optimizer):
         """Follow a tensor the model now holds instead of a tracked one (same shape, dtype, device): its
         values go into the buffer, it becomes the view, and the optimizer's groups and state follow it."""
         old, new = self._tracked[change.slot], change.new
-        with torch.no_grad():
-            values = new.detach().clone()
-            if new is not old:
-                new.data = old.data                     # the slot's view of the buffer
-            new.data.copy_(values)
+        values = new.detach().clone()
         if new is not old:
             self._tracked[change.slot] = new
             slots = self.flat._params if change.slot < len(self.flat._params) else self.flat._buffers
@@ -997,6 +993,11 @@ class HopOptimizer(torch.optim.Optimizer):
             if old in self.optimizer.state:
                 self.optimizer.state[new] = self.optimizer.state.pop(old)
             self._owners = life.owners(self.model, self._tracked) if self.model is not None else []
+        # (p.data = t or p.set_(t): the same tensor on another storage, so it too is pointed back at its slot
+        # before the values are copied in -- else they went into the foreign storage and were lost)
+        self.flat.repoint()
+        with torch.no_grad():
+            new.data.copy_(values)
 
 
 _FIXED = frozenset({"optimizer", "param_groups", "state", "defaults", "model", "flat", "core", "io"})

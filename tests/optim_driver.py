@@ -303,6 +303,20 @@ def scenario_layout(out):
     print(f"@@layout built on rank {rank}", flush=True)
 
 
+def scenario_order(out):
+    """Rank 1 builds its parameter groups in another order (from a set of names, say): the same shapes
+    (two Linear(4, 4)), so the buffers would be averaged crosswise -- a weight with a bias of another layer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    names = ["0.weight", "0.bias", "1.weight", "1.bias"]
+    if rank == 1:
+        names = ["1.weight", "1.bias", "0.weight", "0.bias"]
+    params = dict(model.named_parameters())
+    HopOptimizer([{"params": [params[n]]} for n in names], torch.optim.SGD, model=model, lr=0.05,
+                 topology="ring", peer_timeout=20)
+    print(f"@@order built on rank {rank}", flush=True)
+
+
 def scenario_plan(out, what):
     """Rank 1 reads another topology file (as if its host's copy differed), or is given another max_ig."""
     torch.manual_seed(0)
@@ -620,7 +634,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  periodic=scenario_periodic, serial=scenario_serial, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
-                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout,
+                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order,
                  plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"),
                  inference=scenario_inference)
 

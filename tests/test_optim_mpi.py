@@ -369,6 +369,19 @@ def test_ranks_that_built_different_memory_layouts_are_one_line_at_construction(
     assert "@@layout built" not in out.stdout
 
 
+def test_ranks_whose_groups_list_the_parameters_in_another_order_are_one_line(mpirun, tmp_path):
+    """Rank 1 lists its parameters in another order (groups built from a set: hash randomisation) with the
+    same shapes: averaged crosswise, the only sign a warning blaming seeding. Refused in the constructor,
+    naming the first place the orders differ."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "order"], timeout=90)
+    line = the_one_line(out, 2)
+    assert re.fullmatch(r"hopdec: error: rank [012]: HopOptimizer: the ranks list their parameters in different "
+                        r"orders: tensor 0 \(from 0\) is 0.weight on rank 0, 1.weight on rank 1; every rank must pass "
+                        r"the same parameters in the same order \(param groups built from a set or dict of "
+                        r"per-rank order\?\), else their buffers are averaged crosswise", line), line
+    assert "@@order built" not in out.stdout
+
+
 @pytest.mark.parametrize("what, says", [
     ("topology", r"rank 1 and rank 0 read different topologies \(sha256 \w+ on rank 1, \w+ on rank 0\): every rank "
                  r"must read the same file \(one that differs between hosts\?\)"),

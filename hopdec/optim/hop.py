@@ -150,7 +150,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._names = names + _names(model, buffers, "buffer")
         self._owners = life.owners(model, self._tracked) if model is not None else []
         self.device = self.flat.device
-        life.check_same_layout(comm, self._tracked, float(peer_timeout))
+        life.check_same_layout(comm, self._tracked, self._names, float(peer_timeout))
 
         # ---- the run: topology, protocol, core, transport (hopdec.optim.assembly) ----
         self.timeout = float(peer_timeout)

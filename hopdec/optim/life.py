@@ -118,17 +118,41 @@ def check_same_plan(plans):
                       f"{r}, {ref!r} on rank 0")
 
 
-def check_same_layout(comm, tensors, timeout):
-    """Every rank's averaged tensors have the same shapes and memory layouts, in the same order (collective,
-    bounded by ``timeout``): the same line on every rank, naming two ranks that differ
-    (:func:`hopdec.ml.models.layout_difference`, what ``hopdec train`` says too)."""
+def check_same_layout(comm, tensors, names, timeout):
+    """Every rank's averaged tensors have the same shapes and memory layouts, under the same names in the
+    same order (collective, bounded by ``timeout``): the same line on every rank, naming two ranks that
+    differ (:func:`hopdec.ml.models.layout_difference`, what ``hopdec train`` says too). Names: groups
+    listed in another order per rank (built from a set) with equal shapes were averaged crosswise."""
+    import zlib
+
     from hopdec.errors import ConfigError
     from hopdec.ml.models import layout_difference, tensor_layout
     from hopdec.transport.collectives import allgather_json, first_difference
-    every = allgather_json(comm, tensor_layout(tensors), timeout, "HopOptimizer(): comparing the ranks' models")
-    found = first_difference(every)
+    what = "HopOptimizer(): comparing the ranks' models"
+    names = [_unwrapped(n) for n in names]
+    every = allgather_json(comm, tensor_layout(tensors) + [zlib.crc32("\n".join(names).encode())], timeout, what)
+    found = first_difference([e[:-1] for e in every])
     if found is not None:
-        raise ConfigError(f"HopOptimizer: {layout_difference(found[0], every[found[0]], every[0])}")
+        raise ConfigError(f"HopOptimizer: {layout_difference(found[0], every[found[0]][:-1], every[0][:-1])}")
+    if first_difference([e[-1:] for e in every]) is None:
+        return
+    # (every rank saw the same difference: all take part in this second exchange, of the names themselves)
+    lists = allgather_json(comm, list(names), timeout, what)
+    r = next(r for r, got in enumerate(lists) if got != lists[0])
+    i = next(i for i, (a, b) in enumerate(zip(lists[0], lists[r])) if a != b)
+    raise ConfigError(f"HopOptimizer: the ranks list their parameters in different orders: tensor {i} (from 0) "
+                      f"is {lists[0][i]} on rank 0, {lists[r][i]} on rank {r}; every rank must pass the same "
+                      f"parameters in the same order (param groups built from a set or dict of per-rank "
+                      f"order?), else their buffers are averaged crosswise")
+
+
+def _unwrapped(name):
+    """A tensor's name without the prefixes of wrappers that leave the model as it is (``torch.compile``'s
+    ``_orig_mod.``, DDP's ``module.``): one rank compiled and another not hold the same tensors."""
+    for prefix in ("_orig_mod.", "module."):
+        while name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
 
 
 def check_dtypes(tensors, names, buffers=0):

@@ -332,6 +332,17 @@ def scenario_plan(out, what):
     print(f"@@plan built on rank {rank}", flush=True)
 
 
+def scenario_bad_topology(out):
+    """Every rank is given a damaged topology file (bad input, as hopdec train --topology would refuse)."""
+    path = os.path.join(os.path.dirname(out), "broken.json")
+    if rank == 0:
+        with open(path, "w") as f:
+            f.write('{"nodes": [0, 1, 2], "edges": [[0, 1]')
+    comm.Barrier()
+    HopOptimizer(torch.nn.Linear(6, 3), torch.optim.SGD, lr=0.05, topology=path, peer_timeout=20)
+    print(f"@@bad_topology built on rank {rank}", flush=True)
+
+
 def scenario_ft(out):
     """fault_tolerance=True: rank 3 dies (os._exit) after 5 steps, just before every rank's consensus call
     there; the survivors heal the graph, reduce again among themselves, finish their loops and agree where
@@ -634,7 +645,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  periodic=scenario_periodic, serial=scenario_serial, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
-                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order,
+                 adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order, bad_topology=scenario_bad_topology,
                  plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"),
                  inference=scenario_inference)
 

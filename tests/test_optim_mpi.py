@@ -382,6 +382,15 @@ def test_ranks_whose_groups_list_the_parameters_in_another_order_are_one_line(mp
     assert "@@order built" not in out.stdout
 
 
+def test_a_damaged_topology_file_is_bad_input_exit_2(mpirun, tmp_path):
+    """A topology file that cannot be read is bad input, exit 2 as for hopdec train --topology (was 3, the
+    code of a failure while running: only ConfigError was mapped to 2)."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "bad_topology"], timeout=90)
+    line = the_one_line(out, 2)
+    assert re.fullmatch(r"hopdec: error: rank [012]: .*broken\.json.*", line), line
+    assert "@@bad_topology built" not in out.stdout
+
+
 @pytest.mark.parametrize("what, says", [
     ("topology", r"rank 1 and rank 0 read different topologies \(sha256 \w+ on rank 1, \w+ on rank 0\): every rank "
                  r"must read the same file \(one that differs between hosts\?\)"),

@@ -8,9 +8,10 @@ the exception and where it was raised::
 
     hopdec: error: rank 2: ValueError: bad batch (at train.py:57; HOPDEC_DEBUG=1 shows the traceback)
 
-and the job is aborted (``MPI_Abort``, exit code 3; 2 for a setting refused, ``ConfigError``): the other
-ranks do not wait out their peer timeout and print nothing. When several ranks fail at once they elect one reporter
-(:class:`hopdec.runtime.failures.FailureChannel`). ``HOPDEC_DEBUG=1`` prints the traceback first.
+and the job is aborted (``MPI_Abort``, exit code 3; 2 for bad input, ``ConfigError`` or ``TopologyError``):
+the other ranks do not wait out their peer timeout and print nothing. When several ranks fail at once they
+elect one reporter (:class:`hopdec.runtime.failures.FailureChannel`). ``HOPDEC_DEBUG=1`` prints the
+traceback first.
 
 Ctrl-C. The launch scripts turn Ctrl-C, SIGTERM and SIGHUP into SIGUSR1 to every rank (the clean stop of
 ``hopdec train``, :mod:`hopdec.runtime.interrupt`); in a user's script that default-killed every rank (an
@@ -45,8 +46,9 @@ from hopdec.transport.waiting import PeerTimeout
 
 PROG = "hopdec"
 BAD_INPUT = 2
-"""The exit code of a job ended by a :class:`hopdec.errors.ConfigError` (a setting refused), as ``hopdec
-train``'s for bad input; anything else raised ends it with 3."""
+"""The exit code of a job ended by a :class:`hopdec.errors.ConfigError` (a setting refused) or a
+:class:`hopdec.errors.TopologyError` (a topology file that cannot be used), as ``hopdec train``'s for bad
+input; anything else raised ends it with 3."""
 _installed = {"comm": None, "previous": None, "early": False, "built": False}
 _exit = {}
 """The last failing ``sys.exit`` since the last step: ``status``, ``name`` (``sys.exit``, ``exit``, ``quit``)
@@ -245,11 +247,12 @@ def _hook(etype, err, tb):
     comm = _job()
     if comm is None:
         return previous(etype, err, tb)
-    from hopdec.errors import ConfigError
+    from hopdec.errors import ConfigError, TopologyError
     from hopdec.runtime.failures import ABORT_CODE
     if os.environ.get("HOPDEC_DEBUG"):
         previous(etype, err, tb)
     if issubclass(etype, KeyboardInterrupt):
         code, line = stopped(tb)
         return _abort(comm, line, code, kind="stopped")
-    _abort(comm, as_one_line(err, tb), BAD_INPUT if isinstance(err, ConfigError) else ABORT_CODE)
+    _abort(comm, as_one_line(err, tb), BAD_INPUT if isinstance(err, (ConfigError, TopologyError))
+           else ABORT_CODE)

@@ -685,6 +685,20 @@ def test_skipping_that_never_skips_is_refused_and_the_notes_train_prints_are_war
     finish_all.append(opt)
 
 
+@pytest.mark.parametrize("cls", ["HopOptimizer", "HopSGD"])
+def test_a_warning_points_at_the_users_line(cls, finish_all):
+    """A warning names the line of the user's script that built the optimizer (HopSGD's pointed into
+    hop.py, a first step's into torch's wrappers)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        opt = (HopOptimizer(net(), torch.optim.SGD, lr=0.1, staleness=1, skip="max-jump=4") if cls == "HopOptimizer"
+               else HopSGD(net(), lr=0.1, staleness=1, skip="max-jump=4"))
+    finish_all.append(opt)
+    notes = [w for w in seen if "max-jump=4" in str(w.message)]
+    assert [os.path.basename(w.filename) for w in notes] == ["test_optim.py"], [(w.filename, w.lineno) for w in notes]
+
+
 def frozen_backbone(seed=0, sparse=False):
     """A fine-tuning model: a frozen embedding (``sparse`` for SparseAdam) and a trainable head."""
     torch.manual_seed(seed)

@@ -194,6 +194,16 @@ class _WatchedExit:
         return repr(self.fn)
 
 
+def user_stacklevel():
+    """The ``stacklevel`` of a ``warnings.warn`` made by the caller that names the user's line: the first
+    frame outside hopdec, torch and Python's library (HopSGD's ``super().__init__``, torch's step wrappers
+    in between), else the caller's caller."""
+    f, level = sys._getframe(1), 1
+    while f is not None and _library(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    return level if f is not None else 2
+
+
 def _library(path):
     """Whether ``path`` is code of Python's standard library, an installed package or hopdec (not the
     user's: where a ``sys.exit`` is reported from)."""

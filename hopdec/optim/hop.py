@@ -161,13 +161,13 @@ class HopOptimizer(torch.optim.Optimizer):
                               f"rank{'' if self.size == 1 else 's'}")
         if self.rank == 0:                  # what hopdec train prints of the topology file (a periodic W, ...)
             for note in graph.graph.get("notes", ()):
-                warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=2)
+                warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=failing.user_stacklevel())
         self.cfg, views, notes = assembly.protocol_config(
             protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
             self.fault_tolerant, compress, (local_steps, outer_optimizer, outer_lr, outer_momentum))
         if self.rank == 0:                  # what hopdec train prints as "note:" (skip max-jump > max_ig, ...)
             for note in notes:
-                warnings.warn(note, UserWarning, stacklevel=2)
+                warnings.warn(note, UserWarning, stacklevel=failing.user_stacklevel())
         from hopdec.hop.config import gap_bound
         from hopdec.hop.worker import Worker
         self.core = Worker(views[self.rank], self.cfg)
@@ -678,7 +678,7 @@ class HopOptimizer(torch.optim.Optimizer):
                           f"{', '.join(map(str, differ[:8]))}{' ...' if len(differ) > 8 else ''} differ from rank "
                           f"0's): Hop's workers start from one model, as hopdec train's do; seed the model the "
                           f"same on every rank (torch.manual_seed before building it) or load one state dict",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=failing.user_stacklevel())
         self._stop = stopping.AgreedStop(self.comm, self.timeout)     # (collective: every rank, here)
         refusals = [(r, g[1]) for r, g in enumerate(got) if g[1]]
         if refusals:                            # the same line on every rank

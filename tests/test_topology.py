@@ -515,6 +515,21 @@ def test_zero_weight_edges_are_not_edges(tmp_path):
         _load_text(tmp_path, text)
 
 
+def test_a_graph_object_gets_the_weights_a_file_of_its_edges_gets(tmp_path):
+    """An nx.DiGraph without weights (what HopOptimizer(topology=G) takes) was refused ("edge 0->1 has no
+    weight") where a file of the same edges gets Hop eq. (1) weights; some weights only: the file's error."""
+    edges = [(0, 1), (1, 2), (2, 0), (0, 2)]
+    G = T.from_graph(nx.DiGraph(edges), "G")
+    F = _load_text(tmp_path, "".join(f"{u} {v}\n" for u, v in edges))
+    assert np.array_equal(T.mixing_matrix(G), T.mixing_matrix(F))
+    partial = nx.DiGraph(edges)
+    partial.edges[0, 1]["weight"] = 0.5
+    with pytest.raises(TopologyError, match=r"^G: some edges have weights and some do not \(e.g. 0->2 has none\)"):
+        T.from_graph(partial, "G")
+    weighted = T.from_graph(F, "F")            # weighted already: as effective_graph
+    assert np.array_equal(T.mixing_matrix(weighted), T.mixing_matrix(F))
+
+
 def test_given_weights_are_renormalised_with_a_note(tmp_path):
     G = _load_text(tmp_path, "0 1 2\n1 0 2\n0 0 2\n1 1 6\n")
     W = T.mixing_matrix(G)

@@ -37,7 +37,7 @@ def resolve_topology(spec, size):
     from hopdec import topology as T
     from hopdec.modes.decentralized import resolve_topology as resolve
     if spec is not None and not isinstance(spec, (str, os.PathLike)):
-        return T.effective_graph(spec, spec.graph.get("source", "topology"))
+        return T.from_graph(spec, spec.graph.get("source", "topology"))
     spec = None if spec is None else os.fspath(spec)
     try:
         return resolve(spec, size)

@@ -26,7 +26,7 @@ from hopdec.topology.generators import (GENERATORS, HIERARCHICAL_VARIANTS, compl
                                         default_machine_sizes, default_topology, double_ring,
                                         exponential, hierarchical, ring, ring_based, torus)
 from hopdec.topology.graph_io import (check_strongly_connected, effective_graph,  # noqa: F401
-                                      in_neighbors, load, out_neighbors, save, validate)
+                                      from_graph, in_neighbors, load, out_neighbors, save, validate)
 from hopdec.topology.spectral import (eigenvalue_moduli, normalized_laplacian_gap,  # noqa: F401
                                       spectral_gap)
 from hopdec.topology.weights import (TOL, effective_weights, is_column_stochastic,  # noqa: F401

@@ -193,6 +193,21 @@ def load(path, connected=True):
                 f"{src}: looks like XML (GraphML?); hopdec reads node-link JSON or an edge list (convert with "
                 f"networkx: json.dump(nx.node_link_data(nx.read_graphml(path, node_type=int)), f))")
         G, weighted = _parse_edge_list(text, src)
+    return _weighted(G, src, weighted, connected)
+
+
+def from_graph(G, source="<graph>", connected=True):
+    """The graph training uses from an ``nx.DiGraph`` (``HopOptimizer(topology=G)``), by :func:`load`'s
+    rules: no weights at all gets Hop eq. (1) weights, some only is an error, given ones are used as in a
+    file (``G`` is not changed)."""
+    given = [w is not None for _, _, w in G.edges(data="weight")]
+    weighted = "none" if not any(given) else "all" if all(given) else "some"
+    return _weighted(nx.DiGraph(G), source, weighted, connected)
+
+
+def _weighted(G, src, weighted, connected):
+    """:func:`load`'s end: weights filled in as ``weighted`` ("all", "some", "none") says, then
+    :func:`effective_graph`."""
     if weighted == "some":
         missing = [(u, v) for u, v, w in G.edges(data="weight") if w is None and u != v]
         missing = missing or [(u, v) for u, v, w in G.edges(data="weight") if w is None]

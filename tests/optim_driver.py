@@ -284,6 +284,32 @@ def scenario_two(out):
                                                          for p in m.parameters())))), flush=True)
 
 
+def scenario_two_uneven(out):
+    """A GAN's two optimizers with a different number of steps per rank: a rank in one optimizer's finish()
+    must keep the other's neighbours going (it served only its own: the others hung in the other's step)."""
+    torch.manual_seed(0)
+    gen = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 6))
+    disc = model_with_batchnorm()
+    opt_g = HopOptimizer(gen, torch.optim.Adam, lr=1e-3, topology="ring", peer_timeout=15)
+    opt_d = HopOptimizer(disc, torch.optim.SGD, lr=0.05, topology="ring-based", peer_timeout=15)
+    crit = torch.nn.CrossEntropyLoss()
+    steps = 6 + 3 * rank
+    for k in range(steps):
+        x, y = batch(k)
+        opt_d.zero_grad()
+        crit(disc(torch.cat([x, gen(torch.randn(8, 4)).detach()])), torch.cat([y, torch.zeros(8).long()])).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        crit(disc(gen(torch.randn(8, 4))), torch.ones(8).long()).backward()
+        opt_g.step()
+    opt_d.finish()                      # (collective: in the same order on every rank)
+    opt_g.finish()
+    g, d = opt_g.consensus_model(root=0), opt_d.consensus_model(root=0)
+    report("two_uneven", dict(steps=steps, g=opt_g.iteration, d=opt_d.iteration,
+                              finite=bool(rank != 0 or all(torch.isfinite(p).all() for m in (g, d)
+                                                          for p in m.parameters()))))
+
+
 def scenario_shapes(out):
     """Rank 2 builds a wider first layer (a rank-dependent size): its messages would have another length."""
     torch.manual_seed(0)
@@ -505,6 +531,36 @@ def scenario_serial(out, late=False):
     report("serial_late" if late else "serial", dict(steps=steps, end=opt.iteration))
 
 
+def scenario_serial_consensus(out):
+    """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts, then
+    consensus_model() before finish(): a rank waiting there is paused before sending its update, which a
+    neighbour still training waits for -- with no edge back, nothing told it so (hung until the peer timeout)."""
+    import networkx as nx
+
+    from hopdec.topology import with_default_weights
+    g = with_default_weights(nx.DiGraph([(i, (i + 1) % size) for i in range(size)] + [(0, 2)]))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model.parameters(), torch.optim.SGD, model=model, lr=0.1, topology=g,
+                       compute_graph="serial", peer_timeout=15)
+    steps = 6 + 3 * (rank % 2)
+    x = torch.randn(8, 4)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    at = opt.iteration
+    avg = opt.consensus_state_dict()
+    after = opt.iteration
+    for _ in range(2):                  # and training goes on after it
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    opt.finish()
+    report("serial_consensus", dict(steps=steps, at=at, after=after, end=opt.iteration,
+                                    avg=float(avg["weight"].sum() + avg["bias"].sum())))
+
+
 def scenario_stale_finish(out):
     """Staleness 2 on a ring, rank 0 done after 6 steps while the others, slow at first, go on to 14: rank 0
     ran ahead on stale updates, so their late updates arrive while it waits in finish(), with the one it
@@ -639,10 +695,10 @@ def scenario_inference(out):
 
 
 SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
-                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, shapes=scenario_shapes,
+                 caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
-                 periodic=scenario_periodic, serial=scenario_serial, seeds=scenario_seeds,
+                 periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random,
                  adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order, bad_topology=scenario_bad_topology,

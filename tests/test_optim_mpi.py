@@ -134,6 +134,20 @@ def test_unequal_step_counts_end_with_the_serial_graph_on_a_directed_graph(drive
     assert 9 <= ends.pop() <= 9 + gap + 1, ranks
 
 
+def test_a_consensus_call_after_unequal_steps_ends_with_the_serial_graph(mpirun, tmp_path):
+    """Serial graph, directed graph, 6 or 9 steps, then consensus_model(): a rank waiting there is paused
+    before Send(k), and a neighbour with no edge back to it waited in Recv(k) until the peer timeout. The
+    paused rank tells its out-neighbours; one that has sent update k asks it to serve (no gradient)."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "serial_consensus"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ranks = json.loads(re.search(r"^@@serial_consensus (.*)$", out.stdout, re.M).group(1))
+    assert [r["steps"] for r in ranks] == [6, 9, 6, 9], ranks
+    assert len({r["avg"] for r in ranks}) == 1 and len({r["end"] for r in ranks}) == 1, ranks
+    assert [r["at"] for r in ranks] == [6, 9, 6, 9], ranks
+    # the ranks behind served up to the others' iteration and no further: the same cut every time
+    assert [r["after"] for r in ranks] == [9] * 4, ranks
+
+
 def test_done_ranks_run_ahead_of_a_late_rank_as_far_as_the_gap_bound_and_no_further(driven):
     """Rank 1 evaluates for a second after its last step (9) before finish(): the done ranks serve on
     until tokens stop them -- rank 0, three hops downstream, at 9 + max_ig (the gap bound, 2) -- and the
@@ -344,6 +358,19 @@ def test_two_optimizers_and_the_scripts_own_messages_share_the_ranks(mpirun, tmp
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     got = json.loads(re.search(r"^@@two (.*)$", out.stdout, re.M).group(1))
     assert got == dict(g=15, d=15, heard=[k * 10 + 3 for k in range(15)], finite=True), got
+
+
+def test_two_optimizers_with_unequal_step_counts_end(mpirun, tmp_path):
+    """A GAN's two optimizers, 6..15 steps per rank: a rank waiting in one's
+    finish() keeps the other's neighbours going (mixing without a gradient, as a wait in consensus_model()
+    does), so every rank ends (the ranks that stopped first served one optimizer only: the others hung in
+    the other's step until the peer timeout)."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "two_uneven"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ranks = json.loads(re.search(r"^@@two_uneven (.*)$", out.stdout, re.M).group(1))
+    assert [r["steps"] for r in ranks] == [6, 9, 12, 15]
+    assert len({r["g"] for r in ranks}) == 1 and len({r["d"] for r in ranks}) == 1, ranks   # one common stop
+    assert ranks[0]["g"] >= 15 and ranks[0]["d"] >= 15 and ranks[0]["finite"], ranks
 
 
 def test_ranks_that_built_different_models_are_one_line_at_construction(mpirun, tmp_path):

@@ -31,7 +31,13 @@ most the last rank's steps + gap bound + 1 (iterations of mixing without a gradi
 While a rank waits in ``consensus_model()``, it advances without a gradient only when a neighbour is
 known to be ahead of it (:func:`neighbour_ahead`): that neighbour may be unable to reach its own call
 without this rank's next update (after iteration skipping, or with unequal step counts). With every rank at
-the same iteration, nobody is ahead and nothing changes: the call is deterministic.
+the same iteration, nobody is ahead and nothing changes: the call is deterministic. With the serial graph
+a neighbour level with it may already have sent update k and wait for this rank's in Recv(k) -- or may be
+paused before ComputeGradient(k) too (in the same call: then nothing must change). An update in hand
+tells the first case apart, but an out-neighbour with no edge back sends none: so a rank paused there
+says so to its out-neighbours (PAUSED k), and one that has sent update k answers (NEED k), which lets it
+serve iteration k. Neither is sent once the sender said it is done (its DONE message counts them, so the
+channel's close receives every one: no message is left on a freed communicator).
 """
 
 import numpy as np
@@ -39,6 +45,8 @@ import numpy as np
 from hopdec.transport.waiting import poll_until
 
 TAG_DONE = 411
+TAG_PAUSED = 412        # "I am paused before ComputeGradient(k) in a consensus call" (serial graph)
+TAG_NEED = 413          # "I have sent update k and wait for yours": serve iteration k
 
 
 def neighbour_ahead(core, level=False):
@@ -70,11 +78,14 @@ class EndChannel:
         self.failed = False                 # a peer's failure seen here (fault tolerant): the owner heals
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.peers = [r for r in range(self.size) if r != self.rank]
-        self.bufs = {r: np.zeros(1, dtype=np.int64) for r in self.peers}
+        self.bufs = {r: np.zeros(2, dtype=np.int64) for r in self.peers}
         self.reqs = [self.comm.Irecv(self.bufs[r], source=r, tag=TAG_DONE) for r in self.peers]
         self.heard = {}                     # rank -> its consensus calls, once it said it is done
         self.sends = []
         self.done = False
+        self.notes_to = {}                  # rank -> PAUSED/NEED notes sent to it (said in DONE)
+        self.notes_from = {}                # rank -> notes received from it
+        self.note_sends = []
 
     def _test(self):
         from mpi4py import MPI
@@ -91,13 +102,38 @@ class EndChannel:
                 self.failed = True
                 return self.heard
             for i in got or ():
-                self.heard[self.peers[i]] = int(self.bufs[self.peers[i]][0])
+                self.heard[self.peers[i]] = int(self.bufs[self.peers[i]][0])      # ([1]: its notes to this rank)
         return self.heard
 
     def announce_done(self, consensus_calls):
-        note = np.array([consensus_calls], dtype=np.int64)
-        self.sends = [(note, self.comm.Isend(note, dest=r, tag=TAG_DONE)) for r in self.peers]
+        notes = {r: np.array([consensus_calls, self.notes_to.get(r, 0)], dtype=np.int64) for r in self.peers}
+        self.sends = [(notes[r], self.comm.Isend(notes[r], dest=r, tag=TAG_DONE)) for r in self.peers]
         self.done = True
+
+    def note(self, dest, tag, iteration):
+        """Send ``dest`` a PAUSED or NEED note of ``iteration`` (nothing once this rank said it is done)."""
+        if self.done or self.failed:
+            return
+        buf = np.array([iteration], dtype=np.int64)
+        self.note_sends = [s for s in self.note_sends if not s[1].Test()]
+        self.note_sends.append((buf, self.comm.Isend(buf, dest=dest, tag=tag)))
+        self.notes_to[dest] = self.notes_to.get(dest, 0) + 1
+
+    def take_notes(self):
+        """The notes that arrived: ``({rank: latest PAUSED iteration}, {rank: latest NEED iteration})``."""
+        from mpi4py import MPI
+        got = ({}, {})
+        if self.failed:
+            return got
+        status = MPI.Status()
+        buf = np.zeros(1, dtype=np.int64)
+        for tag, into in ((TAG_PAUSED, got[0]), (TAG_NEED, got[1])):
+            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+                src = status.Get_source()
+                self.comm.Recv(buf, source=src, tag=tag)
+                self.notes_from[src] = self.notes_from.get(src, 0) + 1
+                into[src] = max(into.get(src, -1), int(buf[0]))
+        return got
 
     def finished_ranks(self):
         """The other ranks that said they are done, with their consensus calls ``{rank: calls}``."""
@@ -127,7 +163,13 @@ class EndChannel:
 
     def close(self):
         from mpi4py import MPI
-        poll_until(lambda: MPI.Request.Testall([r for _, r in self.sends]), self.timeout,
+        poll_until(lambda: MPI.Request.Testall([r for _, r in self.sends + self.note_sends]), self.timeout,
                    f"rank {self.rank}: finish(): a done message was not received for {self.timeout:.0f} s")
         MPI.Request.Waitall(self.reqs)
+
+        def every_note_in():                # (sent before the DONE that counts them: on their way)
+            self.take_notes()
+            return all(self.notes_from.get(r, 0) >= int(self.bufs[r][1]) for r in self.peers)
+        poll_until(every_note_in, self.timeout,
+                   f"rank {self.rank}: finish(): a peer's notes were not received for {self.timeout:.0f} s")
         self.comm.Free()

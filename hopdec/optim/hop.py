@@ -61,6 +61,11 @@ serving, a copy off the wire), and one created under a caller's ``inference_mode
 ``consensus_model()``) left the model unable to train."""
 
 
+_STARTED = weakref.WeakSet()
+"""The process's HopOptimizers whose protocol is running (started, not finished): while one waits in
+``finish()`` or a consensus call, the others' neighbours may need them (:meth:`HopOptimizer._serve_others`)."""
+
+
 class _Woken(Exception):
     """Raised out of a wait (an idle hook) when what the caller waits for happened meanwhile."""
 
@@ -245,6 +250,14 @@ class HopOptimizer(torch.optim.Optimizer):
         self._resume_round = None              # ... and where in its round (local steps)
         self._at_compute = False
         self._serving = False                  # True: no gradient (finish(), consensus waits)
+        self._waiting = False                  # True: in _serve (another's _serve_others leaves it alone)
+        # the serial graph's notes in consensus waits (hopdec.optim.ending): PAUSED k to out-neighbours,
+        # NEED k back from one that has sent update k (fault tolerant: not sent; a heal replaces the channel)
+        self._notes_on = self.cfg.compute_graph == "serial" and self.size > 1 and not self.fault_tolerant
+        self._sent_upto = -1                   # the last iteration whose update this rank sent
+        self._paused = {}                      # in-neighbour -> the iteration it said it is paused at
+        self._needed = -1                      # the latest iteration an out-neighbour asked this rank to serve
+        self._announced = None                 # the iteration this rank said it is paused at
         self._paused_at = time.time()          # when the user's loop got control (its compute time)
         self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
         self._served = set()                   # iterations mixed without a gradient
@@ -526,6 +539,7 @@ class HopOptimizer(torch.optim.Optimizer):
         train``'s runner does."""
         from hopdec.transport.waiting import PeerFailed
         self.finished = True
+        _STARTED.discard(self)
         while True:
             try:
                 self.io.close()
@@ -535,6 +549,9 @@ class HopOptimizer(torch.optim.Optimizer):
                     raise
                 self._heal_waiting()
         self.end.close()
+        if self._notes_on:
+            from hopdec.transport.waiting import remove_idle_hook
+            remove_idle_hook(self._trade_notes)
         if self._stop is not None:
             from hopdec.transport.waiting import remove_idle_hook
             remove_idle_hook(self._check_stop)
@@ -626,14 +643,43 @@ class HopOptimizer(torch.optim.Optimizer):
             return req.Test()
         self._serve(done, what)
 
-    def _may_serve(self):
+    def _may_serve(self, paused=False):
         """Whether a waiting rank advances without a gradient: when a neighbour is known to be ahead
         (:func:`hopdec.optim.ending.neighbour_ahead`); with update queues only (no tokens or ACKs to tell),
-        whenever it can."""
+        whenever it can; with the serial graph, when an out-neighbour asked (NEED). ``paused``: this rank is
+        served by another optimizer's wait (:meth:`_serve_others`): it says it is paused, as in a wait of
+        its own."""
         if self._loop is None or self.finished:
             return False
         level = self.end.done and self.cfg.compute_graph == "serial"     # finish(): see hopdec.optim.ending
-        return self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core, level)
+        if self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core, level):
+            return True
+        if self._notes_on and self._at_compute and not self.end.done:      # the serial graph's notes
+            self._trade_notes()
+            k = self.core.iteration
+            if self._needed >= k:
+                return True
+            if (self._waiting or paused) and self._announced != k:
+                for j in self.core.view.out_neighbors:
+                    self.end.note(j, ending.TAG_PAUSED, k)
+                self._announced = k
+        return False
+
+    def _trade_notes(self):
+        """Take the serial graph's notes that arrived, and answer an in-neighbour paused at an iteration
+        whose update this rank has sent (it waits, or will, for that neighbour's): NEED k (an idle hook,
+        so in every wait of this process; see :mod:`hopdec.optim.ending`)."""
+        if self._loop is None or self.finished or self.end.done:
+            return
+        paused, needs = self.end.take_notes()
+        for j, k in paused.items():
+            self._paused[j] = max(self._paused.get(j, -1), k)
+        for k in needs.values():
+            self._needed = max(self._needed, k)
+        for j, k in list(self._paused.items()):
+            if self._sent_upto >= k:
+                self.end.note(j, ending.TAG_NEED, k)
+                del self._paused[j]
 
     def _serve(self, done, what):
         """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
@@ -641,22 +687,61 @@ class HopOptimizer(torch.optim.Optimizer):
         so ranks that train for longer are waited for, and a hung one is found."""
         from hopdec.transport.waiting import poll_until
         serving, self._serving = self._serving, True
+        self._waiting = True
+
+        def wake():                     # (the others are served meanwhile; this wait goes on for them)
+            self._serve_others()
+            return done() or self.end.failed
         try:
             while not done():
                 if self.end.failed:            # a peer died, seen only by the end channel: heal (_poll)
                     self._poll()
                     continue
                 if self._may_serve():
-                    if self._advance(wake=lambda: done() or self.end.failed) is None and not self.end.failed:
+                    if self._advance(wake=wake) is None and not self.end.failed:
                         return                                  # woken: done
                     continue
                 seen = self._activity
-                poll_until(lambda: self._poll() or done() or self._may_serve() or self._activity != seen, self.timeout,
+                poll_until(lambda: self._serve_others() or self._poll() or done() or self._may_serve()
+                           or self._activity != seen, self.timeout,
                            lambda: f"rank {self.rank}: {what}: no message from any rank for {self.timeout:.0f} s; "
                                    f"a peer may have died or hung (or trains much longer than this one: raise "
                                    f"peer_timeout)")
         finally:
             self._serving = serving
+            self._waiting = False
+
+    def _serve_others(self):
+        """While this optimizer waits in ``finish()`` (:meth:`_serve`), the process's other running ones (a
+        GAN's two) mix without a gradient as their own waits would -- each one starts an iteration only when
+        a neighbour is ahead (:meth:`_may_serve`) and goes on with one it started -- without ever blocking:
+        a rank whose shard ran out waits in one optimizer's ``finish()`` while a rank still training steps
+        the other, and needs this rank's updates of that one. Returns True when one of them moved (activity:
+        the wait's peer timeout counts silence), else None.
+
+        Not in a consensus call's wait: this rank trains on after it, and how far each optimizer was served
+        there depends on timing -- two optimizers stepped in turn whose iterations then differ by another
+        amount on each rank wait on each other (ranks that take different numbers of steps call
+        ``finish()`` before ``consensus_model()``, README)."""
+        if not self.end.done:
+            return None
+        moved = None
+        for o in list(_STARTED):
+            if o is self or o.finished or o._waiting or o._loop is None:
+                continue
+            o._poll()
+            if o._at_compute and not o._may_serve(paused=True):   # (between steps: start only when needed)
+                continue
+            serving, o._serving = o._serving, True
+            before = o._activity, o.core.iteration
+            try:
+                went = o._advance(wake=lambda: True)            # up to the first wait, never into it
+            finally:
+                o._serving = serving
+            o._hand_back()
+            if went or (o._activity, o.core.iteration) != before:
+                moved = True
+        return moved
 
     # ------------------------------------------------------------------ driving the protocol
     def _start(self):
@@ -703,8 +788,11 @@ class HopOptimizer(torch.optim.Optimizer):
         stopping.take_signals(self)
         from hopdec.transport.waiting import add_idle_hook
         add_idle_hook(self._check_stop)
+        if self._notes_on:
+            add_idle_hook(self._trade_notes)
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
+        _STARTED.add(self)
         sent, self._resume_sent = self._resume_sent, None
         if sent is not None:
             # a resume with averaged buffers: the loop's first forward has moved them already, but the
@@ -754,6 +842,7 @@ class HopOptimizer(torch.optim.Optimizer):
                 if isinstance(a, ComputeGradient) and self._serving:
                     self._served.add(a.iteration)
                 elif isinstance(a, SendParams):
+                    self._sent_upto = max(self._sent_upto, a.iteration)
                     self._sent()
                 continue
             if wake is not None and wake():

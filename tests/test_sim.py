@@ -170,6 +170,18 @@ def test_a_server_nic_transfer_below_the_clocks_resolution_ends(argv, updates):
     assert updates in out.stdout
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--sync", "ssp"], "the sync model's gap bound held at all"),
+    (["--sync", "asp"], "--invariants on: --sync asp bounds no gap, so nothing was checked"),
+    (["--sync", "esync"], "--invariants on: --sync esync bounds no gap, so nothing was checked"),
+    (["--mode", "allreduce"], "--invariants on: the all-reduce has no protocol state to check (lockstep)")])
+def test_invariants_on_says_what_was_checked_in_every_mode(argv, says):
+    """``--invariants on`` with a sync model that has no gap bound (ASP, ESync, ...) or the all-reduce
+    said nothing: the user asked for checks and could not tell whether any ran."""
+    _, text = sim(["--no-progress", "--invariants", "on", "-n", "3", "--iterations", "6", *argv])
+    assert says in text.splitlines()[-1], text
+
+
 def test_training_options_in_a_timing_only_simulation_are_one_note(capsys):
     """``hopdec sim --lr 0.5`` (timing only) took the lr and changed nothing, without a word. One note names
     what changes nothing (not an error: one command line serves train and sim); --batch-size counts with

@@ -561,6 +561,8 @@ def _run_ps(S):
         text += "".join(f"\n{line} ({cost.fidelity}, virtual time)" for line in ps.failure_notes(sim.server))
     text += "\n" + ps.server_line(sim.server, f"{elapsed:.6g} virtual s")
     checked = ("" if check is None else f"; the sync model's gap bound held at all {sim.q.events} events")
+    if check is None and S.cost.invariants == "on":             # (asked for, and there is nothing to check)
+        checked = f"; --invariants on: --sync {policy.sync} bounds no gap, so nothing was checked"
     text += "\n" + S.footer(sim, wall, checked)
     if log_dir:
         text += f"\nlogs: {log_dir}/rank*.jsonl"
@@ -625,7 +627,8 @@ def _run_allreduce(S, entries=False):
         text += "\n" + note
     text += (f"\ntraffic: {sim.bytes / max(n * ar.work.iterations, 1):,.0f} bytes per worker and iteration (a ring "
              f"all-reduce: 2(n-1) chunks of {S.message_bytes / max(n, 1):,.0f} bytes)")
-    text += "\n" + S.footer(sim, wall)
+    text += "\n" + S.footer(sim, wall, "; --invariants on: the all-reduce has no protocol state to check (lockstep)"
+                             if S.cost.invariants == "on" else "")
     if log_dir:
         text += f"\nlogs: {log_dir}/rank*.jsonl"
     print(text, file=S.out, flush=True)

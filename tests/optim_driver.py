@@ -256,58 +256,49 @@ def scenario_busy(out):
     loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
 
 
-def scenario_two(out):
-    """A GAN's shape: two optimizers on the same ranks, stepped in turn, and the script's own messages on
-    COMM_WORLD between the steps (their messages matched each other's receives: every rank hung)."""
+def gan(steps, peer_timeout, between=lambda k: None):
+    """A GAN's shape: two optimizers on the same ranks (a generator's and a discriminator's, different
+    topologies), stepped in turn ``steps`` times, ``between(k)`` after each discriminator step, finished in
+    the same order on every rank, then both consensus models on rank 0. Returns (the generator's
+    iteration, the discriminator's, whether rank 0's consensus models are finite)."""
     torch.manual_seed(0)
     gen = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 6))
     disc = model_with_batchnorm()
-    opt_g = HopOptimizer(gen, torch.optim.Adam, lr=1e-3, topology="ring", peer_timeout=20)
-    opt_d = HopOptimizer(disc, torch.optim.SGD, lr=0.05, topology="ring-based", peer_timeout=20)
+    opt_g = HopOptimizer(gen, torch.optim.Adam, lr=1e-3, topology="ring", peer_timeout=peer_timeout)
+    opt_d = HopOptimizer(disc, torch.optim.SGD, lr=0.05, topology="ring-based", peer_timeout=peer_timeout)
     crit = torch.nn.CrossEntropyLoss()
-    heard = []
-    for k in range(15):
+    for k in range(steps):
         x, y = batch(k)
         opt_d.zero_grad()
         crit(disc(torch.cat([x, gen(torch.randn(8, 4)).detach()])), torch.cat([y, torch.zeros(8).long()])).backward()
         opt_d.step()
-        heard.append(comm.sendrecv(k * 10 + rank, dest=(rank + 1) % size, source=(rank - 1) % size))
+        between(k)
         opt_g.zero_grad()
         crit(disc(gen(torch.randn(8, 4))), torch.ones(8).long()).backward()
         opt_g.step()
     opt_d.finish()
     opt_g.finish()
     g, d = opt_g.consensus_model(root=0), opt_d.consensus_model(root=0)
+    finite = rank != 0 or all(torch.isfinite(p).all() for m in (g, d) for p in m.parameters())
+    return opt_g.iteration, opt_d.iteration, bool(finite)
+
+
+def scenario_two(out):
+    """The script's own messages on COMM_WORLD between a GAN's two optimizers' steps (their messages
+    matched each other's receives: every rank hung)."""
+    heard = []
+    g, d, finite = gan(15, 20, lambda k: heard.append(comm.sendrecv(k * 10 + rank, dest=(rank + 1) % size,
+                                                                    source=(rank - 1) % size)))
     if rank == 0:
-        print("@@two " + json.dumps(dict(g=opt_g.iteration, d=opt_d.iteration, heard=heard,
-                                         finite=bool(all(torch.isfinite(p).all() for m in (g, d)
-                                                         for p in m.parameters())))), flush=True)
+        print("@@two " + json.dumps(dict(g=g, d=d, heard=heard, finite=finite)), flush=True)
 
 
 def scenario_two_uneven(out):
     """A GAN's two optimizers with a different number of steps per rank: a rank in one optimizer's finish()
     must keep the other's neighbours going (it served only its own: the others hung in the other's step)."""
-    torch.manual_seed(0)
-    gen = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 6))
-    disc = model_with_batchnorm()
-    opt_g = HopOptimizer(gen, torch.optim.Adam, lr=1e-3, topology="ring", peer_timeout=15)
-    opt_d = HopOptimizer(disc, torch.optim.SGD, lr=0.05, topology="ring-based", peer_timeout=15)
-    crit = torch.nn.CrossEntropyLoss()
     steps = 6 + 3 * rank
-    for k in range(steps):
-        x, y = batch(k)
-        opt_d.zero_grad()
-        crit(disc(torch.cat([x, gen(torch.randn(8, 4)).detach()])), torch.cat([y, torch.zeros(8).long()])).backward()
-        opt_d.step()
-        opt_g.zero_grad()
-        crit(disc(gen(torch.randn(8, 4))), torch.ones(8).long()).backward()
-        opt_g.step()
-    opt_d.finish()                      # (collective: in the same order on every rank)
-    opt_g.finish()
-    g, d = opt_g.consensus_model(root=0), opt_d.consensus_model(root=0)
-    report("two_uneven", dict(steps=steps, g=opt_g.iteration, d=opt_d.iteration,
-                              finite=bool(rank != 0 or all(torch.isfinite(p).all() for m in (g, d)
-                                                          for p in m.parameters()))))
+    g, d, finite = gan(steps, 15)
+    report("two_uneven", dict(steps=steps, g=g, d=d, finite=finite))
 
 
 def scenario_shapes(out):
@@ -506,25 +497,34 @@ def scenario_seeds(out):
     report("seeds", seen)
 
 
-def scenario_serial(out, late=False):
-    """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts: the ranks that stop
-    first pause at ComputeGradient before sending that iteration's update, which the others wait for.
-    ``late``: rank 1 takes a second between its last step and finish() (a user's evaluation), so the done
-    ranks run ahead of it as far as tokens let them."""
+def serial_chorded_cycle(peer_timeout):
+    """(model, optimizer, input) of the serial graph on a directed graph: a cycle and the chord 0 -> 2."""
     import networkx as nx
 
     from hopdec.topology import with_default_weights
     g = with_default_weights(nx.DiGraph([(i, (i + 1) % size) for i in range(size)] + [(0, 2)]))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
-    opt = HopOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, topology=g, compute_graph="serial",
-                       peer_timeout=20)
-    steps = 6 + 3 * (rank % 2)
-    x = torch.randn(8, 4)
+    opt = HopOptimizer(model.parameters(), torch.optim.SGD, model=model, lr=0.1, topology=g,
+                       compute_graph="serial", peer_timeout=peer_timeout)
+    return model, opt, torch.randn(8, 4)
+
+
+def quadratic_steps(model, opt, x, steps):
     for _ in range(steps):
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
+
+
+def scenario_serial(out, late=False):
+    """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts: the ranks that stop
+    first pause at ComputeGradient before sending that iteration's update, which the others wait for.
+    ``late``: rank 1 takes a second between its last step and finish() (a user's evaluation), so the done
+    ranks run ahead of it as far as tokens let them."""
+    model, opt, x = serial_chorded_cycle(20)
+    steps = 6 + 3 * (rank % 2)
+    quadratic_steps(model, opt, x, steps)
     if late and rank == 1:
         time.sleep(1.0)
     opt.finish()
@@ -535,27 +535,13 @@ def scenario_serial_consensus(out):
     """The serial graph on a directed graph (a 4-cycle and a chord), unequal step counts, then
     consensus_model() before finish(): a rank waiting there is paused before sending its update, which a
     neighbour still training waits for -- with no edge back, nothing told it so (hung until the peer timeout)."""
-    import networkx as nx
-
-    from hopdec.topology import with_default_weights
-    g = with_default_weights(nx.DiGraph([(i, (i + 1) % size) for i in range(size)] + [(0, 2)]))
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    opt = HopOptimizer(model.parameters(), torch.optim.SGD, model=model, lr=0.1, topology=g,
-                       compute_graph="serial", peer_timeout=15)
+    model, opt, x = serial_chorded_cycle(15)
     steps = 6 + 3 * (rank % 2)
-    x = torch.randn(8, 4)
-    for _ in range(steps):
-        opt.zero_grad()
-        model(x).pow(2).mean().backward()
-        opt.step()
+    quadratic_steps(model, opt, x, steps)
     at = opt.iteration
     avg = opt.consensus_state_dict()
     after = opt.iteration
-    for _ in range(2):                  # and training goes on after it
-        opt.zero_grad()
-        model(x).pow(2).mean().backward()
-        opt.step()
+    quadratic_steps(model, opt, x, 2)   # and training goes on after it
     opt.finish()
     report("serial_consensus", dict(steps=steps, at=at, after=after, end=opt.iteration,
                                     avg=float(avg["weight"].sum() + avg["bias"].sum())))

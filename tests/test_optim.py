@@ -903,3 +903,20 @@ def test_a_state_dict_of_other_rounds_is_refused_before_anything_is_loaded(finis
     finish_all.append(same)
     same.load_state_dict(saved)                            # the same settings: loaded
     assert same.iteration == (1 if saved_kw else 5)
+
+
+def test_paused_notes_answer_each_paused_neighbour_once_and_only_after_sending_its_iteration():
+    """The serial graph's notes (hopdec.optim.ending): NEED k goes to an in-neighbour paused at k only once
+    this rank has sent update k, once; a rank serves k only when asked for k or later; PAUSED k is said
+    once per iteration."""
+    from hopdec.optim.ending import PausedNotes
+    notes = PausedNotes()
+    notes.heard({1: 4, 2: 6}, {})
+    notes.heard({1: 3}, {})                         # an older note changes nothing
+    assert notes.answers(last_sent=3) == []         # (not sent 4 yet: it may be paused at 4 too)
+    assert notes.answers(last_sent=4) == [(1, 4)] and notes.answers(last_sent=4) == []
+    assert notes.answers(last_sent=9) == [(2, 6)]
+    assert not notes.asked(5)
+    notes.heard({}, {3: 5})
+    assert notes.asked(5) and not notes.asked(6)
+    assert notes.announce(5) and not notes.announce(5) and notes.announce(6)

@@ -198,6 +198,11 @@ class Worker:
         self._pending_release += self.policy.set_floor(k)
 
     @property
+    def last_sent(self) -> int:
+        """The last iteration whose update this worker sent (its SendParams emitted), -1 before any."""
+        return self._last_sent
+
+    @property
     def position(self) -> int:
         """The last iteration this worker has entered, or committed to enter (a jump's target, whose
         refresh it has already done); ``start - 1`` before it starts."""

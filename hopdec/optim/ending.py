@@ -66,6 +66,42 @@ def neighbour_ahead(core, level=False):
     return acks is not None and any(c > k for c in acks.acked.values())
 
 
+class PausedNotes:
+    """The serial graph's notes in consensus waits (module doc): what one rank heard and said, no I/O (the
+    notes travel on :class:`EndChannel`)."""
+
+    def __init__(self):
+        self.paused = {}                    # in-neighbour -> the iteration it said it is paused at
+        self.needed = -1                    # the latest iteration an out-neighbour asked this rank to serve
+        self.announced = None               # the iteration this rank said it is paused at
+
+    def heard(self, paused, needs):
+        """Take :meth:`EndChannel.take_notes`' ``(paused, needs)``."""
+        for j, k in paused.items():
+            self.paused[j] = max(self.paused.get(j, -1), k)
+        for k in needs.values():
+            self.needed = max(self.needed, k)
+
+    def answers(self, last_sent):
+        """``[(in-neighbour, k)]`` to send NEED k to: it is paused at k and this rank has sent update k (it
+        waits, or will, for that neighbour's); each is answered once."""
+        due = [(j, k) for j, k in self.paused.items() if k <= last_sent]
+        for j, _ in due:
+            del self.paused[j]
+        return due
+
+    def asked(self, k):
+        """Whether an out-neighbour asked this rank, paused at k, to serve k."""
+        return self.needed >= k
+
+    def announce(self, k):
+        """Whether to say PAUSED k now (once per iteration)."""
+        if self.announced == k:
+            return False
+        self.announced = k
+        return True
+
+
 class EndChannel:
     """Steps 1 and 3 above over a duplicated communicator: ``announce_done()``, ``all_done()``,
     ``agree(position, poll)``. A DONE message carries how many ``consensus_model()`` calls the rank made,

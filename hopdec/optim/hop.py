@@ -252,12 +252,9 @@ class HopOptimizer(torch.optim.Optimizer):
         self._serving = False                  # True: no gradient (finish(), consensus waits)
         self._waiting = False                  # True: in _serve (another's _serve_others leaves it alone)
         # the serial graph's notes in consensus waits (hopdec.optim.ending): PAUSED k to out-neighbours,
-        # NEED k back from one that has sent update k (fault tolerant: not sent; a heal replaces the channel)
-        self._notes_on = self.cfg.compute_graph == "serial" and self.size > 1 and not self.fault_tolerant
-        self._sent_upto = -1                   # the last iteration whose update this rank sent
-        self._paused = {}                      # in-neighbour -> the iteration it said it is paused at
-        self._needed = -1                      # the latest iteration an out-neighbour asked this rank to serve
-        self._announced = None                 # the iteration this rank said it is paused at
+        # NEED k back from one that has sent update k (fault tolerant: none; a heal replaces the channel)
+        self._notes = (ending.PausedNotes() if self.cfg.compute_graph == "serial" and self.size > 1
+                       and not self.fault_tolerant else None)
         self._paused_at = time.time()          # when the user's loop got control (its compute time)
         self._user = {}                        # iteration -> (compute seconds, loss) of the user's steps
         self._served = set()                   # iterations mixed without a gradient
@@ -549,7 +546,7 @@ class HopOptimizer(torch.optim.Optimizer):
                     raise
                 self._heal_waiting()
         self.end.close()
-        if self._notes_on:
+        if self._notes is not None:
             from hopdec.transport.waiting import remove_idle_hook
             remove_idle_hook(self._trade_notes)
         if self._stop is not None:
@@ -654,15 +651,14 @@ class HopOptimizer(torch.optim.Optimizer):
         level = self.end.done and self.cfg.compute_graph == "serial"     # finish(): see hopdec.optim.ending
         if self.cfg.protocol == "queue-only" or ending.neighbour_ahead(self.core, level):
             return True
-        if self._notes_on and self._at_compute and not self.end.done:      # the serial graph's notes
+        if self._notes is not None and self._at_compute and not self.end.done:     # the serial graph's notes
             self._trade_notes()
             k = self.core.iteration
-            if self._needed >= k:
+            if self._notes.asked(k):
                 return True
-            if (self._waiting or paused) and self._announced != k:
+            if (self._waiting or paused) and self._notes.announce(k):
                 for j in self.core.view.out_neighbors:
                     self.end.note(j, ending.TAG_PAUSED, k)
-                self._announced = k
         return False
 
     def _trade_notes(self):
@@ -671,15 +667,9 @@ class HopOptimizer(torch.optim.Optimizer):
         so in every wait of this process; see :mod:`hopdec.optim.ending`)."""
         if self._loop is None or self.finished or self.end.done:
             return
-        paused, needs = self.end.take_notes()
-        for j, k in paused.items():
-            self._paused[j] = max(self._paused.get(j, -1), k)
-        for k in needs.values():
-            self._needed = max(self._needed, k)
-        for j, k in list(self._paused.items()):
-            if self._sent_upto >= k:
-                self.end.note(j, ending.TAG_NEED, k)
-                del self._paused[j]
+        self._notes.heard(*self.end.take_notes())
+        for j, k in self._notes.answers(self.core.last_sent):
+            self.end.note(j, ending.TAG_NEED, k)
 
     def _serve(self, done, what):
         """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
@@ -710,6 +700,10 @@ class HopOptimizer(torch.optim.Optimizer):
         finally:
             self._serving = serving
             self._waiting = False
+            if self.end.done:               # the others go back to the user's loop too (see _hand_back)
+                for o in list(_STARTED):
+                    if o is not self:
+                        o._hand_back()
 
     def _serve_others(self):
         """While this optimizer waits in ``finish()`` (:meth:`_serve`), the process's other running ones (a
@@ -738,7 +732,6 @@ class HopOptimizer(torch.optim.Optimizer):
                 went = o._advance(wake=lambda: True)            # up to the first wait, never into it
             finally:
                 o._serving = serving
-            o._hand_back()
             if went or (o._activity, o.core.iteration) != before:
                 moved = True
         return moved
@@ -788,7 +781,7 @@ class HopOptimizer(torch.optim.Optimizer):
         stopping.take_signals(self)
         from hopdec.transport.waiting import add_idle_hook
         add_idle_hook(self._check_stop)
-        if self._notes_on:
+        if self._notes is not None:
             add_idle_hook(self._trade_notes)
         self._loop = worker_loop(self.core, self.io, self, on_record=self._on_record,
                                  spans=self.observer.spans, step=True)
@@ -842,7 +835,6 @@ class HopOptimizer(torch.optim.Optimizer):
                 if isinstance(a, ComputeGradient) and self._serving:
                     self._served.add(a.iteration)
                 elif isinstance(a, SendParams):
-                    self._sent_upto = max(self._sent_upto, a.iteration)
                     self._sent()
                 continue
             if wake is not None and wake():

@@ -67,7 +67,34 @@ def open_jsonl(log_dir, rank, header, append=False):
     return f
 
 
-class RankLogger:
+class _JsonlFile:
+    """A ``rank{r}.jsonl`` being written (``_f``, ``path``; ``_f`` None: no log, or closed)."""
+
+    _closed_at = 0          # the file's size once closed
+
+    def _line(self, obj):
+        if self._f:
+            with writing(self.path):
+                self._f.write(json.dumps(obj) + "\n")
+
+    def tell(self):
+        """Bytes written so far (every record complete: the file is line-buffered); once closed, the whole
+        file's (a checkpoint taken after the end)."""
+        if self._f is None:
+            return self._closed_at
+        self._f.flush()
+        return self._f.tell()
+
+    def close(self):
+        if self._f:
+            f, self._f = self._f, None
+            with writing(self.path):
+                f.flush()
+                self._closed_at = f.tell()
+                f.close()
+
+
+class RankLogger(_JsonlFile):
     """Writes one rank's iteration records and keeps what the summary needs."""
 
     def __init__(self, log_dir, rank, header=None, append=False, entries=True):
@@ -76,7 +103,6 @@ class RankLogger:
         self.rank = rank
         self.path = None
         self._f = None
-        self._closed_at = 0     # the file's size once closed
         if log_dir:
             self.open(log_dir, header, append)
         self.entries = [] if entries else None     # (time, iter) of every iteration entered
@@ -118,9 +144,7 @@ class RankLogger:
     def event(self, name, **data):
         """A line that is not an iteration record: ``{"event": name, ...}`` (no ``iter`` key, so
         :func:`read_log` skips it), e.g. a heal, a consensus-distance round or what observing cost."""
-        if self._f:
-            with writing(self.path):
-                self._f.write(json.dumps(dict(event=name, **data)) + "\n")
+        self._line(dict(event=name, **data))
 
     @property
     def progress_rate(self):
@@ -130,24 +154,9 @@ class RankLogger:
             return None
         return (self.last_iter - self.first_iter) / (self.last_time - self.first_time)
 
-    def tell(self):
-        """Bytes written so far (every record complete: the file is line-buffered); once closed, the whole
-        file's (a checkpoint taken after the end)."""
-        if self._f is None:
-            return self._closed_at
-        self._f.flush()
-        return self._f.tell()
-
-    def close(self):
-        if self._f:
-            f, self._f = self._f, None
-            with writing(self.path):
-                f.flush()
-                self._closed_at = f.tell()
-                f.close()
 
 
-class EventLog:
+class EventLog(_JsonlFile):
     """The parameter server's ``rank0.jsonl``: the run header, then its events (``apply``, ``drop``,
     ``release``, ``stop``, ``note``, ``eval``, ``summary``; no ``iter`` key, so :func:`read_log` skips them).
     Called as ``events(name, **data)``."""
@@ -155,26 +164,9 @@ class EventLog:
     def __init__(self, log_dir, header, append=False):
         self._f = open_jsonl(log_dir, 0, header, append=append) if log_dir else None
         self.path = log_path(log_dir, 0) if log_dir else None
-        self._closed_at = 0
-
-    def tell(self):
-        if self._f is None:
-            return self._closed_at
-        self._f.flush()
-        return self._f.tell()
 
     def __call__(self, event, **data):
-        if self._f:
-            with writing(self.path):
-                self._f.write(json.dumps(dict(event=event, **data)) + "\n")
-
-    def close(self):
-        if self._f:
-            f, self._f = self._f, None
-            with writing(self.path):
-                f.flush()
-                self._closed_at = f.tell()
-                f.close()
+        self._line(dict(event=event, **data))
 
 
 def read_log(path):

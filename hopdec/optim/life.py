@@ -130,11 +130,12 @@ def check_same_layout(comm, tensors, names, timeout):
     from hopdec.transport.collectives import allgather_json, first_difference
     what = "HopOptimizer(): comparing the ranks' models"
     names = [_unwrapped(n) for n in names]
-    every = allgather_json(comm, tensor_layout(tensors) + [zlib.crc32("\n".join(names).encode())], timeout, what)
-    found = first_difference([e[:-1] for e in every])
+    every = allgather_json(comm, [tensor_layout(tensors), zlib.crc32("\n".join(names).encode())], timeout, what)
+    layouts = [layout for layout, _ in every]
+    found = first_difference(layouts)
     if found is not None:
-        raise ConfigError(f"HopOptimizer: {layout_difference(found[0], every[found[0]][:-1], every[0][:-1])}")
-    if first_difference([e[-1:] for e in every]) is None:
+        raise ConfigError(f"HopOptimizer: {layout_difference(found[0], layouts[found[0]], layouts[0])}")
+    if len({crc for _, crc in every}) == 1:
         return
     # (every rank saw the same difference: all take part in this second exchange, of the names themselves)
     lists = allgather_json(comm, list(names), timeout, what)

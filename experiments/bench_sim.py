@@ -2,6 +2,7 @@
 
     python3 experiments/bench_sim.py [--only NAME,...|scale|all] [--iterations K] [--repeat 1]
                                      [--profile NAME] [--count NAME,... [--count-iterations LO,HI]]
+                                     [--opcodes NAME,... [--count-iterations LO,HI]]
 
 Each case is one ``hopdec sim`` run (``hopdec.sim.run.simulate``, the same code as the command, with
 ``--invariants off``: the per-event check is O(n^2)), in a fresh Python process of its own so that its
@@ -25,6 +26,13 @@ difference (the steady state: start-up and imports cancel) the instructions, dat
 misses and last-level misses. The counts do not depend on the load or on the machine's pace that day (two
 runs of the same code agree to 0.3%), so two versions of the code compare where timings move by 15-50%;
 they take 50-100x the run's time.
+
+``--opcodes NAME,...`` says where the work is, in a unit that does not move with the load either: Python
+bytecode instructions per worker-iteration, per function (the same two lengths, traced with
+``sys.settrace`` opcode events in a fresh process each; about 30x the run's time). cProfile's own times
+inflate small functions (its hook runs on every call); this counts what each function's body executes,
+and the total shows how far a change of design would have to go (cachegrind's instructions per
+worker-iteration divided by it is what one bytecode costs in the interpreter, allocation included).
 """
 
 import argparse
@@ -145,6 +153,70 @@ def count(names, lengths=None):
               f"{per['D1  misses']:>11,.1f} {per['LL misses']:>10,.1f}", flush=True)
 
 
+def trace_opcodes(name, iterations):
+    """``--child NAME --opcodes-of``: run the case with every bytecode counted; {"file:line function": count}
+    of the functions that ran (printed as JSON by the child)."""
+    from collections import Counter
+    from hopdec.cli.sim import parse
+    from hopdec.sim.run import simulate
+    argv, _, _ = argv_of(name, iterations)
+    args = parse(argv + ["--no-progress"])
+    counts = Counter()
+
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            counts[code] += 1
+        return tracer
+    sys.settrace(tracer)
+    try:
+        simulate(args, out=io.StringIO())
+    finally:
+        sys.settrace(None)
+    return {f"{_short(c.co_filename)}:{c.co_firstlineno} {c.co_name}": k for c, k in counts.items()}
+
+
+def _short(path):
+    """A source path from the repository's root (hopdec/sim/hop.py), or as it is outside it."""
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
+def opcodes_child(name, iterations):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--opcodes-of", "--iterations",
+           str(iterations)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _opcode_counts(proc, name):
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"case {name} failed while counting bytecodes: {err.strip()[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def per_function(a, b, per):
+    """``(total, [(count, function), ...])``: bytecodes per worker-iteration between two runs' counts ``a``
+    (shorter) and ``b`` (``per`` worker-iterations more), most first; functions under 0.5 are left out of
+    the list (their sum is in the total)."""
+    diff = {f: (b.get(f, 0) - a.get(f, 0)) / per for f in set(a) | set(b)}
+    total = sum(diff.values())
+    return total, sorted(((v, f) for f, v in diff.items() if v >= 0.5), key=lambda x: (-x[0], x[1]))
+
+
+def opcodes(names, lengths=None, top=40):
+    """``--opcodes``: Python bytecodes per worker-iteration, per function, between two lengths of each case."""
+    for name in names:
+        n = CASES[name][1]
+        lo, hi = lengths or (5, 5 + max(1, -(-20480 // n)))
+        a, b = opcodes_child(name, lo), opcodes_child(name, hi)
+        total, rows = per_function(_opcode_counts(a, name), _opcode_counts(b, name), n * (hi - lo))
+        print(f"{name}: {total:,.0f} bytecodes per worker-iteration ({n} workers, iterations {lo}..{hi}); "
+              f"the {min(top, len(rows))} functions that run the most:", flush=True)
+        for v, f in rows[:top]:
+            print(f"{v:>10,.1f}  {100 * v / total:5.1f}%  {f}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="scale", help=f"cases (of {', '.join(CASES)}), scale or all")
@@ -153,9 +225,12 @@ def main(argv=None):
     ap.add_argument("--profile", default=None, metavar="NAME", help="profile one case and exit")
     ap.add_argument("--count", default=None, metavar="NAME,...",
                     help="count instructions and cache misses per worker-iteration under valgrind instead")
+    ap.add_argument("--opcodes", default=None, metavar="NAME,...",
+                    help="count Python bytecodes per worker-iteration, per function, instead")
     ap.add_argument("--count-iterations", default=None, metavar="LO,HI",
-                    help="--count's two lengths (default 5 and 5 + ceil(20480 / workers))")
+                    help="--count's and --opcodes' two lengths (default 5 and 5 + ceil(20480 / workers))")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--opcodes-of", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child or args.profile:
         import networkx  # noqa: F401  imports outside the timings (torch is not one: a timing-only
@@ -163,15 +238,21 @@ def main(argv=None):
         if args.profile:
             run_case(args.profile, args.iterations, profile=True)
             return
+        if args.opcodes_of:
+            print(json.dumps(trace_opcodes(args.child, args.iterations)))
+            return
         print(json.dumps(run_case(args.child, args.iterations)))
         return
-    option = "--count" if args.count else "--only"
-    names = ({"all": list(CASES), "scale": list(SCALE)}.get(args.count or args.only)
-             or [s.strip() for s in (args.count or args.only).split(",")])
+    if args.count and args.opcodes:
+        raise SystemExit("--count and --opcodes: one at a time (each runs every case twice)")
+    option = "--count" if args.count else "--opcodes" if args.opcodes else "--only"
+    chosen = args.count or args.opcodes or args.only
+    names = ({"all": list(CASES), "scale": list(SCALE)}.get(chosen)
+             or [s.strip() for s in chosen.split(",")])
     for name in names:
         if name not in CASES:
             raise SystemExit(f"{option}: unknown case {name!r} (cases: {', '.join(CASES)})")
-    if args.count:
+    if args.count or args.opcodes:
         lengths = None
         if args.count_iterations:
             try:
@@ -181,7 +262,10 @@ def main(argv=None):
             if len(lengths) != 2 or not 1 <= lengths[0] < lengths[1]:
                 raise SystemExit(f"--count-iterations {args.count_iterations}: two lengths LO,HI with "
                                  f"1 <= LO < HI")
-        count(names, lengths)
+        if args.opcodes:
+            opcodes(names, lengths)
+        else:
+            count(names, lengths)
         return
     print(f"load average {os.getloadavg()[0]:.1f}; timing only, --invariants off", flush=True)
     print(f"{'case':>14} {'workers x iters':>16} {'virtual s':>10} {'events':>10} {'wall s':>8} {'loop s':>8} "

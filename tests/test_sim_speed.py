@@ -250,3 +250,28 @@ def test_bench_count_reads_cachegrinds_summary_and_refuses_bad_lengths(monkeypat
                        (["--count", "nope"], "--count: unknown case 'nope'")]:
         with pytest.raises(SystemExit, match=says):
             bench_sim.main(argv)
+
+
+def test_bench_opcodes_counts_each_functions_bytecodes_per_worker_iteration(monkeypatch, capsys):
+    """``bench_sim.py --opcodes`` counts Python bytecodes per function in two fresh runs of different lengths
+    and divides their difference by the worker-iterations between them: start-up, imports and the summary
+    cancel; small functions stay in the total but not in the list."""
+    import os
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "experiments"))
+    import bench_sim
+
+    total, rows = bench_sim.per_function({"f": 10, "g": 5, "h": 1}, {"f": 30, "g": 6, "h": 1, "k": 4}, 4)
+    assert total == 6.25 and rows == [(5.0, "f"), (1.0, "k")]      # g's 0.25 is in the total only
+    bench_sim.main(["--opcodes", "ring128", "--count-iterations", "2,3"])
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0]
+    assert head.startswith("ring128: ") and "bytecodes per worker-iteration (128 workers, iterations 2..3)" in head
+    total = float(head.split()[1].replace(",", ""))
+    listed = {line.split()[-1]: float(line.split()[0].replace(",", "")) for line in lines[1:]}
+    assert 500 < total < 20000 and 100 < listed["worker_loop"] < total      # the shared loop runs every iteration
+    assert sum(listed.values()) <= total + 1
+    for argv, says in [(["--opcodes", "ring128", "--count", "ring128"], "one at a time"),
+                       (["--opcodes", "nope"], "--opcodes: unknown case 'nope'"),
+                       (["--opcodes", "ring128", "--count-iterations", "3,3"], "1 <= LO < HI")]:
+        with pytest.raises(SystemExit, match=says):
+            bench_sim.main(argv)

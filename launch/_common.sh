@@ -263,7 +263,8 @@ start_tied() {
 # that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
 # PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them), and libevent's
 # "[warn] Epoll MOD(4) on fd 26 failed. ... Bad file descriptor" from prterun tearing the job down (or closing
-# the sockets of a rank that left the job, below: after that line too), and
+# the sockets of a rank that left the job, below: after that line too; and in any --fault-tolerance job,
+# the awk variable ftjob, where a rank that died is healed and hopdec's summary says so on stdout), and
 # "1 more process has sent help message help-mpi-api.txt / mpi-abort" (a second rank's MPI_ABORT box). So are
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
 # the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
@@ -306,7 +307,7 @@ function box_done() {
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
 said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left while PMIx still spoke to them)
-(said || left) && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }   # (libevent in prterun, as the job or a rank ends)
+(said || left || ftjob) && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }   # (libevent in prterun, as the job or a rank ends)
 said && /^[0-9]+ more process(es)? ha(s|ve) sent help message help-mpi-api\.txt \/ mpi-abort$/ { next }   # (its MPI_ABORT box, aggregated)
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }
 nbc && /^Error in NBC_Start_round\(\) \(-1\)$/ { gap = 1; next }
@@ -320,11 +321,14 @@ END { if (inbox) emit(box) }
 # quiet_filter: the filter above, from stdin to stdout, each line passed on as it comes. mawk (Debian's and
 # Ubuntu's awk) reads a pipe in blocks unless told -W interactive, so the ranks' progress lines reached the
 # terminal only when the job ended, all at once; gawk and busybox awk read lines as they come.
+# quiet_filter ft: for a --fault-tolerance job (ftjob).
 quiet_filter() {
+    local ftjob=0
+    [[ "${1:-}" == ft ]] && ftjob=1
     if awk -W version 2>/dev/null | head -n 1 | grep -q '^mawk'; then
-        exec awk -W interactive -v ft="${HOPDEC_FT_TIMEOUT:-30}" "$_HOPDEC_QUIET_AWK"
+        exec awk -W interactive -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" "$_HOPDEC_QUIET_AWK"
     fi
-    exec awk -v ft="${HOPDEC_FT_TIMEOUT:-30}" "$_HOPDEC_QUIET_AWK"
+    exec awk -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" "$_HOPDEC_QUIET_AWK"
 }
 
 # check_stop_grace: HOPDEC_STOP_GRACE (start_tied's watchdog reads it) is unset or seconds >= 0, else one
@@ -346,11 +350,12 @@ check_stop_grace() {
 # = 138; either becomes the signal this script got, as does any status after a second signal: a stopped run
 # never exits 0).
 run_job() {
-    local pid rc sig="" stops=0 fpid="" errfd
+    local pid rc sig="" stops=0 fpid="" errfd kind=""
     check_stop_grace    # (here, not in mpirun_base: slurm.sbatch's srun path starts its job tied as well)
     if [[ -z "${HOPDEC_DEBUG:-}" ]] && command -v awk >/dev/null 2>&1; then
+        has_ft "$@" && kind=ft
         # (the filter ignores the stop signals: it must outlive the launcher to pass its last lines on)
-        exec {errfd}> >(trap '' INT TERM HUP USR1; quiet_filter >&2)
+        exec {errfd}> >(trap '' INT TERM HUP USR1; quiet_filter $kind >&2)
         fpid=$!
         start_tied "$@" 2>&"$errfd"
         pid=$!

@@ -400,6 +400,21 @@ def scenario_ft(out):
                                               heals=len(opt.healer.events))), flush=True)
 
 
+def scenario_ft_note(out):
+    """fault_tolerance=True with a peer timeout not above the failure detector's: rank 0 warns once (the
+    test reads stderr); the steps and finish() go on."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True, peer_timeout=20)
+    for k in range(3):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+    opt.finish()
+    if rank == 0:
+        print("@@ft_note done", flush=True)
+
+
 def scenario_ft_random(out, seed=55):
     """A seeded random fault-tolerant job (5 ranks): a directed graph, tokens with skipping, unequal steps,
     a consensus call at a shared step, one rank killed mid-run. Seed 55: the death is found while ranks
@@ -686,7 +701,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  early_stop=partial(scenario_early, how="stop"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
-                 ft_random=scenario_ft_random,
+                 ft_random=scenario_ft_random, ft_note=scenario_ft_note,
                  adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order, bad_topology=scenario_bad_topology,
                  plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"),
                  inference=scenario_inference)

@@ -473,6 +473,17 @@ def test_a_random_fault_tolerant_job_heals_in_finish_and_ends_together(mpirun, t
     assert len({r["end"] for r in got}) == 1, got
 
 
+def test_a_fault_tolerant_optimizer_warns_when_its_peer_timeout_races_the_detector(mpirun, tmp_path):
+    """HopOptimizer(fault_tolerance=True, peer_timeout=20) under the launcher (detector 30 s): rank 0 warns
+    once, naming the argument and the user's line, as hopdec train notes --peer-timeout."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft_note")
+    out = mpirun.launch(3, ["--fault-tolerance"], env=env, timeout=120)
+    assert out.returncode == 0 and "@@ft_note done" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    warned = [ln for ln in out.stderr.splitlines() if "failure detector" in ln]
+    assert len(warned) == 1 and "optim_driver.py" in warned[0], out.stderr
+    assert "UserWarning: HopOptimizer: peer_timeout 20 s is not above the failure detector's 30 s" in warned[0]
+
+
 def test_a_stopped_rank_does_not_keep_a_users_fault_tolerant_job_alive(mpirun, tmp_path):
     """Rank 3 of 5 is stopped (SIGSTOP) instead: the failure detector declares it dead, the survivors heal
     and finish -- and the job ends, the stopped process killed as they leave (mpirun waited for it

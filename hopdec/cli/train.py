@@ -69,7 +69,7 @@ def main(argv):
         return _finish(2, ft, reporter=False)
     import importlib
 
-    from hopdec.runtime.failures import abort, cause, first_error
+    from hopdec.runtime.failures import abort, cause, first_error, slow_detector_note
     from hopdec.runtime.resume import plan
     from hopdec.runtime.setup import check_resume_target, continue_run, first_disagreement, setup, \
         shared_by_every_rank
@@ -114,7 +114,9 @@ def main(argv):
                 pass
         return _finish(2, ft, reporter=rank == found[0])
     if rank == 0:                           # the data's (shards smaller than a batch), once
-        for note in (*ctx.run.work.notes, *settings.observe.unseen()):
+        slow = (slow_detector_note(settings.faults.peer_timeout)
+                if settings.faults.fault_tolerance and comm.Get_size() > 1 else None)
+        for note in (*ctx.run.work.notes, *settings.observe.unseen(), *([slow] if slow else [])):
             print(f"{PROG}: note: {note}", file=sys.stderr, flush=True)
     if settings.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():
         print(f"{PROG}: note: running 1 worker; start N workers with `mpirun -n N hopdec train ...` "

@@ -387,6 +387,32 @@ def end_dead_ranks():
     return ranks
 
 
+def detector_timeout():
+    """The ULFM failure detector's timeout in seconds, as the launcher set it for the ranks
+    (``--mca mpi_ft_detector_timeout``: HOPDEC_FT_TIMEOUT, 30 by default), or None where it is not known."""
+    try:
+        t = float(os.environ.get("OMPI_MCA_mpi_ft_detector_timeout", "").strip())
+    except ValueError:
+        return None
+    return t if t > 0 else None
+
+
+def slow_detector_note(peer_timeout, option="--peer-timeout"):
+    """A note when a fault-tolerant job's peer timeout is not above the failure detector's, else None.
+
+    A hung rank (stopped, or looping) is found only by the detector, HOPDEC_FT_TIMEOUT seconds after its last
+    heartbeat; a rank waiting on it -- a neighbour, or a parameter-server worker held by a barrier or a
+    staleness bound the hung worker holds up -- gives up after the peer timeout, which ends the job. With a
+    peer timeout not above the detector's, which comes first is a race (lost by a PS worker under SSP in one
+    of 20 random runs with a stopped worker): the survivors the option asks for may never heal."""
+    t = detector_timeout()
+    if t is None or peer_timeout > t:
+        return None
+    return (f"{option} {peer_timeout:g} s is not above the failure detector's {t:g} s (HOPDEC_FT_TIMEOUT): a rank "
+            f"waiting on a hung one may give up, ending the job, before the detector declares the hung rank "
+            f"dead and the survivors heal; give {option} more than {t:g} s (its default, 120, is)")
+
+
 def how_failed(rank):
     """What became of ``rank``, which ULFM reports failed, for the line that names it: ``died`` (its
     process is gone), or ``was declared dead: its process is stopped (SIGSTOP or Ctrl-Z?) and sent no

@@ -397,11 +397,18 @@ run_job() {
         for i in {1..20}; do kill -0 "$fpid" 2>/dev/null || break; sleep 0.1; done
     fi
     if [[ -n "${HOPDEC_EXIT_FILE:-}" && -f "$HOPDEC_EXIT_FILE" ]]; then
-        local code
-        code="$(head -c 16 "$HOPDEC_EXIT_FILE" 2>/dev/null | tr -dc 0-9)"
+        local code marks
+        marks="$(head -c 64 "$HOPDEC_EXIT_FILE" 2>/dev/null)"
+        code="$(printf '%s' "$marks" | tr -dc 0-9 | head -c 16)"
         rm -f "$HOPDEC_EXIT_FILE"
         if [[ "$rc" == 0 && -n "$code" ]]; then
             rc="$code"                          # an abort or a stop mpirun did not pass on (see ft_flags)
+        elif [[ "$rc" == 0 && -z "$sig" && "$marks" == -* ]]; then
+            # hopdec ranks started (each appends "-") and none finished cleanly ("0") or said why it
+            # failed (a code): every one was killed, crashed or exited early, which mpirun reports as 0 here
+            echo "$(launcher_name): error: no rank of this --fault-tolerance job finished: every one ended" \
+                 "without a word (killed, crashed or exited early; Open MPI exits 0 for such a job)" >&2
+            rc=3
         fi
     fi
     # (after a second signal, the hard kill, mpirun exits 1 or the like: the status is still the signal's)

@@ -415,6 +415,17 @@ def scenario_ft_note(out):
         print("@@ft_note done", flush=True)
 
 
+def scenario_ft_all_die(out):
+    """fault_tolerance=True and every rank dies after a step, before finish(): the launcher must not say 0."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True)
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    os._exit(17)
+
+
 def scenario_ft_random(out, seed=55):
     """A seeded random fault-tolerant job (5 ranks): a directed graph, tokens with skipping, unequal steps,
     a consensus call at a shared step, one rank killed mid-run. Seed 55: the death is found while ranks
@@ -701,7 +712,7 @@ SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffer
                  early_stop=partial(scenario_early, how="stop"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
-                 ft_random=scenario_ft_random, ft_note=scenario_ft_note,
+                 ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,
                  adopt=scenario_adopt, random=scenario_random, layout=scenario_layout, order=scenario_order, bad_topology=scenario_bad_topology,
                  plan_topology=partial(scenario_plan, what="topology"), plan_max_ig=partial(scenario_plan, what="max_ig"),
                  inference=scenario_inference)

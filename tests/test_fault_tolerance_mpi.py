@@ -197,3 +197,40 @@ def test_a_fault_tolerant_job_says_once_when_its_peer_timeout_races_the_detector
                      "30 s (its default, 120, is)"], out.stderr
     out = mpirun.launch(3, args + ["--peer-timeout", 60], timeout=120)
     assert out.returncode == 0 and "failure detector" not in out.stderr, out.stderr[-3000:]
+
+
+def test_a_fault_tolerant_job_whose_every_rank_died_is_a_failure(mpirun):
+    """Every rank of a --fault-tolerance job dies (exit 17 at an injected death): Open MPI's launcher exits
+    0 for a fault-tolerant job whatever its ranks' exits, so the job ended 0 without a word. Each hopdec rank
+    now marks its start in the launcher's exit-code file; with no clean finish and no code after the marks,
+    the launcher says so in one line and exits 3."""
+    out = mpirun.launch(3, FT + ["--iterations", 20, "--die-rank", "0,1,2", "--die-at", "2,2,2"], timeout=120)
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.splitlines()[-1] == ("local.sh: error: no rank of this --fault-tolerance job finished: every one "
+                                           "ended without a word (killed, crashed or exited early; Open MPI exits "
+                                           "0 for such a job)"), out.stderr
+
+
+def test_the_exit_file_marks_never_overwrite_a_code(tmp_path, monkeypatch):
+    """A start appends ``-``; a clean finish writes 0 unless a code is there; a failure's code overwrites
+    (what run_job reads: digits are the code; only dashes, a job nobody finished)."""
+    from hopdec.runtime.failures import record_exit, record_finished, record_started
+    f = tmp_path / "exit"
+    f.write_text("")
+    monkeypatch.setenv("HOPDEC_EXIT_FILE", str(f))
+    record_started()
+    record_started()
+    assert f.read_text() == "--"
+    record_exit(3)
+    record_finished()
+    assert f.read_text() == "3\n"
+    f.write_text("-")
+    record_finished()
+    assert f.read_text() == "0\n"
+    record_started()                    # (a late start after a finish: the code stays readable)
+    assert f.read_text() == "0\n-"
+    g = tmp_path / "gone"
+    monkeypatch.setenv("HOPDEC_EXIT_FILE", str(g))
+    record_started()
+    record_finished()
+    assert not g.exists()               # never made: only the launcher's own file is written

@@ -666,6 +666,22 @@ def test_a_fault_tolerant_jobs_filter_drops_prteruns_socket_warning(ft):
     assert quiet_ft == "a\nb\n"
 
 
+@pytest.mark.parametrize("marks, rc, says", [
+    ("-", 3, "no rank of this --fault-tolerance job finished"),    # started, nobody finished or said why
+    ("--0\n", 0, None), ("0\n", 0, None), ("", 0, None),           # finished; a command that is not hopdec
+    ("3\n", 3, None)])                                               # a failure's code (an abort mpirun hid)
+def test_run_job_reads_the_exit_file_of_a_fault_tolerant_job(tmp_path, marks, rc, says):
+    """run_job's reading of HOPDEC_EXIT_FILE after mpirun exited 0 (what a --fault-tolerance launch gives)."""
+    f = tmp_path / "exit"
+    f.write_text(marks)
+    script = (f"source {os.path.join(ROOT, 'launch', '_common.sh')} >/dev/null; HOPDEC_ME=local.sh; "
+              f"HOPDEC_EXIT_FILE={f}; run_job true")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == rc, r.stderr
+    assert (says in r.stderr and len(r.stderr.splitlines()) == 1) if says else r.stderr == "", r.stderr
+    assert not f.exists()
+
+
 def test_the_launchers_filter_names_a_rank_declared_dead_that_ran_again_in_one_line():
     """Open MPI ends a rank the others declared dead when it runs again, with a 400-character line blaming its
     failure detector; the user reads hopdec's line naming the rank instead -- none after hopdec's error line

@@ -484,6 +484,15 @@ def test_a_fault_tolerant_optimizer_warns_when_its_peer_timeout_races_the_detect
     assert "UserWarning: HopOptimizer: peer_timeout 20 s is not above the failure detector's 30 s" in warned[0]
 
 
+def test_a_users_fault_tolerant_job_whose_every_rank_died_is_a_failure(mpirun, tmp_path):
+    """Every rank of a user's fault-tolerant loop exits 17 before finish(): the launcher ended 0, without a
+    word (Open MPI's fault-tolerant launcher ignores the ranks' exits). Now one line, exit 3."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} ft_all_die")
+    out = mpirun.launch(3, ["--fault-tolerance"], env=env, timeout=120)
+    assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "no rank of this --fault-tolerance job finished" in out.stderr.splitlines()[-1], out.stderr
+
+
 def test_a_stopped_rank_does_not_keep_a_users_fault_tolerant_job_alive(mpirun, tmp_path):
     """Rank 3 of 5 is stopped (SIGSTOP) instead: the failure detector declares it dead, the survivors heal
     and finish -- and the job ends, the stopped process killed as they leave (mpirun waited for it

@@ -54,6 +54,9 @@ def main(argv):
     """Parse, set up on every rank, exchange setup errors (printed once), then run under a guard that
     turns any failure on any rank into one line and an abort of the whole job."""
     ft = "--fault-tolerance" in argv
+    if ft:
+        from hopdec.runtime.failures import record_started
+        record_started()                    # (the launcher then knows a job that ends without a word failed)
     from hopdec.runtime import interrupt
     interrupt.install()                     # Ctrl-C / SIGTERM / SIGUSR1: a clean stop, never a traceback
     try:
@@ -172,4 +175,7 @@ def _finish(code, fault_tolerant, reporter=True, stopped=False):
         end_dead_ranks()                    # a stopped dead rank would keep mpirun waiting forever
         if code:
             record_exit(code)               # a clean stop: 128 + signal, which mpirun does not pass on here
+        else:
+            from hopdec.runtime.failures import record_finished
+            record_finished()
     os._exit(code)

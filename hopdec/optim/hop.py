@@ -105,6 +105,8 @@ class HopOptimizer(torch.optim.Optimizer):
                     os.environ.get("OMPI_MCA_mpi_ft_enable") != "1":
                 raise ConfigError("HopOptimizer: fault_tolerance=True needs mpirun --with-ft ulfm "
                                   "(launch/local.sh --fault-tolerance adds it and the failure detector)")
+            from hopdec.runtime.failures import record_started
+            record_started()        # (the launcher then knows a job that ends without a word failed)
         if not (isinstance(peer_timeout, (int, float)) and 0 < peer_timeout < float("inf")):
             raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
         # every rank got here (bounded): the first collective below waited for ever for a rank that hung,
@@ -527,6 +529,9 @@ class HopOptimizer(torch.optim.Optimizer):
         self._serving = serving
         self.observer.finished(self.core.iteration)
         self._close()
+        if self.fault_tolerant:
+            from hopdec.runtime.failures import record_finished
+            record_finished()       # this rank ended cleanly (the launcher's exit-code file)
 
     close = finish
     """``HopSGD``'s name for :meth:`finish` (kept)."""

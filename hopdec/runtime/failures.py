@@ -343,11 +343,40 @@ def record_exit(code):
     MPI_Abort is the last one alive (e.g. the one survivor that cannot heal), so it cannot say it. Only
     into the file the launcher made: one that is gone (a launcher killed, its file removed by the next
     launch) is not made again, to lie in $TMPDIR for good."""
+    _write_exit_file(f"{int(code)}\n")
+
+
+def record_started():
+    """Mark in the launcher's exit-code file (``HOPDEC_EXIT_FILE``, a ``--fault-tolerance`` launch) that a
+    hopdec rank of this job started: appended, never overwriting a code. Open MPI 5.0's launcher exits 0
+    for a fault-tolerant job whatever its ranks' exits (a dead worker must not fail a job its survivors
+    finished), so a job whose every rank died -- each exiting 17 at an injected death, or crashing -- ended
+    0 without a word; with this mark and no code after it, ``run_job`` says so and exits 3."""
+    _write_exit_file("-", append=True)
+
+
+def record_finished():
+    """This rank ended cleanly: ``0`` in the launcher's exit-code file unless a code is there already (a
+    failure's, or a stop's, which win)."""
+    path = os.environ.get("HOPDEC_EXIT_FILE")
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            if any(c.isdigit() for c in f.read(64)):
+                return
+    except OSError:
+        return
+    _write_exit_file("0\n")
+
+
+def _write_exit_file(text, append=False):
     path = os.environ.get("HOPDEC_EXIT_FILE")
     if path:
+        flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
         try:
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), "w") as f:     # (no O_CREAT)
-                f.write(f"{int(code)}\n")
+            with os.fdopen(os.open(path, flags), "w") as f:     # (no O_CREAT: see record_exit)
+                f.write(text)
         except OSError:
             pass
 

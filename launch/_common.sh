@@ -118,6 +118,7 @@ net_flags() {
     local where="$1"
     shift
     if [[ "$where" == one-host ]]; then
+        HOPDEC_ONE_HOST=1                   # (run_job: every rank can write the exit-code file)
         if has_ft "$@"; then
             mca mca btl_tcp_if_include 127.0.0.1/8
         else
@@ -403,9 +404,11 @@ run_job() {
         rm -f "$HOPDEC_EXIT_FILE"
         if [[ "$rc" == 0 && -n "$code" ]]; then
             rc="$code"                          # an abort or a stop mpirun did not pass on (see ft_flags)
-        elif [[ "$rc" == 0 && -z "$sig" && "$marks" == -* ]]; then
+        elif [[ "$rc" == 0 && -z "$sig" && "$marks" == -* && -n "${HOPDEC_ONE_HOST:-}" ]]; then
             # hopdec ranks started (each appends "-") and none finished cleanly ("0") or said why it
-            # failed (a code): every one was killed, crashed or exited early, which mpirun reports as 0 here
+            # failed (a code): every one was killed, crashed or exited early, which mpirun reports as 0 here.
+            # One host only: across hosts only the ranks on this one reach the file (the launcher's /tmp),
+            # and survivors elsewhere may have finished
             echo "$(launcher_name): error: no rank of this --fault-tolerance job finished: every one ended" \
                  "without a word (killed, crashed or exited early; Open MPI exits 0 for such a job)" >&2
             rc=3

@@ -666,16 +666,17 @@ def test_a_fault_tolerant_jobs_filter_drops_prteruns_socket_warning(ft):
     assert quiet_ft == "a\nb\n"
 
 
-@pytest.mark.parametrize("marks, rc, says", [
-    ("-", 3, "no rank of this --fault-tolerance job finished"),    # started, nobody finished or said why
-    ("--0\n", 0, None), ("0\n", 0, None), ("", 0, None),           # finished; a command that is not hopdec
-    ("3\n", 3, None)])                                               # a failure's code (an abort mpirun hid)
-def test_run_job_reads_the_exit_file_of_a_fault_tolerant_job(tmp_path, marks, rc, says):
+@pytest.mark.parametrize("marks, one_host, rc, says", [
+    ("-", True, 3, "no rank of this --fault-tolerance job finished"),  # started, nobody finished or said why
+    ("-", False, 0, None),          # across hosts: survivors on other hosts cannot write the launcher's file
+    ("--0\n", True, 0, None), ("0\n", True, 0, None), ("", True, 0, None),  # finished; a command not hopdec
+    ("3\n", True, 3, None), ("3\n", False, 3, None)])                        # a code (an abort mpirun hid)
+def test_run_job_reads_the_exit_file_of_a_fault_tolerant_job(tmp_path, marks, one_host, rc, says):
     """run_job's reading of HOPDEC_EXIT_FILE after mpirun exited 0 (what a --fault-tolerance launch gives)."""
     f = tmp_path / "exit"
     f.write_text(marks)
     script = (f"source {os.path.join(ROOT, 'launch', '_common.sh')} >/dev/null; HOPDEC_ME=local.sh; "
-              f"HOPDEC_EXIT_FILE={f}; run_job true")
+              f"{'HOPDEC_ONE_HOST=1; ' if one_host else ''}HOPDEC_EXIT_FILE={f}; run_job true")
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == rc, r.stderr
     assert (says in r.stderr and len(r.stderr.splitlines()) == 1) if says else r.stderr == "", r.stderr

@@ -177,7 +177,8 @@ def test_a_peer_timeout_not_above_the_failure_detectors_is_a_note(monkeypatch, e
     monkeypatch.delenv("OMPI_MCA_mpi_ft_detector_timeout", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    got = slow_detector_note(peer)
+    got = slow_detector_note(peer, 3)
+    assert slow_detector_note(peer, 1) is None                      # one rank: nobody to wait on
     if says is None:
         assert got is None
     else:

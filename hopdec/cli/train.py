@@ -117,8 +117,8 @@ def main(argv):
                 pass
         return _finish(2, ft, reporter=rank == found[0])
     if rank == 0:                           # the data's (shards smaller than a batch), once
-        slow = (slow_detector_note(settings.faults.peer_timeout)
-                if settings.faults.fault_tolerance and comm.Get_size() > 1 else None)
+        slow = (slow_detector_note(settings.faults.peer_timeout, comm.Get_size())
+                if settings.faults.fault_tolerance else None)
         for note in (*ctx.run.work.notes, *settings.observe.unseen(), *([slow] if slow else [])):
             print(f"{PROG}: note: {note}", file=sys.stderr, flush=True)
     if settings.mode == "decentralized" and comm.Get_size() == 1 and not under_launcher():

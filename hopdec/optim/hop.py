@@ -174,7 +174,7 @@ class HopOptimizer(torch.optim.Optimizer):
             self.fault_tolerant, compress, (local_steps, outer_optimizer, outer_lr, outer_momentum))
         if self.rank == 0:                  # what hopdec train prints as "note:" (skip max-jump > max_ig, ...)
             from hopdec.runtime.failures import slow_detector_note
-            slow = slow_detector_note(self.timeout, "peer_timeout") if self.fault_tolerant and self.size > 1 else None
+            slow = slow_detector_note(self.timeout, self.size, "peer_timeout") if self.fault_tolerant else None
             for note in (*notes, *([f"HopOptimizer: {slow}"] if slow else [])):
                 warnings.warn(note, UserWarning, stacklevel=failing.user_stacklevel())
         from hopdec.hop.config import gap_bound

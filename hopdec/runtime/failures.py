@@ -426,8 +426,9 @@ def detector_timeout():
     return t if t > 0 else None
 
 
-def slow_detector_note(peer_timeout, option="--peer-timeout"):
-    """A note when a fault-tolerant job's peer timeout is not above the failure detector's, else None.
+def slow_detector_note(peer_timeout, ranks, option="--peer-timeout"):
+    """A note when a fault-tolerant job of more than one rank has a peer timeout not above the failure
+    detector's, else None.
 
     A hung rank (stopped, or looping) is found only by the detector, HOPDEC_FT_TIMEOUT seconds after its last
     heartbeat; a rank waiting on it -- a neighbour, or a parameter-server worker held by a barrier or a
@@ -435,7 +436,7 @@ def slow_detector_note(peer_timeout, option="--peer-timeout"):
     peer timeout not above the detector's, which comes first is a race (lost by a PS worker under SSP in one
     of 20 random runs with a stopped worker): the survivors the option asks for may never heal."""
     t = detector_timeout()
-    if t is None or peer_timeout > t:
+    if ranks < 2 or t is None or peer_timeout > t:
         return None
     return (f"{option} {peer_timeout:g} s is not above the failure detector's {t:g} s (HOPDEC_FT_TIMEOUT): a rank "
             f"waiting on a hung one may give up, ending the job, before the detector declares the hung rank "

@@ -155,7 +155,6 @@ class RankLogger(_JsonlFile):
         return (self.last_iter - self.first_iter) / (self.last_time - self.first_time)
 
 
-
 class EventLog(_JsonlFile):
     """The parameter server's ``rank0.jsonl``: the run header, then its events (``apply``, ``drop``,
     ``release``, ``stop``, ``note``, ``eval``, ``summary``; no ``iter`` key, so :func:`read_log` skips them).

@@ -224,12 +224,11 @@ class WaitOnlyPollTransport(MPITransport):
             time.sleep(nap)
             nap = min(nap * 2, 1e-3)
 
-    def _drain(self, done):
-        nap = 5e-5
-        while not done():
+    def _drain(self, done, what):
+        def polled():               # (the real drain, with its timeout, polling as the real poll does)
             MPITransport.poll(self, None)
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+            return done()
+        MPITransport._drain(self, polled, what)
 
 
 def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False, protocol="tokens",

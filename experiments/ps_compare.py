@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,16 +107,60 @@ def run_one(name, kind, argv, args, out):
             + common + argv
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+    rc, stdout, stderr = bounded(cmd, env, args.timeout)
     wall = time.time() - t0
     with open(os.path.join(d, "stdout.txt"), "w") as f:
-        f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    if proc.returncode != 0:
-        print(f"  {name}: FAILED (exit {proc.returncode}); see {d}/stdout.txt", file=sys.stderr)
+        f.write(stdout + "\n--- stderr ---\n" + stderr)
+    if rc != 0:
+        why = f"killed after {args.timeout:g} s (--timeout)" if rc is None else f"exit {rc}"
+        print(f"  {name}: FAILED ({why}); see {d}/stdout.txt", file=sys.stderr)
         return None
     res = ps_result(d) if kind == "ps" else hop_result(d, args)
     res["wall"] = wall
     return res
+
+
+def bounded(cmd, env, timeout):
+    """``(exit code, stdout, stderr)`` of the mpirun job ``cmd``, run in a session of its own: past
+    ``timeout`` s (exit code None) or on Ctrl-C the whole session is killed, its ranks with it."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out, err
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def check_args(ap, args, chosen):
+    """Refuse, in one line before any run, what no chosen run could use: a slow worker that is not a
+    worker of every chosen mode (PS workers are ranks 1..W, Hop's 0..W-1), a topology file whose node
+    count is not --workers. A relative --topology is the checkout's (the runs start there)."""
+    kinds = {kind for _, kind, _ in chosen}
+    lo, hi = (1 if "ps" in kinds else 0), (args.workers - 1 if "hop" in kinds else args.workers)
+    if args.workers < 1:
+        ap.error(f"--workers {args.workers}: at least 1")
+    if not lo <= args.slow_rank <= hi:
+        ap.error(f"--slow-rank {args.slow_rank}: the chosen runs' slow worker must be one of {lo}..{hi} with "
+                 f"--workers {args.workers}" + (" (rank 0 is the parameter server)" if "ps" in kinds else ""))
+    if "hop" in kinds:
+        path = args.topology if os.path.exists(args.topology) else os.path.join(ROOT, args.topology)
+        if os.path.isfile(path):
+            from hopdec import topology as T
+            try:
+                nodes = T.load(path).number_of_nodes()
+            except Exception as err:            # (the loader's own one-line error)
+                ap.error(f"--topology {args.topology}: {err}")
+            if nodes != args.workers:
+                ap.error(f"--topology {args.topology} has {nodes} nodes but --workers is {args.workers}: "
+                         f"give a topology of {args.workers} nodes or a generator kind (ring, ring-based, ...)")
+            args.topology = os.path.abspath(path)
 
 
 def _records(d, ranks):
@@ -204,12 +249,15 @@ def main(argv=None):
     ap.add_argument("--report-only", action="store_true", help="rebuild the table from the logs in --out")
     args = ap.parse_args(argv)
     targets = [float(x) for x in str(args.target).split(",")]
+    chosen = configs(args)
+    if not args.report_only:
+        check_args(ap, args, chosen)
     os.makedirs(args.out, exist_ok=True)
     print(f"{args.workers} workers, digits/cnn presets, compute padded to {args.compute_time} s/iter, "
           f"worker {args.slow_rank} {args.slow_factor:g}x slower, {args.iterations} mini-batches per "
           f"worker, target test accuracies {targets}", flush=True)
     results = []
-    for name, kind, argv in configs(args):
+    for name, kind, argv in chosen:
         res = run_one(name, kind, argv, args, args.out)
         results.append((name, res))
         if res:
@@ -242,7 +290,14 @@ def main(argv=None):
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n")
+    failed = [name for name, r in results if r is None]
+    if failed:
+        why = "have no logs there" if args.report_only else "failed: their stdout.txt there say why"
+        print(f"ps_compare: {len(failed)} of {len(results)} runs failed ({', '.join(failed)}) -- in {args.out}, "
+              f"they {why}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

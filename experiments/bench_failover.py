@@ -56,7 +56,8 @@ def one_run(transport, how, at, compute_time, timeout_s, iterations):
     try:
         while len(read(log, VICTIM)[1]) < at:
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("the run ended before the failure")
+                raise RuntimeError(f"the run {'ended' if proc.poll() is not None else 'ran 300 s'} before "
+                                   f"worker {VICTIM} logged {at} iterations (--at; --iterations is {iterations})")
             time.sleep(0.01)
         victim_pid = read(log, VICTIM)[0]["run"]["pid"]
         t_fail = time.time()
@@ -69,13 +70,21 @@ def one_run(transport, how, at, compute_time, timeout_s, iterations):
         if how == "stop":
             os.kill(victim_pid, signal.SIGKILL)    # declared dead already; let mpirun end
         out, err = proc.communicate(timeout=max(1.0, deadline - time.time()))
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+    except BaseException as exc:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)     # (the session may have ended already)
+        except ProcessLookupError:
+            pass
         out, err = proc.communicate()
-        raise RuntimeError(f"run failed:\n{out[-2000:]}\n{err[-2000:]}")
+        if not isinstance(exc, Exception):          # Ctrl-C: the job is gone, stop here
+            raise
+        last = (err.strip() or out.strip()).splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"{exc} (exit {proc.returncode}; its last line: {last[0][:300]})") from None
     heals = [read(log, r)[2] for r in range(8) if r != VICTIM]
     if proc.returncode != 0 or not all(heals):
-        raise RuntimeError(f"rc {proc.returncode}, heals {heals}:\n{err[-2000:]}")
+        last = (err.strip() or out.strip()).splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the run ended {proc.returncode} with {sum(map(bool, heals))} of 7 survivors healed "
+                           f"(logs in {log}; its last line: {last[0][:300]})")
     starts = [h[0]["time"] for h in heals]
     return dict(detect_s=min(starts) - t_fail, last_detect_s=max(starts) - t_fail,
                 stall_s=max(h[0]["stall_s"] for h in heals))
@@ -94,10 +103,19 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     rows = []
-    for case in a.cases.split(","):
-        transport, how = case.split(":")
-        runs = [one_run(transport, how, a.at, a.compute_time, a.detector_timeout, a.iterations)
-                for _ in range(a.repeats)]
+    cases = [tuple(c.split(":")) for c in a.cases.split(",")]
+    bad = [":".join(c) for c in cases if len(c) != 2 or c[0] not in ("tcp", "sm") or c[1] not in ("kill", "stop")]
+    if bad:
+        p.error(f"--cases {a.cases}: {', '.join(bad)} is not transport:how (tcp|sm : kill|stop)")
+    if not 1 <= a.at < a.iterations:
+        p.error(f"--at {a.at}: must be 1..{a.iterations - 1} (below --iterations {a.iterations})")
+    for transport, how in cases:
+        try:
+            runs = [one_run(transport, how, a.at, a.compute_time, a.detector_timeout, a.iterations)
+                    for _ in range(a.repeats)]
+        except RuntimeError as err:
+            print(f"bench_failover: {transport}:{how}: {err}", file=sys.stderr)
+            return 1
         row = dict(transport=transport, failure="SIGKILL (crash)" if how == "kill" else "SIGSTOP (hang)",
                    runs=runs, **{k: statistics.median(r[k] for r in runs)
                                  for k in ("detect_s", "last_detect_s", "stall_s")})

@@ -1,6 +1,6 @@
 """Hop sec. 7's heterogeneous-network experiments, for real, on emulated links (hopdec.testbed).
 
-    python3 experiments/netns_hetero.py [--only fig21,graphs,ps] [--iterations N] [--out DIR]
+    python3 experiments/netns_hetero.py [--only fig21,graphs,ps-thin,ps-control] [--iterations N] [--out DIR]
                                         [--report-only] [--quick]
 
 Every run is a real ``hopdec train`` (8 MPI ranks, mlp on digits, compute padded to 0.05 s) launched
@@ -15,9 +15,9 @@ this machine's CPUs; the conditions are in every run's log header and in the tab
   between machines), with and without a random 6x slowdown.
 * ``graphs`` (Hop Figs. 11-12): ring, ring-based, double-ring; 8 hosts of one worker, NICs of 20 Mbit/s,
   2 ms each way; without slowdown and with a random 6x slowdown (probability 1/n).
-* ``ps`` (Hop Fig. 13, with a thin server link): 1 server + 7 workers, one per host, workers' NICs
-  100 Mbit/s, the server's 20 Mbit/s (and, as a control, 100); BSP, ASP, backup workers, against
-  decentralized ring-based on the same 8 hosts.
+* ``ps-thin`` (Hop Fig. 13, with a thin server link): 1 server + 7 workers, one per host, workers' NICs
+  100 Mbit/s, the server's 20 Mbit/s; BSP, ASP, backup workers, against decentralized ring-based on the
+  same 8 hosts; ``ps-control``: BSP with the server's NIC at 100 Mbit/s too (``--only ps``: both).
 
 The simulator's model is the testbed's (:func:`hopdec.testbed.spec.sim_topology`): one NIC per host, which
 a machine's ranks share (``fig21``: node attribute ``machine``, shared memory inside), links with their
@@ -42,6 +42,34 @@ from hopdec.topology import graph_io  # noqa: E402
 COMPUTE = ["--model", "mlp", "--compute-time", "0.05", "--seed", "1"]
 SLOW = ["--slowdown", "random:factor=6,prob=1/n"]
 BASE_LATENCY = 5e-5
+
+
+GROUPS = ("fig21", "graphs", "ps-thin", "ps-control")
+"""The groups of runs, in their order (:func:`groups`); ``--only ps`` names the last two."""
+
+
+def chosen_groups(only):
+    """The groups ``--only`` names (comma-separated; ``ps`` is both PS groups), in their order; ValueError
+    naming any unknown one."""
+    names = [n.strip() for n in str(only).split(",") if n.strip()]
+    unknown = [n for n in names if n not in GROUPS and n != "ps"]
+    if unknown or not names:
+        raise ValueError(f"--only {only}: {', '.join(unknown) or 'nothing'} is not a group of "
+                         f"{', '.join(GROUPS)} (or ps: both PS groups)")
+    want = set(names) | ({"ps-thin", "ps-control"} if "ps" in names else set())
+    return [g for g in GROUPS if g in want]
+
+
+def clear_groups(out, names):
+    """Remove what earlier runs of the groups ``names`` wrote in ``out`` -- their folders and run lists,
+    and the tables -- and nothing else (``--out`` may be a folder of the user's own)."""
+    for name in names:
+        shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    for f in [f"runs_{n}.json" for n in names] + ["results.json", "conditions.json"]:
+        try:
+            os.remove(os.path.join(out, f))
+        except FileNotFoundError:
+            pass
 
 
 def topo(name):
@@ -161,7 +189,7 @@ def slowest(log_dir):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="fig21,graphs,ps-thin,ps-control")
+    ap.add_argument("--only", default=",".join(GROUPS), help="groups to run (default: all)")
     ap.add_argument("--iterations", type=int, default=80)
     ap.add_argument("--out", default="/tmp/hopdec_netns_hetero")
     ap.add_argument("--timeout", type=float, default=1800)
@@ -169,10 +197,18 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="30 iterations (a smoke test)")
     args = ap.parse_args(argv)
     iterations = 30 if args.quick else args.iterations
-    if not args.report_only:
-        shutil.rmtree(args.out, ignore_errors=True)
+    try:
+        wanted = chosen_groups(args.only)
+    except ValueError as err:
+        ap.error(str(err))
+    if args.report_only:
+        missing = [n for n in wanted if not os.path.exists(os.path.join(args.out, n, "stdout.txt"))]
+        if missing:
+            ap.error(f"--report-only: {args.out} has no runs of {', '.join(missing)} (run them first, or "
+                     f"leave them out with --only)")
+    else:
+        clear_groups(args.out, wanted)
     os.makedirs(args.out, exist_ok=True)
-    wanted = set(args.only.split(","))
     results = {}
     saved = os.path.join(args.out, "conditions.json")
     conds = json.load(open(saved)) if args.report_only and os.path.exists(saved) else {}

@@ -119,6 +119,26 @@ def describe_net(spec, eager):
             f"{eager or DEFAULT_EAGER_BYTES} B")
 
 
+
+OUT_MARK = ".hopdec_validate"
+"""The file that says a folder is this script's output (:func:`fresh_out` empties only such folders)."""
+
+
+def fresh_out(out):
+    """Make ``out`` an empty folder of this script's for a fresh run: a new folder, an empty one, or an
+    earlier run's (it holds :data:`OUT_MARK`), emptied. ValueError for a folder with files this script did
+    not write (``--out .`` would otherwise have emptied the current folder)."""
+    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, OUT_MARK)):
+        raise ValueError(f"--out {out}: the folder holds files this script did not write; give a new or "
+                         f"empty folder (a fresh run empties it)")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out}: not a folder")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    with open(os.path.join(out, OUT_MARK), "w") as f:
+        f.write("experiments/validate_sim.py output: a fresh run empties this folder\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--where", choices=("local", "netns"), default="local")
@@ -138,7 +158,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     if not args.report_only:
-        shutil.rmtree(args.out, ignore_errors=True)
+        try:
+            fresh_out(args.out)
+        except ValueError as err:
+            ap.error(str(err))
     os.makedirs(args.out, exist_ok=True)
     cases = ([] if args.no_fixed else V.fixed(os.path.join(ROOT, "topologies"))) + \
         V.sample(args.seed, args.random, topo_dir=os.path.join(ROOT, "topologies"), work_dir=args.out)

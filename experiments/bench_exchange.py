@@ -59,6 +59,7 @@ from hopdec.runtime.hop_loop import worker_loop
 from hopdec.hop.config import ProtocolConfig
 from hopdec.hop.worker import Worker, node_views
 from hopdec.transport.mpi import MPITransport
+from hopdec.transport.waiting import poll_until
 
 TAG = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -212,23 +213,58 @@ class BusyTransport(MPITransport):
             pass
 
 
-class WaitOnlyPollTransport(MPITransport):
-    """Ablation: the loop's poll before every action does nothing; only wait (and close) poll."""
+def _sleep_first(poll):
+    """Poll until something arrived, sleeping 50 us first and doubling to 1 ms (the ablation's wait)."""
+    nap = 5e-5
+    while True:
+        time.sleep(nap)
+        if poll():
+            return
+        nap = min(nap * 2, 1e-3)
+
+
+class _NoPrePoll(MPITransport):
+    """Ablation: the loop's poll before every action does nothing; waits (and close) poll."""
 
     def poll(self, core=None):
         return 0
-
-    def wait(self, core, wait_action):
-        nap = 5e-5
-        while not MPITransport.poll(self, core):
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
 
     def _drain(self, done, what):
         def polled():               # (the real drain, with its timeout, polling as the real poll does)
             MPITransport.poll(self, None)
             return done()
         MPITransport._drain(self, polled, what)
+
+
+class WaitOnlyPollTransport(_NoPrePoll):
+    """No polls before actions, and the ablation's own wait (:func:`_sleep_first`)."""
+
+    def wait(self, core, wait_action):
+        if not MPITransport.poll(self, core):
+            _sleep_first(lambda: MPITransport.poll(self, core))
+
+
+class NoPrePollTransport(_NoPrePoll):
+    """No polls before actions; the transport's own wait (poll first, then naps from 10 us)."""
+
+    def wait(self, core, wait_action):
+        poll_until(lambda: MPITransport.poll(self, core), None, "")
+
+
+class SleepFirstWaitTransport(MPITransport):
+    """Polls before every action as hopdec does; the ablation's wait (:func:`_sleep_first`)."""
+
+    def wait(self, core, wait_action):
+        _sleep_first(lambda: self.poll(core))
+
+
+def _spinning(seconds):
+    """MPITransport whose waits poll without pausing for ``seconds`` before they nap (``spin_s``)."""
+    class Spinning(MPITransport):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.spin_s = seconds
+    return Spinning
 
 
 def run_hopdec(comm, view, params, warmup, timed, max_ig, busy=False, protocol="tokens",
@@ -340,6 +376,11 @@ def ablation(comm, view, mb, reps, warmup, timed, max_ig):
         "hopdec": None,
         "hopdec queue-only (no grants)": "queue-only",
         "hopdec poll only in wait": WaitOnlyPollTransport,
+        "hopdec no pre-action polls": NoPrePollTransport,
+        "hopdec sleep-first wait": SleepFirstWaitTransport,
+        "hopdec busy wait": BusyTransport,
+        "hopdec spin 100 us": _spinning(1e-4),
+        "hopdec spin 400 us": _spinning(4e-4),
     }
     res = {v: [] for v in variants}
     names = list(variants)

@@ -38,5 +38,6 @@ def test_the_ablation_runs_every_variant(mpirun, ring3):
     rows = [ln for ln in out.stdout.splitlines() if "x bare" in ln]
     assert [ln.split("  ")[1].strip() for ln in rows] == [
         "bare", "bare + send copy", "bare + 3 recv slots", "bare + copy + 3 slots", "hopdec",
-        "hopdec queue-only (no grants)", "hopdec poll only in wait"]
+        "hopdec queue-only (no grants)", "hopdec poll only in wait", "hopdec no pre-action polls",
+        "hopdec sleep-first wait", "hopdec busy wait", "hopdec spin 100 us", "hopdec spin 400 us"]
     assert all(float(ln.split()[-2].rstrip("x")) > 0 for ln in rows)

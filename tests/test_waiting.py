@@ -129,3 +129,23 @@ def test_the_start_up_watchdog_does_not_count_a_pause(tmp_path):
     a job paused during start-up for longer than its bound was ended as stuck on resume."""
     out = _paused(EVENT_WAITER, tmp_path / "flag", 3.5)
     assert out.strip() == "set", out
+
+
+def test_a_spinning_wait_polls_without_napping_until_its_spin_is_over(monkeypatch):
+    """``spin``: polls back to back first (a nap costs tens of us more than it asks for), naps after."""
+    naps = []
+    monkeypatch.setattr(time, "sleep", naps.append)
+    calls = []
+
+    def poll(after):
+        calls.append(1)
+        return len(calls) >= after
+
+    assert poll_until(lambda: poll(200), 10.0, "x", spin=5.0) and naps == [] and len(calls) == 200
+    calls.clear()
+    assert poll_until(lambda: poll(3), 10.0, "x") and len(naps) == 2       # no spin: a nap between polls
+    calls.clear()
+    naps.clear()
+    t0 = time.perf_counter()
+    assert poll_until(lambda: poll(10 ** 9) or bool(naps), 10.0, "x", spin=0.002)
+    assert time.perf_counter() - t0 >= 0.002 and len(naps) == 1             # the spin ran out: it napped

@@ -130,6 +130,7 @@ class MPITransport:
         self.numel = numel
         self.length = message_floats(numel, HEADER_FIELDS)   # parameters, padding, int64 header
         self.peer_timeout = peer_timeout
+        self.spin_s = 0.0                       # a wait polls without pausing this long before it naps
         self.waiting = WaitClock()              # the current wait, over repeated Waits (see wait)
         self.fault_tolerant = fault_tolerant
         self.failed = False                         # a peer failure was seen; the next wait raises
@@ -266,7 +267,7 @@ class MPITransport:
         poll_until(arrived, left, lambda: (
             f"rank {self.rank}: no {wait_action.what} from rank(s) "
             f"{', '.join(map(str, wait_action.on)) or '?'} for {self.peer_timeout:.0f} s; "
-            f"{self.silence}"), on=wait_action.on, started=self.waiting.began)
+            f"{self.silence}"), on=wait_action.on, started=self.waiting.began, spin=self.spin_s)
 
     def wait_over(self):
         """The worker acted after waiting (``worker_loop`` calls this): its next wait is timed afresh."""

@@ -138,8 +138,9 @@ class PeerFailed(RuntimeError):
     """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
 
 
-def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, name_silent=False):
-    """Call ``poll()`` until it returns something truthy and return that; sleep between calls.
+def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, name_silent=False, spin=0.0):
+    """Call ``poll()`` until it returns something truthy and return that; sleep between calls (after polling
+    without a pause for ``spin`` seconds first, if given: a nap costs tens of us more than it asks for).
 
     ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
     ``on``, ``name_silent``: as :class:`PeerTimeout`'s; ``started``: when the wait began (wall clock; default
@@ -150,6 +151,12 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, nam
     got = poll()
     if got:
         return got
+    if spin > 0:
+        until = time.perf_counter() + spin
+        while time.perf_counter() < until:
+            got = poll()
+            if got:
+                return got
     start, nap, began = clock(), FIRST_NAP_S, time.time() if started is None else started
     last = run_clock()
     while True:

@@ -516,9 +516,17 @@ def scenario_seeds(out):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         again.zero_grad()
-        model(torch.ones(2, 4)).sum().backward()
+        model(torch.ones(2, 4) * (rank + 1)).sum().backward()        # (each rank its own data: they end apart)
         again.step()
     again.finish()
+    seen.append([str(w.message) for w in caught if "different parameters" in str(w.message)])
+    phase2 = HopOptimizer(model, torch.optim.Adam, lr=0.01, topology="ring")   # a second phase, same model
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        phase2.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        phase2.step()
+    phase2.finish()
     seen.append([str(w.message) for w in caught if "different parameters" in str(w.message)])
     report("seeds", seen)
 
@@ -706,7 +714,19 @@ def scenario_inference(out):
     report("inference", dict(inference=inference, failed=failed, steps=steps, end=opt.iteration))
 
 
-SCENARIOS = dict(unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
+def scenario_consensus_alone(out):
+    """Every rank trains and finishes; only rank 0 then asks for the consensus model (the others' scripts
+    end): a call nobody else makes."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    train_steps(model, opt, 0, 6)
+    opt.finish()
+    if rank == 0:
+        print(f"@@alone {time.time()}", flush=True)
+        opt.consensus_model()
+
+
+SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),

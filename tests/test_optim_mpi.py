@@ -72,9 +72,16 @@ def test_workers_built_from_different_seeds_are_warned_about_once(driven):
     start from one, as hopdec train's do). Rank 0 warns at the first step, naming rank 2; the same seed on
     every rank, or a resumed run (whose workers differ by design), gets no warning."""
     seen = driven[1]["seeds"]
-    assert [[len(w) for w in attempts] for attempts in seen] == [[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], seen
+    assert [[len(w) for w in attempts] for attempts in seen] == [[1, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0],
+                                                                 [0, 0, 0, 0]], seen
     assert seen[0][0][0].startswith("HopOptimizer: the workers start from different parameters (rank(s) 2 "
-                                    "differ from rank 0's)"), seen
+                                    "differ from rank 0's)") and "seed the model" in seen[0][0][0], seen
+    # a second optimizer on a model an earlier one trained: its workers ended apart by design (before: the
+    # advice to seed the model alike, which has nothing to do with it)
+    assert seen[0][3][0].startswith("HopOptimizer: the workers start from different parameters (rank(s) 1, 2, 3 "
+                                    "differ from rank 0's): where an earlier HopOptimizer on these parameters "
+                                    "left them"), seen
+    assert "seed the model" not in seen[0][3][0]
 
 
 def test_parameters_replaced_with_sends_in_flight_move_to_a_free_store(driven):
@@ -258,6 +265,19 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(mpirun, tmp_path):
     assert "Traceback" not in out.stderr and "PeerTimeout" not in out.stderr
     raised = float(re.search(r"@@raise (\S+)", out.stdout).group(1))
     assert ended - raised < 15, ended - raised                       # not the 60 s peer timeout
+
+
+def test_a_consensus_call_after_finish_that_another_rank_never_makes_is_one_line_at_once(mpirun, tmp_path):
+    """Rank 0 asks for the consensus model after finish() and the others' scripts end (saving it on rank 0
+    only, a habit from DDP): before, rank 0 waited out the 60 s peer timeout and said "no message from any
+    rank ... a peer may have died or hung"; now the others say, as they end, how many calls they made."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "consensus_alone"], timeout=150)
+    ended = time.time()
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank 0: RuntimeError: HopOptimizer: rank [12] ended after 0 "
+                        r"consensus_model\(\) call\(s\) while rank 0 waits in call 1: every rank must make "
+                        r"the same collective calls.*", line), line
+    assert ended - float(re.search(r"@@alone (\S+)", out.stdout).group(1)) < 20
 
 
 def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank_too(mpirun, tmp_path):

@@ -40,6 +40,8 @@ serve iteration k. Neither is sent once the sender said it is done (its DONE mes
 channel's close receives every one: no message is left on a freed communicator).
 """
 
+import time
+
 import numpy as np
 
 from hopdec.transport.waiting import poll_until
@@ -47,6 +49,7 @@ from hopdec.transport.waiting import poll_until
 TAG_DONE = 411
 TAG_PAUSED = 412        # "I am paused before ComputeGradient(k) in a consensus call" (serial graph)
 TAG_NEED = 413          # "I have sent update k and wait for yours": serve iteration k
+TAG_LEFT = 414          # "this process ends after N consensus calls" (LeavingNotes)
 
 
 def neighbour_ahead(core, level=False):
@@ -209,3 +212,43 @@ class EndChannel:
         poll_until(every_note_in, self.timeout,
                    f"rank {self.rank}: finish(): a peer's notes were not received for {self.timeout:.0f} s")
         self.comm.Free()
+
+
+class LeavingNotes:
+    """After ``finish()``: the number of consensus calls each rank made in all, told by the rank as its
+    process ends -- so a rank that waits in a consensus call another never makes learns it at once instead
+    of at the peer timeout (before ``finish()`` the DONE message carries the count: :meth:`EndChannel.
+    finished_ranks`). One int64 per other rank on the consensus communicator, at interpreter exit."""
+
+    LINGER_S = 2.0
+    """How long a leaving rank waits for its notes to go out (8 bytes each: at once, unless a peer is gone)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.calls = 0                      # this rank's consensus calls so far (kept by the optimizer)
+        self.left = {}                      # rank -> its calls in all, as it left
+
+    def say(self):
+        """Tell every other rank how many calls this rank made in all (its process ends). Never raises."""
+        from mpi4py import MPI
+        try:
+            if MPI.Is_finalized():
+                return
+            me, n = self.comm.Get_rank(), self.comm.Get_size()
+            buf = np.array([self.calls], dtype=np.int64)
+            reqs = [self.comm.Isend(buf, dest=r, tag=TAG_LEFT) for r in range(n) if r != me]
+            deadline = time.monotonic() + self.LINGER_S
+            while not MPI.Request.Testall(reqs) and time.monotonic() < deadline:
+                time.sleep(1e-3)
+        except Exception:                   # (leaving must not fail: the job ends either way)
+            pass
+
+    def heard(self):
+        """The ranks that have left so far: ``{rank: calls in all}`` (takes the notes that arrived)."""
+        from mpi4py import MPI
+        st = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_LEFT, status=st):
+            buf = np.empty(1, dtype=np.int64)
+            self.comm.Recv(buf, source=st.Get_source(), tag=TAG_LEFT)
+            self.left[st.Get_source()] = int(buf[0])
+        return self.left

@@ -62,6 +62,9 @@ serving, a copy off the wire), and one created under a caller's ``inference_mode
 
 
 _STARTED = weakref.WeakSet()
+_TRAINED = weakref.WeakValueDictionary()
+"""``id(tensor) -> tensor``: parameters a finished optimizer of this process trained (its workers ended
+apart, as decentralized workers do: a next optimizer on them starts from different parameters by design)."""
 """The process's HopOptimizers whose protocol is running (started, not finished): while one waits in
 ``finish()`` or a consensus call, the others' neighbours may need them (:meth:`HopOptimizer._serve_others`)."""
 
@@ -192,6 +195,7 @@ class HopOptimizer(torch.optim.Optimizer):
                                                                             cfg.outer_momentum), cfg.compute_graph)
         self.bound = gap_bound(graph, self.cfg)
         self._ccomm = comm.Dup()                                     # consensus_model()'s reductions
+        self._leaving = ending.LeavingNotes(self._ccomm)             # ranks that ended after finish()
         self.end = ending.EndChannel(comm, self.timeout, self.fault_tolerant)
         self.healer = None
         self._left_behind = []
@@ -544,6 +548,8 @@ class HopOptimizer(torch.optim.Optimizer):
         from hopdec.transport.waiting import PeerFailed
         self.finished = True
         _STARTED.discard(self)
+        for t in self._tracked:
+            _TRAINED[id(t)] = t
         while True:
             try:
                 self.io.close()
@@ -568,6 +574,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self.logger.close()
         if not self.fault_tolerant:
             atexit.unregister(self._exit_hook)
+            atexit.register(self._leaving.say)      # (its last word: see _wait_collective)
 
     # ------------------------------------------------------------------ the consensus model
     @_outside_inference_mode
@@ -583,6 +590,7 @@ class HopOptimizer(torch.optim.Optimizer):
             self._start()
         from mpi4py import MPI
         self._consensus_calls += 1
+        self._leaving.calls = self._consensus_calls
         extra = [b for _, b in self.model.named_buffers() if b.is_floating_point()
                  and not any(b is t for t in self._tracked)]
 
@@ -631,8 +639,9 @@ class HopOptimizer(torch.optim.Optimizer):
 
     def _wait_collective(self, req, what, abandon=None):
         """Wait for ``req`` while the protocol goes on (see :meth:`_serve`); a rank that finished before
-        making this call is an error at once (it never will). Returns early once ``abandon()`` is true
-        (a heal left the request's communicator)."""
+        making this call, or whose script ended after fewer calls (:class:`~hopdec.optim.ending.LeavingNotes`),
+        is an error at once (it never will make it). Returns early once ``abandon()`` is true (a heal left
+        the request's communicator)."""
         call = self._consensus_calls
 
         def done():
@@ -644,6 +653,13 @@ class HopOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"HopOptimizer: rank {r} called finish() after {c} {what} call(s) while rank "
                                    f"{self.rank} waits in call {call}: every rank must make the same collective "
                                    f"calls")
+            if self.finished:
+                gone = {r: c for r, c in self._leaving.heard().items() if c < call}
+                if gone:
+                    r, c = sorted(gone.items())[0]
+                    raise RuntimeError(f"HopOptimizer: rank {r} ended after {c} {what} call(s) while rank "
+                                       f"{self.rank} waits in call {call}: every rank must make the same "
+                                       f"collective calls")
             return req.Test()
         self._serve(done, what)
 
@@ -759,11 +775,15 @@ class HopOptimizer(torch.optim.Optimizer):
                               f"checkpoint of the same iteration, or none")
         differ = [r for r, g in enumerate(got) if g[3] != got[0][3]]
         if differ and self.rank == 0:           # (a resumed run's workers differ by design: not checked)
+            earlier = any(_TRAINED.get(id(t)) is t for t in self._tracked)
+            why = ("where an earlier HopOptimizer on these parameters left them (its workers ended apart, as "
+                   "decentralized workers do); to start from one model, load its consensus_state_dict() into "
+                   "the model first" if earlier else
+                   "Hop's workers start from one model, as hopdec train's do; seed the model the same on every "
+                   "rank (torch.manual_seed before building it) or load one state dict")
             warnings.warn(f"HopOptimizer: the workers start from different parameters (rank(s) "
                           f"{', '.join(map(str, differ[:8]))}{' ...' if len(differ) > 8 else ''} differ from rank "
-                          f"0's): Hop's workers start from one model, as hopdec train's do; seed the model the "
-                          f"same on every rank (torch.manual_seed before building it) or load one state dict",
-                          UserWarning, stacklevel=failing.user_stacklevel())
+                          f"0's): {why}", UserWarning, stacklevel=failing.user_stacklevel())
         self._stop = stopping.AgreedStop(self.comm, self.timeout)     # (collective: every rank, here)
         refusals = [(r, g[1]) for r, g in enumerate(got) if g[1]]
         if refusals:                            # the same line on every rank
@@ -922,6 +942,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self._left_behind.append((self.end, self._ccomm))     # requests of the old communicator: untouched
         self.comm = self.healer.comm
         self._ccomm = self.comm.Dup()
+        self._leaving.comm, self._leaving.left = self._ccomm, {}
         done = self.end.done
         self.end = ending.EndChannel(self.comm, self.timeout, self.fault_tolerant)
         if done:

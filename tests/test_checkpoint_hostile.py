@@ -5,6 +5,7 @@ and symlinks planted where the writer puts its files, which it must never follow
 
 import json
 import os
+import shutil
 import signal
 import zipfile
 
@@ -207,3 +208,73 @@ def test_a_resume_from_damaged_checkpoints_is_a_setup_error(mpirun, tmp_path):
         errors = [ln for ln in res.stderr.splitlines() if "error" in ln]
         assert res.returncode == 2 and len(errors) == 1, res.stderr
         assert all(w in errors[0] for w in words), errors
+    # an intact file whose RNG state does not fit (found only as the trainer loads it, after setup): one line
+    # naming the file, exit 2 (before: "rank 1: RuntimeError: Expected a CPUGeneratorImplState ...", exit 3)
+    c = str(tmp_path / "c")
+    os.rename(os.path.join(b, "elsewhere"), os.path.join(b, "rank1"))
+    shutil.copytree(b, c)
+    odd = os.path.join(c, "rank1", C.ckpt_name(6))
+    _rewrite(odd, arrays=lambda a: dict(a, **{"rng/torch": np.zeros(3, dtype=np.uint8)}))
+    res = mpirun(2, ["train"] + more + ["--resume", c], timeout=180)
+    errors = [ln for ln in res.stderr.splitlines() if "error" in ln]
+    assert res.returncode == 2 and len(errors) == 1, res.stderr
+    assert odd in errors[0] and "does not fit this run" in errors[0] and "Traceback" not in res.stderr
+
+
+# ---- files intact but not the state they claim to be --------------------------------------------------------
+def _rewrite(path, arrays=None, meta=None):
+    """Rewrite checkpoint ``path`` with its arrays and meta changed by the callables given (a crafted file)."""
+    a, m = C.read_arrays(path)
+    C.write_arrays(path, arrays(a) if arrays else a, meta(m) if meta else m)
+
+
+@pytest.mark.parametrize("what,words", [
+    ("manifest-points-to-older", ["it is checkpoint 4, not 8 as the manifest says"]),
+    ("meta-key-edited", ["it is checkpoint 4, not 8 as the manifest says"]),
+    ("nan-params", ["its params holds NaN or infinite values"]),
+    ("no-params", ["it has no params"]),
+    ("text-params", ["its params holds <U1 values"]),
+    ("bad-position", ["its stream/pos [-5, 1000000000000000, 3] is no data position"]),
+])
+def test_an_intact_file_that_is_not_the_listed_state_is_refused_while_choosing(tmp_path, what, words):
+    """A file whose CRCs are fine but which is not rank 1's state at the checkpoint the manifest lists: before,
+    a manifest pointing at an older file, or a file whose own key was edited, resumed from the wrong state
+    (exit 0); NaN parameters ran into 'the training loss became nan'; a missing or text params, a
+    KeyError or TypeError after setup (exit 3), not naming the file."""
+    d = _two_ranks(tmp_path)
+    path = os.path.join(d, "rank1", C.ckpt_name(8))
+    if what == "manifest-points-to-older":
+        man = C.read_manifest(d, 1)
+        man["complete"]["8"]["file"] = C.ckpt_name(4)
+        with open(os.path.join(d, "rank1", C.MANIFEST), "w") as f:
+            json.dump(man, f)
+        path = os.path.join(d, "rank1", C.ckpt_name(4))
+    elif what == "meta-key-edited":
+        _rewrite(path, meta=lambda m: dict(m, key=4))
+    elif what == "nan-params":
+        _rewrite(path, arrays=lambda a: dict(a, params=np.full(1000, np.nan, dtype=np.float32)))
+    elif what == "no-params":
+        _rewrite(path, arrays=lambda a: {k: v for k, v in a.items() if k != "params"})
+    elif what == "text-params":
+        _rewrite(path, arrays=lambda a: dict(a, params=np.array(["a"] * 1000)))
+    else:
+        _rewrite(path, arrays=lambda a: dict(a, **{"stream/pos": np.array([-5, 10 ** 15, 3], dtype=np.int64)}))
+    with pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, path, "refused", "rank 1", *words)
+
+
+def test_a_file_that_does_not_fit_the_model_is_refused_naming_it(tmp_path):
+    """What only the model can tell (shapes, an RNG state's size) surfaces when the trainer loads it: a
+    ConfigError naming the file (before: the bare exception, e.g. 'RuntimeError: Expected a
+    CPUGeneratorImplState of size 5056', and no file)."""
+    from hopdec.runtime.resume import restore
+    d = _two_ranks(tmp_path)
+
+    class Trainer:
+        def load_state(self, arrays):
+            raise RuntimeError("Expected a CPUGeneratorImplState of size 5056 but found 3")
+    with pytest.raises(ConfigError) as err:
+        restore(Trainer(), d, 1, C.read_manifest(d, 1), 8)
+    _one_line(err, os.path.join(d, "rank1", C.ckpt_name(8)), "does not fit this run",
+              "RuntimeError: Expected a CPUGeneratorImplState")

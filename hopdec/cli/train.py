@@ -127,6 +127,8 @@ def main(argv):
     try:
         importlib.import_module(RUNNERS[settings.mode]).run(ctx)
     except BaseException as e:              # training, evaluation or shutdown, on any rank
+        if isinstance(e, ConfigError):      # bad input found only once the run was built (a checkpoint
+            abort(comm, e, PROG, code=2)    # that does not fit the model): exit 2 as at setup
         abort(comm, e, PROG)
     from hopdec.runtime.failures import stop_exit_code
     return _finish(stop_exit_code(), ft, stopped=True)     # a stopped run must not look completed

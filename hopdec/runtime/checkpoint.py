@@ -246,16 +246,52 @@ class RankCheckpoints:
         return load(self.root, self.rank, self.manifest, key)
 
 
-def load(directory, rank, manifest, key):
-    """The arrays of rank ``rank``'s checkpoint ``key`` (its manifest given), checked to be that one."""
+def path_of(directory, rank, manifest, key):
+    """The file rank ``rank``'s manifest lists for checkpoint ``key``."""
     entry = manifest["complete"].get(str(int(key)))
     if entry is None:
         raise ConfigError(f"--resume {directory}: rank {rank} has no checkpoint {key}")
-    path = os.path.join(rank_dir(directory, rank), os.path.basename(str(entry.get("file", ""))))
+    return os.path.join(rank_dir(directory, rank), os.path.basename(str(entry.get("file", ""))))
+
+
+def load(directory, rank, manifest, key):
+    """The arrays of rank ``rank``'s checkpoint ``key`` (its manifest given), checked to be that one."""
+    path = path_of(directory, rank, manifest, key)
     arrays, meta = read_arrays(path)
-    if meta.get("rank") != rank:
-        raise ConfigError(f"{path}: written by rank {meta.get('rank')}, not rank {rank}")
+    problem = file_problem(arrays, meta, rank, key)
+    if problem:
+        raise ConfigError(f"{path}: refused: {problem}")
     return arrays, meta
+
+
+_KINDS = {"params": "f", "rng/torch": "u", "rng/cuda": "u", "stream/generator": "u", "stream/pos": "i",
+          "stream/perm": "i"}
+"""The kind of numbers (numpy ``dtype.kind``) of the arrays every checkpoint of a trainer has."""
+
+
+def file_problem(arrays, meta, rank, key):
+    """Why a checkpoint file read intact is still not rank ``rank``'s state at checkpoint ``key`` (None when
+    it is): another rank's; not the checkpoint the manifest lists it as (its name and its own key say which
+    it is, and a file may stand for earlier keys -- a PS worker whose state did not change between cuts --
+    never later ones); no parameters; numbers of the wrong kind, NaN or infinite; a data position that is
+    none. What only the model can tell (shapes) is checked when it is loaded."""
+    if meta.get("rank") != rank:
+        return f"written by rank {meta.get('rank')}, not rank {rank}"
+    saved = meta.get("key")
+    if not isinstance(saved, int) or isinstance(saved, bool) or saved < int(key):
+        return f"it is checkpoint {str(saved)[:20]}, not {key} as the manifest says (a file copied or renamed?)"
+    if "params" not in arrays:
+        return "it has no params"
+    for name, a in arrays.items():
+        kind = _KINDS.get(name)
+        if kind is not None and a.dtype.kind != kind:
+            return f"its {name} holds {a.dtype} values"
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            return f"its {name} holds NaN or infinite values"
+    pos = arrays.get("stream/pos")
+    if pos is not None and (pos.shape != (3,) or pos.min() < 0 or pos[2] > 1):
+        return f"its stream/pos {pos.reshape(-1)[:3].tolist()} is no data position"
+    return None
 
 
 # ---- which checkpoint a resume starts from --------------------------------------------------------------
@@ -273,9 +309,10 @@ def summary(directory, rank):
     for k, e in man["complete"].items():
         path = os.path.join(rank_dir(directory, rank), os.path.basename(e["file"]))
         try:
-            _, meta = read_arrays(path)
-            if meta.get("rank") != rank:
-                raise ConfigError(f"{path}: written by rank {meta.get('rank')}, not rank {rank}")
+            arrays, meta = read_arrays(path)
+            problem = file_problem(arrays, meta, rank, int(k))
+            if problem:
+                raise ConfigError(f"{path}: refused: {problem}")
         except ConfigError as err:
             damaged[k] = str(err)
     return {k: man.get(k) for k in ("world", "mode", "settings", "checkpoint_every", "iterations")} | \

@@ -17,6 +17,7 @@ import os
 import time
 from dataclasses import replace
 
+from hopdec.errors import ConfigError
 from hopdec.hop.cuts import checkpoint_due, oldest_needed
 from hopdec.ps.server import work_budget
 from hopdec.runtime import checkpoint as C
@@ -99,6 +100,19 @@ def _stopped_line(ctx, where, signum, saved):
     return f"stopped {where}{cause}; no checkpoint to resume from (--checkpoint-dir D writes one)"
 
 
+def restore(trainer, directory, rank, manifest, key):
+    """Load rank ``rank``'s checkpoint ``key`` into ``trainer``; ``(arrays, meta)``. What does not fit this
+    run's model (a shape, an RNG state of another size) is a ConfigError naming the file (exit 2)."""
+    arrays, meta = C.load(directory, rank, manifest, key)
+    try:
+        trainer.load_state(arrays)
+    except (ConfigError, ValueError, TypeError, KeyError, RuntimeError) as err:
+        msg = " ".join(str(err).split())[:300]
+        raise ConfigError(f"{C.path_of(directory, rank, manifest, key)}: refused: it does not fit this run "
+                          f"({msg if isinstance(err, ConfigError) else f'{type(err).__name__}: {msg}'})") from None
+    return arrays, meta
+
+
 # ---- decentralized ----------------------------------------------------------------------------------------
 class HopRank:
     """Checkpoint, resume and stop for one rank of the decentralized runner."""
@@ -117,8 +131,7 @@ class HopRank:
         self.start = 0
         if res is not None:
             self.start = res["key"]
-            arrays, _ = C.load(res["dir"], ctx.rank, res["manifest"], self.start)
-            trainer.load_state(arrays)
+            restore(trainer, res["dir"], ctx.rank, res["manifest"], self.start)
             core.resume_at(self.start)
         self.channel = interrupt.StopChannel(ctx.comm, ctx.timeout)
         self._in_wait = False
@@ -236,8 +249,8 @@ class PSRank:
         self.resume = ctx.resume
         self.state = None
         if self.resume is not None:
-            arrays, meta = C.load(self.resume["dir"], ctx.rank, self.resume["manifest"], self.resume["key"])
-            trainer.load_state(arrays)
+            arrays, meta = restore(trainer, self.resume["dir"], ctx.rank, self.resume["manifest"],
+                                   self.resume["key"])
             self.arrays, self.state = arrays, meta
         self.notified = False
         self.signum = None

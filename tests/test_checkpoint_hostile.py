@@ -51,8 +51,9 @@ def _one_line(err, *words):
 
 # ---- manifests ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("what", ["fifo", "devzero", "directory", "huge", "garbage", "not-json", "bad-key",
-                                  "bad-entry", "bad-world", "deep"])
+                                  "bad-entry", "bad-world", "deep", "bad-every"])
 def test_a_manifest_that_is_not_one_is_refused_naming_it(tmp_path, what):
+    """(bad-every: a checkpoint_every of -1 was blamed on the option --checkpoint-every, never typed.)"""
     d = _two_ranks(tmp_path)
     man = os.path.join(d, "rank1", C.MANIFEST)
     good = json.load(open(man))
@@ -78,6 +79,8 @@ def test_a_manifest_that_is_not_one_is_refused_naming_it(tmp_path, what):
             bad["complete"] = {"abc": good["complete"]["8"]}
         elif what == "bad-entry":
             bad["complete"] = {"8": "ckpt-8.npz"}
+        elif what == "bad-every":
+            bad["checkpoint_every"] = -1
         else:
             bad["world"] = "two"
         open(man, "w").write(json.dumps(bad))

@@ -140,7 +140,10 @@ def read_manifest(directory, rank):
                 and isinstance(e.get("file"), str)):
             raise ConfigError(f"{path}: damaged checkpoint manifest (entry {str(k)[:20]!r} is not an "
                               f"iteration with a file)")
-    for key, check in (("world", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0),
+    def count(v, least):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least
+    for key, check in (("world", lambda v: count(v, 1)), ("checkpoint_every", lambda v: v is None or count(v, 0)),
+                       ("iterations", lambda v: v is None or count(v, 0)),
                        ("settings", lambda v: isinstance(v, dict)), ("mode", lambda v: isinstance(v, str))):
         if key in man and not check(man[key]):
             raise ConfigError(f"{path}: damaged checkpoint manifest (its {key!r} is {str(man[key])[:30]!r})")

@@ -414,3 +414,22 @@ def test_a_consensus_figure_names_the_runs_without_rounds(tmp_path):
     finally:
         plt.close(fig)
     assert labels[-1] == "no rounds logged: b", labels
+
+
+@pytest.mark.parametrize("mode,where,field", [
+    ("decentralized", "record", "sent"), ("decentralized", "record", "send_skipped"),
+    ("decentralized", "consensus", "at"), ("decentralized", "consensus", "time"),
+    ("decentralized", "observer", "per_record_ms"), ("ps", "eval", "time")])
+def test_a_null_where_a_number_is_summed_or_sorted_by_is_skipped_and_counted(tmp_path, capsys, mode, where, field):
+    """Fields a consumer adds up, sorts by or divides (found by fuzzing real logs): a null there passed the
+    check (absent and null were one case) and ended report, trace or plot in a TypeError traceback."""
+    lines = {r: (_ps_lines(r) if mode == "ps" else _hop_lines(r)) for r in range(3 if mode == "ps" else 4)}
+    hit = 0
+    for line in lines[0]:
+        if (where == "record" and "iter" in line) or line.get("event") == where:
+            line[field] = None
+            hit += 1
+    assert hit
+    d = _write_raw(tmp_path / "null", lines)
+    assert Run.load(d).bad_lines == hit
+    every_command(d, str(tmp_path), capsys)

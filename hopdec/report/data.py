@@ -116,18 +116,19 @@ _term = _list_of(_num, 3)
 RECORD_FIELDS = dict(
     iter=_nat, time=_time, loss=_opt(_num), jumped_from=_opt(_int), jump=_opt(_list_of(_int, 2)),
     staleness=_opt(_int), tokens=_opt(_num), held=_opt(_num), used_total=_opt(_num), dropped_total=_opt(_num),
-    sent=_opt(_num), send_skipped=_opt(_num), version=_opt(_int), sent_to=_opt(_list_of(_int)),
+    sent=_num, send_skipped=_num, version=_opt(_int), sent_to=_opt(_list_of(_int)),
     spans=_opt(_list_of(_span)), reduced=_opt(_list_of(_list_of(_term))),
     **{f"{k}_s": _opt(_num) for k in ("compute", "wait", "wait_updates", "wait_tokens", "wait_acks",
                                        "wait_sends", "reduce", "send", "apply", "push", "poll")},
     t_push=_opt(_time), t_recv=_time, allreduce_s=_opt(_num), sent_bytes=_opt(_num))
 """Iteration records: each field the report, plots and trace read, and what it must be (``iter`` and ``time``
-are required)."""
+are required; a field summed or compared -- ``sent``, ``send_skipped`` -- may be absent, never null)."""
 EVENT_FIELDS = dict(
-    event=_str, time=_opt(_time), at=_opt(_int), dist_mean=_opt(_num), dist_max=_opt(_num), test_acc=_opt(_num),
-    test_loss=_opt(_num), elapsed=_opt(_num), records=_opt(_num), per_record_ms=_opt(_num), what=_opt(_str),
+    event=_str, time=_time, at=_int, dist_mean=_opt(_num), dist_max=_opt(_num), test_acc=_opt(_num),
+    test_loss=_opt(_num), elapsed=_opt(_num), records=_opt(_num), per_record_ms=_num, what=_opt(_str),
     dur=_opt(_num), worker=_opt(_int), workers=_opt(lambda v: _int(v) or _list_of(_int)(v)))
-"""Event lines (and ``eval.jsonl`` rows, which need ``time``): the fields read, where present."""
+"""Event lines (and ``eval.jsonl`` rows, which need ``time``): the fields read, where present (``time``,
+``at`` and ``per_record_ms``, which are sorted by or computed with, never null)."""
 HEADER_FIELDS = dict(
     mode=lambda v: v in ("decentralized", "ps", "allreduce"), simulated=lambda v: v is None or isinstance(v, (str, bool)),
     iterations=_opt(_nat), gap_bound=_opt(lambda v: _num(v) or v == float("inf")), message_bytes=_opt(_num),

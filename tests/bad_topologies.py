@@ -22,6 +22,16 @@ def _nl(edges, nodes=2, directed=True, **attrs):
 
 
 BAD_FILES = {
+    # found by fuzzing: an OverflowError traceback (a weight too large for a float), a TypeError (a list as
+    # a node id, used as a dict key before it was checked), and machine names that crashed the printing
+    # of `topo analyze` (a lone surrogate) or reached the terminal raw (an escape sequence)
+    "sched_bigweight.json": ('{"steps": [[[0, 1, ' + "9" * 4000 + '], [1, 0, 1]]]}', "weights are finite numbers"),
+    "sched_listid.json": (json.dumps({"nodes": [{"id": [0]}, {"id": 1}], "steps": [[[0, 1], [1, 0]]]}),
+                          "node ids are the ranks"),
+    "machine_surrogate.json": (_nl([(0, 1), (1, 0)]).replace('{"id": 0}', '{"id": 0, "machine": "\\ud800"}'),
+                               "printable characters"),
+    "machine_escape.json": (_nl([(0, 1), (1, 0)]).replace('{"id": 0}', '{"id": 0, "machine": "\\u001b[31mm0"}'),
+                            "printable characters"),
     "trunc.json": ('{"nodes": [', "not valid JSON"),
     "garbage.txt": ("hello world again and again\n", "expected 'src dst [weight]'"),
     "words.txt": ("a b\n", "must be integers"),

@@ -81,9 +81,9 @@ def validate(G, source="<graph>", connected=True):
         if insum[v] <= 0:
             fail(f"node {v} has in-weights summing to zero (it would average nothing)")
     for v, attrs in G.nodes(data=True):
-        if "machine" in attrs and not isinstance(attrs["machine"], str):
-            fail(f"node {v}: attribute 'machine' must be a host name string, "
-                 f"got {_short(attrs['machine'])}")
+        if "machine" in attrs and not (isinstance(attrs["machine"], str) and attrs["machine"].isprintable()):
+            fail(f"node {v}: attribute 'machine' must be a host name string of printable characters, "
+                 f"got {_short(attrs['machine'])}")     # (a control character, an escape, a lone surrogate)
         if "backup_workers" in attrs:
             b = attrs["backup_workers"]
             if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:

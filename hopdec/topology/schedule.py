@@ -483,10 +483,18 @@ def _edge(e, where, k):
                                 f"{str(end)[:24]!r}")
     if len(e) == 3:
         w = e[2]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)) or w < 0:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not _finite(w) or w < 0:
             raise TopologyError(f"{where}: edge {e[0]}->{e[1]} has weight {str(w)[:24]!r}; weights are "
                                 f"finite numbers >= 0")
     return e
+
+
+def _finite(w):
+    """Whether the number ``w`` is finite as a float (an integer of 4,000 digits is not: float() overflows)."""
+    try:
+        return math.isfinite(float(w))
+    except OverflowError:
+        return False
 
 
 def _plain_edges(step):
@@ -574,6 +582,9 @@ def parse(data, src, connected=True):
         for k, node in enumerate(nodes):
             if not isinstance(node, dict) or "id" not in node:
                 raise TopologyError(f"{src}: node entry #{k} has no 'id'")
+            if isinstance(node["id"], bool) or not isinstance(node["id"], int):
+                raise TopologyError(f"{src}: node entry #{k} has id {str(node['id'])[:24]!r}; node ids are the "
+                                    f"ranks 0..n-1 (integers)")
             ids.append(node["id"])
             node_attrs[node["id"]] = {a: b for a, b in node.items() if a != "id"}
         if sorted(i for i in ids if isinstance(i, int) and not isinstance(i, bool)) != list(range(len(ids))):

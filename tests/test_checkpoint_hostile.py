@@ -281,3 +281,26 @@ def test_a_file_that_does_not_fit_the_model_is_refused_naming_it(tmp_path):
         restore(Trainer(), d, 1, C.read_manifest(d, 1), 8)
     _one_line(err, os.path.join(d, "rank1", C.ckpt_name(8)), "does not fit this run",
               "RuntimeError: Expected a CPUGeneratorImplState")
+
+
+def test_a_file_without_the_optimizer_state_a_stepping_rank_has_is_refused(tmp_path):
+    """A decentralized rank steps its own optimizer every iteration, so its checkpoint after iteration 8
+    holds the momentum: one without it resumed with the momentum started again from zero, without a word."""
+    from hopdec.runtime.resume import restore
+    d = _two_ranks(tmp_path)
+    loaded = []
+
+    class Trainer:
+        def stepped_state(self):
+            return ("momentum",)
+
+        def load_state(self, arrays):
+            loaded.append(sorted(arrays))
+    with pytest.raises(ConfigError) as err:
+        restore(Trainer(), d, 1, C.read_manifest(d, 1), 8, stepped=True)
+    _one_line(err, os.path.join(d, "rank1", C.ckpt_name(8)), "it has no momentum")
+    restore(Trainer(), d, 1, C.read_manifest(d, 1), 8)          # (a PS worker: its server steps)
+    path = os.path.join(d, "rank1", C.ckpt_name(8))
+    _rewrite(path, arrays=lambda a: dict(a, momentum=np.zeros(1000, dtype=np.float32)))
+    restore(Trainer(), d, 1, C.read_manifest(d, 1), 8, stepped=True)
+    assert loaded == [["params"], ["momentum", "params"]]

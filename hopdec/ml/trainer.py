@@ -625,6 +625,13 @@ class FlatSGD(FlatModel):
             sgd = torch.optim.SGD if torch_optimizer else FlatMomentumSGD
             self.optimizer = sgd([self.flat], lr=lr, momentum=momentum, weight_decay=weight_decay)
 
+    def stepped_state(self):
+        """The checkpoint keys of the optimizer state that exists once this optimizer has stepped (SGD with
+        momentum: ``momentum``; AdamW: its moments and step): a checkpoint of a rank that stepped has them."""
+        if isinstance(self.optimizer, FlatAdamW):
+            return ("adam/exp_avg", "adam/exp_avg_sq", "adam/step")
+        return ("momentum",) if self.optimizer.param_groups[0].get("momentum") else ()
+
     def apply(self, iteration=None):
         """Apply the stored gradient with the optimizer (momentum and weight decay act on the flat tensor)."""
         self.optimizer.step()

@@ -274,9 +274,9 @@ _KINDS = {"params": "f", "rng/torch": "u", "rng/cuda": "u", "stream/generator": 
 
 def file_problem(arrays, meta, rank, key):
     """Why a checkpoint file read intact is still not rank ``rank``'s state at checkpoint ``key`` (None when
-    it is): another rank's; not the checkpoint the manifest lists it as (its name and its own key say which
-    it is, and a file may stand for earlier keys -- a PS worker whose state did not change between cuts --
-    never later ones); no parameters; numbers of the wrong kind, NaN or infinite; a data position that is
+    it is): another rank's; not the checkpoint the manifest lists it as (its own key says which it is, and
+    a file may stand for earlier keys -- a PS worker whose state did not change between cuts -- never later
+    ones); no parameters; numbers of the wrong kind, NaN or infinite; a data position that is
     none. What only the model can tell (shapes) is checked when it is loaded."""
     if meta.get("rank") != rank:
         return f"written by rank {meta.get('rank')}, not rank {rank}"

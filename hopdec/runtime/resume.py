@@ -100,10 +100,16 @@ def _stopped_line(ctx, where, signum, saved):
     return f"stopped {where}{cause}; no checkpoint to resume from (--checkpoint-dir D writes one)"
 
 
-def restore(trainer, directory, rank, manifest, key):
+def restore(trainer, directory, rank, manifest, key, stepped=False):
     """Load rank ``rank``'s checkpoint ``key`` into ``trainer``; ``(arrays, meta)``. What does not fit this
-    run's model (a shape, an RNG state of another size) is a ConfigError naming the file (exit 2)."""
+    run's model (a shape, an RNG state of another size) is a ConfigError naming the file (exit 2), and so is,
+    with ``stepped`` (the rank stepped its own optimizer before this checkpoint), a missing optimizer state
+    (resumed, its momentum would have started again from zero without a word)."""
     arrays, meta = C.load(directory, rank, manifest, key)
+    missing = [k for k in (trainer.stepped_state() if stepped else ()) if k not in arrays]
+    if missing:
+        raise ConfigError(f"{C.path_of(directory, rank, manifest, key)}: refused: it has no {', '.join(missing)} "
+                          f"(the optimizer's state after {key} iterations: a damaged or edited file)")
     try:
         trainer.load_state(arrays)
     except (ConfigError, ValueError, TypeError, KeyError, RuntimeError) as err:
@@ -131,7 +137,8 @@ class HopRank:
         self.start = 0
         if res is not None:
             self.start = res["key"]
-            restore(trainer, res["dir"], ctx.rank, res["manifest"], self.start)
+            restore(trainer, res["dir"], ctx.rank, res["manifest"], self.start,
+                    stepped=self.start > 0 and not rounds)      # (every rank steps its optimizer each iteration)
             core.resume_at(self.start)
         self.channel = interrupt.StopChannel(ctx.comm, ctx.timeout)
         self._in_wait = False

@@ -72,7 +72,7 @@ def main(argv):
         return _finish(2, ft, reporter=False)
     import importlib
 
-    from hopdec.runtime.failures import abort, cause, first_error, slow_detector_note
+    from hopdec.runtime.failures import ABORT_CODE, abort, cause, first_error, slow_detector_note
     from hopdec.runtime.resume import plan
     from hopdec.runtime.setup import check_resume_target, continue_run, first_disagreement, setup, \
         shared_by_every_rank
@@ -127,9 +127,8 @@ def main(argv):
     try:
         importlib.import_module(RUNNERS[settings.mode]).run(ctx)
     except BaseException as e:              # training, evaluation or shutdown, on any rank
-        if isinstance(e, ConfigError):      # bad input found only once the run was built (a checkpoint
-            abort(comm, e, PROG, code=2)    # that does not fit the model): exit 2 as at setup
-        abort(comm, e, PROG)
+        # bad input found only once the run was built (a checkpoint that does not fit the model): exit 2
+        abort(comm, e, PROG, code=2 if isinstance(e, ConfigError) else ABORT_CODE)
     from hopdec.runtime.failures import stop_exit_code
     return _finish(stop_exit_code(), ft, stopped=True)     # a stopped run must not look completed
 

@@ -225,7 +225,7 @@ class LeavingNotes:
 
     def __init__(self, comm):
         self.comm = comm
-        self.calls = 0                      # this rank's consensus calls so far (kept by the optimizer)
+        self.calls = 0                      # this rank's consensus calls so far (the optimizer counts them here)
         self.left = {}                      # rank -> its calls in all, as it left
 
     def say(self):

@@ -273,7 +273,6 @@ class HopOptimizer(torch.optim.Optimizer):
                                           device=self.device) if buffers and self.rounds is None else None)
         self._sent_valid = False
         self._resume_sent = None               # ... as the loaded state dict's rank had sent them (_start)
-        self._consensus_calls = 0
         self._activity = self._heard = 0        # messages seen while serving (see _serve)
         self.finished = False
         self._stop = None                      # Ctrl-C: where every rank stops (hopdec.optim.stopping)
@@ -522,7 +521,7 @@ class HopOptimizer(torch.optim.Optimizer):
             serving, self._serving = self._serving, True
             self._advance()
             self._serving = serving
-        self.end.announce_done(self._consensus_calls)
+        self.end.announce_done(self._leaving.calls)
         # (self.end read at every call: a heal replaces it, and every survivor that was done says so again)
         self._serve(lambda: self.end.all_done(), "finish(): waiting for the other ranks to finish")  # 2.
         stop = self._among_survivors(                                # 3. (a jump counts with its target)
@@ -589,8 +588,7 @@ class HopOptimizer(torch.optim.Optimizer):
         if self._loop is None and not self.finished:
             self._start()
         from mpi4py import MPI
-        self._consensus_calls += 1
-        self._leaving.calls = self._consensus_calls
+        self._leaving.calls += 1                # (the count each rank tells at finish() and as it ends)
         extra = [b for _, b in self.model.named_buffers() if b.is_floating_point()
                  and not any(b is t for t in self._tracked)]
 
@@ -642,7 +640,7 @@ class HopOptimizer(torch.optim.Optimizer):
         making this call, or whose script ended after fewer calls (:class:`~hopdec.optim.ending.LeavingNotes`),
         is an error at once (it never will make it). Returns early once ``abandon()`` is true (a heal left
         the request's communicator)."""
-        call = self._consensus_calls
+        call = self._leaving.calls
 
         def done():
             if abandon is not None and abandon():
@@ -946,7 +944,7 @@ class HopOptimizer(torch.optim.Optimizer):
         done = self.end.done
         self.end = ending.EndChannel(self.comm, self.timeout, self.fault_tolerant)
         if done:
-            self.end.announce_done(self._consensus_calls)
+            self.end.announce_done(self._leaving.calls)
         self.size = self.comm.Get_size()
         if self._stop is not None:
             self._stop.moved_to(self.comm)

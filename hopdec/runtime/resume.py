@@ -106,15 +106,16 @@ def restore(trainer, directory, rank, manifest, key, stepped=False):
     with ``stepped`` (the rank stepped its own optimizer before this checkpoint), a missing optimizer state
     (resumed, its momentum would have started again from zero without a word)."""
     arrays, meta = C.load(directory, rank, manifest, key)
+    path = C.path_of(directory, rank, manifest, key)
     missing = [k for k in (trainer.stepped_state() if stepped else ()) if k not in arrays]
     if missing:
-        raise ConfigError(f"{C.path_of(directory, rank, manifest, key)}: refused: it has no {', '.join(missing)} "
-                          f"(the optimizer's state after {key} iterations: a damaged or edited file)")
+        raise ConfigError(f"{path}: refused: it has no {', '.join(missing)} (the optimizer's state after {key} "
+                          f"iterations: a damaged or edited file)")
     try:
         trainer.load_state(arrays)
     except (ConfigError, ValueError, TypeError, KeyError, RuntimeError) as err:
         msg = " ".join(str(err).split())[:300]
-        raise ConfigError(f"{C.path_of(directory, rank, manifest, key)}: refused: it does not fit this run "
+        raise ConfigError(f"{path}: refused: it does not fit this run "
                           f"({msg if isinstance(err, ConfigError) else f'{type(err).__name__}: {msg}'})") from None
     return arrays, meta
 

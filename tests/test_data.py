@@ -1,5 +1,6 @@
 """Datasets load offline with the right shapes; shards are disjoint, covering and deterministic."""
 
+import os
 import pickle
 
 import numpy as np
@@ -112,6 +113,19 @@ def test_libsvm_bad_inputs_name_the_file(tmp_path):
         load_dataset("libsvm", path=str(tmp_path / "missing.svm"))
     with pytest.raises(ConfigError, match="data-path"):
         load_dataset("libsvm")
+
+
+def test_libsvm_path_that_is_not_a_regular_file_says_so(tmp_path):
+    """A FIFO or a directory given as the LIBSVM file is named for what it is, not "not found"."""
+    fifo = tmp_path / "pipe.svm"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="pipe.svm: not a regular file") as err:
+        load_dataset("libsvm", path=str(fifo))
+    assert "not found" not in str(err.value) and "no such" not in str(err.value)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_dataset("libsvm", path=str(tmp_path))
+    with pytest.raises(ConfigError, match="missing.svm: no such file"):
+        load_dataset("libsvm", path=str(tmp_path / "missing.svm"))
 
 
 def test_unknown_dataset():

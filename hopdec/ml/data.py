@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hopdec.errors import ConfigError
+from hopdec.files import open_regular
 from hopdec.limits import check_alloc
 from hopdec.ml.catalog import steps_per_epoch  # noqa: F401  (torch-free, re-exported)
 from hopdec.ml.registry import DATASETS  # noqa: F401  (the names, without torch: the CLI reads them)
@@ -172,10 +173,11 @@ def _load_cifar10(data_dir: Optional[str]) -> Dataset:
 def _read_svmlight(path: str):
     """A LIBSVM file -> sparse float32 features (CSR), {0,1} labels. :func:`_dense` makes them dense."""
     from sklearn.datasets import load_svmlight_file
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: LIBSVM file not found")
+    # (missing, a directory, a FIFO or device: each named for what it is; no size cap but the memory check)
+    fh, _ = open_regular(path, 1 << 62, "a LIBSVM file")
     try:
-        x, y = load_svmlight_file(path, dtype=np.float32)
+        with fh:
+            x, y = load_svmlight_file(fh, dtype=np.float32)
     except OverflowError:
         raise ConfigError(f"{path}: a feature index too large to read (LIBSVM indices are 32-bit)") \
             from None

@@ -7,14 +7,16 @@ rounds (hopdec, bare, hopdec-busy, bare, ... for each repetition) so machine noi
 
 * **hopdec**: the real :class:`hopdec.hop.worker.Worker` (tokens protocol, ``--max-ig``, parallel compute
   graph) driven by :func:`hopdec.runtime.hop_loop.worker_loop` over :class:`hopdec.transport.mpi.MPITransport`
-  (waiting with its own ``wait``: Testsome + sleeps of 10 us doubling to 1 ms). The backend does no
+  (waiting with its own ``wait``: Testsome back to back, yielding the core, for 2 ms, then sleeps of 10 us
+  doubling to 1 ms). The backend does no
   compute (``compute`` returns at once); ``reduce`` does the real weighted sum with numpy.
 * **bare**: per iteration every rank Irecvs from its in-neighbours into preallocated buffers, Isends its
   parameter buffer to its out-neighbours, ``Waitall``, then the *same* numpy weighted sum. No barrier
   inside the loop.
 * ``--ablation MB``: instead of the table, splits hopdec's overhead at one size (bare + hopdec's send
   copy, bare + its rotating receive slots, hopdec with queue-only protocol = no grant messages, hopdec
-  whose loop polls only in ``wait``).
+  whose loop polls only in ``wait``, and waits that never sleep, nap at once (hopdec's wait before it
+  spun first) or spin longer; ``--reps``, ``--timed``).
 * **hopdec-busy** (profiling, ``--no-busy`` to leave out): hopdec with ``MPITransport.wait`` replaced by
   a poll loop without sleeps, to measure what the sleep backoff costs.
 
@@ -259,7 +261,7 @@ class SleepFirstWaitTransport(MPITransport):
 
 
 def _spinning(seconds):
-    """MPITransport whose waits poll without pausing for ``seconds`` before they nap (``spin_s``)."""
+    """MPITransport whose waits poll (yielding) for ``seconds`` before they nap (``spin_s``; 0: at once)."""
     class Spinning(MPITransport):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
@@ -379,8 +381,9 @@ def ablation(comm, view, mb, reps, warmup, timed, max_ig):
         "hopdec no pre-action polls": NoPrePollTransport,
         "hopdec sleep-first wait": SleepFirstWaitTransport,
         "hopdec busy wait": BusyTransport,
-        "hopdec spin 100 us": _spinning(1e-4),
+        "hopdec naps at once (no spin)": _spinning(0.0),
         "hopdec spin 400 us": _spinning(4e-4),
+        "hopdec spin 10 ms": _spinning(1e-2),
     }
     res = {v: [] for v in variants}
     names = list(variants)
@@ -455,7 +458,11 @@ def main():
                    help="--device cuda: hand device buffers to MPI (auto: when the MPI says it can)")
     p.add_argument("--ablation", type=float, default=None, metavar="MB",
                    help="instead of the table: split hopdec's overhead at this size (bare + send copy, "
-                        "bare + rotating receive slots, hopdec without grants, without pre-action polls)")
+                        "bare + rotating receive slots, hopdec without grants, without pre-action polls, "
+                        "with other waits)")
+    p.add_argument("--reps", type=int, default=5, help="--ablation: interleaved repetitions (default 5)")
+    p.add_argument("--timed", type=int, default=20, help="--ablation: timed iterations per repetition "
+                   "(default 20; a few ms each at 1 MB: take 100 or more on a noisy machine)")
     args = p.parse_args()
 
     comm = MPI.COMM_WORLD
@@ -483,7 +490,7 @@ def main():
         if args.ablation:
             raise SystemExit("--ablation is CPU-only")
     if args.ablation:
-        ablation(comm, view, args.ablation, reps=5, warmup=3, timed=20, max_ig=args.max_ig)
+        ablation(comm, view, args.ablation, reps=args.reps, warmup=3, timed=args.timed, max_ig=args.max_ig)
         return 0
     variants = ["hopdec", "bare"] + ([] if args.no_busy else ["hopdec-busy"])
     rows = []

@@ -32,12 +32,15 @@ def test_the_table_has_a_row_per_size_with_both_sides(mpirun, ring3):
 def test_the_ablation_runs_every_variant(mpirun, ring3):
     """Before: the variant that polls only in wait overrode the transport's shutdown drain with an old
     signature, so ``--ablation`` failed on every rank with a TypeError at its first close."""
-    out = mpirun.python(3, [BENCH, "--topology", ring3, "--ablation", "0.01"], timeout=240)
+    out = mpirun.python(3, [BENCH, "--topology", ring3, "--ablation", "0.01", "--reps", "2", "--timed", "5"],
+                        timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     rows = [ln for ln in out.stdout.splitlines() if "x bare" in ln]
     assert [ln.split("  ")[1].strip() for ln in rows] == [
         "bare", "bare + send copy", "bare + 3 recv slots", "bare + copy + 3 slots", "hopdec",
         "hopdec queue-only (no grants)", "hopdec poll only in wait", "hopdec no pre-action polls",
-        "hopdec sleep-first wait", "hopdec busy wait", "hopdec spin 100 us", "hopdec spin 400 us"]
+        "hopdec sleep-first wait", "hopdec busy wait", "hopdec naps at once (no spin)", "hopdec spin 400 us",
+        "hopdec spin 10 ms"]
     assert all(float(ln.split()[-2].rstrip("x")) > 0 for ln in rows)
+    assert "3+5 iterations x 2 interleaved reps" in out.stdout

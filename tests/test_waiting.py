@@ -143,9 +143,46 @@ def test_a_spinning_wait_polls_without_napping_until_its_spin_is_over(monkeypatc
 
     assert poll_until(lambda: poll(200), 10.0, "x", spin=5.0) and naps == [] and len(calls) == 200
     calls.clear()
-    assert poll_until(lambda: poll(3), 10.0, "x") and len(naps) == 2       # no spin: a nap between polls
+    assert poll_until(lambda: poll(3), 10.0, "x", spin=0) and len(naps) == 2   # no spin: a nap between polls
     calls.clear()
     naps.clear()
     t0 = time.perf_counter()
     assert poll_until(lambda: poll(10 ** 9) or bool(naps), 10.0, "x", spin=0.002)
     assert time.perf_counter() - t0 >= 0.002 and len(naps) == 1             # the spin ran out: it napped
+
+
+def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
+    """By default a wait polls back to back for SPIN_S, yielding the core between polls (sched_yield: a
+    rank on its own core polls again at once, so MPI's rendezvous steps are not each held up by a nap; an
+    oversubscribed one lets the others run), and only then naps."""
+    from hopdec.transport import waiting
+    naps, yields, calls = [], [], []
+    monkeypatch.setattr(time, "sleep", naps.append)
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
+
+    def poll(after):
+        calls.append(1)
+        return len(calls) >= after
+
+    assert poll_until(lambda: poll(50), 10.0, "x") and naps == [] and len(yields) == 49
+    calls.clear()
+    yields.clear()
+    t0 = time.perf_counter()
+    assert poll_until(lambda: poll(10 ** 9) or bool(naps), 10.0, "x")
+    assert time.perf_counter() - t0 >= waiting.SPIN_S and len(naps) == 1 and len(yields) > 1
+
+
+def test_idle_hooks_run_while_a_wait_spins(monkeypatch):
+    """What observes a run (live progress, the stop check) gets its turn in a wait that ends within its
+    spin: at the start of the spin and every SPIN_HOOKS_S of it."""
+    from hopdec.transport import waiting
+    naps, ran = [], []
+    monkeypatch.setattr(time, "sleep", naps.append)
+    hook = waiting.add_idle_hook(lambda: ran.append(time.perf_counter()))
+    try:
+        until = time.perf_counter() + waiting.SPIN_S / 2
+        assert poll_until(lambda: time.perf_counter() >= until, 10.0, "x")
+    finally:
+        waiting.remove_idle_hook(hook)
+    assert naps == [] and len(ran) >= 2
+    assert all(b - a >= waiting.SPIN_HOOKS_S * 0.99 for a, b in zip(ran, ran[1:]))

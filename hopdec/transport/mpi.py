@@ -30,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hopdec.transport.message import NO_GRANT, header, message_floats, split_grants
-from hopdec.transport.waiting import PeerFailed, PeerTimeout, WaitClock, poll_until  # noqa: F401  (re-exported)
+from hopdec.transport.waiting import SPIN_S, PeerFailed, PeerTimeout, WaitClock, poll_until  # noqa: F401  (re-exported)
 
 Testsome, Testall = MPI.Request.Testsome, MPI.Request.Testall
 
@@ -130,7 +130,7 @@ class MPITransport:
         self.numel = numel
         self.length = message_floats(numel, HEADER_FIELDS)   # parameters, padding, int64 header
         self.peer_timeout = peer_timeout
-        self.spin_s = 0.0                       # a wait polls without pausing this long before it naps
+        self.spin_s = SPIN_S                    # a wait polls (yielding) this long before it naps
         self.waiting = WaitClock()              # the current wait, over repeated Waits (see wait)
         self.fault_tolerant = fault_tolerant
         self.failed = False                         # a peer failure was seen; the next wait raises

@@ -1,8 +1,9 @@
 """Waiting without hanging: one poll-and-back-off loop with a timeout, used by every MPI driver.
 
 Every blocking wait in hopdec goes through :func:`poll_until`: it polls (e.g. ``MPI.Request.Testsome``)
-and sleeps between polls, 10 us doubling to 1 ms, so an idle rank yields its core to ranks that compute
-(ranks usually outnumber cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
+back to back for its first :data:`SPIN_S`, yielding the core between polls, then sleeps between polls,
+10 us doubling to 1 ms, so an idle rank leaves its core to ranks that compute (ranks usually outnumber
+cores in emulated runs), and raises :class:`PeerTimeout` after ``timeout``
 seconds so a dead or hung peer never hangs the job. Time this rank was not running -- the whole job
 paused (Ctrl-Z through mpirun or a launch script, Slurm's ``scontrol suspend``: SIGSTOP, later SIGCONT),
 a frozen container, a starved core -- does not count toward that timeout (:func:`run_clock`); and
@@ -17,9 +18,23 @@ to stop waits, briefly, for the other ranks (:mod:`hopdec.runtime.interrupt`); n
 """
 
 import contextlib
+import os
 import signal
 import threading
 import time
+
+SPIN_S = 2e-3
+"""How long a wait polls without sleeping, calling ``sched_yield`` between polls, before its first nap.
+MPI moves a message only while both ranks are in it: a large one is a rendezvous (the sender's request,
+the receiver's answer, then the data, in fragments over TCP or without single-copy shared memory), and a
+rank napping through each step multiplies it (2 ranks, a core each, 1 MB each way: 2.5 ms per exchange
+with naps alone, 0.6 with this spin, bare mpi4py 0.2-0.7; over TCP 3.4 -> 0.75 ms; without CMA 15 -> 1.5;
+experiments/README.md, "Waits that spin before they nap"). A yielding poll lets ranks that share the core
+run, so oversubscribed runs lose nothing (8 ranks on 2 cores: the same ms per exchange from 1 to 64 MB,
+less at 4 KB)."""
+SPIN_HOOKS_S = 2.5e-4
+"""While a wait spins, the idle hooks run at its start and at most this often (they run after every nap
+once it naps)."""
 
 FIRST_NAP_S = 1e-5
 """The first sleep of a wait. 10 us rather than 50: a small message often lands within tens of us, and
@@ -138,9 +153,10 @@ class PeerFailed(RuntimeError):
     """A peer process failed (ULFM reported it): with fault tolerance on, the survivors heal and go on."""
 
 
-def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, name_silent=False, spin=0.0):
-    """Call ``poll()`` until it returns something truthy and return that; sleep between calls (after polling
-    without a pause for ``spin`` seconds first, if given: a nap costs tens of us more than it asks for).
+def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, name_silent=False,
+               spin=SPIN_S):
+    """Call ``poll()`` until it returns something truthy and return that: back to back for ``spin`` seconds
+    (:data:`SPIN_S`; yielding the core between calls), then sleeping between calls.
 
     ``message``: the PeerTimeout text (a string, or a function returning one, called only on timeout);
     ``on``, ``name_silent``: as :class:`PeerTimeout`'s; ``started``: when the wait began (wall clock; default
@@ -152,11 +168,17 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, nam
     if got:
         return got
     if spin > 0:
-        until = time.perf_counter() + spin
-        while time.perf_counter() < until:
+        now = time.perf_counter()
+        until, hooks_at = now + spin, now
+        while now < until:
+            if _idle_hooks and now >= hooks_at:
+                run_idle_hooks()
+                hooks_at = now + SPIN_HOOKS_S
+            os.sched_yield()
             got = poll()
             if got:
                 return got
+            now = time.perf_counter()
     start, nap, began = clock(), FIRST_NAP_S, time.time() if started is None else started
     last = run_clock()
     while True:

@@ -259,8 +259,8 @@ def test_every_wait_calls_the_watch_between_polls_but_never_inside_it():
     def watch():
         seen.append("watch")
         poll_until(lambda: True, 1, "inner")                 # a wait inside the watch: no recursion
-    with watching(watch):
-        assert poll_until(lambda: next(polls) >= 3, 5, "outer")
+    with watching(watch):                                   # (napping: between every two polls; while a
+        assert poll_until(lambda: next(polls) >= 3, 5, "outer", spin=0)     # wait spins, every 250 us)
     assert seen == ["watch"] * 3
     poll_until(lambda: next(polls) >= 5, 5, "after")        # outside the block: no watch
     assert seen == ["watch"] * 3

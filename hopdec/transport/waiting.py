@@ -27,9 +27,9 @@ SPIN_S = 2e-3
 """How long a wait polls without sleeping, calling ``sched_yield`` between polls, before its first nap.
 MPI moves a message only while both ranks are in it: a large one is a rendezvous (the sender's request,
 the receiver's answer, then the data, in fragments over TCP or without single-copy shared memory), and a
-rank napping through each step multiplies it (2 ranks, a core each, 1 MB each way: 2.5 ms per exchange
-with naps alone, 0.6 with this spin, bare mpi4py 0.2-0.7; over TCP 3.4 -> 0.75 ms; without CMA 15 -> 1.5;
-experiments/README.md, "Waits that spin before they nap"). A yielding poll lets ranks that share the core
+rank napping through each step multiplies it (2 ranks, a core each, 1 MB each way: 2.2-2.3 ms per
+exchange with naps alone, 0.4 with this spin, bare mpi4py 0.2; over TCP 3.2-3.5 -> 0.6-0.7 ms; without
+CMA 15 -> 0.5-0.6; experiments/README.md, "Waits that spin before they nap"). A yielding poll lets ranks that share the core
 run, so oversubscribed runs lose nothing (8 ranks on 2 cores: the same ms per exchange from 1 to 64 MB,
 less at 4 KB)."""
 SPIN_HOOKS_S = 2.5e-4

@@ -186,3 +186,20 @@ def test_idle_hooks_run_while_a_wait_spins(monkeypatch):
         waiting.remove_idle_hook(hook)
     assert naps == [] and len(ran) >= 2
     assert all(b - a >= waiting.SPIN_HOOKS_S * 0.99 for a, b in zip(ran, ran[1:]))
+
+
+def test_a_stall_inside_a_waits_spin_is_a_stall_too():
+    """A rank stopped (Ctrl-Z, Slurm's suspend) while its wait spins: that time is left out of the run
+    clock the peer timeouts are measured on, as it is when the stop lands in a nap -- a job of fast
+    exchanges spends most of its waits spinning."""
+    from hopdec.transport import waiting
+    calls = []
+
+    def poll():
+        calls.append(1)
+        if len(calls) == 2:                     # inside the spin
+            time.sleep(1.5)                     # more than STALL_S
+        return len(calls) >= 3
+    stalled = time.monotonic() - waiting.run_clock()
+    assert poll_until(poll, 10.0, "x")
+    assert time.monotonic() - waiting.run_clock() - stalled >= 1.4

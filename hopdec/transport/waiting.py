@@ -169,7 +169,7 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, nam
         return got
     if spin > 0:
         now = time.perf_counter()
-        until, hooks_at = now + spin, now
+        until, hooks_at, last = now + spin, now, run_clock()
         while now < until:
             if _idle_hooks and now >= hooks_at:
                 run_idle_hooks()
@@ -178,6 +178,7 @@ def poll_until(poll, timeout, message, clock=run_clock, on=(), started=None, nam
             got = poll()
             if got:
                 return got
+            last = _stall_check(last, 0.0)      # (stopped while spinning: a stall, as in a nap)
             now = time.perf_counter()
     start, nap, began = clock(), FIRST_NAP_S, time.time() if started is None else started
     last = run_clock()

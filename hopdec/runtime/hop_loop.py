@@ -6,9 +6,10 @@ worker. Either way the same loop and the same core run, so nothing of the protoc
 transport.
 
 A *transport* has an optional ``poll(core)`` (deliver what has arrived; called at the start and after
-each send and compute -- see :data:`_POLL_AFTER` --, not after a wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_grants(grants)``,
-``payload(handle)`` and ``release(handles)``, and an optional ``wait_over()`` (called when the worker acts
-again after one or more Waits: a transport that times its waits times that whole wait, see
+each send and compute -- see :data:`_POLL_AFTER` --, not after a wait, which polled itself),
+``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)`` and
+``release(handles)``, and an optional ``wait_over()`` (called when the worker acts again after one or
+more Waits: a transport that times its waits times that whole wait, see
 :class:`hopdec.transport.waiting.WaitClock`); ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in a pool of
 message-sized stores (``send_storage()``, ``spare_stores()``, ``add_store()``, ``reduce(pairs, into=)``),

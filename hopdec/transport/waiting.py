@@ -29,9 +29,9 @@ MPI moves a message only while both ranks are in it: a large one is a rendezvous
 the receiver's answer, then the data, in fragments over TCP or without single-copy shared memory), and a
 rank napping through each step multiplies it (2 ranks, a core each, 1 MB each way: 2.2-2.3 ms per
 exchange with naps alone, 0.4 with this spin, bare mpi4py 0.2; over TCP 3.2-3.5 -> 0.6-0.7 ms; without
-CMA 15 -> 0.5-0.6; experiments/README.md, "Waits that spin before they nap"). A yielding poll lets ranks that share the core
-run, so oversubscribed runs lose nothing (8 ranks on 2 cores: the same ms per exchange from 1 to 64 MB,
-less at 4 KB)."""
+CMA 15 -> 0.5-0.6; experiments/README.md, "Waits that spin before they nap"). A yielding poll lets
+ranks that share the core run, so oversubscribed runs lose nothing (8 ranks on 2 cores: the same ms per
+exchange from 1 to 64 MB, less at 4 KB)."""
 SPIN_HOOKS_S = 2.5e-4
 """While a wait spins, the idle hooks run at its start and at most this often (they run after every nap
 once it naps)."""

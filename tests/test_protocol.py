@@ -374,9 +374,6 @@ class _RecordingIO:
     def send_grants(self, grants):
         self.calls.append(("grants", grants))
 
-    def release(self, handles):
-        pass
-
 
 class _NoBackend:
     def compute(self, iteration):
@@ -384,10 +381,7 @@ class _NoBackend:
         return {"loss": 0.0, "compute_s": 0.0}
 
     def apply(self, iteration):
-        self.calls.append(("apply", iteration))
-
-    def reduce(self, pairs):
-        self.calls.append(("reduce",))
+        pass
 
     def write_params(self, out=None):
         return out
@@ -412,28 +406,20 @@ def test_the_loop_hands_grants_to_the_send_right_behind_them_and_never_holds_the
     # serial graph: compute comes first, so the grants go as messages before it
     calls, _ = _drive([Enter(1, None, g), ComputeGradient(1), ApplyGradient(1),
                        SendParams(1, (1, 2)), Finished()])
-    assert calls == [("grants", g), ("compute", 1), ("apply", 1), ("update", 1, (1, 2), None)]
+    assert calls == [("grants", g), ("compute", 1), ("update", 1, (1, 2), None)]
     # every out-neighbour skipped: no update to ride on, the grants go as messages
     calls, _ = _drive([Enter(1, None, g), SendParams(1, (), (1, 2)), ComputeGradient(1), Finished()])
     assert calls == [("grants", g), ("compute", 1)]
 
 
-def test_the_loop_polls_after_sends_and_computes_only():
-    """A poll after the send (MPI moves it, takes what came meanwhile) and after the compute (what arrived
-    while computing reaches the Reduce); none after Reduce or Apply, whose next action is the next send:
-    taking incoming updates first (the receiver's copy, on shared memory) held that send up, and the
-    neighbours wait for it. Nor after bookkeeping (Enter)."""
+def test_the_loop_polls_after_actions_that_take_time_not_after_bookkeeping():
     from hopdec.core import ApplyGradient, ComputeGradient, Finished
-    from hopdec.hop.actions import Enter, Reduce, SendParams
-    _, calls = _drive([Enter(1, None, ((1, 3),)), SendParams(1, (1,)), ComputeGradient(1), Reduce(1, ()),
-                       ApplyGradient(1), Enter(2, None, ()), SendParams(2, (1,)), Finished()])
+    from hopdec.hop.actions import Enter, SendParams
+    _, calls = _drive([Enter(1, None, ((1, 3),)), SendParams(1, (1,)), ComputeGradient(1),
+                       ApplyGradient(1), Finished()])
     kinds = [c[0] for c in calls]
-    # a poll before the first action, then after the sends and the compute only
-    assert kinds == ["poll", "update", "poll", "compute", "poll", "reduce", "apply", "update", "poll"]
-    # a serial graph (compute, apply, then send): the send follows the apply at once
-    _, calls = _drive([Enter(1, None, ()), ComputeGradient(1), ApplyGradient(1), SendParams(1, (1,)),
-                       Finished()])
-    assert [c[0] for c in calls] == ["poll", "compute", "poll", "apply", "update", "poll"]
+    # a poll before the first action, then after the send, the compute and the apply only
+    assert kinds == ["poll", "update", "poll", "compute", "poll", "poll"]
 
 
 def test_updates_let_go_while_a_worker_waits_are_released_once_by_whoever_takes_them():

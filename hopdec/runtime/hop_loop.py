@@ -6,10 +6,10 @@ worker. Either way the same loop and the same core run, so nothing of the protoc
 transport.
 
 A *transport* has an optional ``poll(core)`` (deliver what has arrived; called at the start and after
-each send and compute -- see :data:`_POLL_AFTER` --, not after a wait, which polled itself),
-``send_update(iteration, dests, fill)``, ``send_grants(grants)``, ``payload(handle)`` and
-``release(handles)``, and an optional ``wait_over()`` (called when the worker acts again after one or
-more Waits: a transport that times its waits times that whole wait, see
+every action that takes time -- send, compute, reduce, apply -- not after bookkeeping actions nor after a
+wait, which polled itself), ``send_update(iteration, dests, fill)``, ``send_grants(grants)``,
+``payload(handle)`` and ``release(handles)``, and an optional ``wait_over()`` (called when the worker acts
+again after one or more Waits: a transport that times its waits times that whole wait, see
 :class:`hopdec.transport.waiting.WaitClock`); ``fill(out)`` writes the parameters into the transport's
 send buffer (the one copy a send needs), or, for backends that keep their parameters in a pool of
 message-sized stores (``send_storage()``, ``spare_stores()``, ``add_store()``, ``reduce(pairs, into=)``),
@@ -124,7 +124,8 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
             waited = False
             if wait_over is not None:
                 wait_over()
-        # only a send and a compute are followed by a poll (``fresh`` False; see _POLL_AFTER)
+        # after bookkeeping actions (microseconds) another poll would find nothing new: only actions
+        # that take time -- send, compute, reduce, apply -- are followed by one (``fresh`` False)
         if kind is Enter:
             if rec is not None and on_record:
                 on_record(_close(rec, core) if detail else rec)
@@ -228,7 +229,7 @@ def worker_loop(core: Any, io: Any, backend: Any, on_record: Optional[Callable[[
         else:  # pragma: no cover - a new action without a handler is a programming error
             raise TypeError(f"unknown action {a!r}")
         if poll is not None:
-            fresh = kind not in _POLL_AFTER
+            fresh = kind in _BOOKKEEPING
         if every or kind in stepped:
             yield a
 
@@ -280,15 +281,8 @@ def writable_store(spares: list[int], backend: Any, io: Any, cap: int) -> tuple[
     return None, False
 
 
-_POLL_AFTER = frozenset({SendParams, ComputeGradient})
-"""The actions a poll follows. After a send: MPI moves the sends just posted and hands over what came
-meanwhile. After a compute: what arrived while computing reaches the decision to Reduce (which updates a
-backup worker or a stale one uses, secs. 5-6). Not after a Reduce or an Apply: what follows them is the next
-Enter and send, and a poll there -- handing over incoming updates, which on shared memory means copying
-them (the receiver copies, in the poll) -- held up this worker's send, which its neighbours wait for (8
-ranks, a core each, 1 MB: 1.4x bare mpi4py with these polls, 1.05-1.1x without; experiments/README.md,
-"Waits that spin before they nap"). A token still missing at Enter is waited for, and the wait polls. Nor
-after bookkeeping (Enter, acks, releases, jumps): the next action runs microseconds later."""
+_BOOKKEEPING = frozenset({Enter, SendAcks, ReleaseUpdates, Jump})
+"""Actions that take no time worth polling after (the next action runs microseconds later)."""
 
 _RECORD = dict(rank=0, iter=0, time=0.0, loss=None, compute_s=0.0, wait_s=0.0, reduce_s=0.0, send_s=0.0,
                apply_s=0.0, sent=0, send_skipped=0)

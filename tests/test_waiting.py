@@ -154,10 +154,19 @@ def test_a_spinning_wait_polls_without_napping_until_its_spin_is_over(monkeypatc
 def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
     """By default a wait polls back to back for SPIN_S, yielding the core between polls (sched_yield: a
     rank on its own core polls again at once, so MPI's rendezvous steps are not each held up by a nap; an
-    oversubscribed one lets the others run), and only then naps."""
+    oversubscribed one lets the others run), and only then naps. (A clock that moves 2**-15 s per reading:
+    the counts do not depend on this machine's load.)"""
+    import math
+
     from hopdec.transport import waiting
+    step, clock = 2.0 ** -15, [0.0]
+
+    def perf_counter():
+        clock[0] += step
+        return clock[0]
     naps, yields, calls = [], [], []
     monkeypatch.setattr(time, "sleep", naps.append)
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
 
     def poll(after):
@@ -167,25 +176,35 @@ def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
     assert poll_until(lambda: poll(50), 10.0, "x") and naps == [] and len(yields) == 49
     calls.clear()
     yields.clear()
-    t0 = time.perf_counter()
     assert poll_until(lambda: poll(10 ** 9) or bool(naps), 10.0, "x")
-    assert time.perf_counter() - t0 >= waiting.SPIN_S and len(naps) == 1 and len(yields) > 1
+    spun = math.ceil(waiting.SPIN_S / step)                 # polls within the spin, one per reading
+    assert len(naps) == 1 and len(yields) in (spun - 1, spun) and clock[0] >= waiting.SPIN_S
 
 
 def test_idle_hooks_run_while_a_wait_spins(monkeypatch):
     """What observes a run (live progress, the stop check) gets its turn in a wait that ends within its
-    spin: at the start of the spin and every SPIN_HOOKS_S of it."""
+    spin: at the start of the spin and every SPIN_HOOKS_S of it, not at every poll. (A clock that moves
+    2**-15 s per reading, so the count does not depend on this machine's load.)"""
+    import math
+
     from hopdec.transport import waiting
-    naps, ran = [], []
+    step, clock = 2.0 ** -15, [0.0]
+
+    def perf_counter():
+        clock[0] += step
+        return clock[0]
+    naps, polls, ran = [], [], []
     monkeypatch.setattr(time, "sleep", naps.append)
-    hook = waiting.add_idle_hook(lambda: ran.append(time.perf_counter()))
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
+    hook = waiting.add_idle_hook(lambda: ran.append(len(polls)))
     try:
-        until = time.perf_counter() + waiting.SPIN_S / 2
-        assert poll_until(lambda: time.perf_counter() >= until, 10.0, "x")
+        assert poll_until(lambda: polls.append(1) or len(polls) >= 40, 10.0, "x")
     finally:
         waiting.remove_idle_hook(hook)
-    assert naps == [] and len(ran) >= 2
-    assert all(b - a >= waiting.SPIN_HOOKS_S * 0.99 for a, b in zip(ran, ran[1:]))
+    assert naps == [] and ran[0] == 1                       # at the spin's start (after the first poll)
+    every = math.ceil(waiting.SPIN_HOOKS_S / step)          # readings (= polls) per SPIN_HOOKS_S
+    assert 1 < every < 40 and [b - a for a, b in zip(ran, ran[1:])] == [every] * (len(ran) - 1)
+    assert len(ran) == 1 + (39 - 1) // every
 
 
 def test_a_stall_inside_a_waits_spin_is_a_stall_too():

@@ -151,7 +151,23 @@ def test_a_spinning_wait_polls_without_napping_until_its_spin_is_over(monkeypatc
     assert time.perf_counter() - t0 >= 0.002 and len(naps) == 1             # the spin ran out: it napped
 
 
-def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
+STEP = 2.0 ** -15
+
+
+@pytest.fixture
+def stepping_clock(monkeypatch):
+    """``time.perf_counter`` moves STEP seconds per reading (a wait's spin counts on it, not on load);
+    the list holds the clock's reading."""
+    clock = [0.0]
+
+    def perf_counter():
+        clock[0] += STEP
+        return clock[0]
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
+    return clock
+
+
+def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch, stepping_clock):
     """By default a wait polls back to back for SPIN_S, yielding the core between polls (sched_yield: a
     rank on its own core polls again at once, so MPI's rendezvous steps are not each held up by a nap; an
     oversubscribed one lets the others run), and only then naps. (A clock that moves 2**-15 s per reading:
@@ -159,14 +175,9 @@ def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
     import math
 
     from hopdec.transport import waiting
-    step, clock = 2.0 ** -15, [0.0]
-
-    def perf_counter():
-        clock[0] += step
-        return clock[0]
+    step, clock = STEP, stepping_clock
     naps, yields, calls = [], [], []
     monkeypatch.setattr(time, "sleep", naps.append)
-    monkeypatch.setattr(time, "perf_counter", perf_counter)
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
 
     def poll(after):
@@ -181,21 +192,16 @@ def test_a_wait_first_polls_yielding_its_core_then_naps(monkeypatch):
     assert len(naps) == 1 and len(yields) in (spun - 1, spun) and clock[0] >= waiting.SPIN_S
 
 
-def test_idle_hooks_run_while_a_wait_spins(monkeypatch):
+def test_idle_hooks_run_while_a_wait_spins(monkeypatch, stepping_clock):
     """What observes a run (live progress, the stop check) gets its turn in a wait that ends within its
     spin: at the start of the spin and every SPIN_HOOKS_S of it, not at every poll. (A clock that moves
     2**-15 s per reading, so the count does not depend on this machine's load.)"""
     import math
 
     from hopdec.transport import waiting
-    step, clock = 2.0 ** -15, [0.0]
-
-    def perf_counter():
-        clock[0] += step
-        return clock[0]
+    step, clock = STEP, stepping_clock
     naps, polls, ran = [], [], []
     monkeypatch.setattr(time, "sleep", naps.append)
-    monkeypatch.setattr(time, "perf_counter", perf_counter)
     hook = waiting.add_idle_hook(lambda: ran.append(len(polls)))
     try:
         assert poll_until(lambda: polls.append(1) or len(polls) >= 40, 10.0, "x")

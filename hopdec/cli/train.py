@@ -129,6 +129,9 @@ def main(argv):
     except BaseException as e:              # training, evaluation or shutdown, on any rank
         # bad input found only once the run was built (a checkpoint that does not fit the model): exit 2
         abort(comm, e, PROG, code=2 if isinstance(e, ConfigError) else ABORT_CODE)
+    if ft:                                  # nobody exits while rank 0 still gathers from it
+        from hopdec.transport.ulfm import leave_together
+        leave_together(ctx.comm, timeout)
     from hopdec.runtime.failures import stop_exit_code
     return _finish(stop_exit_code(), ft, stopped=True)     # a stopped run must not look completed
 

@@ -149,7 +149,8 @@ def run(ctx):
         return gather_summary(ctx, logger, trainer, emulator, ps.title(),
                               eval_flat=trainer.write_params() if rank == 0 else None,
                               bound=ps.bound(), extra=extra, workers=set(workers), model_label=ps.model_label,
-                              bound_label=ps.bound_label, notes=notes)
+                              bound_label=ps.bound_label, notes=notes,
+                              finished=[w for w in workers if w not in core.failed] if rank == 0 else None)
     out = summary() if not ft else _on_survivors(ctx, summary)
     if rank == 0:
         print(ps.server_line(core, f"{elapsed:.2f} s", resumed_at), flush=True)

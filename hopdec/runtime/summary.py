@@ -7,13 +7,15 @@ import numpy as np
 
 def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", bound=None, extra=None,
                    workers=None, model_label="averaged model", bound_label="bound from the topology", notes=(),
-                   mpi_buffers="host", unit="iters"):
+                   mpi_buffers="host", unit="iters", finished=None):
     """Gather every rank's figures on rank 0, evaluate, print the summary table; returns it on rank 0.
 
     ``eval_flat``: "average" evaluates the average of all ranks' parameters (one Allreduce); an array
     evaluates those parameters (e.g. a parameter server's). ``workers``: the ranks that train (default:
     all); ``bound``: the iteration-gap bound to print beside the measured gap. Collective: every rank
     must call it; every collective is bounded by the peer timeout (:mod:`hopdec.transport.collectives`).
+    ``finished`` (rank 0): the workers that ended training alive; one missing from what was gathered died
+    after that (``--fault-tolerance``: at shutdown, or during this summary) and a note names it.
     For ranks whose model is on a GPU the summary says what they copied between host and device per
     iteration (:mod:`hopdec.ml.transfers`); ``mpi_buffers``: "host" (staged) or "device".
     """
@@ -44,15 +46,19 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
         return None
     avg_loss, avg_acc = trainer.evaluate(eval_flat) if eval_flat is not None else (None, None)
     rows = [r for r in everyone if workers is None or r["rank"] in workers]
-    gap = int(max_iteration_gap([r["entries"] for r in rows]).max())
-    emulations = sorted({r["emulation"] for r in rows})
+    late = sorted(set(finished or ()) - {r["rank"] for r in rows})
+    if late:
+        notes = [_died_late(late)] + list(notes)
+    gap = int(max_iteration_gap([r["entries"] for r in rows]).max()) if rows else None
+    emulations = sorted({r["emulation"] for r in rows}) or ["no worker row"]
     over = [r for r in rows if r["overruns"]]
     if over:
         emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
                           f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
                           f"(there the slowdowns multiplied the measured time)")
-    times = ("EMULATED -- " + "; ".join(emulations) if emulations != ["no emulation"]
-             else "measured, no emulation")
+    times = ("measured, no emulation" if emulations == ["no emulation"]
+             else "measured; what was emulated went with the workers" if emulations == ["no worker row"]
+             else "EMULATED -- " + "; ".join(emulations))
     from hopdec.launcher import network_conditions as conditions, network_label as label
     if conditions() is not None:            # links emulated by hopdec.testbed
         times += "; " + label(conditions())
@@ -65,12 +71,22 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
     return dict(text=text, ranks=everyone, avg_loss=avg_loss, avg_acc=avg_acc, max_gap=gap)
 
 
+def _died_late(ids):
+    """The note for workers that ended training and died before their row reached the summary."""
+    one = len(ids) == 1
+    names = ", ".join(map(str, ids[:-1])) + (" and " if not one else "") + str(ids[-1])
+    return (f"failure: {'worker' if one else 'workers'} {names} died after {'its' if one else 'their'} "
+            f"training ended (at shutdown or during this summary): the table has no row for "
+            f"{'it' if one else 'them'}")
+
+
 def summary_text(title, rows, max_gap, times, avg_loss=None, avg_acc=None, bound=None,
                  model_label="averaged model", bound_label="bound from the topology", notes=(), unit="iters"):
     """The summary table of a run, as text (pure: a real run and the simulator both print it).
 
     ``rows``: one dict per worker with ``rank``, ``iterations``, ``iter_per_s``, ``wait_s``, ``compute_s``
-    (totals), ``jumps``, ``loss``, ``test_acc``; ``max_gap``: the largest iteration gap observed;
+    (totals), ``jumps``, ``loss``, ``test_acc``; ``max_gap``: the largest iteration gap observed (None:
+    no row to observe it in);
     ``times``: what the times are (measured, emulated, simulated); ``notes``: lines printed last;
     ``unit``: what a row's iterations are, "iters" or "rounds" (``--local-steps``: the rate, wait and
     compute columns are then per round of local steps)."""
@@ -85,7 +101,8 @@ def summary_text(title, rows, max_gap, times, avg_loss=None, avg_acc=None, bound
     lines = [f"== {title} ==", table,
              f"{model_label}: test loss {avg_loss:.4f}, test accuracy {avg_acc:.4f}"
              if avg_acc is not None else "",
-             f"largest iteration gap observed: {int(max_gap)}"
+             (f"largest iteration gap observed: {int(max_gap)}" if max_gap is not None
+              else "largest iteration gap observed: none (no worker row)")
              + (f" ({bound_label}: {bound:g})" if bound is not None else ""),
              "times: " + times] + list(notes)
     if any(r.get("send_stores") for r in rows):         # zero-copy sends: the pool's memory

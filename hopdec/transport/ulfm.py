@@ -9,6 +9,43 @@ DECLARED_DEAD_EXIT = int(signal.SIGABRT)
 (:func:`leave_quietly_when_declared_dead`)."""
 
 
+TAG_LEAVE = 301
+"""Rank 0's message that it is done with the others (:func:`leave_together`)."""
+
+
+def leave_together(comm, timeout):
+    """Before a fault-tolerant rank exits: rank 0 of ``comm`` tells every other rank it is done with them,
+    and they wait for that (up to ``timeout``; an error or a timeout: they leave anyway).
+
+    Such a rank exits without ``MPI_Finalize`` (:func:`hopdec.cli.train._finish`), which ULFM counts as a
+    failure: ranks that left as soon as their part of the summary's gather was sent were found failed by
+    rank 0, still finishing it, and their rows were lost (a finished job ended with an error). Rank 0 waits
+    on nobody here: its zero-byte sends complete at once, and it can leave."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from hopdec.transport.waiting import poll_until
+    empty = [np.empty(0, dtype=np.uint8), MPI.BYTE]
+    if comm.Get_rank() == 0:
+        reqs = [comm.Isend(empty, dest=r, tag=TAG_LEAVE) for r in range(1, comm.Get_size())]
+    else:
+        reqs = [comm.Irecv(empty, source=0, tag=TAG_LEAVE)]
+
+    def done():                 # each request alone: a send to a rank that died fails, the others go on
+        for req in list(reqs):
+            try:
+                if not req.Test():
+                    continue
+            except MPI.Exception:   # (rank 0 died or left: this rank is done with the job either way)
+                pass
+            reqs.remove(req)
+        return not reqs
+    try:
+        poll_until(done, timeout, "rank 0 did not say it was done")
+    except Exception:           # (a PeerTimeout: rank 0 hung; leave)
+        pass
+
+
 def fault_tolerant(comm):
     """A duplicate of ``comm`` whose errors return (ULFM): a peer's failure is an exception the runner
     handles, not an abort. Ranks (worker ids) stay those of ``comm``. Every driver's fault-tolerant run and

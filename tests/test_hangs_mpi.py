@@ -222,3 +222,40 @@ def test_a_rank_declared_dead_and_continued_leaves_the_job_with_one_line(mpirun,
         recs = [json.loads(x) for x in _log_lines(log, r)[1:]]
         assert [x["iter"] for x in recs if "iter" in x][-1] == iters - 1, f"rank {r} did not finish"
     assert _gone(victim)
+
+
+HUNG_IN_HEAL = """
+import os, sys, time
+from hopdec.runtime import heal
+if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":     # alive to the failure detector, hung in Python
+    heal.Healer.heal = lambda self: time.sleep(10 ** 6)
+from hopdec.cli.main import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("case", ["ps-shutdown", "hop-heal"])
+def test_a_rank_hung_but_alive_keeps_no_fault_tolerant_recovery_waiting_forever(mpirun, tmp_path, case):
+    """MPI_Comm_shrink has no timeout (and Open MPI 5.0 no nonblocking form): a rank alive to ULFM's
+    detector (its heartbeat thread runs) but hung in Python never joins it, and the others waited there
+    forever -- a PS worker hung at shutdown (found by a random campaign of failures: the job outlived its
+    200 s bound) or a survivor hung when the others heal. Now the shrink is preceded by an agreement
+    bounded by the peer timeout: the job ends with one line naming the rank that never came."""
+    common = ["--fault-tolerance", "--no-progress", "--threads", "1", "--compute-time", "0.01",
+              "--peer-timeout", "8"]
+    if case == "ps-shutdown":
+        args, env = common + ["--sync", "ssp", "--iterations", "20", "--die-rank", "1", "--die-how", "hang",
+                              "--die-phase", "shutdown"], None
+    else:
+        script = tmp_path / "hung_in_heal.py"
+        script.write_text(HUNG_IN_HEAL)
+        args = common + ["--topology", "complete", "--protocol", "tokens", "--iterations", "200",
+                         "--die-rank", "3", "--die-at", "5"]
+        env = mpirun.env(HOPDEC_CMD=f"{sys.executable} {script} train")
+    t0 = time.time()
+    out = mpirun.launch(4, args, timeout=120, env=env)
+    assert out.returncode not in (0, None), out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "not every living rank got there within 8 s" in lines[0], out.stderr[-3000:]
+    assert lines[0].endswith("(rank(s) 1 noticed nothing while the others timed out: stopped or hung there?)")
+    assert time.time() - t0 < 90

@@ -31,7 +31,8 @@ class Healer:
         t0 = time.time()
         info, new = on_survivors(self.comm, lambda c: allgather_json(c, [self.me, self.core.iteration],
                                                                        self.timeout, "healing"),
-                                 revoke=True, again=lambda err, c: isinstance(err, MPI.Exception))
+                                 self.timeout, "healing", revoke=True,
+                                 again=lambda err, c: isinstance(err, MPI.Exception))
         survivors = [i for i, _ in info]
         failed = sorted(set(self.graph.nodes) - set(survivors))
         before = self.core.iteration

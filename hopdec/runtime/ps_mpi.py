@@ -94,7 +94,7 @@ def run(ctx):
         io.close()
         elapsed = time.time() - t0
         obs.close()
-        end = keep.outcome(core) if not ft else _on_survivors(ctx, lambda: keep.outcome(core))
+        end = keep.outcome(core) if not ft else _on_survivors(ctx, lambda: keep.outcome(core), "how the run ended")
         if end["stopped"]:
             events.close()
             return keep.report_stop(end)
@@ -136,7 +136,7 @@ def run(ctx):
         obs.close()
         transfers.log_to(logger, ctx.device)
         logger.close()
-        end = keep.outcome() if not ft else _on_survivors(ctx, keep.outcome)
+        end = keep.outcome() if not ft else _on_survivors(ctx, keep.outcome, "how the run ended")
         if end["stopped"]:
             return keep.report_stop(end)
         if ps.saves(rank):
@@ -151,13 +151,13 @@ def run(ctx):
                               bound=ps.bound(), extra=extra, workers=set(workers), model_label=ps.model_label,
                               bound_label=ps.bound_label, notes=notes,
                               finished=[w for w in workers if w not in core.failed] if rank == 0 else None)
-    out = summary() if not ft else _on_survivors(ctx, summary)
+    out = summary() if not ft else _on_survivors(ctx, summary, "gathering the summary")
     if rank == 0:
         print(ps.server_line(core, f"{elapsed:.2f} s", resumed_at), flush=True)
     return out
 
 
-def _on_survivors(ctx, collective):
+def _on_survivors(ctx, collective, what):
     """Fault tolerant: run ``collective`` (how the run ended, the summary) on the survivors
     (:func:`hopdec.transport.ulfm.on_survivors`); ``ctx.comm`` becomes their communicator."""
     from hopdec.transport.ulfm import on_survivors
@@ -165,5 +165,5 @@ def _on_survivors(ctx, collective):
     def on(comm):
         ctx.comm = comm
         return collective()
-    out, ctx.comm = on_survivors(ctx.comm, on)
+    out, ctx.comm = on_survivors(ctx.comm, on, ctx.timeout, what)
     return out

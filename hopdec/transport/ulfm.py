@@ -82,11 +82,13 @@ def leave_quietly_when_declared_dead():
         pass
 
 
-def on_survivors(comm, collective, revoke=False, again=None):
+def on_survivors(comm, collective, timeout, what, revoke=False, again=None):
     """Run ``collective(survivors)`` on the survivors of ``comm``; returns ``(result, survivors)``.
 
     ``MPI_Comm_shrink`` is the agreement on who failed (their rows are missing from what a collective
-    gathers). A failure during the collective revokes the new communicator and shrinks again.
+    gathers); it waits for every living rank without a bound, so :func:`all_here` bounds it first by
+    ``timeout`` (``what``: the PeerTimeout's words). A failure during the collective revokes the new
+    communicator and shrinks again.
     ``revoke``: revoke ``comm`` first, so that every survivor, wherever it is blocked, joins the recovery
     (a heal; at the end of a run, when the others reach this point anyway, not). ``again(err, comm)``:
     whether an error means another failure (default :func:`hopdec.transport.mpi.is_peer_failure`).
@@ -101,6 +103,7 @@ def on_survivors(comm, collective, revoke=False, again=None):
                 comm.Revoke()
             except MPI.Exception:
                 pass
+        all_here(comm, timeout, what)
         new = comm.Shrink()
         new.Set_errhandler(MPI.ERRORS_RETURN)
         try:
@@ -109,3 +112,44 @@ def on_survivors(comm, collective, revoke=False, again=None):
             if not again(err, new):
                 raise
             comm, revoke = new, True
+
+
+def all_here(comm, timeout, what):
+    """Every living rank of ``comm`` reached this point, or PeerTimeout after ``timeout`` s.
+
+    ``MPIX_Comm_iagree``, which ULFM completes despite dead ranks (an error then: it still completed) and on
+    a revoked communicator. ``MPI_Comm_shrink`` has no timeout, and Open MPI 5.0 no nonblocking form: a rank
+    alive to the failure detector (its heartbeat thread runs) but hung in Python never joined it, and the
+    others waited forever (a PS worker hung at shutdown; a survivor hung as the others healed). The timeout
+    names the ranks that did not say they timed out (``name_silent``)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from hopdec.transport.waiting import PeerTimeout, poll_until
+    req = comm.Iagree(np.ones(1, dtype=np.intc))
+
+    def done():
+        try:
+            return req.Test()
+        except MPI.Exception:           # (a rank died: the agreement completed all the same)
+            return True
+    try:
+        poll_until(done, timeout, lambda: (f"rank {comm.Get_rank()}: {what}: not every living rank got there "
+                                           f"within {timeout:.0f} s; one may have hung"), name_silent=True)
+    except PeerTimeout as err:
+        err.on = tuple(_living_others(comm))        # whom the report may name: those that never came
+        raise
+
+
+def _living_others(comm):
+    """The ``COMM_WORLD`` ranks of ``comm``'s other members not known to have failed."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD.Get_group()
+    groups = [comm.Get_group(), comm.Get_failed()]
+    try:
+        alive, failed = (set(MPI.Group.Translate_ranks(g, list(range(g.Get_size())), world)) for g in groups)
+    finally:
+        for g in groups + [world]:
+            if g != MPI.GROUP_EMPTY:
+                g.Free()
+    return sorted(alive - failed - {MPI.COMM_WORLD.Get_rank(), MPI.UNDEFINED})

@@ -262,7 +262,8 @@ start_tied() {
 # rank R: KeyboardInterrupt ..." after Ctrl-C), the boxes Open MPI prints after it -- MPI_ABORT's notice,
 # prterun's "exited due to process rank ... calling abort" and "exited with non-zero status" -- repeat
 # that a rank ended the job, in 6 to 14 lines: they are dropped, and so is
-# PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them), and libevent's
+# PMIx's "PMIX ERROR: PMIX_ERR_UNREACH" line (ranks that exited while it still spoke to them; so is its
+# "pmix_ptl_base: send_msg: write failed: Connection reset by peer" after a rank declared dead left, below), and libevent's
 # "[warn] Epoll MOD(4) on fd 26 failed. ... Bad file descriptor" from prterun tearing the job down (or closing
 # the sockets of a rank that left the job, below: after that line too; and in any --fault-tolerance job,
 # the awk variable ftjob, where a rank that died is healed and hopdec's summary says so on stdout), and
@@ -308,6 +309,7 @@ function box_done() {
 inbox { box = box $0 "\n"; next }
 length($0) == 1 && $0 !~ /[[:print:][:space:]]/ { next }     # (prterun ends its last box with a NUL byte)
 said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left while PMIx still spoke to them)
+(said || left) && /^\[[^]]*\] pmix_ptl_base: send_msg: write failed: Connection reset by peer / { next }   # (the same)
 (said || left || ftjob) && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }   # (libevent in prterun, as the job or a rank ends)
 said && /^[0-9]+ more process(es)? ha(s|ve) sent help message help-mpi-api\.txt \/ mpi-abort$/ { next }   # (its MPI_ABORT box, aggregated)
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }

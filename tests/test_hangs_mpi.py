@@ -96,6 +96,16 @@ def test_a_rank_stuck_in_setup_is_named(mpirun):
     assert re.search(r"setup: rank 1 did not finish setup within 4 s", errors[0]), errors
 
 
+def test_a_rank_that_dies_in_setup_under_fault_tolerance_is_not_called_slow(mpirun):
+    """ULFM reports the death at once; the line said 'rank 1 did not finish setup within 45 s; rank 1 died
+    (stuck, stopped or slow ...)' six seconds into the job (found by a random campaign of failures)."""
+    out = mpirun.launch(3, ["--fault-tolerance", *COMMON, "--peer-timeout", "45", "--sync", "asp",
+                            "--die-rank", "1", "--die-phase", "setup"], timeout=90)
+    assert out.returncode == 3
+    errors = _errors(out.stderr)
+    assert len(errors) == 1 and errors[0].endswith(": setup: rank 1 died and did not finish setup"), errors
+
+
 def test_a_stopped_rank_under_fault_tolerance_does_not_keep_the_job_alive(mpirun, tmp_path):
     """SIGSTOP one of 4 ranks mid-run with --fault-tolerance: the detector declares it dead (after
     HOPDEC_FT_TIMEOUT s), the survivors heal and finish -- and the job ends, exit 0, with the stopped

@@ -393,9 +393,11 @@ def roll_call(comm, seconds, what="start-up", late="did not answer the roll call
             raise PeerTimeout("")
         poll_until(lambda: MPI.Request.Testall(sends), max(1.0, seconds - (time.monotonic() - started)), "")
     except (PeerTimeout, MPI.Exception) as err:
-        dead = f"; {_ranks(failed)} died" if failed else ""
-        raise PeerTimeout(f"rank {rank}: {what}: {_ranks(missing())} {late} within {seconds:.0f} s{dead} "
-                          f"(stuck, stopped or slow; {bound})", started=getattr(err, "started", None),
+        slow = sorted(set(missing()) - failed)      # (a rank that died is no "within N s": it was quick to fail)
+        said = [f"{_ranks(failed)} died and {late}"] if failed else []
+        if slow:
+            said.append(f"{_ranks(slow)} {late} within {seconds:.0f} s (stuck, stopped or slow; {bound})")
+        raise PeerTimeout(f"rank {rank}: {what}: " + "; ".join(said), started=getattr(err, "started", None),
                           on=missing()) from None
     out = []
     for r in range(size):

@@ -1,0 +1,36 @@
+"""experiments/failure_campaign.py's judgement of a job, without running one (the campaign itself runs
+real jobs for minutes: experiments/README.md has its results)."""
+
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+import failure_campaign as fc  # noqa: E402
+
+FT_PS_LATE = dict(ft=True, ps=True, phase="shutdown", how="exit", victim=2)
+HOP = dict(ft=False, ps=False, phase="train", how="exit", victim=1)
+BOX = "Process name: [prterun-vm-1@1,1]\n   Exit code:    17\n"
+
+
+def test_a_job_is_flagged_for_each_broken_promise():
+    assert fc.judge(None, "", "", HOP) == "never ended"
+    assert fc.judge(3, "", "hopdec train: error: a\nhopdec train: error: b\n", HOP) == "more than one error line"
+    assert fc.judge(17, "", "", HOP) == "failed without a line"
+    assert fc.judge(0, "no table", "", HOP) == "exit 0 without a summary"
+    assert fc.judge(0, "== ps ==\n", "", FT_PS_LATE) == "a worker's death after training not named"
+
+
+def test_what_a_job_should_do_is_not_flagged():
+    assert fc.judge(17, "", BOX, HOP) == ""                     # Open MPI's box names the crashed rank
+    assert fc.judge(3, "", "hopdec train: error: rank 1: boom\n", HOP) == ""
+    assert fc.judge(0, "== hop ==\n", "", HOP) == ""
+    assert fc.judge(0, "== ps ==\nfailure: worker 2 died after its training ended\n", "", FT_PS_LATE) == ""
+
+
+def test_the_draws_are_seeded_and_valid():
+    a = [fc.draw(random.Random(7), 25) for _ in range(1)]
+    assert a == [fc.draw(random.Random(7), 25)]
+    for n, args, f in (fc.draw(random.Random(s), 25) for s in range(50)):
+        assert 0 <= f["victim"] < n and args[args.index("--die-rank") + 1] == str(f["victim"])
+        assert ("--fault-tolerance" in args) == f["ft"] and ("--sync" in args) == f["ps"]

@@ -56,6 +56,19 @@ def test_an_exception_in_any_phase_ends_every_rank_with_one_line(mpirun, phase):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("extra", [[], ["--sync", "bsp"]])
+def test_a_rank_hung_before_the_summary_is_named_by_the_others_timeout(mpirun, extra):
+    """Rank 2 hangs as the summary starts: the others' collective times out. The line said only 'not every
+    rank got there ... a peer may have died or hung' (a random failure campaign); it now names the rank
+    that did not time out itself, as the decentralized loop's waits do."""
+    out = mpirun(3, COMMON + extra + ["--die-rank", 2, "--die-how", "hang", "--die-phase", "evaluate"],
+                 timeout=90)
+    assert out.returncode == 3
+    lines = error_lines(out)
+    assert len(lines) == 1 and "not every rank got there within 6 s" in lines[0], out.stderr
+    assert lines[0].endswith("(rank(s) 2 noticed nothing while the others timed out: stopped or hung there?)")
+
+
 def test_a_rank_that_hangs_at_shutdown_is_found_by_the_peer_timeout(mpirun):
     out = mpirun(3, COMMON + ["--die-rank", 1, "--die-how", "hang", "--die-phase", "shutdown"], timeout=90)
     assert out.returncode != 0

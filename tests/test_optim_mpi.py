@@ -345,8 +345,8 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
 
 def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_time(mpirun, tmp_path):
     """Rank 1 is stopped (SIGSTOP) before its constructor: the others wait for it there for
-    HOPDEC_STARTUP_TIMEOUT (4 s here; 600 by default), then one line ends the job -- they waited in its
-    first collective for ever -- and the stopped process is gone."""
+    HOPDEC_STARTUP_TIMEOUT (4 s here; 600 by default), then one line naming it ends the job -- they waited
+    in its first collective for ever -- and the stopped process is gone."""
     out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "early_stop"], timeout=90,
                         env=mpirun.env(HOPDEC_STARTUP_TIMEOUT="4"), mpirun_args=["-x", "HOPDEC_STARTUP_TIMEOUT"])
     victim = int(re.search(r"@@early \S+ (\d+)", out.stdout).group(1))
@@ -354,7 +354,8 @@ def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_t
         line = the_one_line(out, 3)
         assert re.fullmatch(r"hopdec: error: rank [02]: HopOptimizer\(\), built by every rank \(a collective; "
                             r"HOPDEC_STARTUP_TIMEOUT=seconds allows longer\): not every rank got there within 4 s; "
-                            r"a peer may have died or hung", line), line
+                            r"a peer may have died or hung \(rank\(s\) 1 noticed nothing while the others timed out: "
+                            r"stopped or hung there\?\)", line), line     # (the stopped rank named: 2026-12-04)
         assert gone(victim, 10), "the stopped rank is still there"
     finally:
         if os.path.exists(f"/proc/{victim}"):

@@ -183,6 +183,18 @@ class FailureChannel:
         self._sent = pending
         return not pending
 
+    def ranks_of(self, ranks, comm=None):
+        """``ranks`` of ``comm`` as this channel numbers them (None: they are already); those not in it go."""
+        if comm is None:
+            return tuple(ranks)
+        from mpi4py import MPI
+        theirs, ours = comm.Get_group(), self.comm.Get_group()
+        try:
+            return tuple(r for r in MPI.Group.Translate_ranks(theirs, list(ranks), ours) if r != MPI.UNDEFINED)
+        finally:
+            theirs.Free()
+            ours.Free()
+
     def _claimed(self, priority):
         return any(p <= priority for p in self.claims.values())
 
@@ -269,7 +281,7 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     rank = comm.Get_rank()
     timeout = isinstance(err, PeerTimeout)
     reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
-                                                 err.on if timeout else ())
+                                                 _channel.ranks_of(err.on, err.on_comm) if timeout else ())
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)

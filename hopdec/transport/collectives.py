@@ -10,13 +10,35 @@ import json
 
 import numpy as np
 
-from hopdec.transport.waiting import poll_until
+from hopdec.transport.waiting import PeerTimeout, poll_until
 
 
 def _wait(comm, req, timeout, what):
-    poll_until(req.Test, timeout, lambda: (
-        f"rank {comm.Get_rank()}: {what}: not every rank got there within {timeout:.0f} s; "
-        f"a peer may have died or hung"))
+    """Wait for ``req``; its timeout's line names the ranks that did not time out too (hung there)."""
+    try:
+        poll_until(req.Test, timeout, lambda: (
+            f"rank {comm.Get_rank()}: {what}: not every rank got there within {timeout:.0f} s; "
+            f"a peer may have died or hung"), name_silent=True)
+    except PeerTimeout as err:
+        err.on, err.on_comm = tuple(living_others(comm)), comm
+        raise
+
+
+def living_others(comm):
+    """``comm``'s other ranks not known to have failed (ULFM's knowledge; without ULFM, all of them)."""
+    from mpi4py import MPI
+    failed = set()
+    try:
+        group, mine = comm.Get_failed(), comm.Get_group()
+        try:
+            failed = set(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), mine))
+        finally:
+            for g in (group, mine):
+                if g != MPI.GROUP_EMPTY:
+                    g.Free()
+    except (MPI.Exception, NotImplementedError, AttributeError):       # (no ULFM)
+        pass
+    return [r for r in range(comm.Get_size()) if r != comm.Get_rank() and r not in failed]
 
 
 def barrier(comm, timeout, what="barrier"):

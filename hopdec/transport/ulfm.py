@@ -125,6 +125,7 @@ def all_here(comm, timeout, what):
     import numpy as np
     from mpi4py import MPI
 
+    from hopdec.transport.collectives import living_others
     from hopdec.transport.waiting import PeerTimeout, poll_until
     req = comm.Iagree(np.ones(1, dtype=np.intc))
 
@@ -137,19 +138,5 @@ def all_here(comm, timeout, what):
         poll_until(done, timeout, lambda: (f"rank {comm.Get_rank()}: {what}: not every living rank got there "
                                            f"within {timeout:.0f} s; one may have hung"), name_silent=True)
     except PeerTimeout as err:
-        err.on = tuple(_living_others(comm))        # whom the report may name: those that never came
+        err.on, err.on_comm = tuple(living_others(comm)), comm    # whom the report may name
         raise
-
-
-def _living_others(comm):
-    """The ``COMM_WORLD`` ranks of ``comm``'s other members not known to have failed."""
-    from mpi4py import MPI
-    world = MPI.COMM_WORLD.Get_group()
-    groups = [comm.Get_group(), comm.Get_failed()]
-    try:
-        alive, failed = (set(MPI.Group.Translate_ranks(g, list(range(g.Get_size())), world)) for g in groups)
-    finally:
-        for g in groups + [world]:
-            if g != MPI.GROUP_EMPTY:
-                g.Free()
-    return sorted(alive - failed - {MPI.COMM_WORLD.Get_rank(), MPI.UNDEFINED})

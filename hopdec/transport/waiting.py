@@ -140,13 +140,15 @@ class PeerTimeout(RuntimeError):
     """A rank waited longer than its peer timeout for a peer: one may have died or hung. ``on``: the ranks
     it waited for (when known); ``started``: when the wait began (wall clock); ``name_silent``: the message
     cannot say which of them is missing (a collective), so the report adds those that announced no timeout
-    of their own (:func:`hopdec.runtime.failures.abort`)."""
+    of their own (:func:`hopdec.runtime.failures.abort`); ``on_comm``: the communicator ``on`` numbers
+    ranks in, when not the failure report's (a shrunk or split one)."""
 
-    def __init__(self, message, started=None, on=(), name_silent=False):
+    def __init__(self, message, started=None, on=(), name_silent=False, on_comm=None):
         super().__init__(message)
         self.started = time.time() if started is None else started
         self.on = tuple(on)
         self.name_silent = bool(name_silent)
+        self.on_comm = on_comm
 
 
 class PeerFailed(RuntimeError):

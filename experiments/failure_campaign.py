@@ -79,7 +79,8 @@ def main(argv=None):
     p.add_argument("--out", default="failure_campaign", help="folder for the flagged jobs' output")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOPDEC_DEBUG="")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOPDEC_DEBUG="",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))  # (this venv's mpirun)
     flagged = 0
     for i in range(a.jobs):
         n, args, f = draw(rng, a.iterations)
@@ -90,6 +91,9 @@ def main(argv=None):
             rc, out, err = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired as e:          # (the launcher's watchdog ends the job it leaves)
             rc, out, err = None, _text(e.stdout), _text(e.stderr)
+        if err.startswith("local.sh: error:"):          # the launcher refused: nothing was tested
+            print(err.strip(), file=sys.stderr)
+            return 2
         why = judge(rc, out, err, f)
         line = next((ln for ln in err.splitlines() if "error:" in ln), "")
         print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'ps ' if f['ps'] else 'hop'} {f['how']:5s} in "

@@ -400,17 +400,10 @@ def end_dead_ranks():
     ends a stopped process without waking it), else through the launcher (:func:`hopdec.runtime.pmix.kill`,
     on any host; it sends SIGCONT first). Returns the ranks."""
     from mpi4py import MPI
+
+    from hopdec.transport.ulfm import failed_ranks
     world = MPI.COMM_WORLD
-    try:
-        failed = world.Get_failed()
-        try:
-            n = failed.Get_size()
-            ranks = MPI.Group.Translate_ranks(failed, list(range(n)), world.Get_group()) if n else []
-        finally:
-            failed.Free()
-    except (MPI.Exception, NotImplementedError, AttributeError):
-        return []
-    ranks = sorted(r for r in ranks if r is not None and r >= 0 and r != world.Get_rank())
+    ranks = [r for r in failed_ranks(world) if r != world.Get_rank()]
     if not ranks:
         return []
     from hopdec.runtime import pmix, startup

@@ -50,14 +50,14 @@ def gather_summary(ctx, logger, trainer, emulator, title, eval_flat="average", b
     if late:
         notes = [_died_late(late)] + list(notes)
     gap = int(max_iteration_gap([r["entries"] for r in rows]).max()) if rows else None
-    emulations = sorted({r["emulation"] for r in rows}) or ["no worker row"]
+    emulations = sorted({r["emulation"] for r in rows})
     over = [r for r in rows if r["overruns"]]
     if over:
         emulations.append(f"measured compute exceeded the pad in {sum(r['overruns'] for r in over)} "
                           f"iterations on {len(over)} rank(s), up to {max(r['max_overrun_s'] for r in over):.3g} s "
                           f"(there the slowdowns multiplied the measured time)")
-    times = ("measured, no emulation" if emulations == ["no emulation"]
-             else "measured; what was emulated went with the workers" if emulations == ["no worker row"]
+    times = ("measured; what was emulated went with the workers" if not rows
+             else "measured, no emulation" if emulations == ["no emulation"]
              else "EMULATED -- " + "; ".join(emulations))
     from hopdec.launcher import network_conditions as conditions, network_label as label
     if conditions() is not None:            # links emulated by hopdec.testbed

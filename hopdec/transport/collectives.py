@@ -26,18 +26,8 @@ def _wait(comm, req, timeout, what):
 
 def living_others(comm):
     """``comm``'s other ranks not known to have failed (ULFM's knowledge; without ULFM, all of them)."""
-    from mpi4py import MPI
-    failed = set()
-    try:
-        group, mine = comm.Get_failed(), comm.Get_group()
-        try:
-            failed = set(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), mine))
-        finally:
-            for g in (group, mine):
-                if g != MPI.GROUP_EMPTY:
-                    g.Free()
-    except (MPI.Exception, NotImplementedError, AttributeError):       # (no ULFM)
-        pass
+    from hopdec.transport.ulfm import failed_ranks
+    failed = set(failed_ranks(comm))
     return [r for r in range(comm.Get_size()) if r != comm.Get_rank() and r not in failed]
 
 

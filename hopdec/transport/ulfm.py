@@ -24,7 +24,7 @@ def leave_together(comm, timeout):
     import numpy as np
     from mpi4py import MPI
 
-    from hopdec.transport.waiting import poll_until
+    from hopdec.transport.waiting import PeerTimeout, poll_until
     empty = [np.empty(0, dtype=np.uint8), MPI.BYTE]
     if comm.Get_rank() == 0:
         reqs = [comm.Isend(empty, dest=r, tag=TAG_LEAVE) for r in range(1, comm.Get_size())]
@@ -42,8 +42,28 @@ def leave_together(comm, timeout):
         return not reqs
     try:
         poll_until(done, timeout, "rank 0 did not say it was done")
-    except Exception:           # (a PeerTimeout: rank 0 hung; leave)
+    except PeerTimeout:         # (rank 0 hung: leave)
         pass
+
+
+def failed_ranks(comm):
+    """The ranks of ``comm`` this process knows failed (ULFM's ``MPIX_Comm_get_failed``), sorted; none
+    where the MPI library has no ULFM."""
+    from mpi4py import MPI
+    try:
+        failed = comm.Get_failed()
+    except (MPI.Exception, NotImplementedError, AttributeError):
+        return []
+    n = failed.Get_size()
+    if n == 0:
+        return []
+    mine = comm.Get_group()
+    try:
+        ranks = MPI.Group.Translate_ranks(failed, list(range(n)), mine)
+    finally:
+        failed.Free()
+        mine.Free()
+    return sorted(r for r in ranks if r is not None and r >= 0)
 
 
 def fault_tolerant(comm):

@@ -1,6 +1,7 @@
 """What each rank of the optimizer's MPI tests runs (``tests/test_optim_mpi.py``): several scenarios in one
 ``mpirun`` job, one after the other; rank 0 prints one ``@@name {json}`` line per scenario."""
 
+import gc
 import json
 import os
 import signal
@@ -249,6 +250,24 @@ def scenario_early(out, how):
             os.kill(os.getpid(), signal.SIGSTOP)
         open(os.path.join(out, "missing.bin"), "rb")
     HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+
+
+def scenario_dropped(out, how):
+    """Every rank's loop is a function that returns without ``finish()`` (its exit handler finishes it), as
+    scripts written ``def main(): ...`` are; rank 2's takes no step (its shard is empty: ``none``) or stops
+    on a failure before its first step (``exit``), so its optimizer, never started, is dropped with the
+    function's frame before the interpreter's exit."""
+    def train():
+        model = model_with_batchnorm()
+        opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=30)
+        if rank == 2:
+            print(f"@@dropped {time.time()}", flush=True)
+            if how == "exit":
+                sys.exit("no batches in this rank's shard")
+            return
+        train_steps(model, opt, 0, 6)
+    train()
+    gc.collect()
 
 
 def scenario_busy(out):
@@ -730,6 +749,7 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
+                 dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,

@@ -343,6 +343,24 @@ def test_a_rank_failing_before_it_builds_its_optimizer_ends_the_job(mpirun, tmp_
     assert ended - float(re.search(r"@@early (\S+) ", out.stdout).group(1)) < 15
 
 
+@pytest.mark.parametrize("how", ["none", "exit"])
+def test_an_optimizer_a_function_dropped_before_its_first_step_is_finished_or_ends_the_job(mpirun, tmp_path, how):
+    """Found by the failure campaign (2026-12-04): rank 2's loop, in a function, returned before its first
+    step (an empty shard) or left it through ``sys.exit("...")``; its optimizer, never started, was dropped
+    with the frame, so nothing finished it or reported the exit -- the others waited in its start for their
+    30 s peer timeout and blamed that. Now an empty loop ends the job normally at once, and the exit with
+    the one line that names it."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, f"dropped_{how}"], timeout=90)
+    ended = time.time()
+    if how == "none":
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    else:
+        line = the_one_line(out, 1)
+        assert re.fullmatch(r"hopdec: error: rank 2: sys\.exit\(\"no batches in this rank's shard\"\) \(at "
+                            r"optim_driver\.py:\d+\): the rank exits with a failure status", line), line
+    assert ended - float(re.search(r"@@dropped (\S+)", out.stdout).group(1)) < 20
+
+
 def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_time(mpirun, tmp_path):
     """Rank 1 is stopped (SIGSTOP) before its constructor: the others wait for it there for
     HOPDEC_STARTUP_TIMEOUT (4 s here; 600 by default), then one line naming it ends the job -- they waited

@@ -1191,8 +1191,10 @@ def _shape(t):
 def _register_exit(opt):
     """A rank that reaches the end of its script without ``finish()`` finishes there (the others may still
     need it) -- unless it is leaving through ``sys.exit`` with a failure status, which ends the job
-    (:mod:`hopdec.optim.failing`). Held weakly: a dropped optimizer is not kept alive."""
-    ref = weakref.ref(opt)
+    (:mod:`hopdec.optim.failing`). In a job of several ranks the optimizer is held until then: a loop in a
+    function that returned (or exited) before its first step dropped it with the frame, and the others
+    waited for its start until their peer timeout. Alone (one rank: nothing waits for it), held weakly."""
+    ref = (lambda: opt) if opt.size > 1 else weakref.ref(opt)
 
     def at_exit():
         o = ref()

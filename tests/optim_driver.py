@@ -270,6 +270,21 @@ def scenario_dropped(out, how):
     gc.collect()
 
 
+def scenario_late_exit(out):
+    """Every rank trains and finishes; rank 1 then stops with ``sys.exit("...")`` (a check of its own after
+    training failed) while the others go on to ``consensus_model()``."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=30,
+                       fault_tolerance="--fault-tolerance" in sys.argv)
+    train_steps(model, opt, 0, 6)
+    opt.finish()
+    if rank == 1:
+        print(f"@@late_exit {time.time()}", flush=True)
+        sys.exit("validation loss diverged")
+    opt.consensus_model()
+    print(f"@@late_exit consensus on rank {rank}", flush=True)
+
+
 def scenario_busy(out):
     """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
     loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
@@ -749,7 +764,7 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
-                 dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
+                 late_exit=scenario_late_exit, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,

@@ -361,6 +361,26 @@ def test_an_optimizer_a_function_dropped_before_its_first_step_is_finished_or_en
     assert ended - float(re.search(r"@@dropped (\S+)", out.stdout).group(1)) < 20
 
 
+@pytest.mark.parametrize("ft", [False, True], ids=["plain", "fault_tolerant"])
+def test_sys_exit_with_a_failure_status_after_finish_ends_the_job_with_its_line_and_code(mpirun, tmp_path, ft):
+    """Found by the failure campaign (2026-12-04): rank 1 exits with ``sys.exit("...")`` after ``finish()``
+    while the others call ``consensus_model()``. It used to be named only by the others' complaint that it
+    ended after 0 consensus calls (exit 3), and with ``fault_tolerance`` it was a death the survivors went
+    on without: the job exited 0, the failure status lost. Now the same as before ``finish()``: one line
+    naming its exit, and its code."""
+    argv = ["tests/optim_driver.py", str(tmp_path), "late_exit"]
+    if ft:
+        out = mpirun.launch(3, ["--fault-tolerance"], timeout=120,
+                            env=mpirun.env(HOPDEC_CMD=f"{sys.executable} {' '.join(argv)}"))
+    else:
+        out = mpirun.python(3, argv, timeout=90)
+    ended = time.time()
+    line = the_one_line(out, 1)
+    assert re.fullmatch(r"hopdec: error: rank 1: sys\.exit\('validation loss diverged'\) \(at "
+                        r"optim_driver\.py:\d+\): the rank exits with a failure status", line), line
+    assert ended - float(re.search(r"@@late_exit (\d\S+)", out.stdout).group(1)) < 20
+
+
 def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_time(mpirun, tmp_path):
     """Rank 1 is stopped (SIGSTOP) before its constructor: the others wait for it there for
     HOPDEC_STARTUP_TIMEOUT (4 s here; 600 by default), then one line naming it ends the job -- they waited

@@ -29,8 +29,10 @@ code: Python runs no ``excepthook`` for it, and the optimizer's exit handler wou
 rank there -- serve its parameters to its neighbours until every other rank is done, and hide the failure
 (exit code 0 with ``fault_tolerance``). So :func:`install_early` wraps ``sys.exit`` and the ``exit``/``quit``
 builtins to note a failure status and where it was given (:func:`failed_exit`); a step taken afterwards
-forgets it (the ``SystemExit`` was caught). ``sys.exit(0)`` or ``sys.exit()`` mid-loop is a rank done
-early, as before; a bare ``raise SystemExit(1)`` is seen only by a ``finish()`` it passes through.
+forgets it (the ``SystemExit`` was caught). The same after ``finish()``, with ``fault_tolerance`` too: a
+failing exit is the script's decision to fail, not a death the survivors heal past (the job exited 0).
+``sys.exit(0)`` or ``sys.exit()`` mid-loop is a rank done early, as before; a bare ``raise SystemExit(1)``
+is seen only by a ``finish()`` it passes through.
 """
 
 import atexit

@@ -573,7 +573,7 @@ class HopOptimizer(torch.optim.Optimizer):
         self.logger.close()
         if not self.fault_tolerant:
             atexit.unregister(self._exit_hook)
-            atexit.register(self._leaving.say)      # (its last word: see _wait_collective)
+            atexit.register(_last_word, self._leaving)      # (see _wait_collective)
 
     # ------------------------------------------------------------------ the consensus model
     @_outside_inference_mode
@@ -1198,8 +1198,8 @@ def _register_exit(opt):
 
     def at_exit():
         o = ref()
-        failed = failing.failed_exit()          # sys.exit(1): end the job, do not finish (failing.py)
-        if failed is not None and o is not None and not o.finished:
+        failed = failing.failed_exit()          # sys.exit(1): end the job, do not finish (failing.py),
+        if failed is not None and o is not None:    # also after finish() (fault tolerant: not a death)
             failing.abort_failed_exit(failed)
         if o is not None and not o.finished and o._ready:
             o.finish()
@@ -1207,6 +1207,17 @@ def _register_exit(opt):
             _leave_without_finalize()
     atexit.register(at_exit)
     return at_exit
+
+
+def _last_word(leaving):
+    """At the exit of a rank whose optimizer finished (not fault tolerant): a failing ``sys.exit`` ends the
+    job with its one line and code -- the others may wait for this rank in a consensus call, and would
+    otherwise report only that it left after fewer calls -- else the :class:`~hopdec.optim.ending.
+    LeavingNotes`."""
+    failed = failing.failed_exit()
+    if failed is not None:
+        failing.abort_failed_exit(failed)
+    leaving.say()
 
 
 def _leave_without_finalize():

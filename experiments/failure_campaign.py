@@ -10,7 +10,16 @@ training, the summary or at shutdown. A job is flagged when it
 - prints more than one error line;
 - fails with no line at all (neither hopdec's nor Open MPI's box naming the rank that exited);
 - exits 0 without a summary;
-- is a fault-tolerant PS run whose worker died after training and whose summary does not name it.
+- is a fault-tolerant PS run whose worker died after training and whose summary does not name it;
+- exits 0 although a rank raised or exited with a failure status (``sys.exit("...")``).
+
+``--kind loop`` runs a user's own loop instead (``campaign_loop.py``: ``HopOptimizer`` around a torch
+optimizer, failures in plain Python -- ``os._exit``, an exception, ``sys.exit("...")``, a hang, SIGSTOP --
+before or after building the optimizer, in a step, before ``finish()``, before ``consensus_model()``, at
+the end); ``--kind mixed`` either at random. A loop's hang or stop after its last hopdec call is not
+flagged when the job never ends: that is the user's code, which MPI_Finalize waits for as in any MPI
+program. Loop jobs get ``HOPDEC_STARTUP_TIMEOUT=60`` (the constructor's wait for every rank; 600 s by
+default).
 
 Prints one line per job and writes each flagged job's output to ``--out``. Exit status 1 if any was
 flagged. The bounds: ``--peer-timeout 45`` (above the failure detector's 30 s), so a hung rank is found
@@ -29,6 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNCS = ["bsp", "asp", "ssp", "dssp", "elastic", "backup", "esync"]
 GRAPHS = ["ring", "exponential", "complete", "ring-based"]
+LOOP = os.path.join(ROOT, "experiments", "campaign_loop.py")
 
 
 def draw(rng, iterations):
@@ -51,6 +61,31 @@ def draw(rng, iterations):
     return n, args, dict(ft=ft, ps=ps, phase=phase, how=how, victim=victim)
 
 
+
+
+def loop_graphs(n):
+    """The named graphs a loop of ``n`` ranks can use (ring-based needs an even n; the torus here, 2 x 2)."""
+    return ["ring", "exponential", "complete"] + (["ring-based"] if n % 2 == 0 else []) + (["torus"] if n == 4 else [])
+
+
+def draw_loop(rng, iterations):
+    """One job of a user's own loop (``campaign_loop.py``, ``HopOptimizer``): (ranks, its arguments, what
+    was injected). Its failures are plain Python, as a user's code or machine would fail."""
+    n = rng.choice([3, 4, 5])
+    ft = rng.random() < 0.6
+    phase = rng.choice(["setup", "built", "train", "train", "train", "finish", "consensus", "shutdown"])
+    how = rng.choice(["exit", "exit", "raise", "sysexit", "hang", "stop"])
+    victim = rng.randrange(n)
+    args = ["--steps", str(iterations), "--peer-timeout", "45", "--optimizer", rng.choice(["sgd", "adamw", "adam"]),
+            "--topology", rng.choice(loop_graphs(n))] + (["--fault-tolerance"] if ft else [])
+    if rng.random() < 0.4:
+        args += ["--backup-workers", "1", "--skip", "max-jump=2"]
+    if rng.random() < 0.4:
+        args += ["--uneven"]
+    args += ["--victim", str(victim), "--phase", phase, "--at", str(rng.randrange(iterations)), "--how", how]
+    return n, args, dict(ft=ft, ps=False, phase=phase, how=how, victim=victim, loop=True)
+
+
 def judge(rc, out, err, f):
     """Why the job is flagged (empty: it is not)."""
     errors = [ln for ln in err.splitlines() if "error:" in ln]
@@ -58,13 +93,17 @@ def judge(rc, out, err, f):
     late_ps = f["ft"] and f["ps"] and f["victim"] != 0 and f["how"] == "exit" and f["phase"] in ("evaluate",
                                                                                                    "shutdown")
     if rc is None:
-        return "never ended"
+        # (a user's code that hangs after its last hopdec call is the user's: MPI_Finalize waits for it,
+        # as for any MPI program, and hopdec cannot tell it from a long evaluation or save on that rank)
+        return "" if f.get("loop") and f["phase"] == "shutdown" and f["how"] in ("hang", "stop") else "never ended"
     if len(errors) > 1:
         return "more than one error line"
     if rc != 0 and not errors and not boxed and "hopdec:" not in err:
         return "failed without a line"
     if rc == 0 and "== " not in out:
         return "exit 0 without a summary"
+    if rc == 0 and f["how"] in ("raise", "sysexit"):
+        return "a failure ended 0"
     if late_ps and rc == 0 and f"worker {f['victim']} died" not in out:
         return "a worker's death after training not named"
     return ""
@@ -77,17 +116,21 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=25)
     p.add_argument("--bound", type=float, default=200.0, help="seconds a job may take before it is flagged")
     p.add_argument("--out", default="failure_campaign", help="folder for the flagged jobs' output")
+    p.add_argument("--kind", choices=("train", "loop", "mixed"), default="train",
+                   help="hopdec train jobs, a user's HopOptimizer loop (campaign_loop.py), or either at random")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOPDEC_DEBUG="",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))  # (this venv's mpirun)
     flagged = 0
     for i in range(a.jobs):
-        n, args, f = draw(rng, a.iterations)
+        loop = a.kind == "loop" or (a.kind == "mixed" and rng.random() < 0.5)
+        n, args, f = (draw_loop if loop else draw)(rng, a.iterations)
+        job_env = dict(env, HOPDEC_CMD=f"{sys.executable} {LOOP}", HOPDEC_STARTUP_TIMEOUT="60") if loop else env
         t0 = time.time()
         try:
             done = subprocess.run([os.path.join(ROOT, "launch", "local.sh"), "-n", str(n)] + args, cwd=ROOT,
-                                  env=env, capture_output=True, text=True, timeout=a.bound)
+                                  env=job_env, capture_output=True, text=True, timeout=a.bound)
             rc, out, err = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired as e:          # (the launcher's watchdog ends the job it leaves)
             rc, out, err = None, _text(e.stdout), _text(e.stderr)
@@ -96,7 +139,8 @@ def main(argv=None):
             return 2
         why = judge(rc, out, err, f)
         line = next((ln for ln in err.splitlines() if "error:" in ln), "")
-        print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'ps ' if f['ps'] else 'hop'} {f['how']:5s} in "
+        print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'loop' if loop else 'ps  ' if f['ps'] else 'hop '} "
+              f"{f['how']:7s} in "
               f"{f['phase']:8s} rank {f['victim']}: rc={rc} {time.time() - t0:4.0f} s "
               f"{'summary' if '== ' in out else '       '} {line[:110]}" + (f"  <<< {why}" if why else ""),
               flush=True)

@@ -10,6 +10,7 @@ import failure_campaign as fc  # noqa: E402
 
 FT_PS_LATE = dict(ft=True, ps=True, phase="shutdown", how="exit", victim=2)
 HOP = dict(ft=False, ps=False, phase="train", how="exit", victim=1)
+LOOP_HANG_END = dict(ft=False, ps=False, phase="shutdown", how="hang", victim=1, loop=True)
 BOX = "Process name: [prterun-vm-1@1,1]\n   Exit code:    17\n"
 
 
@@ -19,6 +20,9 @@ def test_a_job_is_flagged_for_each_broken_promise():
     assert fc.judge(17, "", "", HOP) == "failed without a line"
     assert fc.judge(0, "no table", "", HOP) == "exit 0 without a summary"
     assert fc.judge(0, "== ps ==\n", "", FT_PS_LATE) == "a worker's death after training not named"
+    assert fc.judge(0, "== consensus\n", "", dict(HOP, how="sysexit", loop=True)) == "a failure ended 0"
+    assert fc.judge(0, "== hop ==\n", "", dict(HOP, how="raise")) == "a failure ended 0"
+    assert fc.judge(None, "", "", dict(LOOP_HANG_END, phase="consensus")) == "never ended"
 
 
 def test_what_a_job_should_do_is_not_flagged():
@@ -26,6 +30,7 @@ def test_what_a_job_should_do_is_not_flagged():
     assert fc.judge(3, "", "hopdec train: error: rank 1: boom\n", HOP) == ""
     assert fc.judge(0, "== hop ==\n", "", HOP) == ""
     assert fc.judge(0, "== ps ==\nfailure: worker 2 died after its training ended\n", "", FT_PS_LATE) == ""
+    assert fc.judge(None, "== consensus\n", "", LOOP_HANG_END) == ""   # the user's code, after hopdec's last call
 
 
 def test_the_draws_are_seeded_and_valid():
@@ -34,3 +39,12 @@ def test_the_draws_are_seeded_and_valid():
     for n, args, f in (fc.draw(random.Random(s), 25) for s in range(50)):
         assert 0 <= f["victim"] < n and args[args.index("--die-rank") + 1] == str(f["victim"])
         assert ("--fault-tolerance" in args) == f["ft"] and ("--sync" in args) == f["ps"]
+
+
+def test_the_loop_draws_are_seeded_and_valid():
+    assert fc.draw_loop(random.Random(3), 20) == fc.draw_loop(random.Random(3), 20)
+    for n, args, f in (fc.draw_loop(random.Random(s), 20) for s in range(80)):
+        assert 0 <= f["victim"] < n and args[args.index("--victim") + 1] == str(f["victim"]) and f["loop"]
+        graph = args[args.index("--topology") + 1]
+        assert graph != "ring-based" or n % 2 == 0, (n, graph)
+        assert graph != "torus" or n == 4, (n, graph)

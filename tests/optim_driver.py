@@ -195,6 +195,20 @@ def scenario_raise_split(out):
                                 peer_timeout=60), model, 3)
 
 
+def scenario_stop_split(out):
+    """As :func:`scenario_raise_split`, but world rank 3 (rank 1 of its group's communicator) is stopped
+    (SIGSTOP) after step 5: its group's other rank, world rank 1, times out waiting for it."""
+    group = comm.Split(rank % 2, rank)
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group, peer_timeout=4)
+    for k in range(1000 if rank % 2 else 20):
+        train_steps(model, opt, k, k + 1)
+        if rank == 3 and k == 5:
+            print(f"@@stop_split {os.getpid()}", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+    opt.finish()
+
+
 def loop_where(who, at, then, steps, peer_timeout=60):
     """Every rank trains ``steps`` steps, rank ``who`` calling ``then()`` after its step ``at``; then finish."""
     model = model_with_batchnorm()
@@ -760,7 +774,7 @@ def scenario_consensus_alone(out):
         opt.consensus_model()
 
 
-SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, ft=scenario_ft,
+SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, stop_split=scenario_stop_split, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),

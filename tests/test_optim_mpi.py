@@ -290,6 +290,22 @@ def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank
                         line), line
 
 
+def test_a_stopped_rank_on_a_sub_communicator_is_named_by_its_world_rank(mpirun, tmp_path):
+    """World rank 3, rank 1 of its group's communicator, is stopped; world rank 1 (rank 0 there) times out
+    waiting for it. The line said "no updates ... from rank(s) 1" -- the group's numbering, where the job's
+    rank 1 is the reporter itself, named by its world rank -- and now says which rank of the job that is."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "stop_split"], timeout=120)
+    victim = int(re.search(r"@@stop_split (\d+)", out.stdout).group(1))
+    try:
+        line = the_one_line(out, 3)
+        assert re.fullmatch(r"hopdec: error: rank 1 \(rank 0 of its communicator\): no updates of iteration \d+ "
+                            r"from rank\(s\) 1 for 4 s; .* allows more \(rank\(s\) 1 of its communicator: 3 of the "
+                            r"job\)", line), line
+    finally:
+        if os.path.exists(f"/proc/{victim}"):
+            os.kill(victim, signal.SIGKILL)
+
+
 def the_one_line(out, code):
     """The one ``hopdec`` line of a job that exited ``code`` (the test matches it)."""
     assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]

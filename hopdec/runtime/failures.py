@@ -195,6 +195,18 @@ class FailureChannel:
             theirs.Free()
             ours.Free()
 
+    def in_job(self, ranks):
+        """``ranks`` of this channel by their ``COMM_WORLD`` ranks (as ``mpirun``, the script and its logs
+        know them), or None when those are the same numbers (the channel is ``COMM_WORLD`` or a duplicate)."""
+        from mpi4py import MPI
+        ours, world = self.comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            got = [int(r) for r in MPI.Group.Translate_ranks(ours, list(ranks), world)]
+        finally:
+            ours.Free()
+            world.Free()
+        return None if got == list(ranks) else got
+
     def _claimed(self, priority):
         return any(p <= priority for p in self.claims.values())
 
@@ -271,6 +283,23 @@ def _world_named(line, rank):
     return f"rank {world} (rank {rank} of its communicator):" + line[len(f"rank {rank}:"):]
 
 
+def _job_numbering(err, on, channel):
+    """What a timeout's line adds about the ranks it names: those that noticed nothing (``name_silent``:
+    stopped or hung there), and, on a communicator numbered otherwise than ``COMM_WORLD`` (an optimizer on
+    a ``Split`` group), which ranks of the job the waited-for ones are -- its message numbers them in that
+    communicator, where "rank 1" may be another process than the job's rank 1 (even the reporter)."""
+    silent = channel.silent if err.name_silent else []
+    if silent:
+        job = channel.in_job(silent)
+        named = ", ".join(map(str, silent)) if job is None else \
+            ", ".join(f"{j} ({r} of its communicator)" for j, r in zip(job, silent))
+        return f" (rank(s) {named} noticed nothing while the others timed out: stopped or hung there?)"
+    job = channel.in_job(on) if on else None
+    if job is None:
+        return ""
+    return f" (rank(s) {', '.join(map(str, on))} of its communicator: {', '.join(map(str, job))} of the job)"
+
+
 def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     """Print one line naming this rank and the cause -- if this rank is the one elected to report (see
     :class:`FailureChannel`) -- then end every rank (``MPI_Abort``) with exit code ``code``. ``kind``: what
@@ -280,15 +309,14 @@ def abort(comm, err, prog="hopdec train", code=ABORT_CODE, kind="error"):
     as 'reported dead by someone else', with a backtrace, after the line that had named it."""
     rank = comm.Get_rank()
     timeout = isinstance(err, PeerTimeout)
-    reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(),
-                                                 _channel.ranks_of(err.on, err.on_comm) if timeout else ())
+    on = _channel.ranks_of(err.on, err.on_comm) if timeout and _channel is not None else ()
+    reports = _channel is None or _channel.elect(1 if timeout else 0, err.started if timeout else time.time(), on)
     if reports:
         if os.environ.get("HOPDEC_DEBUG") and not isinstance(err, (HopdecError, PeerTimeout)):
             traceback.print_exception(err, file=sys.stderr)
         line = _world_named(one_line(rank, err), rank)
-        if timeout and err.name_silent and _channel is not None and _channel.silent:
-            line += (f" (rank(s) {', '.join(map(str, _channel.silent))} noticed nothing while the others "
-                     f"timed out: stopped or hung there?)")
+        if timeout and _channel is not None:
+            line += _job_numbering(err, on, _channel)
         print(f"{prog}: {kind}: {line}", file=sys.stderr, flush=True)
         forwarded()            # the launcher has the line before MPI_Abort kills everyone
     else:

@@ -424,6 +424,8 @@ def scenario_ft(out):
         ending.EndChannel.agree = lambda *a, **k: os._exit(1)
     if how == "close" and rank == 3:    # dies after the ranks agreed where to stop, as it closes
         HopOptimizer._close = lambda self: os._exit(1)
+    if how == "start" and rank == 3:    # dies after building its optimizer, before its first step
+        os._exit(1)
     for k in range(6 if rank == 1 else 25):
         if rank == 3 and k == 5 and how not in ("agree", "close"):
             if os.environ.get("FT_HOW") == "stop":      # hung: found by the failure detector, never exits

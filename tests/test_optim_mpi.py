@@ -526,9 +526,11 @@ def test_fault_tolerance_survivors_heal_and_finish_in_a_users_loop(mpirun, tmp_p
     assert "rank(s) 3 failed; 4 survivors go on" in out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("how", ["agree", "close"])
-def test_a_rank_dying_while_the_ranks_agree_where_to_stop_is_healed_around(mpirun, tmp_path, how):
-    """Rank 3 dies inside finish(), after every rank said it is done: as the ranks agree where to stop
+@pytest.mark.parametrize("how", ["start", "agree", "close"])
+def test_a_rank_dying_before_it_starts_or_while_the_ranks_agree_where_to_stop_is_healed_around(mpirun, tmp_path, how):
+    """Rank 3 dies after building its optimizer, before its first step (``start``: the others' start, a
+    collective, failed with MPI_ERR_PROC_FAILED and ended the job; found by the failure campaign), or
+    inside finish(), after every rank said it is done: as the ranks agree where to stop
     (``agree``: the agreement failed with an MPI error and ended the job), or after they agreed, as it
     shuts its transport down (``close``: the survivors' shutdown barriers raised PeerFailed and ended the
     job). The survivors now heal and agree (or shut down) among themselves."""

@@ -763,9 +763,11 @@ class HopOptimizer(torch.optim.Optimizer):
         from hopdec.runtime.hop_loop import worker_loop
         from hopdec.transport.collectives import allgather_json
         append, refused = self._log_start()     # (every rank continues its log, or none: one run)
-        got = allgather_json(self._ccomm, [self._resume_at, refused, append,
-                                           None if self._resume_at else self.flat.digest()], self.timeout,
-                             "HopOptimizer: starting")
+        mine = [self._resume_at, refused, append, None if self._resume_at else self.flat.digest()]
+        # (fault tolerant: a rank that died after building its optimizer, before its first step, fails this
+        # on the others -- an MPI_ERR_PROC_FAILED ended the job -- so the survivors heal and start without it)
+        got = self._among_survivors(lambda abandon: allgather_json(self._ccomm, mine, self.timeout,
+                                                                   "HopOptimizer: starting"), lambda: self._ccomm)
         where = [g[0] for g in got]
         if len(set(where)) != 1:
             raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "

@@ -279,7 +279,9 @@ start_tied() {
 # line and box is kept, and so are those boxes when no hopdec line came first (something else failed:
 # they are all there is). A stopped run's line ("hopdec train: stopped at iteration K ...") counts as hopdec's
 # line too: ranks that got SIGUSR1 from elsewhere (the launcher killed, a kill -USR1 to mpirun) exit 138
-# after it and prterun's box would follow. HOPDEC_DEBUG=1 turns the filter off.
+# after it and prterun's box would follow -- but a stop line after an error line goes: under --fault-tolerance
+# MPI_Abort ends the other ranks with SIGTERM, which they take as a clean stop and say so ("stopped at
+# iteration 18 of 200 (SIGTERM)"), a second line about the same end. HOPDEC_DEBUG=1 turns the filter off.
 _HOPDEC_QUIET_AWK='
 function emit(text) {                      # (the empty lines held back before it first)
     for (; held > 0; held--) print ""
@@ -290,8 +292,10 @@ function box_done() {
         emit(box)
     box = ""; inbox = 0
 }
+erred && /^hopdec( [a-z]+)?: stopped[: ]/ { next }   # (the job ending after an error line: see above)
 /^hopdec( [a-z]+)?: (error: |stopped[: ])/ {     # never held back or dropped, even inside a box
     said = 1
+    if ($0 ~ /^hopdec( [a-z]+)?: error: /) erred = 1
     if (inbox) { emit(box); box = ""; inbox = 0 }
     emit($0 "\n"); next
 }

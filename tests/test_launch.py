@@ -635,6 +635,12 @@ def test_the_launchers_filter_drops_only_the_boxes_after_hopdecs_line():
     nonzero = f"{dash}\nprterun detected that one or more processes exited with non-zero status\nExit code: 138\n{dash}\n"
     assert _quiet(stop + nonzero + "after\n") == stop + "after\n"
     assert _quiet("hopdec train: stoppedx\n" + nonzero) == "hopdec train: stoppedx\n" + nonzero
+    # under --fault-tolerance MPI_Abort ends the other ranks with SIGTERM, which they take as a clean stop
+    # and say so: after an error line that is the job ending, not a stop anyone asked for (2026-12-04)
+    term = "hopdec train: stopped at iteration 18 of 200 (SIGTERM); no checkpoint to resume from\n"
+    loop = "hopdec: stopped: rank 0: KeyboardInterrupt (SIGTERM to the launcher; at train.py:80)\n"
+    assert _quiet(line + term + loop + "after\n") == line + "after\n"
+    assert _quiet(term + line) == term + line                       # a stop first, then an error: both kept
     assert _quiet("hopdec sim: error: x\n" + exited + f"{dash}\nunterminated") == \
         f"hopdec sim: error: x\n{dash}\nunterminated\n"
     # libnbc's lines on a collective that a peer's death aborted (--fault-tolerance heals and says so)

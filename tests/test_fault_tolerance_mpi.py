@@ -211,6 +211,20 @@ def test_ranks_leave_a_fault_tolerant_job_only_after_rank_0_has_its_summary(mpir
     assert "failure" not in out.stdout, out.stdout
 
 
+@pytest.mark.parametrize("mode", [["--protocol", "tokens"], ["--sync", "asp"]], ids=["hop", "ps"])
+def test_an_error_on_a_fault_tolerant_rank_ends_the_job_with_its_line_alone(mpirun, mode):
+    """Rank 1 raises: its line ends the job (exit 3). Under ULFM the others saw its MPI_Abort as a death
+    first: they healed, said "rank(s) 1 failed; 3 survivors go on", trained on, and took the abort's SIGTERM
+    as a stop ("stopped at iteration 18 of 200 (SIGTERM)"): three lines where one was said. A rank whose
+    failure notice arrived is ending the job: the others now leave quietly instead of healing."""
+    out = mpirun.launch(4, FT + mode + ["--peer-timeout", 45, "--compute-time", "0.02", "--iterations", 300, "--die-rank", 1,
+                                        "--die-at", 5, "--die-how", "raise"], timeout=120)
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    said = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("hopdec")]
+    assert said == ["hopdec train: error: rank 1: RuntimeError: injected failure in train (HOPDEC_DEBUG=1 "
+                    "shows the traceback)"], out.stdout[-2000:] + out.stderr[-2000:]
+
+
 def test_a_dead_parameter_server_ends_the_job_with_one_line(mpirun):
     out = mpirun.launch(4, FT + ["--sync", "asp", "--iterations", 400, "--die-rank", 0, "--die-at", 20],
                         timeout=120)

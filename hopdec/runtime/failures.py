@@ -12,6 +12,7 @@
 """
 
 import os
+import re
 import signal
 import sys
 import time
@@ -273,6 +274,28 @@ def watch_failures(comm):
     return _channel
 
 
+def leave_if_ending():
+    """Under ULFM, before the survivors heal or a PS server drops a worker: a rank that has written a
+    failure's exit code into the launcher's file (:func:`record_exit`, just before its ``MPI_Abort``) is
+    ending the job, and ULFM shows that abort to the others as a death. They left only at the abort's
+    SIGTERM, after healing, training on and reporting it as a stop -- three lines where one was said; now
+    they leave at once. (The file, not the failure channel: reading the channel's any-source receive
+    here acknowledged the death early and two ranks then reported a later timeout. Across hosts the file
+    is the launcher host's only: elsewhere the ranks heal as before.)"""
+    path = os.environ.get("HOPDEC_EXIT_FILE")
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            code = re.search(r"\d+", f.read(64))
+    except OSError:
+        return
+    if code is not None and int(code.group()) != 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code.group()) & 0xFF)
+
+
 def _world_named(line, rank):
     """``line`` (``rank r: ...``) naming the rank as ``mpirun`` and the script know it: on a communicator
     other than ``COMM_WORLD`` (an optimizer on a ``Split`` group) rank r is another process's world rank."""
@@ -498,7 +521,9 @@ def how_failed(rank):
 
 def announce_ps_failure(worker, left):
     """The server's line when a worker dies (``--fault-tolerance``), as it happens: the decentralized
-    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`)."""
+    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`)) -- unless a rank is
+    ending the job (:func:`leave_if_ending`)."""
+    leave_if_ending()
     print(f"hopdec: rank {worker} (a worker) failed; the server drops it and {left} worker"
           f"{'s' if left != 1 else ''} go{'es' if left == 1 else ''} on (the logs go on)", flush=True)
 

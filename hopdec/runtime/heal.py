@@ -26,8 +26,12 @@ class Healer:
         self.events = []
 
     def heal(self):
-        """Run the recovery with the other survivors (collective); returns its event record."""
+        """Run the recovery with the other survivors (collective); returns its event record. A death that
+        is a rank ending the job (its failure notice came first) is no failure to heal: this rank leaves."""
         from mpi4py import MPI
+
+        from hopdec.runtime.failures import leave_if_ending
+        leave_if_ending()
         t0 = time.time()
         info, new = on_survivors(self.comm, lambda c: allgather_json(c, [self.me, self.core.iteration],
                                                                        self.timeout, "healing"),

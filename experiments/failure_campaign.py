@@ -11,7 +11,9 @@ training, the summary or at shutdown. A job is flagged when it
 - fails with no line at all (neither hopdec's nor Open MPI's box naming the rank that exited);
 - exits 0 without a summary;
 - is a fault-tolerant PS run whose worker died after training and whose summary does not name it;
-- exits 0 although a rank raised or exited with a failure status (``sys.exit("...")``).
+- exits 0 although a rank raised or exited with a failure status (``sys.exit("...")``);
+- fails although it is fault tolerant and a worker only crashed (exit) while training (or, in a loop,
+  after building its optimizer): the survivors heal and finish.
 
 ``--kind loop`` runs a user's own loop instead (``campaign_loop.py``: ``HopOptimizer`` around a torch
 optimizer, failures in plain Python -- ``os._exit``, an exception, ``sys.exit("...")``, a hang, SIGSTOP --
@@ -102,6 +104,9 @@ def judge(rc, out, err, f):
         return "failed without a line"
     if rc == 0 and "== " not in out:
         return "exit 0 without a summary"
+    heals = f["ft"] and f["how"] == "exit" and f["phase"] in ("built", "train") and not (f["ps"] and f["victim"] == 0)
+    if heals and rc != 0:
+        return "a death fault tolerance heals ended the job"
     if rc == 0 and f["how"] in ("raise", "sysexit"):
         return "a failure ended 0"
     if late_ps and rc == 0 and f"worker {f['victim']} died" not in out:

@@ -23,6 +23,11 @@ def test_a_job_is_flagged_for_each_broken_promise():
     assert fc.judge(0, "== consensus\n", "", dict(HOP, how="sysexit", loop=True)) == "a failure ended 0"
     assert fc.judge(0, "== hop ==\n", "", dict(HOP, how="raise")) == "a failure ended 0"
     assert fc.judge(None, "", "", dict(LOOP_HANG_END, phase="consensus")) == "never ended"
+    healed = dict(ft=True, ps=False, phase="built", how="exit", victim=0, loop=True)
+    assert fc.judge(3, "", "hopdec: error: rank 4: MPI_ERR_PROC_FAILED\n", healed) == \
+        "a death fault tolerance heals ended the job"
+    assert fc.judge(3, "", "hopdec train: error: the parameter server died\n", dict(healed, ps=True, loop=False,
+                                                                                  phase="train")) == ""
 
 
 def test_what_a_job_should_do_is_not_flagged():

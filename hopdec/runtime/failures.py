@@ -521,7 +521,7 @@ def how_failed(rank):
 
 def announce_ps_failure(worker, left):
     """The server's line when a worker dies (``--fault-tolerance``), as it happens: the decentralized
-    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`)) -- unless a rank is
+    runners print theirs at the heal (:meth:`hopdec.observe.RunObserver.on_failure`) -- unless a rank is
     ending the job (:func:`leave_if_ending`)."""
     leave_if_ending()
     print(f"hopdec: rank {worker} (a worker) failed; the server drops it and {left} worker"

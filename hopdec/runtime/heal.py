@@ -27,7 +27,8 @@ class Healer:
 
     def heal(self):
         """Run the recovery with the other survivors (collective); returns its event record. A death that
-        is a rank ending the job (its failure notice came first) is no failure to heal: this rank leaves."""
+        is a rank ending the job (it recorded the job's exit code first) is no failure to heal: this rank
+        leaves (:func:`hopdec.runtime.failures.leave_if_ending`)."""
         from mpi4py import MPI
 
         from hopdec.runtime.failures import leave_if_ending

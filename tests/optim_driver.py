@@ -196,8 +196,9 @@ def scenario_raise_split(out):
 
 
 def scenario_stop_split(out):
-    """As :func:`scenario_raise_split`, but world rank 3 (rank 1 of its group's communicator) is stopped
-    (SIGSTOP) after step 5: its group's other rank, world rank 1, times out waiting for it."""
+    """As :func:`scenario_raise_split`, but world rank 3 (rank 1 of its group's communicator) hangs after
+    step 5: its group's other rank, world rank 1, times out waiting for it. (Hung, not SIGSTOPped: under
+    load prterun itself once crashed, SIGSEGV, tearing down a job with a stopped rank.)"""
     group = comm.Split(rank % 2, rank)
     model = model_with_batchnorm()
     opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="complete", comm=group, peer_timeout=4)
@@ -205,7 +206,7 @@ def scenario_stop_split(out):
         train_steps(model, opt, k, k + 1)
         if rank == 3 and k == 5:
             print(f"@@stop_split {os.getpid()}", flush=True)
-            os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(10 ** 6)
     opt.finish()
 
 
@@ -297,6 +298,20 @@ def scenario_late_exit(out):
         sys.exit("validation loss diverged")
     opt.consensus_model()
     print(f"@@late_exit consensus on rank {rank}", flush=True)
+
+
+def scenario_late_crash(out):
+    """fault_tolerance=True: every rank trains and finishes; the last rank then crashes (os._exit) while
+    the others ask for the consensus model on rank 0 only."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True)
+    train_steps(model, opt, 0, 6)
+    opt.finish()
+    if rank == comm.Get_size() - 1:
+        os._exit(1)
+    avg = opt.consensus_model(root=0)
+    if avg is not None:
+        print(f"@@late_crash {opt.comm.Get_size()} survivors", flush=True)
 
 
 def scenario_busy(out):
@@ -780,7 +795,7 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"),
-                 late_exit=scenario_late_exit, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
+                 late_exit=scenario_late_exit, late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,

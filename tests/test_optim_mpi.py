@@ -290,8 +290,8 @@ def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank
                         line), line
 
 
-def test_a_stopped_rank_on_a_sub_communicator_is_named_by_its_world_rank(mpirun, tmp_path):
-    """World rank 3, rank 1 of its group's communicator, is stopped; world rank 1 (rank 0 there) times out
+def test_a_hung_rank_on_a_sub_communicator_is_named_by_its_world_rank(mpirun, tmp_path):
+    """World rank 3, rank 1 of its group's communicator, hangs; world rank 1 (rank 0 there) times out
     waiting for it. The line said "no updates ... from rank(s) 1" -- the group's numbering, where the job's
     rank 1 is the reporter itself, named by its world rank -- and now says which rank of the job that is."""
     out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "stop_split"], timeout=120)
@@ -541,6 +541,17 @@ def test_a_rank_dying_before_it_starts_or_while_the_ranks_agree_where_to_stop_is
     assert sorted(got) == [0, 1, 2, 4], out.stdout[-3000:] + out.stderr[-3000:]
     for r in got.values():
         assert r["survivors"] == 4 and r["heals"] == 1 and r["end"] == 25 and r["err"] < 1e-6
+
+
+def test_a_rank_crashing_before_a_consensus_on_one_rank_leaves_the_others_their_consensus(mpirun, tmp_path):
+    """Found by the failure campaign (2026-12-04): rank 2 of 3 crashes after finish(); the others ask for
+    ``consensus_model(root=0)``. Rank 1 finished its part of the reduce to rank 0 at once and left, so rank
+    0, failing, had nobody to heal with: "only 1 worker(s) left after the failure of rank(s) 1, 2" (exit 3).
+    Fault tolerant, the rooted consensus now completes on every rank or on none."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} late_crash")
+    out = mpirun.launch(3, ["--fault-tolerance"], env=env, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "@@late_crash 2 survivors" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def test_a_random_fault_tolerant_job_heals_in_finish_and_ends_together(mpirun, tmp_path):

@@ -595,13 +595,16 @@ class HopOptimizer(torch.optim.Optimizer):
         def reduce(abandon):
             mine = np.concatenate([self.flat.write_params().astype(np.float64)]
                                   + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
-            total = np.zeros_like(mine) if root is None or root == self._ccomm.Get_rank() else None
-            if root is None:
+            # fault tolerant, an all-reduce even for one root: a reduce completes on a rank that has sent its
+            # part, which then left, and a root that met a death had nobody to heal and reduce again with
+            everyone = root is None or self.fault_tolerant
+            total = np.zeros_like(mine) if everyone or root == self._ccomm.Get_rank() else None
+            if everyone:
                 req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
             else:
                 req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
             self._wait_collective(req, "consensus_model()", abandon)
-            return total
+            return total if root is None or root == self._ccomm.Get_rank() else None
         total = self._among_survivors(reduce, lambda: self._ccomm)
         self._hand_back()                   # (a rank that waited here may have served and sent)
         if total is None:

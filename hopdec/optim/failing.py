@@ -163,9 +163,7 @@ def _at_exit():
     """A failing ``sys.exit`` in a process that never built an optimizer (its own exit handler decides
     otherwise): the other ranks may be waiting in the constructor's collectives."""
     if not _installed["built"]:
-        failed = failed_exit()
-        if failed is not None:
-            abort_failed_exit(failed)
+        end_if_failing()
 
 
 def exit_code(status):
@@ -252,6 +250,14 @@ def abort_failed_exit(failed):
     if comm is not None:
         code, err = failed
         _abort(comm, err, code)
+
+
+def end_if_failing():
+    """At exit: a failing ``sys.exit`` noted since the last step (:func:`failed_exit`) ends the job
+    (:func:`abort_failed_exit`); else nothing."""
+    failed = failed_exit()
+    if failed is not None:
+        abort_failed_exit(failed)
 
 
 def _hook(etype, err, tb):

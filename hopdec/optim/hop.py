@@ -1203,9 +1203,8 @@ def _register_exit(opt):
 
     def at_exit():
         o = ref()
-        failed = failing.failed_exit()          # sys.exit(1): end the job, do not finish (failing.py),
-        if failed is not None and o is not None:    # also after finish() (fault tolerant: not a death)
-            failing.abort_failed_exit(failed)
+        if o is not None:                       # sys.exit(1): end the job, do not finish (failing.py),
+            failing.end_if_failing()            # also after finish() (fault tolerant: not a death)
         if o is not None and not o.finished and o._ready:
             o.finish()
         if o is not None and o.fault_tolerant:
@@ -1219,9 +1218,7 @@ def _last_word(leaving):
     job with its one line and code -- the others may wait for this rank in a consensus call, and would
     otherwise report only that it left after fewer calls -- else the :class:`~hopdec.optim.ending.
     LeavingNotes`."""
-    failed = failing.failed_exit()
-    if failed is not None:
-        failing.abort_failed_exit(failed)
+    failing.end_if_failing()
     leaving.say()
 
 

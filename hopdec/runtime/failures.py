@@ -189,23 +189,13 @@ class FailureChannel:
         if comm is None:
             return tuple(ranks)
         from mpi4py import MPI
-        theirs, ours = comm.Get_group(), self.comm.Get_group()
-        try:
-            return tuple(r for r in MPI.Group.Translate_ranks(theirs, list(ranks), ours) if r != MPI.UNDEFINED)
-        finally:
-            theirs.Free()
-            ours.Free()
+        return tuple(r for r in _translate(ranks, comm, self.comm) if r != MPI.UNDEFINED)
 
     def in_job(self, ranks):
         """``ranks`` of this channel by their ``COMM_WORLD`` ranks (as ``mpirun``, the script and its logs
         know them), or None when those are the same numbers (the channel is ``COMM_WORLD`` or a duplicate)."""
         from mpi4py import MPI
-        ours, world = self.comm.Get_group(), MPI.COMM_WORLD.Get_group()
-        try:
-            got = [int(r) for r in MPI.Group.Translate_ranks(ours, list(ranks), world)]
-        finally:
-            ours.Free()
-            world.Free()
+        got = _translate(ranks, self.comm, MPI.COMM_WORLD)
         return None if got == list(ranks) else got
 
     def _claimed(self, priority):
@@ -274,6 +264,17 @@ def watch_failures(comm):
     return _channel
 
 
+def _translate(ranks, src, dst):
+    """``ranks`` of communicator ``src`` as ``dst`` numbers them (``MPI.UNDEFINED`` for those not in it)."""
+    from mpi4py import MPI
+    theirs, ours = src.Get_group(), dst.Get_group()
+    try:
+        return [int(r) for r in MPI.Group.Translate_ranks(theirs, list(ranks), ours)]
+    finally:
+        theirs.Free()
+        ours.Free()
+
+
 def leave_if_ending():
     """Under ULFM, before the survivors heal or a PS server drops a worker: a rank that has written a
     failure's exit code into the launcher's file (:func:`record_exit`, just before its ``MPI_Abort``) is
@@ -282,18 +283,11 @@ def leave_if_ending():
     they leave at once. (The file, not the failure channel: reading the channel's any-source receive
     here acknowledged the death early and two ranks then reported a later timeout. Across hosts the file
     is the launcher host's only: elsewhere the ranks heal as before.)"""
-    path = os.environ.get("HOPDEC_EXIT_FILE")
-    if not path:
-        return
-    try:
-        with open(path) as f:
-            code = re.search(r"\d+", f.read(64))
-    except OSError:
-        return
-    if code is not None and int(code.group()) != 0:
+    code = _recorded_code()
+    if code:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(int(code.group()) & 0xFF)
+        os._exit(code & 0xFF)
 
 
 def _world_named(line, rank):
@@ -421,16 +415,20 @@ def record_started():
 def record_finished():
     """This rank ended cleanly: ``0`` in the launcher's exit-code file unless a code is there already (a
     failure's, or a stop's, which win)."""
+    if _recorded_code() is None:
+        _write_exit_file("0\n")
+
+
+def _recorded_code():
+    """The exit code in the launcher's exit-code file (``HOPDEC_EXIT_FILE``), None if none is there yet (or
+    there is no file to read)."""
     path = os.environ.get("HOPDEC_EXIT_FILE")
-    if not path:
-        return
     try:
         with open(path) as f:
-            if any(c.isdigit() for c in f.read(64)):
-                return
-    except OSError:
-        return
-    _write_exit_file("0\n")
+            code = re.search(r"\d+", f.read(64))
+    except (OSError, TypeError):
+        return None
+    return None if code is None else int(code.group())
 
 
 def _write_exit_file(text, append=False):

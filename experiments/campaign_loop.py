@@ -1,7 +1,8 @@
 """A user's own training loop with ``HopOptimizer``, as the failure campaign runs it (``failure_campaign.py``).
 
 Written the way a user ports a single-process script (README, "Your own training loop"): a small classifier
-on synthetic data, a torch optimizer and an lr scheduler, each rank its own number of steps when asked.
+on synthetic data, a torch optimizer and an lr scheduler, each rank its own number of steps when asked; a
+named graph or a topology file, local steps and compressed exchanges when asked.
 One rank fails where the campaign says, with plain Python -- not hopdec's fault injection -- as a user's
 code or machine would: ``exit`` (``os._exit``, a crash), ``raise`` (a bug), ``sysexit`` (``sys.exit("Loss is
 nan")``), ``hang`` (alive and silent) or ``stop`` (SIGSTOP). Rank 0 prints ``== consensus ...`` when the
@@ -22,6 +23,8 @@ from mpi4py import MPI
 
 from hopdec.optim import HopOptimizer
 
+from failure_campaign import random_digraph      # (this folder: the campaign draws the same graph)
+
 PHASES = ("setup", "built", "train", "finish", "consensus", "shutdown")
 OPTIMIZERS = {"sgd": (torch.optim.SGD, dict(lr=0.05, momentum=0.9)),
               "adamw": (torch.optim.AdamW, dict(lr=3e-3, weight_decay=0.01)),
@@ -35,7 +38,10 @@ def main():
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--uneven", action="store_true", help="rank r takes steps + 2r steps")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
-    p.add_argument("--topology", default="ring")
+    p.add_argument("--topology", default="ring",
+                   help="a generator kind, a topology file, or random:SEED (random_digraph(ranks, SEED))")
+    p.add_argument("--local-steps", type=int, default=1)
+    p.add_argument("--compress", default="none")
     p.add_argument("--backup-workers", type=int, default=0)
     p.add_argument("--skip", default=None)
     p.add_argument("--victim", type=int, default=-1)
@@ -63,8 +69,11 @@ def main():
     fail("setup")
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
     cls, hyper = OPTIMIZERS[a.optimizer]
-    opt = HopOptimizer(model, cls, topology=a.topology, backup_workers=a.backup_workers, skip=a.skip,
-                       fault_tolerance=a.fault_tolerance, peer_timeout=a.peer_timeout, **hyper)
+    graph = (random_digraph(MPI.COMM_WORLD.size, int(a.topology.split(":")[1])) if a.topology.startswith("random:")
+             else a.topology)
+    opt = HopOptimizer(model, cls, topology=graph, backup_workers=a.backup_workers, skip=a.skip,
+                       fault_tolerance=a.fault_tolerance, peer_timeout=a.peer_timeout, local_steps=a.local_steps,
+                       compress=a.compress, **hyper)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
     fail("built")
     g = torch.Generator().manual_seed(rank)

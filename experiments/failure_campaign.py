@@ -63,6 +63,15 @@ def draw(rng, iterations):
     return n, args, dict(ft=ft, ps=ps, phase=phase, how=how, victim=victim)
 
 
+def random_digraph(n, seed):
+    """A random strongly connected directed graph on ``n`` ranks (edges with probability 0.4 or 0.6, drawn
+    again until strongly connected), unweighted: the optimizer gives it Hop eq. (1) weights."""
+    import networkx as nx
+    rng = random.Random(seed)
+    while True:
+        g = nx.gnp_random_graph(n, rng.choice([0.4, 0.6]), seed=rng.randrange(10 ** 6), directed=True)
+        if nx.is_strongly_connected(g):
+            return g
 
 
 def loop_graphs(n):
@@ -72,18 +81,31 @@ def loop_graphs(n):
 
 def draw_loop(rng, iterations):
     """One job of a user's own loop (``campaign_loop.py``, ``HopOptimizer``): (ranks, its arguments, what
-    was injected). Its failures are plain Python, as a user's code or machine would fail."""
+    was injected). Its failures are plain Python, as a user's code or machine would fail. A third of the
+    jobs run on a random directed graph (backup workers only where every rank hears from 2 others, as the
+    optimizer requires); without fault tolerance, some take local steps or compress their exchanges."""
     n = rng.choice([3, 4, 5])
     ft = rng.random() < 0.6
     phase = rng.choice(["setup", "built", "train", "train", "train", "finish", "consensus", "shutdown"])
     how = rng.choice(["exit", "exit", "raise", "sysexit", "hang", "stop"])
     victim = rng.randrange(n)
+    if rng.random() < 0.35:
+        seed = rng.randrange(10 ** 6)
+        graph, g = f"random:{seed}", random_digraph(n, seed)
+        can_back = min(d for _, d in g.in_degree()) >= 2
+    else:
+        graph = rng.choice(loop_graphs(n))
+        can_back = True
     args = ["--steps", str(iterations), "--peer-timeout", "45", "--optimizer", rng.choice(["sgd", "adamw", "adam"]),
-            "--topology", rng.choice(loop_graphs(n))] + (["--fault-tolerance"] if ft else [])
-    if rng.random() < 0.4:
+            "--topology", graph] + (["--fault-tolerance"] if ft else [])
+    if can_back and rng.random() < 0.4:
         args += ["--backup-workers", "1", "--skip", "max-jump=2"]
     if rng.random() < 0.4:
         args += ["--uneven"]
+    if not ft and rng.random() < 0.5:       # (neither is supported with fault tolerance)
+        args += rng.choice([["--local-steps", str(rng.choice([2, 3]))],
+                            ["--compress", rng.choice(["fp16", "int8", "topk:0.25"])],
+                            ["--local-steps", "2", "--compress", "bf16"]])
     args += ["--victim", str(victim), "--phase", phase, "--at", str(rng.randrange(iterations)), "--how", how]
     return n, args, dict(ft=ft, ps=False, phase=phase, how=how, victim=victim, loop=True)
 

@@ -5,6 +5,8 @@ import os
 import random
 import sys
 
+import networkx as nx
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 import failure_campaign as fc  # noqa: E402
 
@@ -53,3 +55,20 @@ def test_the_loop_draws_are_seeded_and_valid():
         graph = args[args.index("--topology") + 1]
         assert graph != "ring-based" or n % 2 == 0, (n, graph)
         assert graph != "torus" or n == 4, (n, graph)
+
+
+def test_the_loop_draws_cover_random_graphs_local_steps_and_compression_where_allowed():
+    draws = [fc.draw_loop(random.Random(s), 20) for s in range(200)]
+    graphs = [args[args.index("--topology") + 1] for _, args, _ in draws]
+    assert sum(g.startswith("random:") for g in graphs) > 40
+    for n, args, f in draws:
+        graph = args[args.index("--topology") + 1]
+        if graph.startswith("random:"):
+            g = fc.random_digraph(n, int(graph.split(":")[1]))
+            assert sorted(g) == list(range(n)) and nx.is_strongly_connected(g)
+            if "--backup-workers" in args:          # every rank hears from 2 others: 1 backup is allowed
+                assert min(d for _, d in g.in_degree()) >= 2
+        if "--local-steps" in args or "--compress" in args:
+            assert not f["ft"]                      # (neither is supported with fault tolerance)
+    assert any("--local-steps" in a for _, a, _ in draws) and any("--compress" in a for _, a, _ in draws)
+    assert fc.random_digraph(5, 9).edges == fc.random_digraph(5, 9).edges

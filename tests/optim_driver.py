@@ -263,8 +263,11 @@ def scenario_early(out, how):
             sys.exit(f"no data in {out}/missing.bin")
         if how == "stop":                   # hung (stopped) before it builds its optimizer
             os.kill(os.getpid(), signal.SIGSTOP)
+        if how == "crash":                  # its process dies (fault tolerant: the others see a death)
+            os._exit(1)
         open(os.path.join(out, "missing.bin"), "rb")
-    HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60)
+    HopOptimizer(model_with_batchnorm(), torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=60,
+                 fault_tolerance=how == "crash")
 
 
 def scenario_dropped(out, how):
@@ -794,7 +797,7 @@ def scenario_consensus_alone(out):
 SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_unequal, resume=scenario_resume, resume_buffers=scenario_resume_buffers, skip=scenario_skip, raise_=scenario_raise, raise_split=scenario_raise_split, stop_split=scenario_stop_split, ft=scenario_ft,
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
-                 early_stop=partial(scenario_early, how="stop"),
+                 early_stop=partial(scenario_early, how="stop"), early_crash=partial(scenario_early, how="crash"),
                  late_exit=scenario_late_exit, late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,

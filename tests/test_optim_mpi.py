@@ -416,6 +416,20 @@ def test_a_rank_stopped_before_it_builds_its_optimizer_is_waited_for_a_bounded_t
             os.kill(victim, signal.SIGKILL)
 
 
+def test_a_rank_crashing_before_it_builds_a_fault_tolerant_optimizer_is_named_as_dead(mpirun, tmp_path):
+    """Found by the failure campaign (2026-12-05): fault tolerant, rank 1 dies (os._exit) before its
+    constructor. The others' arrival barrier met the death, and the nonblocking barrier's own sends to the
+    dead rank, failing after MPI had freed them, aborted the job from inside Open MPI ("Send error after
+    request freed", exit 7, no line naming the rank). Now one line names it, as ``hopdec train`` does for a
+    death in its setup (the optimizer heals deaths from its construction on)."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} early_crash")
+    out = mpirun.launch(3, ["--fault-tolerance"], env=env, timeout=120)
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank [02]: HopOptimizer\(\): rank 1 died and did not build its "
+                        r"optimizer", line), line
+    assert "Send error" not in out.stderr, out.stderr[-2000:]
+
+
 def test_a_peer_timeout_in_a_users_loop_names_a_long_evaluation_as_a_cause(mpirun, tmp_path):
     """Rank 0 spends 10 s between two steps with a peer timeout of 3: a neighbour's line says what else than
     a dead or hung peer that can be in a user's loop, and which setting allows more."""

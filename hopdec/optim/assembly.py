@@ -84,10 +84,14 @@ ARRIVAL_S = 600.0
 own start-up (a download or a dataset read on one rank may take minutes), so longer than a peer timeout."""
 
 
-def arrived(comm, peer_timeout):
+def arrived(comm, peer_timeout, fault_tolerant=False):
     """Every rank reached its constructor within ``HOPDEC_STARTUP_TIMEOUT`` seconds if set, else
     max(:data:`ARRIVAL_S`, ``peer_timeout``) (a bounded barrier: PeerTimeout with one line, not a job
-    that waits for ever for a rank that hung or stopped before building its optimizer)."""
+    that waits for ever for a rank that hung or stopped before building its optimizer). Fault tolerant, a
+    roll call of point-to-point messages instead (as ``hopdec train``'s start-up): a rank that died before
+    its constructor is named as dead -- under ULFM a nonblocking barrier that met a death left its own
+    sends behind, and their failure aborted the job from inside Open MPI ("Send error after request
+    freed"); found by the failure campaign."""
     import os
 
     from hopdec.runtime.startup import ENV_TIMEOUT, timeout
@@ -95,6 +99,11 @@ def arrived(comm, peer_timeout):
     if comm.Get_size() == 1:
         return
     bound = timeout(peer_timeout) if os.environ.get(ENV_TIMEOUT, "").strip() else max(ARRIVAL_S, peer_timeout)
+    if fault_tolerant:
+        from hopdec.runtime.startup import roll_call
+        roll_call(comm, bound, "HopOptimizer()", "did not build its optimizer",
+                  f"{ENV_TIMEOUT}=seconds allows longer")
+        return
     barrier(comm, bound, f"HopOptimizer(), built by every rank (a collective; {ENV_TIMEOUT}=seconds allows "
                          f"longer)")
 

@@ -114,7 +114,7 @@ class HopOptimizer(torch.optim.Optimizer):
             raise ConfigError(f"HopOptimizer: peer_timeout={peer_timeout!r}: a number of seconds > 0")
         # every rank got here (bounded): the first collective below waited for ever for a rank that hung,
         # or stopped, before building its optimizer
-        assembly.arrived(comm, peer_timeout)
+        assembly.arrived(comm, peer_timeout, self.fault_tolerant)
         # this optimizer's own communicator: the messages of another one on the same ranks (a GAN's
         # generator and discriminator) or the script's own never match its receives (they matched: a hang)
         # (fault tolerant: its errors return, and this rank leaves quietly if the others declare it dead)

@@ -15,6 +15,13 @@ training, the summary or at shutdown. A job is flagged when it
 - fails although it is fault tolerant and a worker only crashed (exit) while training (or, in a loop,
   after building its optimizer): the survivors heal and finish.
 
+``--kind resume`` runs pairs: a ``hopdec train`` job checkpointing (``--checkpoint-dir D --checkpoint-every
+K``) that fails as above or is stopped (SIGINT or SIGTERM to the launcher, as Ctrl-C or a scheduler), its
+checkpoints then sometimes damaged (a file truncated, bytes overwritten, another rank's file in its place, a
+manifest of garbage, a rank's folder or latest file removed), then ``--resume D`` with more iterations. The
+second job is judged as above, and also flagged when it failed although every rank's checkpoints were left
+intact and shared a complete one, or succeeded although the checkpoint it had to start from was damaged.
+
 ``--kind loop`` runs a user's own loop instead (``campaign_loop.py``: ``HopOptimizer`` around a torch
 optimizer, failures in plain Python -- ``os._exit``, an exception, ``sys.exit("...")``, a hang, SIGSTOP --
 before or after building the optimizer, in a step, before ``finish()``, before ``consensus_model()``, at
@@ -33,6 +40,7 @@ within about a minute.
 import argparse
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -61,6 +69,93 @@ def draw(rng, iterations):
     args += ["--die-rank", str(victim), "--die-at", str(rng.randrange(iterations)), "--die-phase", phase,
              "--die-how", how]
     return n, args, dict(ft=ft, ps=ps, phase=phase, how=how, victim=victim)
+
+
+DAMAGE = ["truncate", "overwrite", "other-rank", "garbage-manifest", "remove-rank", "remove-latest"]
+
+
+def draw_resume(rng, iterations):
+    """One pair of jobs: (ranks, the first job's options, what was injected and damaged). The second job is
+    the first's options without the failure, ``--resume D``, and 10 more iterations."""
+    n, args, f = draw(rng, iterations)
+    args = args[:args.index("--die-rank")]
+    stop = rng.random() < 0.3
+    if stop:
+        f.update(how=rng.choice(["SIGINT", "SIGTERM"]), phase="train", after=rng.uniform(8, 25))
+    elif f["phase"] == "train" or rng.random() < 0.6:
+        f["phase"] = "train"
+        args += ["--die-rank", str(f["victim"]), "--die-at", str(rng.randrange(2, iterations)), "--die-phase",
+                 "train", "--die-how", f["how"]]
+    else:
+        f.update(how="none", phase="none")
+    f.update(every=rng.choice([3, 4, 6]), damage=rng.choice(DAMAGE) if rng.random() < 0.4 else "none",
+             damaged_rank=rng.randrange(n))
+    return n, args + ["--checkpoint-every", str(f["every"])], f
+
+
+def complete_keys(directory, n):
+    """Each rank's complete checkpoint keys as its manifest lists them (None: no manifest or not JSON)."""
+    import json
+    keys = []
+    for r in range(n):
+        try:
+            with open(os.path.join(directory, f"rank{r}", "manifest.json")) as fh:
+                keys.append({int(k) for k in json.load(fh)["complete"]})
+        except (OSError, ValueError, KeyError, TypeError):
+            keys.append(None)
+    return keys
+
+
+def damage(directory, n, how, rank, rng):
+    """Damage rank ``rank``'s checkpoints in ``directory`` as ``how`` says; returns the key it damaged
+    (None: none, or every key of that rank)."""
+    keys = complete_keys(directory, n)
+    mine = sorted(keys[rank] or [])
+    folder = os.path.join(directory, f"rank{rank}")
+    if how == "remove-rank":
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    if how == "garbage-manifest":
+        with open(os.path.join(folder, "manifest.json"), "wb") as fh:
+            fh.write(bytes(rng.randrange(256) for _ in range(rng.choice([0, 7, 300]))))
+        return None
+    if not mine:
+        return None
+    key = mine[-1]
+    path = os.path.join(folder, f"ckpt-{key:08d}.npz")
+    if how == "remove-latest":
+        os.unlink(path)
+    elif how == "truncate":
+        os.truncate(path, rng.randrange(os.path.getsize(path)))
+    elif how == "overwrite":
+        with open(path, "r+b") as fh:
+            fh.seek(rng.randrange(os.path.getsize(path) - 16))
+            fh.write(bytes(rng.randrange(256) for _ in range(16)))
+    elif how == "other-rank":
+        other = (rank + 1) % n
+        theirs = os.path.join(directory, f"rank{other}", f"ckpt-{key:08d}.npz")
+        if not os.path.exists(theirs):
+            return None
+        shutil.copyfile(theirs, path)
+    return key
+
+
+def judge_resume(rc, out, err, f, keys, damaged_key):
+    """Why a ``--resume`` job is flagged, beyond :func:`judge`: it failed although it had an intact
+    checkpoint every rank shared to start from, or went on although the one it had to start from was
+    damaged. ``keys``: each rank's complete keys before the damage; ``damaged_key``: the file damaged."""
+    why = judge(rc, out, err, dict(f, how="none", phase="none", loop=False))
+    if why:
+        return why
+    common = set.intersection(*keys) if all(k is not None for k in keys) else set()
+    start = max(common) if common else None
+    whole_rank = f["damage"] in ("remove-rank", "garbage-manifest")
+    hit = damaged_key is not None and damaged_key == start
+    if rc != 0 and common and not whole_rank and not hit:
+        return "an intact checkpoint was not resumed"
+    if rc == 0 and (whole_rank or (hit and f["damage"] != "overwrite")):   # (16 bytes may miss the data)
+        return "resumed from a damaged checkpoint"
+    return ""
 
 
 def random_digraph(n, seed):
@@ -136,6 +231,28 @@ def judge(rc, out, err, f):
     return ""
 
 
+def run_job(n, args, env, bound, stop=None):
+    """One ``launch/local.sh -n n ARGS`` job: (exit status or None when it outlived ``bound`` seconds,
+    stdout, stderr). ``stop``: (signal, seconds): then SIGINT goes to the job's process group (Ctrl-C in a
+    terminal), SIGTERM to the launcher alone (a scheduler)."""
+    import signal
+    p = subprocess.Popen([os.path.join(ROOT, "launch", "local.sh"), "-n", str(n)] + args, cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    try:
+        if stop is not None:
+            try:
+                return (p.returncode,) + p.communicate(timeout=stop[1])
+            except subprocess.TimeoutExpired:
+                sig = getattr(signal, stop[0])
+                os.killpg(p.pid, sig) if sig == signal.SIGINT else p.send_signal(sig)
+        return (p.returncode,) + p.communicate(timeout=max(1.0, bound - (time.time() - t0)))
+    except subprocess.TimeoutExpired:                   # (the launcher's watchdog ends the job it leaves)
+        p.kill()
+        out, err = p.communicate()
+        return None, _text(out), _text(err)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
@@ -143,8 +260,9 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=25)
     p.add_argument("--bound", type=float, default=200.0, help="seconds a job may take before it is flagged")
     p.add_argument("--out", default="failure_campaign", help="folder for the flagged jobs' output")
-    p.add_argument("--kind", choices=("train", "loop", "mixed"), default="train",
-                   help="hopdec train jobs, a user's HopOptimizer loop (campaign_loop.py), or either at random")
+    p.add_argument("--kind", choices=("train", "loop", "mixed", "resume"), default="train",
+                   help="hopdec train jobs, a user's HopOptimizer loop (campaign_loop.py), either at random, "
+                        "or a checkpointing job, then its --resume")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOPDEC_DEBUG="",
@@ -152,19 +270,31 @@ def main(argv=None):
     flagged = 0
     for i in range(a.jobs):
         loop = a.kind == "loop" or (a.kind == "mixed" and rng.random() < 0.5)
-        n, args, f = (draw_loop if loop else draw)(rng, a.iterations)
+        resume = a.kind == "resume"
+        n, args, f = (draw_loop if loop else draw_resume if resume else draw)(rng, a.iterations)
         job_env = dict(env, HOPDEC_CMD=f"{sys.executable} {LOOP}", HOPDEC_STARTUP_TIMEOUT="60") if loop else env
+        if resume:
+            import tempfile
+            where = tempfile.mkdtemp(prefix="campaign-ckpt-")
+            args += ["--checkpoint-dir", where]
         t0 = time.time()
-        try:
-            done = subprocess.run([os.path.join(ROOT, "launch", "local.sh"), "-n", str(n)] + args, cwd=ROOT,
-                                  env=job_env, capture_output=True, text=True, timeout=a.bound)
-            rc, out, err = done.returncode, done.stdout, done.stderr
-        except subprocess.TimeoutExpired as e:          # (the launcher's watchdog ends the job it leaves)
-            rc, out, err = None, _text(e.stdout), _text(e.stderr)
+        rc, out, err = run_job(n, args, job_env, a.bound, (f["how"], f["after"]) if "after" in f else None)
         if err.startswith("local.sh: error:"):          # the launcher refused: nothing was tested
             print(err.strip(), file=sys.stderr)
             return 2
         why = judge(rc, out, err, f)
+        if resume and not why:                          # then damage, and resume
+            keys = complete_keys(where, n)
+            hit = damage(where, n, f["damage"], f["damaged_rank"], rng) if f["damage"] != "none" else None
+            at = args.index("--checkpoint-dir")
+            again = [x for x in args[:at]] + ["--resume", where]
+            again[again.index("--iterations") + 1] = str(a.iterations + 10)
+            again = [x for j, x in enumerate(again) if not (x.startswith("--die-") or
+                                                             (j and again[j - 1].startswith("--die-")))]
+            rc, out, err = run_job(n, again, env, a.bound)
+            why = judge_resume(rc, out, err, f, keys, hit)
+            f["how"] = f"{f['how']}/{f['damage']}"[:16]
+            shutil.rmtree(where, ignore_errors=True)
         line = next((ln for ln in err.splitlines() if "error:" in ln), "")
         print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'loop' if loop else 'ps  ' if f['ps'] else 'hop '} "
               f"{f['how']:7s} in "

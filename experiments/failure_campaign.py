@@ -242,11 +242,13 @@ def run_job(n, args, env, bound, stop=None):
     try:
         if stop is not None:
             try:
-                return (p.returncode,) + p.communicate(timeout=stop[1])
+                out, err = p.communicate(timeout=stop[1])
+                return p.returncode, out, err
             except subprocess.TimeoutExpired:
                 sig = getattr(signal, stop[0])
                 os.killpg(p.pid, sig) if sig == signal.SIGINT else p.send_signal(sig)
-        return (p.returncode,) + p.communicate(timeout=max(1.0, bound - (time.time() - t0)))
+        out, err = p.communicate(timeout=max(1.0, bound - (time.time() - t0)))
+        return p.returncode, out, err
     except subprocess.TimeoutExpired:                   # (the launcher's watchdog ends the job it leaves)
         p.kill()
         out, err = p.communicate()

@@ -296,6 +296,7 @@ def main(argv=None):
             rc, out, err = run_job(n, again, env, a.bound)
             why = judge_resume(rc, out, err, f, keys, hit)
             f["how"] = f"{f['how']}/{f['damage']}"[:16]
+        if resume:
             shutil.rmtree(where, ignore_errors=True)
         line = next((ln for ln in err.splitlines() if "error:" in ln), "")
         print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'loop' if loop else 'ps  ' if f['ps'] else 'hop '} "

@@ -269,7 +269,9 @@ start_tied() {
 # the awk variable ftjob, where a rank that died is healed and hopdec's summary says so on stdout), and
 # "1 more process has sent help message help-mpi-api.txt / mpi-abort" (a second rank's MPI_ABORT box). So are
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
-# the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
+# the "Error in NBC_Start_round() (-1)" after it, and, in a --fault-tolerance job (ftjob), ULFM's
+# "ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed." (one per failure notice it could not pass to a
+# stopped rank whose shared-memory queue is full; hopdec's line names that rank): with --fault-tolerance (the only runs where ULFM's
 # error classes 75, process failed, and 77, revoked, occur) a collective in flight when a peer died
 # aborts so, and hopdec heals and says so in its own line. A rank the others declared dead (stopped or
 # hung past HOPDEC_FT_TIMEOUT, the awk variable ft) that runs again is ended by Open MPI with a long
@@ -316,6 +318,7 @@ said && /^\[[^]]*\] PMIX ERROR: PMIX_ERR_UNREACH / { next }   # (ranks that left
 (said || left) && /^\[[^]]*\] pmix_ptl_base: send_msg: write failed: Connection reset by peer / { next }   # (the same)
 (said || left || ftjob) && /^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\./ { next }   # (libevent in prterun, as the job or a rank ends)
 said && /^[0-9]+ more process(es)? ha(s|ve) sent help message help-mpi-api\.txt \/ mpi-abort$/ { next }   # (its MPI_ABORT box, aggregated)
+ftjob && /^\[[^]]*\] \[\[[0-9]+,[0-9]+\],[0-9]+\] ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed\.$/ { next }   # (ULFM, to a stopped rank)
 /^NBC_Progress: an error (75|77) was found during schedule .* - aborting the schedule$/ { nbc = 1; gap = 1; next }
 nbc && /^Error in NBC_Start_round\(\) \(-1\)$/ { gap = 1; next }
 gap && $0 == "" { gap = 0; next }          # (libnbc follows each of its lines with an empty one)

@@ -672,6 +672,22 @@ def test_a_fault_tolerant_jobs_filter_drops_prteruns_socket_warning(ft):
     assert quiet_ft == "a\nb\n"
 
 
+def test_a_fault_tolerant_jobs_filter_drops_ulfms_complaint_about_a_stopped_rank():
+    """A rank of a --fault-tolerance job stopped (SIGSTOP) before its optimizer: hopdec's line names it, but
+    ULFM printed "ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed." six times before it, once per
+    failure notice it could not pass to the stopped rank (found by the loop failure campaign, 2026-12-05).
+    Dropped in a fault-tolerant job; elsewhere (where ULFM does not run) kept."""
+    noise = "[vm:06135] [[64812,1],1] ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed.\n"
+    line = "hopdec: error: rank 0: HopOptimizer(): rank 2 did not build its optimizer within 8 s (stuck, ...)\n"
+    quiet_ft = subprocess.run(["bash", "-c", QUIET + " ft"], input="a\n" + 3 * noise + line + noise + "b\n",
+                              capture_output=True, text=True, timeout=30).stdout
+    assert quiet_ft == "a\n" + line + "b\n"
+    assert _quiet(noise) == noise
+    odd = noise.replace("failed.", "failed. (and more)")
+    assert subprocess.run(["bash", "-c", QUIET + " ft"], input=odd, capture_output=True, text=True,
+                          timeout=30).stdout == odd
+
+
 @pytest.mark.parametrize("marks, one_host, rc, says", [
     ("-", True, 3, "no rank of this --fault-tolerance job finished"),  # started, nobody finished or said why
     ("-", False, 0, None),          # across hosts: survivors on other hosts cannot write the launcher's file

@@ -317,6 +317,24 @@ def scenario_late_crash(out):
         print(f"@@late_crash {opt.comm.Get_size()} survivors", flush=True)
 
 
+def scenario_rooted(out):
+    """fault_tolerance=True, 4 ranks: every rank trains and finishes; rank 1 then crashes while the others
+    ask for the consensus model on rank 2, then on rank 1 (the dead one). Each rank that gets one says so."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", fault_tolerance=True)
+    train_steps(model, opt, 0, 6)
+    opt.finish()
+    if rank == 1:
+        os._exit(1)
+    for root in (2, 1):
+        if opt.consensus_model(root=root) is not None:
+            print(f"@@rooted root={root} on rank {rank}", flush=True)
+    try:
+        opt.consensus_model(root=4)
+    except Exception as err:
+        print(f"@@rooted refused on rank {rank}: {err}", flush=True)
+
+
 def scenario_busy(out):
     """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
     loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
@@ -798,7 +816,7 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"), early_crash=partial(scenario_early, how="crash"),
-                 late_exit=scenario_late_exit, late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
+                 late_exit=scenario_late_exit, rooted=scenario_rooted, late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,

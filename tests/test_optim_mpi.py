@@ -568,6 +568,22 @@ def test_a_rank_crashing_before_a_consensus_on_one_rank_leaves_the_others_their_
     assert "@@late_crash 2 survivors" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
 
 
+def test_a_rooted_consensus_after_a_heal_names_its_root_as_every_hopdec_message_numbers_ranks(mpirun, tmp_path):
+    """Fault tolerant, rank 1 of 4 dies after finish(); the others ask for ``consensus_model(root=2)``: rank 2
+    of the job gets it (``root`` was read in the survivors' numbering: rank 3 got it). ``root=1``, the dead
+    rank: the lowest survivor gets it, so that a script saving it where it is not None still saves it. A
+    root that is no rank of the job is refused with one message on every rank."""
+    env = mpirun.env(HOPDEC_CMD=f"{sys.executable} tests/optim_driver.py {tmp_path} rooted")
+    out = mpirun.launch(4, ["--fault-tolerance"], env=env, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = sorted(re.findall(r"^@@rooted (root=\d on rank \d)$", out.stdout, re.M))
+    assert got == ["root=1 on rank 0", "root=2 on rank 2"], out.stdout[-3000:]
+    refused = re.findall(r"^@@rooted refused on rank (\d): (.*)$", out.stdout, re.M)
+    assert sorted(r for r, _ in refused) == ["0", "2", "3"], out.stdout[-3000:]
+    assert {m for _, m in refused} == {"HopOptimizer: consensus_model(root=4): root names a rank of the "
+                                       "optimizer's communicator, 0 to 3"}, refused
+
+
 def test_a_random_fault_tolerant_job_heals_in_finish_and_ends_together(mpirun, tmp_path):
     """Seed 55 of random fault-tolerant jobs (``optim_driver.scenario_ft_random``): the four survivors end at
     one iteration. It hung for the peer timeout when ranks that healed while waiting in finish() posted the

@@ -121,6 +121,7 @@ class HopOptimizer(torch.optim.Optimizer):
         comm = fault_tolerant(comm) if self.fault_tolerant else comm.Dup()
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self._job_size = self.size              # (self.size counts the survivors after a heal)
         # first: what the checks below refuse (on every rank at once, or on one) is one line, printed once,
         # and ends the job (exit code 2), not a traceback per rank or ranks left in a collective
         failing.install(comm)
@@ -580,11 +581,18 @@ class HopOptimizer(torch.optim.Optimizer):
     def consensus_state_dict(self, root=None):
         """The average over every worker of the model's state dict: parameters and floating-point buffers
         (BatchNorm statistics) averaged, other buffers (counters) this rank's own. Collective (every rank
-        calls it the same number of times); ``root=r``: only rank r gets it (the others get None). Safe
+        calls it the same number of times); ``root=r``: only rank r gets it (the others get None) -- r in
+        the numbering of every hopdec message, the communicator's at construction, also after a heal; a
+        root that died: the lowest survivor gets it, so that a script saving it where it is not None still
+        does. Safe
         while updates are in flight: it reduces on a communicator of its own, and a rank that waits here
         keeps its neighbours going (see :mod:`hopdec.optim.ending`). Bounded by the peer timeout."""
         if self.model is None:
             raise ConfigError("HopOptimizer: the consensus model needs the model (pass it as params or model=...)")
+        if root is not None and not (isinstance(root, int) and not isinstance(root, bool)
+                                     and 0 <= root < self._job_size):
+            raise ConfigError(f"HopOptimizer: consensus_model(root={root!r}): root names a rank of the "
+                              f"optimizer's communicator, 0 to {self._job_size - 1}")
         if self._loop is None and not self.finished:
             self._start()
         from mpi4py import MPI
@@ -593,18 +601,19 @@ class HopOptimizer(torch.optim.Optimizer):
                  and not any(b is t for t in self._tracked)]
 
         def reduce(abandon):
+            to = None if root is None else self._rank_now(root)
             mine = np.concatenate([self.flat.write_params().astype(np.float64)]
                                   + [b.detach().cpu().double().numpy().reshape(-1) for b in extra])
             # fault tolerant, an all-reduce even for one root: a reduce completes on a rank that has sent its
             # part, which then left, and a root that met a death had nobody to heal and reduce again with
-            everyone = root is None or self.fault_tolerant
-            total = np.zeros_like(mine) if everyone or root == self._ccomm.Get_rank() else None
+            everyone = to is None or self.fault_tolerant
+            total = np.zeros_like(mine) if everyone or to == self._ccomm.Get_rank() else None
             if everyone:
                 req = self._ccomm.Iallreduce(mine, total, op=MPI.SUM)
             else:
-                req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=root)
+                req = self._ccomm.Ireduce(mine, total, op=MPI.SUM, root=to)
             self._wait_collective(req, "consensus_model()", abandon)
-            return total if root is None or root == self._ccomm.Get_rank() else None
+            return total if to is None or to == self._ccomm.Get_rank() else None
         total = self._among_survivors(reduce, lambda: self._ccomm)
         self._hand_back()                   # (a rank that waited here may have served and sent)
         if total is None:
@@ -628,9 +637,18 @@ class HopOptimizer(torch.optim.Optimizer):
             out[name] = (v if v is not None else t.detach().clone()).to(t.device)
         return out
 
+    def _rank_now(self, rank):
+        """Rank ``rank`` of the communicator at construction (as every hopdec message and log numbers the
+        workers, Healer) in the optimizer's communicator now: the survivors' numbering after a heal; a rank
+        that died: the lowest survivor."""
+        if self.healer is None or not self.healer.events:
+            return rank
+        survivors = self.healer.events[-1]["survivors"]     # (in the order of the survivors' ranks)
+        return survivors.index(rank) if rank in survivors else 0
+
     def consensus_model(self, root=None):
         """A copy of the model holding the workers' average (:meth:`consensus_state_dict`), for evaluation
-        and saving; ``root=r``: only on rank r (None elsewhere). Collective."""
+        and saving; ``root=r``: only on rank r (None elsewhere; as :meth:`consensus_state_dict`). Collective."""
         state = self.consensus_state_dict(root)
         if state is None:
             return None

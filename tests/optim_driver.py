@@ -335,6 +335,41 @@ def scenario_rooted(out):
         print(f"@@rooted refused on rank {rank}: {err}", flush=True)
 
 
+def periodic_checkpoints(out, resume):
+    """A user's own periodic checkpoints with skipping: 4 ranks on a ring, one backup worker, jumps of up to
+    3, rank 1 slow (so it jumps); ``checkpoint_every=4``: each rank saves model and optimizer state where
+    ``checkpoint_due`` (file ``it{K}.pt``). ``resume``: each rank lists its files, loads the latest every
+    rank has (``common_checkpoint``) and trains on."""
+    folder = os.path.join(os.path.dirname(out), "ckpt_save", f"rank{rank}")
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    opt = HopOptimizer(model, torch.optim.AdamW, lr=0.01, topology="ring", backup_workers=1,
+                       skip="max-jump=3", checkpoint_every=4, peer_timeout=60)
+    at = None
+    if resume:
+        mine = [int(f[2:-3]) for f in os.listdir(folder) if f.startswith("it") and f.endswith(".pt")]
+        at = opt.common_checkpoint(mine)
+        state = torch.load(os.path.join(folder, f"it{at}.pt"), weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+    saved, crit = [], torch.nn.CrossEntropyLoss()
+    for k in range(30 if not resume else 12):
+        x, y = batch(k)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        if rank == 1:
+            time.sleep(0.05)
+        opt.step()
+        if opt.checkpoint_due:
+            torch.save(dict(model=model.state_dict(), opt=opt.state_dict()),
+                       os.path.join(folder, f"it{opt.iteration}.pt"))
+            saved.append(opt.iteration)
+    last = opt.iteration
+    opt.finish()
+    report("ckpt_resume" if resume else "ckpt_save", dict(saved=saved, jumps=len(opt.jumps), at=at, last=last))
+
+
 def scenario_busy(out):
     """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
     loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
@@ -816,7 +851,9 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"), early_crash=partial(scenario_early, how="crash"),
-                 late_exit=scenario_late_exit, rooted=scenario_rooted, late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
+                 late_exit=scenario_late_exit, rooted=scenario_rooted,
+                 ckpt_save=partial(periodic_checkpoints, resume=False), ckpt_resume=partial(periodic_checkpoints,
+                                                                                             resume=True), late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,
                  serial_late=partial(scenario_serial, late=True), stale_finish=scenario_stale_finish,
                  ft_random=scenario_ft_random, ft_note=scenario_ft_note, ft_all_die=scenario_ft_all_die,

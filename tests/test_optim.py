@@ -685,6 +685,40 @@ def test_skipping_that_never_skips_is_refused_and_the_notes_train_prints_are_war
     finish_all.append(opt)
 
 
+@pytest.mark.parametrize("every", [0, -4, True, "4", 2.0])
+def test_checkpoint_every_is_a_number_of_iterations(every):
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: checkpoint_every .*: must be an integer >= 1 "
+                                          r"\(iterations\), or None$"):
+        HopOptimizer(net(), torch.optim.SGD, lr=0.1, checkpoint_every=every)
+
+
+def test_checkpoint_every_1_with_skipping_is_refused_and_checkpoint_due_follows_the_iterations(finish_all):
+    """Every iteration a checkpoint iteration: no jump could ever be made (as ``hopdec train`` refuses
+    ``--skip`` with ``--checkpoint-every 1``). One rank alone: due at each multiple of K after a step, at the
+    start of its round with local steps; never without ``checkpoint_every``; the latest common checkpoint
+    is its own latest."""
+    with pytest.raises(ConfigError, match=r"^HopOptimizer: skip max-jump=2,trigger=2: never skips with "
+                                          r"checkpoint_every 1"):
+        HopOptimizer(net(), torch.optim.SGD, lr=0.1, staleness=1, skip="max-jump=2", checkpoint_every=1)
+    for kw, due in (({}, []), (dict(checkpoint_every=3), [3, 6]), (dict(checkpoint_every=2, local_steps=2), [2])):
+        model = net()
+        opt = HopOptimizer(model, torch.optim.SGD, lr=0.1, **kw)
+        finish_all.append(opt)
+        assert not opt.checkpoint_due                   # (before the first step)
+        seen = []
+        for _ in range(7):
+            model(torch.randn(4, 4)).sum().backward()
+            opt.step()
+            if opt.checkpoint_due:
+                seen.append(opt.iteration)
+        assert seen == due, (kw, seen)
+    with pytest.raises(RuntimeError, match=r"^HopOptimizer: common_checkpoint\(\) after the first step"):
+        opt.common_checkpoint([2])
+    opt = HopOptimizer(net(), torch.optim.SGD, lr=0.1, checkpoint_every=2)
+    finish_all.append(opt)
+    assert opt.common_checkpoint([4, 2, 6]) == 6 and opt.common_checkpoint([]) is None
+
+
 @pytest.mark.parametrize("cls", ["HopOptimizer", "HopSGD"])
 def test_a_warning_points_at_the_users_line(cls, finish_all):
     """A warning names the line of the user's script that built the optimizer (HopSGD's pointed into

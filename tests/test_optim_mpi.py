@@ -584,6 +584,29 @@ def test_a_rooted_consensus_after_a_heal_names_its_root_as_every_hopdec_message_
                                        "optimizer's communicator, 0 to 3"}, refused
 
 
+def test_a_users_periodic_checkpoints_with_skipping_resume_from_the_latest_every_rank_saved(mpirun, tmp_path):
+    """Skipping made a user's own periodic checkpoints unusable: a jumping rank is never between steps at
+    many iterations (rank 1 of this job was at 1, 3, 5, ...), so files saved at multiples of K, or every K
+    steps, were at different positions on different ranks and refused together. ``checkpoint_every=K``: no
+    jump passes a multiple of K, and ``checkpoint_due`` says when this rank is at one; every rank saves at
+    each. The latest file of rank 0 is then removed (a rank that died before saving it): the resumed job
+    loads the latest checkpoint every rank has (``common_checkpoint``) and trains on."""
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "ckpt_save"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ranks = json.loads(re.search(r"^@@ckpt_save (.*)$", out.stdout, re.M).group(1))
+    assert ranks[1]["jumps"] > 0, ranks                     # the slow rank jumped
+    for r in ranks:                                         # every multiple of 4 it passed, once each
+        assert r["saved"] == list(range(4, r["last"] + 1, 4)), ranks
+    common = set.intersection(*(set(r["saved"]) for r in ranks))
+    latest = max(common)
+    os.unlink(tmp_path / "ckpt_save" / "rank0" / f"it{latest}.pt")
+    out = mpirun.python(4, ["tests/optim_driver.py", tmp_path, "ckpt_resume"], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    resumed = json.loads(re.search(r"^@@ckpt_resume (.*)$", out.stdout, re.M).group(1))
+    assert [r["at"] for r in resumed] == [latest - 4] * 4, (resumed, latest)
+    assert all(r["last"] > latest - 4 and r["saved"][0] == latest for r in resumed), resumed
+
+
 def test_a_random_fault_tolerant_job_heals_in_finish_and_ends_together(mpirun, tmp_path):
     """Seed 55 of random fault-tolerant jobs (``optim_driver.scenario_ft_random``): the four survivors end at
     one iteration. It hung for the peer timeout when ranks that healed while waiting in finish() posted the

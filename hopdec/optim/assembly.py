@@ -18,7 +18,8 @@ OPTION_NAMES = {"--max-ig": "max_ig", "--protocol": "protocol", "--compute-graph
                 "--progress-interval": "progress_interval", "--log-dir": "log_dir", "--compress": "compress",
                 "--local-steps": "local_steps", "--outer-optimizer": "outer_optimizer", "--outer-lr": "outer_lr",
                 "--outer-momentum": "outer_momentum", "--consensus-every": "consensus_every", "--trace": "trace",
-                "--tensorboard": "tensorboard", "--overwrite": "overwrite=True"}
+                "--tensorboard": "tensorboard", "--overwrite": "overwrite=True",
+                "--checkpoint-every": "checkpoint_every"}
 """``hopdec train``'s option names in the shared checks' messages -> the optimizer's keyword names."""
 
 
@@ -46,14 +47,15 @@ def resolve_topology(spec, size):
 
 
 def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
-                    fault_tolerant=False, compress="none", local=(1, None, None, None)):
+                    fault_tolerant=False, compress="none", local=(1, None, None, None), checkpoint_every=None):
     """(ProtocolConfig, node views, notes), checked (ConfigError with the optimizer's keyword names; the notes
     are the lines ``hopdec train`` prints as ``note:`` about settings that work but not as one may expect, with
     the same names). The same
     :class:`hopdec.settings.Protocol` as ``hopdec train`` builds, so every range and rule is the CLI's. The
     run has no iteration budget: it ends when every rank has called ``finish()``. ``skip``: None,
     ``"max-jump=J,trigger=G"`` or ``{"max_jump": J, "trigger": G}``; ``local``: (local_steps,
-    outer_optimizer, outer_lr, outer_momentum) as given (None: the defaults)."""
+    outer_optimizer, outer_lr, outer_momentum) as given (None: the defaults); ``checkpoint_every``: None or
+    K >= 1, the iterations every worker enters (a jump never passes one)."""
     from hopdec.hop.config import check_config
     from hopdec.hop.protocols import PROTOCOLS
     from hopdec.hop.worker import node_views
@@ -62,6 +64,9 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
         steps = local[0]
         if isinstance(steps, bool) or not isinstance(steps, int):
             raise ConfigError(f"--local-steps {steps!r}: must be an integer >= 1")
+        every = checkpoint_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ConfigError(f"--checkpoint-every {every!r}: must be an integer >= 1 (iterations), or None")
         if isinstance(skip, dict):
             unknown = set(skip) - {"max_jump", "trigger"}
             if unknown or "max_jump" not in skip:
@@ -71,7 +76,7 @@ def protocol_config(protocol, max_ig, compute_graph, backup_workers, staleness, 
                             backup_workers=backup_workers, staleness=staleness, stale_reduce=stale_reduce,
                             skip=skip, compress=compress, local_steps=steps, outer_optimizer=local[1],
                             outer_lr=local[2], outer_momentum=local[3])
-        cfg = settings.config(2 ** 62, fault_tolerant=bool(fault_tolerant))
+        cfg = settings.config(2 ** 62, checkpoint_every=every, fault_tolerant=bool(fault_tolerant))
         views = node_views(graph, ahead=PROTOCOLS[cfg.protocol].path_bounded)
         notes = [str(as_keywords(ConfigError(note))) for note in check_config(cfg, views)]
     except ConfigError as err:

@@ -97,7 +97,8 @@ class HopOptimizer(torch.optim.Optimizer):
                  stale_reduce="weighted", skip=None, fault_tolerance=False, average_buffers=False,
                  compress="none", local_steps=1, outer_optimizer=None, outer_lr=None, outer_momentum=None,
                  log_dir=None, progress=False, progress_interval=3.0, trace=None, steps=None,
-                 consensus_every=None, tensorboard=None, overwrite=False, peer_timeout=120.0, **defaults):
+                 consensus_every=None, tensorboard=None, overwrite=False, peer_timeout=120.0,
+                 checkpoint_every=None, **defaults):
         from mpi4py import MPI
         self._ready = False
         self.fault_tolerant = bool(fault_tolerance)
@@ -175,7 +176,8 @@ class HopOptimizer(torch.optim.Optimizer):
                 warnings.warn(f"HopOptimizer: {note}", UserWarning, stacklevel=failing.user_stacklevel())
         self.cfg, views, notes = assembly.protocol_config(
             protocol, max_ig, compute_graph, backup_workers, staleness, stale_reduce, skip, graph,
-            self.fault_tolerant, compress, (local_steps, outer_optimizer, outer_lr, outer_momentum))
+            self.fault_tolerant, compress, (local_steps, outer_optimizer, outer_lr, outer_momentum),
+            checkpoint_every)
         if self.rank == 0:                  # what hopdec train prints as "note:" (skip max-jump > max_ig, ...)
             from hopdec.runtime.failures import slow_detector_note
             slow = slow_detector_note(self.timeout, self.size, "peer_timeout") if self.fault_tolerant else None
@@ -494,6 +496,32 @@ class HopOptimizer(torch.optim.Optimizer):
     @property
     def position(self):
         return self.iteration
+
+    @property
+    def checkpoint_due(self):
+        """Whether this rank, between two steps, is at a checkpoint iteration of ``checkpoint_every=K``: a
+        multiple of K, at the start of its round (with ``local_steps``). Every rank passes each one exactly
+        once -- a jump (``skip``) never passes one, as under ``hopdec train --checkpoint-every`` -- so the
+        state dicts saved there resume together (:meth:`load_state_dict`, :meth:`common_checkpoint`).
+        False without ``checkpoint_every``, and before the first step."""
+        every, r = self.cfg.checkpoint_every, self.rounds
+        return bool(every) and self._loop is not None and self.core.iteration % every == 0 and \
+            (r is None or r.begun != self.core.iteration or r.taken == 0)
+
+    def common_checkpoint(self, iterations):
+        """The latest of ``iterations`` (those this rank saved a checkpoint at) that every rank saved too, or
+        None: which checkpoint to load before the first step. Collective, bounded by the peer timeout (a
+        rank whose files are gone passes ``[]``); before the first step only (a rank waiting in it then would
+        serve nobody, and a neighbour waiting for its update never joins it)."""
+        from hopdec.transport.collectives import allgather_json
+        if self._loop is not None or self.finished:
+            raise RuntimeError("HopOptimizer: common_checkpoint() after the first step: call it right after "
+                               "building the optimizer, to choose the checkpoint load_state_dict() loads")
+        mine = sorted({int(k) for k in iterations})
+        got = self._among_survivors(lambda abandon: allgather_json(self._ccomm, mine, self.timeout,
+                                                                   "common_checkpoint()"), lambda: self._ccomm)
+        common = set(got[0]).intersection(*map(set, got[1:]))
+        return max(common) if common else None
 
     @property
     def jumps(self):

@@ -40,6 +40,7 @@ within about a minute.
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -218,7 +219,9 @@ def judge(rc, out, err, f):
         return "" if f.get("loop") and f["phase"] == "shutdown" and f["how"] in ("hang", "stop") else "never ended"
     if len(errors) > 1:
         return "more than one error line"
-    if rc != 0 and not errors and not boxed and "hopdec:" not in err:
+    said = any(re.match(r"hopdec( [a-z]+)?: (error: |stopped)", ln) or ln.startswith("hopdec: ")
+               for ln in err.splitlines())
+    if rc != 0 and not errors and not boxed and not said:
         return "failed without a line"
     if rc == 0 and "== " not in out:
         return "exit 0 without a summary"

@@ -33,7 +33,7 @@ launch_file() {
     host="$(hostname 2>/dev/null | tr -c 'A-Za-z0-9\n-' '-')"
     ns="$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || true)"
     where="${host:-host}.${ns:-0}"             # this host and PID namespace: the pids that mean something
-    for kind in stop exit; do
+    for kind in stop exit said; do
         for f in "$dir/hopdec-$kind.$where."*; do
             [[ -f "$f" && -O "$f" ]] || continue
             rest="${f#"$dir/hopdec-$kind.$where."}"
@@ -64,7 +64,9 @@ mpirun_base() {
     # (run_job returns 128 + the signal), so mpirun prints no block about ranks that exited non-zero.
     HOPDEC_STOP_FILE="$(launch_file stop)"
     export HOPDEC_STOP_FILE
-    HOPDEC_OWN_FILES=("$HOPDEC_STOP_FILE")
+    # the launcher's filter writes here when a hopdec line (an error, a stop) passed (run_job reads it)
+    HOPDEC_SAID_FILE="$(launch_file said)"
+    HOPDEC_OWN_FILES=("$HOPDEC_STOP_FILE" "$HOPDEC_SAID_FILE")
     trap 'rm -f "${HOPDEC_OWN_FILES[@]}"' EXIT
     MPIRUN+=(-x HOPDEC_STOP_FILE)
     # Open MPI refuses to run as root unless told; containers often run as root.
@@ -296,6 +298,7 @@ function box_done() {
 }
 erred && /^hopdec( [a-z]+)?: stopped[: ]/ { next }   # (the job ending after an error line: see above)
 /^hopdec( [a-z]+)?: (error: |stopped[: ])/ {     # never held back or dropped, even inside a box
+    if (!said && saidfile != "") { print "said" > saidfile; close(saidfile) }    # (for run_job)
     said = 1
     if ($0 ~ /^hopdec( [a-z]+)?: error: /) erred = 1
     if (inbox) { emit(box); box = ""; inbox = 0 }
@@ -336,9 +339,9 @@ quiet_filter() {
     local ftjob=0
     [[ "${1:-}" == ft ]] && ftjob=1
     if awk -W version 2>/dev/null | head -n 1 | grep -q '^mawk'; then
-        exec awk -W interactive -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" "$_HOPDEC_QUIET_AWK"
+        exec awk -W interactive -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" -v saidfile="${HOPDEC_SAID_FILE:-}" "$_HOPDEC_QUIET_AWK"
     fi
-    exec awk -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" "$_HOPDEC_QUIET_AWK"
+    exec awk -v ft="${HOPDEC_FT_TIMEOUT:-30}" -v ftjob="$ftjob" -v saidfile="${HOPDEC_SAID_FILE:-}" "$_HOPDEC_QUIET_AWK"
 }
 
 # check_stop_grace: HOPDEC_STOP_GRACE (start_tied's watchdog reads it) is unset or seconds >= 0, else one
@@ -422,6 +425,15 @@ run_job() {
                  "without a word (killed, crashed or exited early; Open MPI exits 0 for such a job)" >&2
             rc=3
         fi
+    fi
+    # a signal, then every rank exited 0 and none said it stopped: it reached the job as the run ended (after
+    # the summary, in the last second) or a script that handled the stop itself -- without this line the
+    # job ended 143 with no word (found by the resume failure campaign, SIGTERM after a PS run's summary)
+    if [[ -n "$sig" && "$rc" == 0 && -n "$fpid" && -n "${HOPDEC_SAID_FILE:-}" && ! -s "$HOPDEC_SAID_FILE" ]] &&
+            ! kill -0 "$fpid" 2>/dev/null; then
+        echo "$(launcher_name): SIG$sig reached the job as it ended: every rank exited 0 and none said it" \
+             "stopped (the run had ended, or the script handled the stop itself); exit $((128 + $(kill -l "$sig")))" \
+             "for the signal" >&2
     fi
     # (after a second signal, the hard kill, mpirun exits 1 or the like: the status is still the signal's)
     if [[ -n "$sig" ]] && { [[ "$rc" == 0 || "$rc" == $((128 + $(kill -l USR1))) ]] || (( stops > 1 )); }; then

@@ -36,6 +36,8 @@ def test_what_a_job_should_do_is_not_flagged():
     assert fc.judge(17, "", BOX, HOP) == ""                     # Open MPI's box names the crashed rank
     assert fc.judge(3, "", "hopdec train: error: rank 1: boom\n", HOP) == ""
     assert fc.judge(0, "== hop ==\n", "", HOP) == ""
+    stop = "hopdec train: stopped after 1 of 75 mini-batches (server version 1) (SIGTERM to the launcher); ...\n"
+    assert fc.judge(143, "", stop, HOP) == ""                  # a clean stop's line is a line
     assert fc.judge(0, "== ps ==\nfailure: worker 2 died after its training ended\n", "", FT_PS_LATE) == ""
     assert fc.judge(None, "== consensus\n", "", LOOP_HANG_END) == ""   # the user's code, after hopdec's last call
 

@@ -269,6 +269,46 @@ def test_a_killed_launcher_takes_its_job_along(tmp_path):
     assert _stopped_cleanly(ck, 2)
 
 
+@pytest.mark.parametrize("says", [False, True], ids=["ended", "stopped"])
+def test_a_signal_that_reaches_a_job_as_it_ends_is_said(tmp_path, says):
+    """SIGTERM to the launcher in the last second of a run (after a PS run's summary): every rank exited 0
+    and none said it stopped, and the launcher exited 143 with no word (found by the resume failure
+    campaign). Now one line says so; a job whose ranks said they stopped gets no second line. The fake
+    mpirun takes the stop (SIGUSR1) as a run past its end does, or says it stopped, and exits 0."""
+    fake, started = tmp_path / "mpirun", tmp_path / "started"
+    line = "hopdec train: stopped at iteration 3 of 9 (SIGTERM to the launcher); no checkpoint to resume from"
+    fake.write_text(f"""#!{sys.executable}
+import signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+open({str(started)!r}, "w").close()
+while not got:
+    time.sleep(0.05)
+if {says!r}:
+    print({line!r}, file=sys.stderr, flush=True)
+time.sleep(0.5)
+""")
+    fake.chmod(0o755)
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
+                            "TMPDIR": str(tmp_path)}, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while not started.exists():
+            assert time.time() < deadline and proc.poll() is None, "the fake mpirun did not start"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert err == (line + "\n" if says else "local.sh: SIGTERM reached the job as it ended: every rank exited 0 and "
+                       "none said it stopped (the run had ended, or the script handled the stop itself); exit 143 "
+                       "for the signal\n"), err
+        assert not list(tmp_path.glob("hopdec-said.*")), "the launcher's file was left behind"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_a_second_ctrl_c_exits_with_the_signals_status(tmp_path):
     """The second Ctrl-C is passed on as it is (the hard kill); mpirun then exits 1, and so did the launcher,
     where the README promises 128 + the signal after a stop. The fake mpirun takes SIGUSR1 (the clean stop)
@@ -402,7 +442,7 @@ def test_ctrl_z_pauses_the_whole_job_and_a_pause_longer_than_the_peer_timeout_is
 
 @pytest.mark.mpi
 def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path):
-    """SIGKILL to a launcher runs no trap: its stop file (and, fault-tolerant, its exit file) stayed in
+    """SIGKILL to a launcher runs no trap: its stop and said files (and, fault-tolerant, its exit file) stayed in
     $TMPDIR for good, one pair per killed launch. Now the next launch on the host removes them; it keeps a
     live launcher's files, another host's or PID namespace's (a container sharing the folder), and names
     it cannot parse, and leaves none of its own."""
@@ -424,7 +464,7 @@ def test_the_files_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path)
     finally:
         if killed.poll() is None:
             os.killpg(killed.pid, signal.SIGKILL)
-    assert [n.split(".")[0] for n in left] == ["hopdec-exit", "hopdec-stop"], left
+    assert [n.split(".")[0] for n in left] == ["hopdec-exit", "hopdec-said", "hopdec-stop"], left
     assert all(n.split(".")[1:4] == [name, str(ns), str(killed.pid)] for n in left), left
     assert sorted(p.name for p in tmp.glob("hopdec-*")) == left         # what a SIGKILL leaves
     keep = [f"hopdec-stop.{host}.{os.getpid()}.AbC123",        # a live launcher's (this process)

@@ -370,6 +370,18 @@ def periodic_checkpoints(out, resume):
     report("ckpt_resume" if resume else "ckpt_save", dict(saved=saved, jumps=len(opt.jumps), at=at, last=last))
 
 
+def scenario_consensus_hang(out):
+    """Every rank trains and finishes; rank 2 then hangs (alive, silent) before the consensus call the others
+    make (peer timeout 4 s)."""
+    model = model_with_batchnorm()
+    opt = HopOptimizer(model, torch.optim.SGD, lr=0.05, topology="ring", peer_timeout=4)
+    train_steps(model, opt, 0, 6)
+    opt.finish()
+    if rank == 2:
+        time.sleep(3600)
+    opt.consensus_model()
+
+
 def scenario_busy(out):
     """Rank 0 evaluates for longer than the peer timeout between two steps, its neighbours waiting."""
     loop_where(0, 3, lambda: time.sleep(10), 20, peer_timeout=3)
@@ -851,7 +863,7 @@ SCENARIOS = dict(consensus_alone=scenario_consensus_alone, unequal=scenario_uneq
                  caught_exit=scenario_caught_exit, exit=scenario_exit, refused=scenario_refused, busy=scenario_busy, two=scenario_two, two_uneven=scenario_two_uneven, shapes=scenario_shapes,
                  early_raise=partial(scenario_early, how="raise"), early_exit=partial(scenario_early, how="exit"),
                  early_stop=partial(scenario_early, how="stop"), early_crash=partial(scenario_early, how="crash"),
-                 late_exit=scenario_late_exit, rooted=scenario_rooted,
+                 late_exit=scenario_late_exit, rooted=scenario_rooted, consensus_hang=scenario_consensus_hang,
                  ckpt_save=partial(periodic_checkpoints, resume=False), ckpt_resume=partial(periodic_checkpoints,
                                                                                              resume=True), late_crash=scenario_late_crash, dropped_none=partial(scenario_dropped, how="none"), dropped_exit=partial(scenario_dropped, how="exit"),
                  periodic=scenario_periodic, serial=scenario_serial, serial_consensus=scenario_serial_consensus, seeds=scenario_seeds,

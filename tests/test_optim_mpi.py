@@ -280,6 +280,18 @@ def test_a_consensus_call_after_finish_that_another_rank_never_makes_is_one_line
     assert ended - float(re.search(r"@@alone (\S+)", out.stdout).group(1)) < 20
 
 
+def test_a_rank_hung_before_a_consensus_call_is_named(mpirun, tmp_path):
+    """Rank 2 hangs after finish() while the others wait in ``consensus_model()``: their line said only "no
+    message from any rank for 4 s" (seen in a loop failure campaign, 2026-12-05); now it names the rank that
+    noticed nothing, as the other collectives' timeouts do."""
+    out = mpirun.python(3, ["tests/optim_driver.py", tmp_path, "consensus_hang"], timeout=120)
+    line = the_one_line(out, 3)
+    assert re.fullmatch(r"hopdec: error: rank [01]: consensus_model\(\): no message from any rank for 4 s; a peer "
+                        r"may have died or hung \(or trains much longer than this one: raise peer_timeout\) "
+                        r"\(rank\(s\) 2 noticed nothing while the others timed out: stopped or hung there\?\)",
+                        line), line
+
+
 def test_a_rank_of_an_optimizer_on_a_sub_communicator_is_named_by_its_world_rank_too(mpirun, tmp_path):
     """Optimizers on ``COMM_WORLD.Split`` groups: world rank 3 raised, and the line said "rank 1" (its rank in
     the group's communicator) -- the rank mpirun, the script and its logs know as 1 had done nothing."""

@@ -745,7 +745,7 @@ class HopOptimizer(torch.optim.Optimizer):
         """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
         peer timeout counts silence: any message arriving (an update, a grant, a rank finishing) restarts it,
         so ranks that train for longer are waited for, and a hung one is found."""
-        from hopdec.transport.waiting import poll_until
+        from hopdec.transport.waiting import PeerTimeout, poll_until
         serving, self._serving = self._serving, True
         self._waiting = True
 
@@ -762,11 +762,16 @@ class HopOptimizer(torch.optim.Optimizer):
                         return                                  # woken: done
                     continue
                 seen = self._activity
-                poll_until(lambda: self._serve_others() or self._poll() or done() or self._may_serve()
-                           or self._activity != seen, self.timeout,
-                           lambda: f"rank {self.rank}: {what}: no message from any rank for {self.timeout:.0f} s; "
-                                   f"a peer may have died or hung (or trains much longer than this one: raise "
-                                   f"peer_timeout)")
+                try:
+                    poll_until(lambda: self._serve_others() or self._poll() or done() or self._may_serve()
+                               or self._activity != seen, self.timeout,
+                               lambda: f"rank {self.rank}: {what}: no message from any rank for "
+                                       f"{self.timeout:.0f} s; a peer may have died or hung (or trains much longer "
+                                       f"than this one: raise peer_timeout)", name_silent=True)
+                except PeerTimeout as err:      # every other rank waited for: one that noticed nothing is named
+                    from hopdec.transport.collectives import living_others
+                    err.on, err.on_comm = tuple(living_others(self.comm)), self.comm
+                    raise
         finally:
             self._serving = serving
             self._waiting = False

@@ -2,7 +2,10 @@
 
 Written the way a user ports a single-process script (README, "Your own training loop"): a small classifier
 on synthetic data, a torch optimizer and an lr scheduler, each rank its own number of steps when asked; a
-named graph or a topology file, local steps and compressed exchanges when asked.
+named graph or a topology file, local steps and compressed exchanges when asked. With ``--checkpoint DIR``
+it saves its own periodic checkpoints as the README shows (``checkpoint_every``, ``checkpoint_due``; each
+rank's files ``DIR/rank{r}/it{K}.pt``, and one where a Ctrl-C stopped every rank), and a job that finds
+files there resumes from the latest every rank has (``common_checkpoint``) and says ``resumed at K``.
 One rank fails where the campaign says, with plain Python -- not hopdec's fault injection -- as a user's
 code or machine would: ``exit`` (``os._exit``, a crash), ``raise`` (a bug), ``sysexit`` (``sys.exit("Loss is
 nan")``), ``hang`` (alive and silent) or ``stop`` (SIGSTOP). Rank 0 prints ``== consensus ...`` when the
@@ -44,6 +47,8 @@ def main():
     p.add_argument("--compress", default="none")
     p.add_argument("--backup-workers", type=int, default=0)
     p.add_argument("--skip", default=None)
+    p.add_argument("--checkpoint", default=None, help="a folder for this loop's own checkpoints")
+    p.add_argument("--every", type=int, default=3, help="checkpoint_every, with --checkpoint")
     p.add_argument("--victim", type=int, default=-1)
     p.add_argument("--phase", choices=PHASES, default="train")
     p.add_argument("--at", type=int, default=0)
@@ -73,8 +78,24 @@ def main():
              else a.topology)
     opt = HopOptimizer(model, cls, topology=graph, backup_workers=a.backup_workers, skip=a.skip,
                        fault_tolerance=a.fault_tolerance, peer_timeout=a.peer_timeout, local_steps=a.local_steps,
-                       compress=a.compress, **hyper)
+                       compress=a.compress, checkpoint_every=a.every if a.checkpoint else None, **hyper)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+    mine = a.checkpoint and os.path.join(a.checkpoint, f"rank{rank}")
+
+    def save(k):
+        torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), sched=sched.state_dict()),
+                   os.path.join(mine, f"it{k}.pt"))
+    if mine:
+        os.makedirs(mine, exist_ok=True)
+        at = opt.common_checkpoint([int(f[2:-3]) for f in os.listdir(mine) if f.startswith("it")
+                                    and f.endswith(".pt")])
+        if at is not None:
+            state = torch.load(os.path.join(mine, f"it{at}.pt"), weights_only=True)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            sched.load_state_dict(state["sched"])
+            if rank == 0:
+                print(f"resumed at {at}", flush=True)
     fail("built")
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(256, 8, generator=g)
@@ -86,8 +107,15 @@ def main():
         opt.zero_grad()
         loss = F.cross_entropy(model(x[i]), y[i])
         loss.backward()
-        opt.step(loss=loss)
+        try:
+            opt.step(loss=loss)
+        except KeyboardInterrupt:           # every rank stops at the same iteration: saved there, they resume
+            if mine:
+                save(opt.iteration)
+            raise
         sched.step()
+        if mine and opt.checkpoint_due:
+            save(opt.iteration)
         time.sleep(0.01)
     fail("finish")
     opt.finish()

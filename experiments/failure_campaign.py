@@ -95,6 +95,46 @@ def draw_resume(rng, iterations):
     return n, args + ["--checkpoint-every", str(f["every"])], f
 
 
+def draw_loop_resume(rng, iterations):
+    """One pair of a user's loop (``campaign_loop.py --checkpoint D``, its own periodic checkpoints): the
+    first fails in a step as :func:`draw_loop` draws it, or is stopped (SIGINT or SIGTERM to the launcher:
+    every rank saves where they stop); the second runs without the failure and must resume from the latest
+    checkpoint every rank saved."""
+    n, args, f = draw_loop(rng, iterations)
+    args = args[:args.index("--victim")]
+    if rng.random() < 0.3:
+        f.update(how=rng.choice(["SIGINT", "SIGTERM"]), phase="train", after=rng.uniform(8, 20))
+    else:
+        f["phase"] = "train"
+        args += ["--victim", str(f["victim"]), "--phase", "train", "--at", str(rng.randrange(4, iterations)),
+                 "--how", f["how"]]
+    f["every"] = rng.choice([2, 3, 5])
+    return n, args + ["--every", str(f["every"])], f
+
+
+def loop_keys(directory, n):
+    """Each rank's saved iterations in a loop's checkpoint folder (``it{K}.pt``)."""
+    keys = []
+    for r in range(n):
+        folder = os.path.join(directory, f"rank{r}")
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        keys.append({int(x[2:-3]) for x in names if x.startswith("it") and x.endswith(".pt")})
+    return keys
+
+
+def judge_loop_resume(rc, out, err, f, keys):
+    """Why a loop's second job is flagged: as :func:`judge` (it must end 0 with its consensus), and it did
+    not resume from the latest checkpoint every rank saved (or resumed when there was none)."""
+    why = judge(rc, out, err, dict(f, how="none", phase="none"))
+    if why or rc != 0:
+        return why or "the resumed loop failed"
+    common = set.intersection(*keys) if keys else set()
+    said = re.search(r"^resumed at (\d+)$", out, re.M)
+    if (int(said.group(1)) if said else None) != (max(common) if common else None):
+        return f"resumed at {said.group(1) if said else None}, not at the latest common {max(common, default=None)}"
+    return ""
+
+
 def complete_keys(directory, n):
     """Each rank's complete checkpoint keys as its manifest lists them (None: no manifest or not JSON)."""
     import json
@@ -266,30 +306,36 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=25)
     p.add_argument("--bound", type=float, default=200.0, help="seconds a job may take before it is flagged")
     p.add_argument("--out", default="failure_campaign", help="folder for the flagged jobs' output")
-    p.add_argument("--kind", choices=("train", "loop", "mixed", "resume"), default="train",
+    p.add_argument("--kind", choices=("train", "loop", "mixed", "resume", "loop-resume"), default="train",
                    help="hopdec train jobs, a user's HopOptimizer loop (campaign_loop.py), either at random, "
-                        "or a checkpointing job, then its --resume")
+                        "a checkpointing job then its --resume, or a loop with its own checkpoints then again")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOPDEC_DEBUG="",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))  # (this venv's mpirun)
     flagged = 0
     for i in range(a.jobs):
-        loop = a.kind == "loop" or (a.kind == "mixed" and rng.random() < 0.5)
-        resume = a.kind == "resume"
-        n, args, f = (draw_loop if loop else draw_resume if resume else draw)(rng, a.iterations)
+        loop = a.kind in ("loop", "loop-resume") or (a.kind == "mixed" and rng.random() < 0.5)
+        resume = a.kind in ("resume", "loop-resume")
+        n, args, f = (draw_loop_resume if loop and resume else draw_loop if loop else draw_resume if resume
+                      else draw)(rng, a.iterations)
         job_env = dict(env, HOPDEC_CMD=f"{sys.executable} {LOOP}", HOPDEC_STARTUP_TIMEOUT="60") if loop else env
         if resume:
             import tempfile
             where = tempfile.mkdtemp(prefix="campaign-ckpt-")
-            args += ["--checkpoint-dir", where]
+            args += ["--checkpoint" if loop else "--checkpoint-dir", where]
         t0 = time.time()
         rc, out, err = run_job(n, args, job_env, a.bound, (f["how"], f["after"]) if "after" in f else None)
         if err.startswith("local.sh: error:"):          # the launcher refused: nothing was tested
             print(err.strip(), file=sys.stderr)
             return 2
         why = judge(rc, out, err, f)
-        if resume and not why:                          # then damage, and resume
+        if resume and loop and not why:                 # then the same loop again, without the failure
+            keys = loop_keys(where, n)
+            again = args[:args.index("--victim")] + args[args.index("--every"):] if "--victim" in args else args
+            rc, out, err = run_job(n, again, job_env, a.bound)
+            why = judge_loop_resume(rc, out, err, f, keys)
+        elif resume and not why:                        # then damage, and resume
             keys = complete_keys(where, n)
             hit = damage(where, n, f["damage"], f["damaged_rank"], rng) if f["damage"] != "none" else None
             at = args.index("--checkpoint-dir")

@@ -75,3 +75,18 @@ def test_the_loop_draws_cover_random_graphs_local_steps_and_compression_where_al
             assert not f["ft"]                      # (neither is supported with fault tolerance)
     assert any("--local-steps" in a for _, a, _ in draws) and any("--compress" in a for _, a, _ in draws)
     assert fc.random_digraph(5, 9).edges == fc.random_digraph(5, 9).edges
+
+
+def test_a_loops_second_job_must_resume_from_the_latest_checkpoint_every_rank_saved():
+    f = dict(ft=False, ps=False, phase="train", how="exit", victim=1, loop=True, every=3)
+    keys = [{3, 6, 9}, {3, 6}, {3, 6, 9}]
+    done = "== consensus of 20 steps: accuracy 0.80 on rank 0's data\n"
+    assert fc.judge_loop_resume(0, "resumed at 6\n" + done, "", f, keys) == ""
+    assert fc.judge_loop_resume(0, "resumed at 9\n" + done, "", f, keys) == \
+        "resumed at 9, not at the latest common 6"
+    assert fc.judge_loop_resume(0, done, "", f, keys) == "resumed at None, not at the latest common 6"
+    assert fc.judge_loop_resume(0, done, "", f, [{3}, set(), {3}]) == ""          # nothing common: from scratch
+    assert fc.judge_loop_resume(3, "", "hopdec: error: rank 1: x\n", f, keys) == "the resumed loop failed"
+    for n, args, g in (fc.draw_loop_resume(random.Random(s), 20) for s in range(40)):
+        assert g["phase"] == "train" and ("--victim" in args) == ("after" not in g), args
+        assert args[args.index("--every") + 1] == str(g["every"])

@@ -250,7 +250,8 @@ def draw_loop(rng, iterations):
 def judge(rc, out, err, f):
     """Why the job is flagged (empty: it is not)."""
     errors = [ln for ln in err.splitlines() if "error:" in ln]
-    boxed = "Exit code:" in err or "exited on signal" in err         # Open MPI's box names the rank
+    flat = " ".join(err.split())                                    # (Open MPI wraps its box's lines)
+    boxed = "Exit code:" in flat or "exited on signal" in flat      # Open MPI's box names the rank
     late_ps = f["ft"] and f["ps"] and f["victim"] != 0 and f["how"] == "exit" and f["phase"] in ("evaluate",
                                                                                                    "shutdown")
     if rc is None:

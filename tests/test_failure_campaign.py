@@ -34,6 +34,8 @@ def test_a_job_is_flagged_for_each_broken_promise():
 
 def test_what_a_job_should_do_is_not_flagged():
     assert fc.judge(17, "", BOX, HOP) == ""                     # Open MPI's box names the crashed rank
+    wrapped = "prterun noticed that process rank 2 with PID 9514 on node vm exited on\nsignal 10 (User defined signal 1).\n"
+    assert fc.judge(143, "", wrapped, HOP) == ""                # (its lines wrapped)
     assert fc.judge(3, "", "hopdec train: error: rank 1: boom\n", HOP) == ""
     assert fc.judge(0, "== hop ==\n", "", HOP) == ""
     stop = "hopdec train: stopped after 1 of 75 mini-batches (server version 1) (SIGTERM to the launcher); ...\n"

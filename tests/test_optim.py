@@ -497,6 +497,26 @@ def test_sigusr1_becomes_a_keyboard_interrupt_unless_the_script_handles_it():
         signal.signal(signal.SIGUSR1, before)
 
 
+@pytest.mark.parametrize("start", ["import hopdec.optim",
+                                   "from hopdec.runtime import interrupt; interrupt.install()"],
+                         ids=["loop", "train"])
+def test_the_launchers_stop_arriving_as_the_process_exits_is_ignored(start):
+    """A stop (SIGUSR1) that reaches a rank once its program is done: a user's loop that ended as SIGTERM
+    reached the launcher died in MPI_Finalize "on signal 10" (Python's finalization had reset the handler to
+    the default, which ends the process; found by the loop-resume failure campaign). Now ignored from
+    hopdec's exit handler on: an exit handler registered earlier (it runs later, as MPI_Finalize does)
+    sees it ignored and the process exits 0, quietly."""
+    import subprocess
+    script = ("import atexit, os, signal\n"
+              "def late():\n"
+              "    print('ignored', signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN, flush=True)\n"
+              "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+              "    print('alive', flush=True)\n"
+              "atexit.register(late)\n" + start + "\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "ignored True\nalive\n", ""), r
+
+
 def test_a_lazy_module_not_yet_run_is_one_line_naming_the_parameter():
     model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     with pytest.raises(ConfigError, match=r"^HopOptimizer: 0\.weight is not initialized yet .*forward pass"):

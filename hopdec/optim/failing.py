@@ -101,6 +101,8 @@ def install_early():
             setattr(builtins, name, _WatchedExit(getattr(builtins, name), name))
     atexit.register(_at_exit)
     _stop_as_interrupt()
+    from hopdec.runtime.interrupt import ignore_stops_at_exit
+    ignore_stops_at_exit()          # (registered after _at_exit: runs before it, after the script's own)
 
 
 def _stop_as_interrupt():

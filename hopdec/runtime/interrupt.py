@@ -55,9 +55,33 @@ def _handler(signum, frame):
 
 
 def install():
-    """Make SIGINT, SIGTERM and SIGUSR1 request a clean stop instead of ending the process."""
+    """Make SIGINT, SIGTERM and SIGUSR1 request a clean stop instead of ending the process (and the
+    launcher's stop be ignored once the process exits: :func:`ignore_stops_at_exit`)."""
     for name in STOP_SIGNALS:
         signal.signal(getattr(signal, name), _handler)
+    ignore_stops_at_exit()
+
+
+_at_exit_registered = []
+
+
+def ignore_stops_at_exit():
+    """Register (once) an exit handler after which SIGUSR1, the launch scripts' stop, is ignored. A stop
+    that arrives once the program is done has nothing left to stop, but Python's finalization resets the
+    signals it handles to their default -- for SIGUSR1, ending the process -- and the signal then killed
+    the rank inside ``MPI_Finalize``: Open MPI's box said it "exited on signal 10" (found by the failure
+    campaign: SIGTERM to the launcher as a user's loop ended). An ignored signal stays ignored."""
+    if _at_exit_registered:
+        return
+    import atexit
+    _at_exit_registered.append(True)
+    atexit.register(_ignore_stops)
+
+
+def _ignore_stops():
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def requested():

@@ -22,6 +22,10 @@ manifest of garbage, a rank's folder or latest file removed), then ``--resume D`
 second job is judged as above, and also flagged when it failed although every rank's checkpoints were left
 intact and shared a complete one, or succeeded although the checkpoint it had to start from was damaged.
 
+``--kind loop-resume`` runs pairs of a user's loop with its own periodic checkpoints (``campaign_loop.py
+--checkpoint D``): the first fails in a step or is stopped, the second must resume from the latest
+checkpoint every rank saved (it prints ``resumed at K``) and end well.
+
 ``--kind loop`` runs a user's own loop instead (``campaign_loop.py``: ``HopOptimizer`` around a torch
 optimizer, failures in plain Python -- ``os._exit``, an exception, ``sys.exit("...")``, a hang, SIGSTOP --
 before or after building the optimizer, in a step, before ``finish()``, before ``consensus_model()``, at

@@ -269,6 +269,22 @@ def test_a_killed_launcher_takes_its_job_along(tmp_path):
     assert _stopped_cleanly(ck, 2)
 
 
+def _launch_fake_mpirun(fake, started, tmp_path, stderr=subprocess.DEVNULL):
+    """``launch/local.sh -n 2`` with the script ``fake`` as its mpirun, once that has created ``started``."""
+    fake.chmod(0o755)
+    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
+                            "TMPDIR": str(tmp_path)}, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=stderr, text=True, start_new_session=True)
+    deadline = time.time() + 30
+    while not started.exists():
+        if time.time() > deadline or proc.poll() is not None:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("the fake mpirun did not start")
+        time.sleep(0.1)
+    return proc
+
+
 @pytest.mark.parametrize("says", [False, True], ids=["ended", "stopped"])
 def test_a_signal_that_reaches_a_job_as_it_ends_is_said(tmp_path, says):
     """SIGTERM to the launcher in the last second of a run (after a PS run's summary): every rank exited 0
@@ -288,15 +304,8 @@ if {says!r}:
     print({line!r}, file=sys.stderr, flush=True)
 time.sleep(0.5)
 """)
-    fake.chmod(0o755)
-    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
-                            "TMPDIR": str(tmp_path)}, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = _launch_fake_mpirun(fake, started, tmp_path, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 30
-        while not started.exists():
-            assert time.time() < deadline and proc.poll() is None, "the fake mpirun did not start"
-            time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1]
         assert proc.returncode == 128 + signal.SIGTERM
@@ -321,15 +330,9 @@ signal.signal(signal.SIGINT, lambda *_: sys.exit(1))
 open({str(started)!r}, "w").close()
 time.sleep(60)
 """)
-    fake.chmod(0o755)
-    proc = subprocess.Popen(["bash", LOCAL, "-n", "2"], env={**os.environ, "HOPDEC_MPIRUN": str(fake),
-                            "TMPDIR": str(tmp_path)}, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = _launch_fake_mpirun(fake, started, tmp_path)
     try:
         deadline = time.time() + 30
-        while not started.exists():
-            assert time.time() < deadline and proc.poll() is None, "the fake mpirun did not start"
-            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         while not (tmp_path / "usr1").exists():
             assert time.time() < deadline, "the first Ctrl-C did not reach mpirun as SIGUSR1"

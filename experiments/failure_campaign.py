@@ -68,9 +68,15 @@ def draw(rng, iterations):
     if ps:
         args += ["--sync", rng.choice(SYNCS)]
     else:
-        args += ["--topology", rng.choice([g for g in GRAPHS if g != "ring-based" or n % 2 == 0]),
-                 "--protocol", "tokens"]
-        if rng.random() < 0.5:
+        can_back = True
+        if rng.random() < 0.3:          # a random directed graph, in an edge-list file (see main)
+            seed = rng.randrange(10 ** 6)
+            graph = f"random:{seed}"
+            can_back = min(d for _, d in random_digraph(n, seed).in_degree()) >= 2
+        else:
+            graph = rng.choice([g for g in GRAPHS if g != "ring-based" or n % 2 == 0])
+        args += ["--topology", graph, "--protocol", "tokens"]
+        if can_back and rng.random() < 0.5:
             args += ["--backup-workers", "1", "--skip", "max-jump=2"]
     args += ["--die-rank", str(victim), "--die-at", str(rng.randrange(iterations)), "--die-phase", phase,
              "--die-how", how]
@@ -204,6 +210,16 @@ def judge_resume(rc, out, err, f, keys, damaged_key):
     return ""
 
 
+def edge_list_file(n, spec, folder):
+    """``random:SEED`` written as a user writes a topology by hand: an edge list, ``u v`` per line, no
+    weights (hopdec gives them Hop eq. (1)'s); returns its path."""
+    path = os.path.join(folder, f"graph-{spec.split(':')[1]}.txt")
+    with open(path, "w") as fh:
+        fh.write("# a random directed graph (failure campaign)\n")
+        fh.writelines(f"{u} {v}\n" for u, v in sorted(random_digraph(n, int(spec.split(":")[1])).edges))
+    return path
+
+
 def random_digraph(n, seed):
     """A random strongly connected directed graph on ``n`` ranks (edges with probability 0.4 or 0.6, drawn
     again until strongly connected), unweighted: the optimizer gives it Hop eq. (1) weights."""
@@ -325,6 +341,11 @@ def main(argv=None):
         n, args, f = (draw_loop_resume if loop and resume else draw_loop if loop else draw_resume if resume
                       else draw)(rng, a.iterations)
         job_env = dict(env, HOPDEC_CMD=f"{sys.executable} {LOOP}", HOPDEC_STARTUP_TIMEOUT="60") if loop else env
+        graph, graphs = args[args.index("--topology") + 1] if "--topology" in args else "", None
+        if not loop and graph.startswith("random:"):        # hopdec train reads a file
+            import tempfile
+            graphs = tempfile.mkdtemp(prefix="campaign-graph-")
+            args[args.index("--topology") + 1] = edge_list_file(n, graph, graphs)
         if resume:
             import tempfile
             where = tempfile.mkdtemp(prefix="campaign-ckpt-")
@@ -353,6 +374,8 @@ def main(argv=None):
             f["how"] = f"{f['how']}/{f['damage']}"[:16]
         if resume:
             shutil.rmtree(where, ignore_errors=True)
+        if graphs:
+            shutil.rmtree(graphs, ignore_errors=True)
         line = next((ln for ln in err.splitlines() if "error:" in ln), "")
         print(f"{i:3d} n={n} {'FT' if f['ft'] else '  '} {'loop' if loop else 'ps  ' if f['ps'] else 'hop '} "
               f"{f['how']:7s} in "

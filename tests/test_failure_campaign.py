@@ -51,6 +51,19 @@ def test_the_draws_are_seeded_and_valid():
         assert 0 <= f["victim"] < n and args[args.index("--die-rank") + 1] == str(f["victim"])
         assert ("--fault-tolerance" in args) == f["ft"] and ("--sync" in args) == f["ps"]
         assert "ring-based" not in args or n % 2 == 0, args     # (refused with an odd n: nothing tested)
+        graph = args[args.index("--topology") + 1] if "--topology" in args else ""
+        if graph.startswith("random:") and "--backup-workers" in args:
+            assert min(d for _, d in fc.random_digraph(n, int(graph[7:])).in_degree()) >= 2
+
+
+def test_a_random_graph_is_written_as_an_edge_list_hopdec_reads(tmp_path):
+    from hopdec.topology import load
+    path = fc.edge_list_file(5, "random:9", str(tmp_path))
+    g = load(path)
+    assert sorted(g.nodes) == list(range(5))
+    assert {(u, v) for u, v in g.edges if u != v} == set(fc.random_digraph(5, 9).edges)
+    assert any(args[args.index("--topology") + 1].startswith("random:")
+               for _, args, f in (fc.draw(random.Random(s), 25) for s in range(40)) if not f["ps"])
 
 
 def test_the_loop_draws_are_seeded_and_valid():

@@ -612,9 +612,8 @@ class HopOptimizer(torch.optim.Optimizer):
         calls it the same number of times); ``root=r``: only rank r gets it (the others get None) -- r in
         the numbering of every hopdec message, the communicator's at construction, also after a heal; a
         root that died: the lowest survivor gets it, so that a script saving it where it is not None still
-        does. Safe
-        while updates are in flight: it reduces on a communicator of its own, and a rank that waits here
-        keeps its neighbours going (see :mod:`hopdec.optim.ending`). Bounded by the peer timeout."""
+        does. Safe while updates are in flight: it reduces on a communicator of its own, and a rank that
+        waits here keeps its neighbours going (see :mod:`hopdec.optim.ending`). Bounded by the peer timeout."""
         if self.model is None:
             raise ConfigError("HopOptimizer: the consensus model needs the model (pass it as params or model=...)")
         if root is not None and not (isinstance(root, int) and not isinstance(root, bool)

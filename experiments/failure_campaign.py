@@ -34,7 +34,8 @@ flagged when the job never ends: that is the user's code, which MPI_Finalize wai
 program. Loop jobs get ``HOPDEC_STARTUP_TIMEOUT=60`` (the constructor's wait for every rank; 600 s by
 default).
 
-Prints one line per job and writes each flagged job's output to ``--out``. Exit status 1 if any was
+Prints one line per job (and each job's line whole to ``--out/seed{S}_lines.txt``) and writes each flagged
+job's output to ``--out``. Exit status 1 if any was
 flagged. The bounds: ``--peer-timeout 45`` (above the failure detector's 30 s), so a hung rank is found
 within about a minute.
 
@@ -382,9 +383,11 @@ def main(argv=None):
               f"{f['phase']:8s} rank {f['victim']}: rc={rc} {time.time() - t0:4.0f} s "
               f"{'summary' if '== ' in out else '       '} {line[:110]}" + (f"  <<< {why}" if why else ""),
               flush=True)
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, f"seed{a.seed}_lines.txt"), "a") as fh:    # (the lines above, whole)
+            fh.write(f"{i}: {line}\n")
         if why:
             flagged += 1
-            os.makedirs(a.out, exist_ok=True)
             with open(os.path.join(a.out, f"seed{a.seed}_job{i}.txt"), "w") as fh:
                 fh.write(" ".join(args) + f"\n{why}\n--- stdout\n{out}\n--- stderr\n{err}")
     print(f"{flagged} of {a.jobs} jobs flagged (seed {a.seed})")

@@ -156,6 +156,27 @@ def test_an_older_damaged_checkpoint_does_not_stop_a_resume_from_the_latest(tmp_
     assert _resume(d)[0] == 8
 
 
+def test_a_damaged_latest_checkpoint_names_the_one_resume_at_can_start_from(tmp_path):
+    """The latest checkpoint every rank has is damaged on one rank: the resume was a dead end (the line
+    named the file; a user could only edit the manifests). It names the latest intact earlier one, which
+    ``--resume-at K`` starts from; a K not every rank has is refused, naming those they have."""
+    d = _two_ranks(tmp_path, keys=(4, 8, 12))
+    _flip(os.path.join(d, "rank1", C.ckpt_name(12)), 400)
+    _flip(os.path.join(d, "rank0", C.ckpt_name(8)), 400)
+    with pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, C.ckpt_name(12), "rank 1; the checkpoint --resume would start from; --resume-at 4 starts "
+                                    "from the latest intact one before it")
+    assert _bounded(lambda: C.choose(d, [C.summary(d, r) for r in range(2)], 2, SETTINGS, at=4))[0] == 4
+    with pytest.raises(ConfigError) as err:
+        C.choose(d, [C.summary(d, r) for r in range(2)], 2, SETTINGS, at=6)
+    _one_line(err, "--resume-at 6: not a checkpoint every rank has there (they have 4, 8, 12)")
+    _flip(os.path.join(d, "rank1", C.ckpt_name(4)), 400)
+    with pytest.raises(ConfigError) as err:
+        _resume(d)
+    _one_line(err, "no intact earlier one every rank has")
+
+
 # ---- the writer never follows a planted link -------------------------------------------------------------
 def test_links_planted_where_the_writer_writes_are_never_followed(tmp_path):
     """Symlinks at every name the writer used to use -- the temporary name (``.NAME.tmpPID``), the file
@@ -211,6 +232,9 @@ def test_a_resume_from_damaged_checkpoints_is_a_setup_error(mpirun, tmp_path):
         errors = [ln for ln in res.stderr.splitlines() if "error" in ln]
         assert res.returncode == 2 and len(errors) == 1, res.stderr
         assert all(w in errors[0] for w in words), errors
+    assert "--resume-at 3 starts from the latest intact one before it" in second[0].stderr, second[0].stderr
+    res = mpirun(2, ["train"] + more + ["--resume", a, "--resume-at", "3"], timeout=180)   # (the line's way on)
+    assert res.returncode == 0 and "== decentralized" in res.stdout, res.stderr[-2000:]
     # an intact file whose RNG state does not fit (found only as the trainer loads it, after setup): one line
     # naming the file, exit 2 (before: "rank 1: RuntimeError: Expected a CPUGeneratorImplState ...", exit 3)
     c = str(tmp_path / "c")

@@ -150,6 +150,9 @@ def add_run_arguments(p, mpi=True):
         c.add_argument("--resume", metavar="D", default=None,
                        help="continue from the latest checkpoint in D that every rank has (same ranks and "
                             "settings; --iterations may be raised) and go on checkpointing there")
+        c.add_argument("--resume-at", type=int, metavar="K", default=None,
+                       help="with --resume: start from checkpoint K (one every rank has; the iteration, the "
+                            "server's cut with --mode ps) instead of the latest -- when the latest is damaged")
         p.add_argument("--die-rank", default=None, help=argparse.SUPPRESS)   # fault injection: R or R1,R2
         p.add_argument("--die-at", default=None, help=argparse.SUPPRESS)
         p.add_argument("--die-how", choices=["exit", "hang", "raise"], default="exit", help=argparse.SUPPRESS)

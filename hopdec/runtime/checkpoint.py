@@ -323,10 +323,11 @@ def summary(directory, rank):
          "work": {k: e["work"] for k, e in man["complete"].items() if isinstance(e.get("work"), int)}}
 
 
-def choose(directory, summaries, world, settings):
-    """The key every rank has, latest first, from every rank's :func:`summary` (the same answer on every
-    rank, so a problem is one ConfigError raised everywhere). Checks the number of ranks and settings,
-    and that the files of the chosen checkpoint are intact on every rank."""
+def choose(directory, summaries, world, settings, at=None):
+    """The key every rank has, latest first (``at``: that one, ``--resume-at``), from every rank's
+    :func:`summary` (the same answer on every rank, so a problem is one ConfigError raised everywhere).
+    Checks the number of ranks and settings, and that the files of the chosen checkpoint are intact on
+    every rank; when one is damaged, the line names the latest intact earlier one ``--resume-at`` can take."""
     where = f"--resume {directory}"
     for r, s in enumerate(summaries):
         if s.get("error"):
@@ -358,11 +359,20 @@ def choose(directory, summaries, world, settings):
     if not common:
         raise ConfigError(f"{where}: no checkpoint is complete on every rank (a run killed before its "
                           f"first checkpoint)")
-    key = max(common)
-    for r, s in enumerate(summaries):
-        bad = (s.get("damaged") or {}).get(str(key))
-        if bad:
-            raise ConfigError(f"{bad} (rank {r}; the checkpoint --resume would start from)")
+    if at is not None and at not in common:
+        have = ", ".join(map(str, sorted(common)[-8:]))
+        raise ConfigError(f"{where} --resume-at {at}: not a checkpoint every rank has there (they have {have})")
+    key = max(common) if at is None else at
+
+    def damaged(k):
+        return next(((r, s["damaged"][str(k)]) for r, s in enumerate(summaries)
+                     if (s.get("damaged") or {}).get(str(k))), None)
+    bad = damaged(key)
+    if bad:
+        earlier = next((k for k in sorted(common, reverse=True) if k < key and damaged(k) is None), None)
+        hint = (f"; --resume-at {earlier} starts from the latest intact one before it" if earlier is not None
+                else "; no intact earlier one every rank has")
+        raise ConfigError(f"{bad[1]} (rank {bad[0]}; the checkpoint --resume would start from{hint})")
     return key, first
 
 
@@ -393,7 +403,7 @@ def resume_command(argv, ranks, directory, launcher="mpirun"):
     again (``HOPDEC_RESUME_WITH``: how it was invoked, e.g. ``launch/local.sh -n 4``; a plain ``mpirun``
     command needs the script's flags, --allow-run-as-root, --oversubscribe, ...), else ``mpirun -n N``."""
     out, skip = [], False
-    drop = {"--resume", "--die-rank", "--die-at", "--die-how", "--die-phase"}
+    drop = {"--resume", "--resume-at", "--die-rank", "--die-at", "--die-how", "--die-phase"}
     for arg in argv:
         if skip:
             skip = False

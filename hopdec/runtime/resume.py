@@ -57,7 +57,7 @@ def plan(ctx, settings, timeout):
         return None
     mine = C.summary(d, ctx.rank)
     everyone = allgather_json(ctx.comm, mine, timeout, "reading the checkpoints' manifests")
-    key, info = C.choose(d, everyone, ctx.size, settings)
+    key, info = C.choose(d, everyone, ctx.size, settings, ctx.settings.checkpoints.resume_at)
     man = C.read_manifest(d, ctx.rank)
     return dict(dir=d, key=key, manifest=man, entry=man["complete"][str(key)], info=info)
 

@@ -17,12 +17,16 @@ class Checkpoints(Group):
     dir: str = option("--checkpoint-dir", None, not_empty("a directory"), "where each rank writes D/rank{r}/")
     resume: str = option("--resume", None, not_empty("a directory"),
                          "continue from the latest checkpoint in D every rank has")
+    resume_at: int = option("--resume-at", None, between(0, MAX_ITERATIONS, "an integer", integer=True),
+                            "with --resume: start from checkpoint K instead of the latest")
 
     def check(self):
         if self.resume is not None and self.dir is not None and \
                 os.path.abspath(self.dir) != os.path.abspath(self.resume):
             raise ConfigError(f"--checkpoint-dir {self.dir} with --resume {self.resume}: a resumed run goes on "
                               f"checkpointing into {self.resume} (drop --checkpoint-dir)")
+        if self.resume_at is not None and self.resume is None:
+            raise ConfigError(f"--resume-at {self.resume_at} needs --resume D (where the checkpoints are)")
         if self.every is not None and self.directory is None:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir D (where the checkpoints go)")
 

@@ -20,7 +20,9 @@ K``) that fails as above or is stopped (SIGINT or SIGTERM to the launcher, as Ct
 checkpoints then sometimes damaged (a file truncated, bytes overwritten, another rank's file in its place, a
 manifest of garbage, a rank's folder or latest file removed), then ``--resume D`` with more iterations. The
 second job is judged as above, and also flagged when it failed although every rank's checkpoints were left
-intact and shared a complete one, or succeeded although the checkpoint it had to start from was damaged.
+intact and shared a complete one, or succeeded although the checkpoint it had to start from was damaged;
+when its line names an earlier checkpoint for ``--resume-at``, a third job resumes from that one and must
+end well.
 
 ``--kind loop-resume`` runs pairs of a user's loop with its own periodic checkpoints (``campaign_loop.py
 --checkpoint D``): the first fails in a step or is stopped, the second must resume from the latest
@@ -372,6 +374,12 @@ def main(argv=None):
                                                              (j and again[j - 1].startswith("--die-")))]
             rc, out, err = run_job(n, again, env, a.bound)
             why = judge_resume(rc, out, err, f, keys, hit)
+            named = re.search(r"--resume-at (\d+) starts from the latest intact one", err)
+            if not why and named:                       # the line's way on: that one must resume
+                rc, out, err = run_job(n, again + ["--resume-at", named.group(1)], env, a.bound)
+                why = "" if rc == 0 and "== " in out else f"--resume-at {named.group(1)}, as the line said: " + \
+                    (judge(rc, out, err, dict(f, how="none", phase="none", loop=False)) or f"exit {rc}")
+                f["damage"] += "+at"
             f["how"] = f"{f['how']}/{f['damage']}"[:16]
         if resume:
             shutil.rmtree(where, ignore_errors=True)

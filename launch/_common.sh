@@ -271,11 +271,11 @@ start_tied() {
 # the awk variable ftjob, where a rank that died is healed and hopdec's summary says so on stdout), and
 # "1 more process has sent help message help-mpi-api.txt / mpi-abort" (a second rank's MPI_ABORT box). So are
 # libnbc's "NBC_Progress: an error 75 (or 77) was found during schedule ... - aborting the schedule" and
-# the "Error in NBC_Start_round() (-1)" after it, and, in a --fault-tolerance job (ftjob), ULFM's
-# "ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed." (one per failure notice it could not pass to a
-# stopped rank whose shared-memory queue is full; hopdec's line names that rank): with --fault-tolerance (the only runs where ULFM's
+# the "Error in NBC_Start_round() (-1)" after it: with --fault-tolerance (the only runs where ULFM's
 # error classes 75, process failed, and 77, revoked, occur) a collective in flight when a peer died
-# aborts so, and hopdec heals and says so in its own line. A rank the others declared dead (stopped or
+# aborts so, and hopdec heals and says so in its own line. So is, in a --fault-tolerance job (ftjob), ULFM's
+# "ompi_comm_rbcast_send_msg: Error: bml_base_alloc failed." (one per failure notice it could not pass to
+# a stopped rank whose shared-memory queue is full; hopdec's line names that rank). A rank the others declared dead (stopped or
 # hung past HOPDEC_FT_TIMEOUT, the awk variable ft) that runs again is ended by Open MPI with a long
 # line ("ompi_proc_mark_as_failed: I have been reported dead by someone else. ... the failure detector
 # made a mistake ...") and exits 6 (hopdec/transport/ulfm.py): that line becomes hopdec's one line naming

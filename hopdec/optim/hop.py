@@ -513,13 +513,10 @@ class HopOptimizer(torch.optim.Optimizer):
         None: which checkpoint to load before the first step. Collective, bounded by the peer timeout (a
         rank whose files are gone passes ``[]``); before the first step only (a rank waiting in it then would
         serve nobody, and a neighbour waiting for its update never joins it)."""
-        from hopdec.transport.collectives import allgather_json
         if self._loop is not None or self.finished:
             raise RuntimeError("HopOptimizer: common_checkpoint() after the first step: call it right after "
                                "building the optimizer, to choose the checkpoint load_state_dict() loads")
-        mine = sorted({int(k) for k in iterations})
-        got = self._among_survivors(lambda abandon: allgather_json(self._ccomm, mine, self.timeout,
-                                                                   "common_checkpoint()"), lambda: self._ccomm)
+        got = self._allgather(sorted({int(k) for k in iterations}), "common_checkpoint()")
         common = set(got[0]).intersection(*map(set, got[1:]))
         return max(common) if common else None
 
@@ -744,7 +741,7 @@ class HopOptimizer(torch.optim.Optimizer):
         """Until ``done()``: advance without a gradient while :meth:`_may_serve`, else wait for messages. The
         peer timeout counts silence: any message arriving (an update, a grant, a rank finishing) restarts it,
         so ranks that train for longer are waited for, and a hung one is found."""
-        from hopdec.transport.waiting import PeerTimeout, poll_until
+        from hopdec.transport.collectives import wait_for_all
         serving, self._serving = self._serving, True
         self._waiting = True
 
@@ -761,16 +758,12 @@ class HopOptimizer(torch.optim.Optimizer):
                         return                                  # woken: done
                     continue
                 seen = self._activity
-                try:
-                    poll_until(lambda: self._serve_others() or self._poll() or done() or self._may_serve()
-                               or self._activity != seen, self.timeout,
-                               lambda: f"rank {self.rank}: {what}: no message from any rank for "
-                                       f"{self.timeout:.0f} s; a peer may have died or hung (or trains much longer "
-                                       f"than this one: raise peer_timeout)", name_silent=True)
-                except PeerTimeout as err:      # every other rank waited for: one that noticed nothing is named
-                    from hopdec.transport.collectives import living_others
-                    err.on, err.on_comm = tuple(living_others(self.comm)), self.comm
-                    raise
+                # (every other rank waited for: one that noticed nothing, hung outside hopdec, is named)
+                wait_for_all(self.comm, lambda: self._serve_others() or self._poll() or done() or self._may_serve()
+                             or self._activity != seen, self.timeout,
+                             lambda: f"rank {self.rank}: {what}: no message from any rank for {self.timeout:.0f} s; "
+                                     f"a peer may have died or hung (or trains much longer than this one: raise "
+                                     f"peer_timeout)")
         finally:
             self._serving = serving
             self._waiting = False
@@ -814,13 +807,11 @@ class HopOptimizer(torch.optim.Optimizer):
     def _start(self):
         """The first step (or finish): every rank at the same position, then Enter(k), Send(k)."""
         from hopdec.runtime.hop_loop import worker_loop
-        from hopdec.transport.collectives import allgather_json
         append, refused = self._log_start()     # (every rank continues its log, or none: one run)
         mine = [self._resume_at, refused, append, None if self._resume_at else self.flat.digest()]
         # (fault tolerant: a rank that died after building its optimizer, before its first step, fails this
         # on the others -- an MPI_ERR_PROC_FAILED ended the job -- so the survivors heal and start without it)
-        got = self._among_survivors(lambda abandon: allgather_json(self._ccomm, mine, self.timeout,
-                                                                   "HopOptimizer: starting"), lambda: self._ccomm)
+        got = self._allgather(mine, "HopOptimizer: starting")
         where = [g[0] for g in got]
         if len(set(where)) != 1:
             raise ConfigError(f"HopOptimizer: the ranks start at different positions {where} (the loaded "
@@ -952,6 +943,13 @@ class HopOptimizer(torch.optim.Optimizer):
             if self.healer is None:
                 raise PeerFailed(f"rank {self.rank}: a peer failed")
             self._heal_waiting()
+
+    def _allgather(self, mine, what):
+        """Every rank's ``mine`` (JSON), in rank order, before the protocol runs (bounded by the peer
+        timeout); fault tolerant, among the survivors of a death it meets (:meth:`_among_survivors`)."""
+        from hopdec.transport.collectives import allgather_json
+        return self._among_survivors(lambda abandon: allgather_json(self._ccomm, mine, self.timeout, what),
+                                     lambda: self._ccomm)
 
     def _among_survivors(self, collective, comm):
         """``collective(abandon)`` -- a collective call on ``comm()`` that waits with the protocol going on

@@ -15,10 +15,17 @@ from hopdec.transport.waiting import PeerTimeout, poll_until
 
 def _wait(comm, req, timeout, what):
     """Wait for ``req``; its timeout's line names the ranks that did not time out too (hung there)."""
+    wait_for_all(comm, req.Test, timeout, lambda: (
+        f"rank {comm.Get_rank()}: {what}: not every rank got there within {timeout:.0f} s; "
+        f"a peer may have died or hung"))
+
+
+def wait_for_all(comm, poll, timeout, message):
+    """:func:`~hopdec.transport.waiting.poll_until` for a wait on every other living rank of ``comm`` (a
+    collective, an agreement): its PeerTimeout names them as waited for, and its line the ones that did
+    not time out too (``name_silent``: stopped or hung there)."""
     try:
-        poll_until(req.Test, timeout, lambda: (
-            f"rank {comm.Get_rank()}: {what}: not every rank got there within {timeout:.0f} s; "
-            f"a peer may have died or hung"), name_silent=True)
+        return poll_until(poll, timeout, message, name_silent=True)
     except PeerTimeout as err:
         err.on, err.on_comm = tuple(living_others(comm)), comm
         raise

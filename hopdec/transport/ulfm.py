@@ -145,8 +145,7 @@ def all_here(comm, timeout, what):
     import numpy as np
     from mpi4py import MPI
 
-    from hopdec.transport.collectives import living_others
-    from hopdec.transport.waiting import PeerTimeout, poll_until
+    from hopdec.transport.collectives import wait_for_all
     req = comm.Iagree(np.ones(1, dtype=np.intc))
 
     def done():
@@ -154,9 +153,5 @@ def all_here(comm, timeout, what):
             return req.Test()
         except MPI.Exception:           # (a rank died: the agreement completed all the same)
             return True
-    try:
-        poll_until(done, timeout, lambda: (f"rank {comm.Get_rank()}: {what}: not every living rank got there "
-                                           f"within {timeout:.0f} s; one may have hung"), name_silent=True)
-    except PeerTimeout as err:
-        err.on, err.on_comm = tuple(living_others(comm)), comm    # whom the report may name
-        raise
+    wait_for_all(comm, done, timeout, lambda: (f"rank {comm.Get_rank()}: {what}: not every living rank got "
+                                               f"there within {timeout:.0f} s; one may have hung"))

@@ -192,6 +192,24 @@ def test_a_real_run_refuses_another_runs_log_dir_during_setup(tmp_path):
     assert not (tmp_path / "rank3.jsonl").exists() and (tmp_path / "rank1.jsonl").exists()
 
 
+def test_a_file_another_rank_removes_while_rank_0_looks_is_no_error(tmp_path, monkeypatch):
+    """Each rank's check of --log-dir makes its file and removes it again: rank 0 listing the folder meanwhile
+    saw rank1.jsonl, which was gone when it read its size -- 'FileNotFoundError: ... rank1.jsonl' ended a
+    clean-clone CI run's job (exit 2) before any training. A file gone meanwhile is no earlier run's log."""
+    from hopdec.runtime import setup
+    (tmp_path / "rank1.jsonl").write_text("")                 # rank 1's trial file, about to be removed
+    real = os.path.isfile
+
+    def removed_after(path):
+        found = real(path)
+        if path.endswith("rank1.jsonl") and found:
+            os.unlink(path)                                   # rank 1 removes it right after rank 0 looked
+        return found
+    monkeypatch.setattr(setup.os.path, "isfile", removed_after)
+    setup.check_fresh_log_dir(str(tmp_path), 0, 2)
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_readers_refuse_rank_files_of_two_runs(tmp_path):
     from hopdec.cli import report
     a, b = tmp_path / "a", tmp_path / "b"

@@ -145,8 +145,11 @@ def check_fresh_log_dir(log_dir, rank, size, overwrite=False, resume_dir=None):
     for name in names:
         m = LOG_FILES.fullmatch(name)
         path = os.path.join(log_dir, name)
-        if m is None or not os.path.isfile(path) or os.path.getsize(path) == 0:
-            continue                        # (another rank of this run may have created its empty file)
+        try:
+            if m is None or not os.path.isfile(path) or os.path.getsize(path) == 0:
+                continue                    # (another rank of this run may have created its empty file)
+        except FileNotFoundError:
+            continue                        # ... and removed it again (check_log_dir) after the listing
         found.append((name, m))
     if not found:
         return

@@ -33,7 +33,7 @@ launch_file() {
     host="$(hostname 2>/dev/null | tr -c 'A-Za-z0-9\n-' '-')"
     ns="$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || true)"
     where="${host:-host}.${ns:-0}"             # this host and PID namespace: the pids that mean something
-    for kind in stop exit said; do
+    for kind in stop exit said wait; do
         for f in "$dir/hopdec-$kind.$where."*; do
             [[ -f "$f" && -O "$f" ]] || continue
             rest="${f#"$dir/hopdec-$kind.$where."}"
@@ -69,6 +69,12 @@ mpirun_base() {
     HOPDEC_OWN_FILES=("$HOPDEC_STOP_FILE" "$HOPDEC_SAID_FILE")
     trap 'rm -f "${HOPDEC_OWN_FILES[@]}"' EXIT
     MPIRUN+=(-x HOPDEC_STOP_FILE)
+    # a rank that ends the job writes its exit code here before MPI_Abort (run_job reads it; see
+    # ft_flags); mpirun itself crashing in its teardown then does not replace the job's code with its own 139
+    HOPDEC_EXIT_FILE="$(launch_file exit)"
+    export HOPDEC_EXIT_FILE
+    HOPDEC_OWN_FILES+=("$HOPDEC_EXIT_FILE")
+    MPIRUN+=(-x HOPDEC_EXIT_FILE)
     # Open MPI refuses to run as root unless told; containers often run as root.
     if [[ "$(id -u)" == 0 ]]; then
         MPIRUN+=(--allow-run-as-root)
@@ -166,11 +172,8 @@ ft_flags() {
                  --mca mpi_ft_detector_timeout "${HOPDEC_FT_TIMEOUT:-30}"
                  --prtemca state_base_error_non_zero_exit 0)
         # Open MPI 5.0 exits 0 when the rank calling MPI_Abort is the last one alive (one survivor
-        # that cannot heal): that rank writes its exit code here and run_job returns it.
-        HOPDEC_EXIT_FILE="$(launch_file exit)"
-        export HOPDEC_EXIT_FILE
-        HOPDEC_OWN_FILES+=("$HOPDEC_EXIT_FILE")
-        MPIRUN+=(-x HOPDEC_EXIT_FILE)
+        # that cannot heal): that rank writes its exit code in HOPDEC_EXIT_FILE (mpirun_base) and run_job
+        # returns it.
     fi
 }
 
@@ -399,9 +402,14 @@ run_job() {
     # does not count toward the ranks' peer timeouts (hopdec/transport/waiting.py, run_clock).
     # (no CONT trap: with one, bash loses the SIGHUP that a closing terminal sends together with SIGCONT)
     trap 'kill -TSTP "$pid" 2>/dev/null || true; kill -STOP $$; kill -CONT "$pid" 2>/dev/null || true' TSTP
+    # bash's own word when mpirun ends on a signal ("Segmentation fault  ... $_HOPDEC_TIE ...") is kept here,
+    # and shown below unless it was mpirun itself crashing after the job's line had said everything
+    local waited
+    waited="$(launch_file wait)"
+    HOPDEC_OWN_FILES+=("$waited")
     while :; do
         rc=0
-        wait "$pid" || rc=$?
+        wait "$pid" 2>>"$waited" || rc=$?
         kill -0 "$pid" 2>/dev/null || break    # a trapped signal ends `wait` early: wait again
     done
     trap - INT TERM HUP USR1 TSTP
@@ -416,6 +424,13 @@ run_job() {
         rm -f "$HOPDEC_EXIT_FILE"
         if [[ "$rc" == 0 && -n "$code" ]]; then
             rc="$code"                          # an abort or a stop mpirun did not pass on (see ft_flags)
+        elif [[ -z "$sig" && -n "$code" && "$code" != 0 && -s "$waited" ]] && [[ "$rc" =~ ^13[459]$ ]]; then
+            # a rank's abort, then mpirun itself died of SIGSEGV (or SIGABRT, SIGBUS) as it tore the job down
+            # (PMIx_server_finalize: Open MPI's open issue open-mpi/ompi#13650): the job's code, not mpirun's
+            echo "$(launcher_name): note: mpirun itself crashed (SIG$(kill -l $((rc - 128)))) as it ended the" \
+                 "job (Open MPI's teardown: open-mpi/ompi#13650); exit $code, the job's" >&2
+            rc="$code"
+            : > "$waited"
         elif [[ "$rc" == 0 && -z "$sig" && "$marks" == -* && -n "${HOPDEC_ONE_HOST:-}" ]]; then
             # hopdec ranks started (each appends "-") and none finished cleanly ("0") or said why it
             # failed (a code): every one was killed, crashed or exited early, which mpirun reports as 0 here.
@@ -426,6 +441,8 @@ run_job() {
             rc=3
         fi
     fi
+    cat "$waited" >&2 2>/dev/null
+    rm -f "$waited"
     # a signal, then every rank exited 0 and none said it stopped: it reached the job as the run ended (after
     # the summary, in the last second) or a script that handled the stop itself -- without this line the
     # job ended 143 with no word (found by the resume failure campaign, SIGTERM after a PS run's summary)

@@ -48,6 +48,9 @@ the gap's entry from the compute (:data:`COMPUTE`): one resumption of the loop f
 
 COMPUTE = frozenset({ComputeGradient})
 
+Update = tuple[int, int, Any, Optional[int], int]
+"""An update on its way, as the driver carries it: ``(src, iteration, data, store, grant)`` (see :meth:`HopSim._take`)."""
+
 
 class TimingBackend:
     """No tensors: compute only says how long it takes (``duration`` is read by the driver)."""
@@ -355,9 +358,9 @@ class HopSim:
     def _acked(self, dst: int, done: Any, nbytes: float, src: int) -> None:
         self._when_in_mpi(src, partial(self.net.send, src, (dst,), nbytes, done))
 
-    def _arrived(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
-        """An update reached ``dst`` and was taken now (:meth:`_take`)."""
-        self._take(dst, ((src, iteration, data, store, grant),))
+    def _arrived(self, m: Update, dst: int) -> None:
+        """An update ``m`` reached ``dst`` and was taken now (:meth:`_take`)."""
+        self._take(dst, (m,))
 
     def _take(self, dst: int, held: Any) -> None:
         """Worker ``dst`` takes ``held``, in order: updates ``(src, iteration, data, store, grant)`` that
@@ -376,8 +379,8 @@ class HopSim:
             src, iteration, data, store, grant = m
             if store is not None:
                 u = unsent[src]
-                u[store] -= 1
-                if not u[store] and parked[src] == store:
+                left = u[store] = u[store] - 1
+                if not left and parked[src] == store:
                     parked[src] = None
                     self._advance(src)
             if check is not None:
@@ -401,25 +404,25 @@ class HopSim:
         size = self.message_bytes if nbytes is None else nbytes
         rndv = self.rndv if nbytes is None else self.send_path.protocol(size)
         if rndv is None:                        # eager: it travels now and the send is complete
-            self.net.send(src, dests, size, partial(self._arrived, src, iteration, data, None, grant))
+            self.net.send(src, dests, size, partial(self._arrived, (src, iteration, data, None, grant)))
             return
         if store is not None and self.waits:
             self.unsent[src][store] += len(dests)
         else:
             store = None
+        m = (src, iteration, data, store, grant)    # (one for all its destinations: it is read only)
         if rndv == "push":                      # the request travels first; see _rts
-            done = partial(self._arrived, src, iteration, data, store, grant)
-            self.net.control(src, tuple(dests), partial(self._rts, src, done, size))
+            self.net.control(src, tuple(dests), partial(self._rts, src, partial(self._arrived, m), size))
         else:                                   # take: see _reached
-            self.net.send(src, dests, size, partial(self._reached, src, iteration, data, store, grant))
+            self.net.send(src, dests, size, partial(self._reached, m))
 
-    def _reached(self, src: int, iteration: int, data: Any, store: Optional[int], grant: int, dst: int) -> None:
-        """A ``take`` rendezvous message reached ``dst``: taken now, or when its compute ends (:meth:`_take`
-        then, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
+    def _reached(self, m: Update, dst: int) -> None:
+        """A ``take`` rendezvous message ``m`` reached ``dst``: taken now, or when its compute ends
+        (:meth:`_take` then, as :meth:`_when_in_mpi` would call it, without a partial per message)."""
         if self.computing[dst]:
-            self.untaken[dst].append((src, iteration, data, store, grant))
+            self.untaken[dst].append(m)
         else:
-            self._take(dst, ((src, iteration, data, store, grant),))
+            self._take(dst, (m,))
 
     def _send_grants(self, src: int, grants: Any) -> None:
         counts = dict(grants)

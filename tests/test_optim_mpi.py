@@ -223,7 +223,10 @@ def test_iteration_skipping_lets_a_persistently_slow_rank_keep_up(driven):
     ranks = driven[1]["skip"]
     slow = ranks[-1]
     assert slow["jumps"] > 0 and slow["steps"] < 60 <= slow["end"]
-    assert all(r["steps"] >= 60 for r in ranks[:-1])
+    # the slow rank is the one that skips: every other rank takes more steps and jumps less. (Not "never":
+    # on a loaded host -- 4 ranks on 2 cores beside other jobs -- a rank descheduled for a while is the
+    # straggler for that while and may jump too, as the protocol says; a clean-clone run did so once.)
+    assert all(r["steps"] > slow["steps"] and r["jumps"] < slow["jumps"] for r in ranks[:-1]), ranks
 
 
 def test_the_logs_are_a_run_for_hopdec_report(driven, tmp_path):
